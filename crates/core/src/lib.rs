@@ -1,0 +1,27 @@
+//! idmint-core: the sans-IO heart of idmint.
+//!
+//! Everything that decides what an id is lives here, with no sockets, no threads of its own,
+//! no sleeping and no reading of the operating system's clock outside [`clock::SystemClock`]:
+//!
+//! - [`layout`]: validated bit layouts for 64-bit time-ordered ids (twitter, instagram,
+//!   sonyflake, discord, js53, custom), with compose and decode.
+//! - [`snowflake`]: a lock-free snowflake generator that never issues a timestamp below one it
+//!   issued before, across wall-clock steps and restarts.
+//! - [`instagram`]: Instagram's shard-embedded ids (`nextval() % 1024`).
+//! - [`block`]: block arithmetic for sequences (start, step, offset, 32/64-bit widths).
+//! - [`buffer`]: the leased-block buffer state machine and its demand-based sizing.
+//! - [`uuid7`] and [`ulid`]: monotonic, thread-safe 128-bit time-ordered ids.
+//! - [`clock`]: the `Clock` trait, the system clock and a manual clock for tests.
+//! - [`namespace`]: validated namespace names.
+//!
+//! What it does not do: durability (that is the authority's, in `idmint-store`), networking
+//! (`idmint-node`), or waiting (a generator that must wait says for how long and returns).
+
+pub mod block;
+pub mod clock;
+pub mod namespace;
+mod sync;
+
+pub use block::{Block, BlockError, SequenceSpec, SpecError, Width};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use namespace::{NamespaceName, NamespaceNameError};
