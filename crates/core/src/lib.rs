@@ -25,3 +25,7 @@ mod sync;
 pub use block::{Block, BlockError, SequenceSpec, SpecError, Width};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use namespace::{NamespaceName, NamespaceNameError};
+pub mod layout;
+pub mod snowflake;
+pub use layout::{ComposeError, DecodeError, Decoded, FieldOrder, Layout, LayoutError, LayoutSpec, Parts};
+pub use snowflake::{ClockCheck, GeneratorError, NextIdError, SnowflakeGenerator};

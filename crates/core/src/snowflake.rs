@@ -1,0 +1,427 @@
+//! The snowflake generator: 64-bit time-ordered ids without coordination on the hot path.
+//!
+//! Invariants (DESIGN.md invariant 4, the part that is local to one process):
+//! - every id a generator returns is strictly greater than every id it returned before, from
+//!   any thread: the generator's whole state is one `AtomicU64` holding the last issued
+//!   `(timestamp, sequence)`, advanced only by compare-and-swap to a larger value;
+//! - it never issues a timestamp below one it issued before, nor below the `resume_after`
+//!   timestamp it was started with (the last one a previous holder of the worker id issued);
+//! - time comes from the monotonic clock anchored to wall time at start ([`AnchoredTime`]), so
+//!   a wall clock stepping backwards does not move it back; [`SnowflakeGenerator::check_clock`]
+//!   reports such steps, and adopts forward steps;
+//! - when a time unit's sequence is used up it returns [`NextIdError::SequenceExhausted`] with
+//!   the time left until the next unit, never an id from the future and never a sleep.
+//!
+//! What it does not do: choose or lease the worker id (configuration or a worker lease does),
+//! persist the last timestamp (the caller does, from [`SnowflakeGenerator::last_timestamp`]).
+
+use crate::clock::{Clock, SystemClock};
+use crate::layout::Layout;
+use crate::sync::{AtomicU64, Ordering};
+use std::time::Duration;
+use thiserror::Error;
+
+/// Why a generator cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum GeneratorError {
+    /// The node id does not fit the layout's node field.
+    #[error("node id {node} does not fit in the layout's {bits} node bits (maximum {max})")]
+    NodeOutOfRange {
+        /// The node id given.
+        node: u64,
+        /// The layout's node bits.
+        bits: u8,
+        /// The largest node id.
+        max: u64,
+    },
+    /// The wall clock reads a time before the layout's epoch.
+    #[error("the clock reads {now_ms} ms since 1970, before the layout's epoch {epoch_ms} ms")]
+    BeforeEpoch {
+        /// The wall clock, ms since the Unix epoch.
+        now_ms: u64,
+        /// The layout's epoch.
+        epoch_ms: u64,
+    },
+    /// The layout's timestamp field is already used up.
+    #[error("the layout's timestamp field ran out at {end_ms} ms since 1970")]
+    TimeExhausted {
+        /// The end of the layout's time, ms since the Unix epoch.
+        end_ms: u64,
+    },
+}
+
+/// Why no id was issued this time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum NextIdError {
+    /// Every sequence value of the current time unit is used; the next unit starts in `wait`.
+    #[error("sequence exhausted for this time unit; retry in {wait:?}")]
+    SequenceExhausted {
+        /// Time until the next unit.
+        wait: Duration,
+    },
+    /// The layout's timestamp field has no room for the current time.
+    #[error("the layout's timestamp field has run out")]
+    TimeExhausted,
+}
+
+/// What [`SnowflakeGenerator::check_clock`] found when it compared the wall clock with the
+/// generator's own time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockCheck {
+    /// Within tolerance.
+    InStep,
+    /// The wall clock is behind the generator's time (it stepped backwards). The generator keeps
+    /// its own time; ids stay increasing.
+    WallBehind {
+        /// By how much.
+        by: Duration,
+    },
+    /// The wall clock was ahead (it stepped forwards); the generator moved its time forward.
+    WallAheadAdopted {
+        /// By how much.
+        by: Duration,
+    },
+}
+
+/// Monotonic time anchored to the wall clock at construction: `anchor_wall + (mono - anchor_mono)
+/// + forward`, where `forward` only grows (wall-clock steps forward that were adopted).
+#[derive(Debug)]
+pub(crate) struct AnchoredTime<C> {
+    clock: C,
+    anchor_wall_nanos: u64,
+    anchor_mono_nanos: u64,
+    forward_nanos: AtomicU64,
+}
+
+impl<C: Clock> AnchoredTime<C> {
+    /// Anchors at the wall clock, or at `floor_nanos` if the wall clock is behind it.
+    pub(crate) fn new(clock: C, floor_nanos: u64) -> Self {
+        let anchor_mono_nanos = clock.monotonic_nanos();
+        let anchor_wall_nanos = clock.wall_nanos().max(floor_nanos);
+        AnchoredTime { clock, anchor_wall_nanos, anchor_mono_nanos, forward_nanos: AtomicU64::new(0) }
+    }
+
+    /// Now, in nanoseconds since the Unix epoch, never decreasing.
+    #[inline]
+    pub(crate) fn now_nanos(&self) -> u64 {
+        let elapsed = self.clock.monotonic_nanos().saturating_sub(self.anchor_mono_nanos);
+        self.anchor_wall_nanos
+            .saturating_add(elapsed)
+            .saturating_add(self.forward_nanos.load(Ordering::Relaxed))
+    }
+
+    /// Compares with the wall clock; adopts forward steps beyond `tolerance`.
+    pub(crate) fn check(&self, tolerance: Duration) -> ClockCheck {
+        let own = self.now_nanos();
+        let wall = self.clock.wall_nanos();
+        let tol = u64::try_from(tolerance.as_nanos()).unwrap_or(u64::MAX);
+        if wall.saturating_add(tol) < own {
+            ClockCheck::WallBehind { by: Duration::from_nanos(own - wall) }
+        } else if wall > own.saturating_add(tol) {
+            let by = wall - own;
+            self.forward_nanos.fetch_add(by, Ordering::Relaxed);
+            ClockCheck::WallAheadAdopted { by: Duration::from_nanos(by) }
+        } else {
+            ClockCheck::InStep
+        }
+    }
+}
+
+/// Sentinel state: nothing issued yet and no floor. Never a valid packed state, because a
+/// layout's timestamp and sequence bits add up to at most 63.
+const NOTHING_ISSUED: u64 = u64::MAX;
+
+/// A snowflake id generator for one node id. Thread-safe and lock-free; share it by reference
+/// or `Arc`. See the module docs for its guarantees.
+#[derive(Debug)]
+pub struct SnowflakeGenerator<C: Clock = SystemClock> {
+    layout: Layout,
+    node: u64,
+    node_part: u64,
+    seq_bits: u32,
+    time: AnchoredTime<C>,
+    /// Last issued `(timestamp << seq_bits) | sequence`, or [`NOTHING_ISSUED`].
+    state: AtomicU64,
+}
+
+impl<C: Clock> SnowflakeGenerator<C> {
+    /// A generator for `node`. `resume_after` is the last timestamp (in layout units) that any
+    /// earlier holder of this node id issued: every id will have a larger timestamp, even if the
+    /// wall clock now reads earlier.
+    pub fn new(layout: Layout, node: u64, clock: C, resume_after: Option<u64>) -> Result<Self, GeneratorError> {
+        if node > layout.max_node() {
+            return Err(GeneratorError::NodeOutOfRange { node, bits: layout.node_bits(), max: layout.max_node() });
+        }
+        let wall = clock.wall_nanos();
+        if wall < layout.epoch_nanos() && resume_after.is_none() {
+            return Err(GeneratorError::BeforeEpoch {
+                now_ms: wall / 1_000_000,
+                epoch_ms: layout.spec().epoch_unix_ms,
+            });
+        }
+        let end_ms = layout.end_of_time_nanos() / 1_000_000;
+        let floor_nanos = match resume_after {
+            Some(ts) if ts >= layout.max_timestamp() => return Err(GeneratorError::TimeExhausted { end_ms }),
+            Some(ts) => layout.unix_nanos_of(ts + 1),
+            None => layout.epoch_nanos(),
+        };
+        let time = AnchoredTime::new(clock, floor_nanos);
+        let seq_bits = u32::from(layout.sequence_bits());
+        let state = match resume_after {
+            // The whole of `ts` counts as used.
+            Some(ts) => (ts << seq_bits) | layout.max_sequence(),
+            None => NOTHING_ISSUED,
+        };
+        let generator = SnowflakeGenerator {
+            layout,
+            node,
+            node_part: layout.node_part(node),
+            seq_bits,
+            time,
+            state: AtomicU64::new(state),
+        };
+        if generator.now_timestamp() > layout.max_timestamp() {
+            return Err(GeneratorError::TimeExhausted { end_ms });
+        }
+        Ok(generator)
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    /// The node id.
+    pub fn node(&self) -> u64 {
+        self.node
+    }
+
+    #[inline]
+    fn now_timestamp(&self) -> u64 {
+        // AnchoredTime never reads below the epoch: it is anchored at or above it.
+        (self.time.now_nanos().saturating_sub(self.layout.epoch_nanos())) / self.layout.unit_nanos()
+    }
+
+    /// The generator's current time in nanoseconds since the Unix epoch.
+    pub fn now_unix_nanos(&self) -> u64 {
+        self.time.now_nanos()
+    }
+
+    /// Reserves up to `max` consecutive sequence values of one time unit in one atomic step.
+    /// Returns `(timestamp, first_sequence, count)` with `1 <= count <= max`.
+    #[inline]
+    fn claim(&self, max: u64) -> Result<(u64, u64, u64), NextIdError> {
+        let max = max.max(1);
+        let seq_bits = self.seq_bits;
+        let mut last = self.state.load(Ordering::Relaxed);
+        loop {
+            let now = self.now_timestamp();
+            let now_packed = now << seq_bits;
+            let next = if last == NOTHING_ISSUED { now_packed } else { now_packed.max(last + 1) };
+            let ts = next >> seq_bits;
+            if ts > now {
+                // `last` used the whole of unit `now` (or later, after a floor): wait for `ts`.
+                let wait_nanos = self.layout.unix_nanos_of(ts).saturating_sub(self.time.now_nanos());
+                return Err(NextIdError::SequenceExhausted { wait: Duration::from_nanos(wait_nanos.max(1)) });
+            }
+            if ts > self.layout.max_timestamp() {
+                return Err(NextIdError::TimeExhausted);
+            }
+            let unit_end = (ts + 1) << seq_bits;
+            let count = max.min(unit_end - next);
+            let new_last = next + count - 1;
+            match self.state.compare_exchange_weak(last, new_last, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return Ok((ts, next & self.layout.max_sequence(), count)),
+                Err(actual) => last = actual,
+            }
+        }
+    }
+
+    /// The next id, strictly greater than every id this generator issued before.
+    #[inline]
+    pub fn next_id(&self) -> Result<u64, NextIdError> {
+        let (ts, seq, _) = self.claim(1)?;
+        Ok(self.layout.compose_unchecked(ts, 0, seq) | self.node_part)
+    }
+
+    /// Appends up to `max` ids to `out`, all from one time unit, in increasing order; returns
+    /// how many were appended (at least 1). Cheaper than `max` calls of [`Self::next_id`].
+    pub fn next_ids(&self, max: u64, out: &mut Vec<u64>) -> Result<u64, NextIdError> {
+        let (ts, seq, count) = self.claim(max)?;
+        out.extend((seq..seq + count).map(|s| self.layout.compose_unchecked(ts, 0, s) | self.node_part));
+        Ok(count)
+    }
+
+    /// The largest timestamp (layout units since the epoch) issued so far, or the
+    /// `resume_after` it was started with; `None` if neither. Persist it to resume above it.
+    pub fn last_timestamp(&self) -> Option<u64> {
+        match self.state.load(Ordering::Acquire) {
+            NOTHING_ISSUED => None,
+            packed => Some(packed >> self.seq_bits),
+        }
+    }
+
+    /// Compares the wall clock with the generator's time. A wall clock behind by more than
+    /// `tolerance` is reported and ignored; one ahead by more is adopted (time moves forward).
+    pub fn check_clock(&self, tolerance: Duration) -> ClockCheck {
+        self.time.check(tolerance)
+    }
+}
+
+/// Calls `next_id` until it succeeds, spinning (not sleeping) through sequence exhaustion.
+/// For benchmarks and callers that prefer burning a core to a context switch.
+pub fn next_id_spinning<C: Clock>(generator: &SnowflakeGenerator<C>) -> Result<u64, NextIdError> {
+    loop {
+        match generator.next_id() {
+            Err(NextIdError::SequenceExhausted { .. }) => std::hint::spin_loop(),
+            other => return other,
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::layout::{FieldOrder, LayoutSpec};
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    const NOW_MS: u64 = 1_780_000_000_000;
+
+    fn tiny_layout(seq_bits: u8) -> Layout {
+        Layout::new(LayoutSpec {
+            timestamp_bits: 41,
+            node_bits: 4,
+            sequence_bits: seq_bits,
+            time_unit: Duration::from_millis(1),
+            epoch_unix_ms: 1_700_000_000_000,
+            order: FieldOrder::NodeThenSequence,
+            max_bits: 63,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn exhausting_a_unit_returns_the_wait_then_resumes() {
+        let clock = ManualClock::at_unix_millis(NOW_MS);
+        let g = SnowflakeGenerator::new(Layout::twitter(), 7, clock.clone(), None).unwrap();
+        let ids: Vec<u64> = (0..4096).map(|_| g.next_id().unwrap()).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        clock.advance_nanos(250_000);
+        assert_eq!(g.next_id(), Err(NextIdError::SequenceExhausted { wait: Duration::from_micros(750) }));
+        clock.advance_nanos(750_000);
+        let next = g.next_id().unwrap();
+        assert!(next > ids[4095]);
+        let d = Layout::twitter().decode(next).unwrap();
+        assert_eq!((d.parts.node, d.parts.sequence), (7, 0));
+        assert_eq!(d.unix_millis(), NOW_MS + 1);
+    }
+
+    #[test]
+    fn wall_clock_step_backwards_keeps_time_and_is_reported() {
+        let clock = ManualClock::at_unix_millis(NOW_MS);
+        let g = SnowflakeGenerator::new(Layout::twitter(), 1, clock.clone(), None).unwrap();
+        let a = g.next_id().unwrap();
+        clock.advance_millis(3);
+        clock.step_wall_millis(-5_000);
+        let b = g.next_id().unwrap();
+        assert!(b > a);
+        assert_eq!(Layout::twitter().decode(b).unwrap().unix_millis(), NOW_MS + 3);
+        assert_eq!(g.check_clock(Duration::from_millis(10)), ClockCheck::WallBehind { by: Duration::from_secs(5) });
+        // A forward step is adopted, so ids follow the corrected wall time.
+        clock.step_wall_millis(5_000 + 2_000);
+        assert_eq!(
+            g.check_clock(Duration::from_millis(10)),
+            ClockCheck::WallAheadAdopted { by: Duration::from_secs(2) }
+        );
+        let c = g.next_id().unwrap();
+        assert_eq!(Layout::twitter().decode(c).unwrap().unix_millis(), NOW_MS + 2_003);
+        assert_eq!(g.check_clock(Duration::from_millis(10)), ClockCheck::InStep);
+    }
+
+    #[test]
+    fn restart_resumes_above_the_last_timestamp_even_with_the_clock_behind() {
+        let clock = ManualClock::at_unix_millis(NOW_MS);
+        let g = SnowflakeGenerator::new(Layout::twitter(), 3, clock.clone(), None).unwrap();
+        let before: Vec<u64> = (0..100).map(|_| g.next_id().unwrap()).collect();
+        let last_ts = g.last_timestamp().unwrap();
+        // The machine reboots with a clock one minute behind.
+        let rebooted = ManualClock::at_unix_millis(NOW_MS - 60_000);
+        let g2 = SnowflakeGenerator::new(Layout::twitter(), 3, rebooted, Some(last_ts)).unwrap();
+        let after = g2.next_id().unwrap();
+        assert!(after > *before.last().unwrap());
+        assert_eq!(Layout::twitter().decode(after).unwrap().parts.timestamp, last_ts + 1);
+    }
+
+    #[test]
+    fn construction_errors_are_clear() {
+        let clock = ManualClock::at_unix_millis(NOW_MS);
+        assert!(matches!(
+            SnowflakeGenerator::new(Layout::twitter(), 1024, clock.clone(), None),
+            Err(GeneratorError::NodeOutOfRange { max: 1023, .. })
+        ));
+        let early = ManualClock::at_unix_millis(1_000);
+        assert!(matches!(SnowflakeGenerator::new(Layout::twitter(), 1, early, None), Err(GeneratorError::BeforeEpoch { .. })));
+        let ended = Layout::new(LayoutSpec { timestamp_bits: 20, ..*tiny_layout(4).spec() }).unwrap();
+        assert!(matches!(SnowflakeGenerator::new(ended, 1, clock, None), Err(GeneratorError::TimeExhausted { .. })));
+    }
+
+    #[test]
+    fn batches_stay_within_one_unit_and_increase() {
+        let clock = ManualClock::at_unix_millis(NOW_MS);
+        let g = SnowflakeGenerator::new(tiny_layout(4), 2, clock.clone(), None).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(g.next_ids(10, &mut out).unwrap(), 10);
+        assert_eq!(g.next_ids(10, &mut out).unwrap(), 6);
+        assert!(g.next_ids(10, &mut out).is_err());
+        clock.advance_millis(1);
+        assert_eq!(g.next_ids(3, &mut out).unwrap(), 3);
+        assert!(out.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(out.len(), 19);
+    }
+
+    /// Uniqueness and strict per-thread increase with 4 threads and 4 million ids. A thread that
+    /// finds its time unit used up moves the manual clock on by the wait it was given, so
+    /// exhaustion, waits and unit changes all happen, without sleeping.
+    #[test]
+    fn concurrent_ids_are_unique_and_increase_per_thread() {
+        let clock = ManualClock::at_unix_millis(NOW_MS);
+        let g = Arc::new(SnowflakeGenerator::new(tiny_layout(10), 5, clock.clone(), None).unwrap());
+        let per_thread = 1_000_000;
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (g, clock) = (g.clone(), clock.clone());
+                std::thread::spawn(move || {
+                    let mut ids = Vec::with_capacity(per_thread);
+                    let mut waits = 0u64;
+                    while ids.len() < per_thread {
+                        match g.next_id() {
+                            Ok(id) => ids.push(id),
+                            Err(NextIdError::SequenceExhausted { wait }) => {
+                                waits += 1;
+                                clock.advance_nanos(u64::try_from(wait.as_nanos()).unwrap());
+                            }
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                    (ids, waits)
+                })
+            })
+            .collect();
+        let mut all = HashSet::with_capacity(4 * per_thread);
+        let mut total_waits = 0;
+        for h in handles {
+            let (ids, waits) = h.join().unwrap();
+            total_waits += waits;
+            assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids of one thread must increase");
+            for id in ids {
+                assert!(all.insert(id), "duplicate id {id}");
+            }
+        }
+        assert_eq!(all.len(), 4 * per_thread);
+        assert!(total_waits >= (4 * per_thread as u64) / 1024, "every unit ran out");
+    }
+}
