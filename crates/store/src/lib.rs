@@ -1,1 +1,414 @@
-//! placeholder
+//! idmint-store: authorities, the durable home of each sequence namespace's high watermark.
+//!
+//! An authority keeps, per namespace, its [`SequenceSpec`] (which ids it may ever hand out) and
+//! its **watermark**: every id below it has been reserved once, every id at or above it is free.
+//! A node asks the authority for a block with [`Authority::reserve`]; the authority moves the
+//! watermark to the block's end and makes that durable before it answers. Backends plug in behind
+//! the one object-safe, async [`Authority`] trait, held as `Arc<dyn Authority>`:
+//!
+//! - [`MemoryAuthority`]: in memory, for tests; nothing survives the process.
+//! - `FileAuthority` (cargo feature `file`, on by default): an embedded redb file, the default
+//!   backend of `idmint serve`; one process per data directory.
+//! - `conformance` (cargo feature `conformance`): the test suite every backend must pass.
+//!
+//! Invariants every backend keeps (numbers from the design brief):
+//! - (1) `reserve` returns only after a watermark at or above the block's end is durable, so an
+//!   id of the block may be handed out as soon as the call returns;
+//! - (2) a watermark never goes down, except by the compare-and-swap of
+//!   [`Authority::give_back`], which only succeeds while nothing was reserved after the block
+//!   whose tail is handed back;
+//! - concurrent reservations, from tasks of one process or from several processes sharing one
+//!   backend, get disjoint blocks (each is one atomic read-modify-write of the watermark);
+//! - (5) every id returned is of the namespace's residue class (`id ≡ offset mod step`);
+//! - (6) a 32-bit namespace never wraps: the last block is cut at 2^31 - 1, then
+//!   [`StoreError::Exhausted`].
+//!
+//! The block arithmetic itself is [`idmint_core`]'s ([`SequenceSpec::reserve`]); this crate only
+//! records its results durably and atomically.
+//!
+//! What it does not do: buffering, refill policy or block sizing (the node's), networking,
+//! snowflake worker leases (not yet), or retries: a backend that cannot reach its storage answers
+//! [`StoreError::Unavailable`] and the caller decides.
+
+use async_trait::async_trait;
+use idmint_core::{Block, BlockError, NamespaceName, SequenceSpec};
+use std::path::PathBuf;
+use thiserror::Error;
+
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+#[cfg(feature = "file")]
+mod file;
+mod memory;
+
+#[cfg(feature = "file")]
+pub use file::{FileAuthority, FILE_NAME};
+pub use memory::MemoryAuthority;
+
+/// The durable home of sequence namespaces' watermarks.
+///
+/// Every method is atomic: it either happens entirely and durably, or not at all (an `Err` leaves
+/// the stored state as it was, except [`StoreError::Unavailable`], after which the caller cannot
+/// know whether a write reached the storage and must not hand out ids it did not get back).
+#[async_trait]
+pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
+    /// Short backend name for logs/metrics: "file", "memory", ...
+    fn kind(&self) -> &'static str;
+
+    /// Creates the namespace with `spec` if absent (watermark = `spec.initial_watermark()`).
+    /// If present with the same spec, returns its state unchanged. If present with a different
+    /// spec: `Err(StoreError::SpecConflict{..})`.
+    ///
+    /// On `Ok` the namespace and its spec are durable. Concurrent calls for the same name create
+    /// it once; the losers see it as present.
+    async fn ensure_namespace(
+        &self,
+        name: &NamespaceName,
+        spec: SequenceSpec,
+    ) -> Result<NamespaceState, StoreError>;
+
+    /// Atomically reserves up to `count` ids: new watermark = `block.end()`, durable before `Ok`.
+    /// Concurrent callers (also other processes on the same backend) get disjoint blocks.
+    ///
+    /// The block is shorter than `count` only at the end of the id space. On `Ok` the block is
+    /// the caller's alone: no other call, in this or another process, will ever get any of its
+    /// ids (unless the caller hands its tail back with [`Authority::give_back`]).
+    ///
+    /// Unknown namespace: `Err(StoreError::UnknownNamespace)`. No id left:
+    /// `Err(StoreError::Exhausted{..})`. `count == 0`: `Err(StoreError::InvalidCount)`.
+    async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError>;
+
+    /// Current durable state, `None` if absent.
+    ///
+    /// The watermark may be stale by the time the caller looks at it: it is a report, not a
+    /// reservation.
+    async fn state(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError>;
+
+    /// All namespaces, sorted by name.
+    async fn list(&self) -> Result<Vec<NamespaceState>, StoreError>;
+
+    /// Hands back the unused tail `[tail.start(), tail.end())` of the newest block:
+    /// compare-and-swap of the watermark from `tail.end()` to `tail.start()`.
+    ///
+    /// Returns [`GiveBack::Returned`] if the watermark was exactly `tail.end()` (nothing reserved
+    /// since), [`GiveBack::Refused`] with the current watermark otherwise (nothing changed).
+    /// On `Returned` the lowered watermark is durable and the caller must not hand out any id of
+    /// the tail any more: they will be reserved again by the next caller.
+    ///
+    /// A tail that cannot be part of a block of this namespace (other step, outside the residue
+    /// class, below the first id) is `Err(StoreError::InvalidTail{..})`; unknown namespace is
+    /// `Err(StoreError::UnknownNamespace)`.
+    async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError>;
+}
+
+/// A namespace as the authority records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceState {
+    /// The namespace.
+    pub name: NamespaceName,
+    /// Which ids it may hand out.
+    pub spec: SequenceSpec,
+    /// Every id below it has been reserved; every id of the spec at or above it is free.
+    pub watermark: u64,
+}
+
+impl NamespaceState {
+    /// The state of a namespace just created with `spec`.
+    pub fn new(name: NamespaceName, spec: SequenceSpec) -> Self {
+        let watermark = spec.initial_watermark();
+        NamespaceState {
+            name,
+            spec,
+            watermark,
+        }
+    }
+
+    /// How many ids of the spec have been reserved (lie below the watermark).
+    pub fn ids_used(&self) -> u64 {
+        self.spec.ids_between(self.spec.first(), self.watermark)
+    }
+
+    /// How many ids of the spec are left (at or above the watermark).
+    pub fn ids_left(&self) -> u64 {
+        self.spec.ids_between(self.watermark, u64::MAX)
+    }
+}
+
+/// A block reserved by [`Authority::reserve`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    /// The ids reserved, the caller's alone.
+    pub block: Block,
+    /// The namespace's watermark after the reservation (`block.end()`), durable.
+    pub watermark: u64,
+}
+
+/// The outcome of [`Authority::give_back`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GiveBack {
+    /// The watermark was the tail's end and is now the tail's start.
+    Returned,
+    /// Something was reserved after the tail's block (or the tail was already handed back):
+    /// nothing changed.
+    Refused {
+        /// The current watermark.
+        watermark: u64,
+    },
+}
+
+/// Errors of authorities.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The namespace does not exist in the authority.
+    #[error("namespace {name} does not exist")]
+    UnknownNamespace {
+        /// The namespace asked for.
+        name: NamespaceName,
+    },
+    /// The namespace exists with another spec.
+    #[error(
+        "namespace {name} exists with {} but {} was requested",
+        describe_spec(existing),
+        describe_spec(requested)
+    )]
+    SpecConflict {
+        /// The namespace.
+        name: NamespaceName,
+        /// The spec it was created with.
+        existing: SequenceSpec,
+        /// The spec asked for.
+        requested: SequenceSpec,
+    },
+    /// No id of the namespace is left at or above the watermark.
+    #[error("namespace {name} is exhausted: no {bits}-bit id left at or above {watermark}")]
+    Exhausted {
+        /// The namespace.
+        name: NamespaceName,
+        /// Its width in bits (32 or 64).
+        bits: u32,
+        /// Its watermark.
+        watermark: u64,
+    },
+    /// The backend cannot be reached or failed to read or write (I/O). The outcome of a write
+    /// that failed this way is unknown.
+    #[error("{backend} authority unavailable: {message}")]
+    Unavailable {
+        /// The backend's [`Authority::kind`].
+        backend: &'static str,
+        /// What failed.
+        message: String,
+    },
+    /// The data directory is in use by another process (or another open in this one).
+    #[error("data directory {} is in use by another idmint process (one process per directory)", path.display())]
+    Locked {
+        /// The locked path.
+        path: PathBuf,
+    },
+    /// Stored data is not what this version wrote.
+    #[error("stored data is corrupt: {message}")]
+    Corrupt {
+        /// What is wrong, and where.
+        message: String,
+    },
+    /// A reservation asked for zero ids.
+    #[error("a reservation must ask for at least one id")]
+    InvalidCount,
+    /// [`Authority::give_back`] was given a tail that no reservation of the namespace returns.
+    #[error("cannot give back [{start}, {end}) step {step} to namespace {name}: {reason}")]
+    InvalidTail {
+        /// The namespace.
+        name: NamespaceName,
+        /// The tail's start.
+        start: u64,
+        /// The tail's end.
+        end: u64,
+        /// The tail's step.
+        step: u64,
+        /// Why it is not a tail of this namespace.
+        reason: &'static str,
+    },
+}
+
+impl StoreError {
+    /// Whether the backend could not be reached (the node answers 503 and may retry later).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
+    }
+
+    /// Whether the namespace does not exist.
+    pub fn is_unknown_namespace(&self) -> bool {
+        matches!(self, StoreError::UnknownNamespace { .. })
+    }
+
+    /// Whether the namespace has no id left.
+    pub fn is_exhausted(&self) -> bool {
+        matches!(self, StoreError::Exhausted { .. })
+    }
+}
+
+/// "64-bit ids from 1, step 1, offset 0", for error messages.
+fn describe_spec(spec: &SequenceSpec) -> String {
+    format!(
+        "{}-bit ids from {}, step {}, offset {}",
+        spec.width().bits(),
+        spec.first(),
+        spec.step(),
+        spec.offset()
+    )
+}
+
+/// The operations every backend performs inside its atomic read-modify-write, on a namespace's
+/// recorded state. Backends differ only in how they make the read and the write atomic and
+/// durable.
+pub(crate) mod ops {
+    use super::*;
+
+    /// The block to reserve from `state`; the new watermark is its end.
+    pub(crate) fn reserve(state: &NamespaceState, count: u64) -> Result<Block, StoreError> {
+        if count == 0 {
+            return Err(StoreError::InvalidCount);
+        }
+        state
+            .spec
+            .reserve(state.watermark, count)
+            .map_err(|e| match e {
+                BlockError::Exhausted {
+                    bits, watermark, ..
+                } => StoreError::Exhausted {
+                    name: state.name.clone(),
+                    bits,
+                    watermark,
+                },
+                BlockError::EmptyRequest => StoreError::InvalidCount,
+                other => StoreError::Corrupt {
+                    message: format!(
+                        "unexpected block arithmetic error for {}: {other}",
+                        state.name
+                    ),
+                },
+            })
+    }
+
+    /// The new watermark if `tail` may be given back (`Ok(Ok(start))`), the refusal otherwise.
+    pub(crate) fn give_back(
+        state: &NamespaceState,
+        tail: Block,
+    ) -> Result<Result<u64, GiveBack>, StoreError> {
+        let spec = &state.spec;
+        let invalid = |reason| StoreError::InvalidTail {
+            name: state.name.clone(),
+            start: tail.start(),
+            end: tail.end(),
+            step: tail.step(),
+            reason,
+        };
+        if tail.step() != spec.step() {
+            return Err(invalid("its step is not the namespace's"));
+        }
+        if tail.start() < spec.initial_watermark() {
+            return Err(invalid("it starts below the namespace's first id"));
+        }
+        if spec.align_up(tail.start()) != Some(tail.start()) {
+            return Err(invalid("its start is not of the namespace's residue class"));
+        }
+        if tail.start() > spec.width().max_id() {
+            return Err(invalid("it starts above the namespace's largest id"));
+        }
+        if state.watermark == tail.end() {
+            Ok(Ok(tail.start()))
+        } else {
+            Ok(Err(GiveBack::Refused {
+                watermark: state.watermark,
+            }))
+        }
+    }
+
+    /// `Ok(Some(state))` to create, `Ok(None)` if `existing` already has `spec`, the conflict
+    /// otherwise.
+    pub(crate) fn ensure(
+        name: &NamespaceName,
+        existing: Option<&NamespaceState>,
+        spec: SequenceSpec,
+    ) -> Result<Option<NamespaceState>, StoreError> {
+        match existing {
+            None => Ok(Some(NamespaceState::new(name.clone(), spec))),
+            Some(state) if state.spec == spec => Ok(None),
+            Some(state) => Err(StoreError::SpecConflict {
+                name: name.clone(),
+                existing: state.spec,
+                requested: spec,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use idmint_core::Width;
+
+    fn name(s: &str) -> NamespaceName {
+        NamespaceName::new(s).unwrap()
+    }
+
+    #[test]
+    fn state_counts_used_and_left() {
+        let spec = SequenceSpec::new(Width::Bits32, 1, 2, 1).unwrap();
+        let mut state = NamespaceState::new(name("a"), spec);
+        assert_eq!(state.ids_used(), 0);
+        assert_eq!(state.ids_left(), spec.capacity());
+        state.watermark = 11; // 1,3,5,7,9 used
+        assert_eq!(state.ids_used(), 5);
+        assert_eq!(state.ids_left(), spec.capacity() - 5);
+    }
+
+    #[test]
+    fn give_back_rejects_foreign_tails() {
+        let spec = SequenceSpec::new(Width::Bits64, 10, 2, 0).unwrap();
+        let mut state = NamespaceState::new(name("a"), spec);
+        state.watermark = 30;
+        let bad = [
+            Block::new(20, 30, 3).unwrap(), // wrong step
+            Block::new(21, 30, 2).unwrap(), // wrong residue
+            Block::new(8, 30, 2).unwrap(),  // below first
+        ];
+        for tail in bad {
+            assert!(matches!(
+                ops::give_back(&state, tail),
+                Err(StoreError::InvalidTail { .. })
+            ));
+        }
+        let tail = Block::new(20, 30, 2).unwrap();
+        assert_eq!(ops::give_back(&state, tail), Ok(Ok(20)));
+        let stale = Block::new(20, 28, 2).unwrap();
+        assert_eq!(
+            ops::give_back(&state, stale),
+            Ok(Err(GiveBack::Refused { watermark: 30 }))
+        );
+    }
+
+    #[test]
+    fn errors_read_clearly() {
+        let e = StoreError::SpecConflict {
+            name: name("photos"),
+            existing: SequenceSpec::default_64(),
+            requested: SequenceSpec::new(Width::Bits32, 1, 1, 0).unwrap(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "namespace photos exists with 64-bit ids from 1, step 1, offset 0 \
+             but 32-bit ids from 1, step 1, offset 0 was requested"
+        );
+        let e = StoreError::Locked {
+            path: PathBuf::from("/data/idmint.redb"),
+        };
+        assert!(e.to_string().contains("/data/idmint.redb"));
+        assert!(StoreError::Unavailable {
+            backend: "file",
+            message: "x".into()
+        }
+        .is_unavailable());
+    }
+}
