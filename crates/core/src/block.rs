@@ -58,7 +58,9 @@ impl Width {
 #[non_exhaustive]
 pub enum BlockError {
     /// No id of the namespace's residue class is left below the width's maximum.
-    #[error("the {bits}-bit id space is exhausted: no id left at or above {watermark} (maximum {max})")]
+    #[error(
+        "the {bits}-bit id space is exhausted: no id left at or above {watermark} (maximum {max})"
+    )]
     Exhausted {
         /// The width's bit count.
         bits: u32,
@@ -80,7 +82,9 @@ pub enum SpecError {
     #[error("step must be at least 1")]
     ZeroStep,
     /// `offset` was not below `step`.
-    #[error("offset {offset} must be below step {step} (ids are those congruent to offset mod step)")]
+    #[error(
+        "offset {offset} must be below step {step} (ids are those congruent to offset mod step)"
+    )]
     OffsetNotBelowStep {
         /// The offset given.
         offset: u64,
@@ -135,18 +139,37 @@ impl SequenceSpec {
         }
         let max = width.max_id();
         if first > max {
-            return Err(SpecError::FirstAboveMax { first, bits: width.bits(), max });
+            return Err(SpecError::FirstAboveMax {
+                first,
+                bits: width.bits(),
+                max,
+            });
         }
-        let spec = SequenceSpec { width, first, step, offset };
+        let spec = SequenceSpec {
+            width,
+            first,
+            step,
+            offset,
+        };
         match spec.align_up(first) {
             Some(id) if id <= max => Ok(spec),
-            _ => Err(SpecError::EmptyClass { first, step, offset, max }),
+            _ => Err(SpecError::EmptyClass {
+                first,
+                step,
+                offset,
+                max,
+            }),
         }
     }
 
     /// The default spec: 64-bit ids 1, 2, 3, …
     pub fn default_64() -> Self {
-        SequenceSpec { width: Width::Bits64, first: 1, step: 1, offset: 0 }
+        SequenceSpec {
+            width: Width::Bits64,
+            first: 1,
+            step: 1,
+            offset: 0,
+        }
     }
 
     /// The width.
@@ -189,8 +212,11 @@ impl SequenceSpec {
             return Err(BlockError::EmptyRequest);
         }
         let max = self.width.max_id();
-        let exhausted =
-            BlockError::Exhausted { bits: self.width.bits(), watermark, max };
+        let exhausted = BlockError::Exhausted {
+            bits: self.width.bits(),
+            watermark,
+            max,
+        };
         let start = match self.align_up(watermark) {
             Some(s) if s <= max => s,
             _ => return Err(exhausted),
@@ -200,7 +226,11 @@ impl SequenceSpec {
         let n = count.min(available);
         // last = start + (n-1)*step <= max, so none of this overflows.
         let last = start + (n - 1) * self.step;
-        Ok(Block { start, end: last + 1, step: self.step })
+        Ok(Block {
+            start,
+            end: last + 1,
+            step: self.step,
+        })
     }
 
     /// How many ids of this spec lie in `[lo, hi)`.
@@ -272,8 +302,16 @@ impl Block {
             return (self, None);
         }
         let next = self.start + count * self.step; // < end, since count < len
-        let head = Block { start: self.start, end: next - self.step + 1, step: self.step };
-        let tail = Block { start: next, end: self.end, step: self.step };
+        let head = Block {
+            start: self.start,
+            end: next - self.step + 1,
+            step: self.step,
+        };
+        let tail = Block {
+            start: next,
+            end: self.end,
+            step: self.step,
+        };
         (head, Some(tail))
     }
 
@@ -307,7 +345,10 @@ mod tests {
         let b2 = spec.reserve(b.end(), 2).unwrap();
         assert_eq!(b2.ids().collect::<Vec<_>>(), vec![7, 9]);
         let even = SequenceSpec::new(Width::Bits64, 1, 2, 0).unwrap();
-        assert_eq!(even.reserve(1, 2).unwrap().ids().collect::<Vec<_>>(), vec![2, 4]);
+        assert_eq!(
+            even.reserve(1, 2).unwrap().ids().collect::<Vec<_>>(),
+            vec![2, 4]
+        );
     }
 
     #[test]
@@ -317,7 +358,10 @@ mod tests {
         let b = spec.reserve(max - 2, 10).unwrap();
         assert_eq!((b.start(), b.last(), b.len()), (max - 2, max, 3));
         assert_eq!(b.end(), max + 1);
-        assert!(matches!(spec.reserve(b.end(), 1), Err(BlockError::Exhausted { bits: 32, .. })));
+        assert!(matches!(
+            spec.reserve(b.end(), 1),
+            Err(BlockError::Exhausted { bits: 32, .. })
+        ));
     }
 
     #[test]
@@ -333,7 +377,10 @@ mod tests {
 
     #[test]
     fn invalid_specs_are_rejected() {
-        assert_eq!(SequenceSpec::new(Width::Bits64, 1, 0, 0), Err(SpecError::ZeroStep));
+        assert_eq!(
+            SequenceSpec::new(Width::Bits64, 1, 0, 0),
+            Err(SpecError::ZeroStep)
+        );
         assert!(matches!(
             SequenceSpec::new(Width::Bits64, 1, 2, 2),
             Err(SpecError::OffsetNotBelowStep { .. })

@@ -49,7 +49,9 @@ pub struct SystemClock {
 impl SystemClock {
     /// A system clock whose monotonic origin is now.
     pub fn new() -> Self {
-        SystemClock { origin: Instant::now() }
+        SystemClock {
+            origin: Instant::now(),
+        }
     }
 }
 

@@ -30,7 +30,12 @@ pub fn shard_of(layout: &Layout, id: u64) -> Result<u64, DecodeError> {
 
 /// The id Instagram's PL/pgSQL `next_id()` returns for a wall time, shard and `nextval()`
 /// result: the counter is taken modulo `2^sequence_bits`.
-pub fn instagram_id(layout: &Layout, unix_ms: u64, shard: u64, counter: u64) -> Result<u64, ComposeError> {
+pub fn instagram_id(
+    layout: &Layout,
+    unix_ms: u64,
+    shard: u64,
+    counter: u64,
+) -> Result<u64, ComposeError> {
     layout.compose_at_unix_millis(unix_ms, shard, counter & layout.max_sequence())
 }
 
@@ -58,20 +63,36 @@ pub struct ShardCounterGenerator<C: Clock = SystemClock> {
 impl<C: Clock> ShardCounterGenerator<C> {
     /// A generator for `shard`, its counter starting at `counter_start` (the sequence's current
     /// value).
-    pub fn new(layout: Layout, shard: u64, clock: C, counter_start: u64) -> Result<Self, GeneratorError> {
+    pub fn new(
+        layout: Layout,
+        shard: u64,
+        clock: C,
+        counter_start: u64,
+    ) -> Result<Self, GeneratorError> {
         if shard > layout.max_node() {
-            return Err(GeneratorError::NodeOutOfRange { node: shard, bits: layout.node_bits(), max: layout.max_node() });
+            return Err(GeneratorError::NodeOutOfRange {
+                node: shard,
+                bits: layout.node_bits(),
+                max: layout.max_node(),
+            });
         }
         let wall = clock.wall_nanos();
         if wall < layout.epoch_nanos() {
-            return Err(GeneratorError::BeforeEpoch { now_ms: wall / 1_000_000, epoch_ms: layout.spec().epoch_unix_ms });
+            return Err(GeneratorError::BeforeEpoch {
+                now_ms: wall / 1_000_000,
+                epoch_ms: layout.spec().epoch_unix_ms,
+            });
         }
         let time = AnchoredTime::new(clock, layout.epoch_nanos());
         Ok(ShardCounterGenerator {
             layout,
             shard,
             time,
-            state: Mutex::new(CounterState { unit: 0, used_in_unit: 0, counter: counter_start }),
+            state: Mutex::new(CounterState {
+                unit: 0,
+                used_in_unit: 0,
+                counter: counter_start,
+            }),
         })
     }
 
@@ -83,14 +104,22 @@ impl<C: Clock> ShardCounterGenerator<C> {
             return Err(NextIdError::TimeExhausted);
         }
         // The state is plain data; a panic elsewhere cannot leave it inconsistent.
-        let mut st = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut st = self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if now > st.unit {
             st.unit = now;
             st.used_in_unit = 0;
         }
         if st.used_in_unit >= self.layout.ids_per_unit() {
-            let wait = self.layout.unix_nanos_of(st.unit + 1).saturating_sub(now_nanos);
-            return Err(NextIdError::SequenceExhausted { wait: Duration::from_nanos(wait.max(1)) });
+            let wait = self
+                .layout
+                .unix_nanos_of(st.unit + 1)
+                .saturating_sub(now_nanos);
+            return Err(NextIdError::SequenceExhausted {
+                wait: Duration::from_nanos(wait.max(1)),
+            });
         }
         let seq = st.counter & self.layout.max_sequence();
         st.counter = st.counter.wrapping_add(1);
@@ -129,10 +158,19 @@ mod tests {
                 assert!(seen.insert(id));
                 assert_eq!(shard_of(&l, id).unwrap(), 12);
             }
-            assert!(matches!(g.next_id(), Err(NextIdError::SequenceExhausted { .. })), "unit {unit}");
+            assert!(
+                matches!(g.next_id(), Err(NextIdError::SequenceExhausted { .. })),
+                "unit {unit}"
+            );
             clock.advance_millis(1);
         }
         // The first id continues the counter exactly as nextval() would: 1000 % 1024.
-        assert_eq!(seen.iter().map(|id| l.decode(*id).unwrap().parts.sequence).filter(|s| *s == 1000).count(), 3);
+        assert_eq!(
+            seen.iter()
+                .map(|id| l.decode(*id).unwrap().parts.sequence)
+                .filter(|s| *s == 1000)
+                .count(),
+            3
+        );
     }
 }

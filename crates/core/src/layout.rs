@@ -200,8 +200,9 @@ impl Layout {
         if spec.timestamp_bits == 0 {
             return Err(LayoutError::NoTimestampBits);
         }
-        let total =
-            u32::from(spec.timestamp_bits) + u32::from(spec.node_bits) + u32::from(spec.sequence_bits);
+        let total = u32::from(spec.timestamp_bits)
+            + u32::from(spec.node_bits)
+            + u32::from(spec.sequence_bits);
         if total > u32::from(spec.max_bits) {
             return Err(LayoutError::TooManyBits {
                 timestamp: spec.timestamp_bits,
@@ -240,7 +241,15 @@ impl Layout {
     /// Twitter Snowflake: 41 bits of milliseconds since 2010-11-04T01:42:54.657Z, 10 bits of
     /// worker, 12 bits of sequence (4096 ids per millisecond per worker).
     pub fn twitter() -> Layout {
-        Self::preset_unchecked(41, 10, 12, Duration::from_millis(1), 1_288_834_974_657, FieldOrder::NodeThenSequence, 63)
+        Self::preset_unchecked(
+            41,
+            10,
+            12,
+            Duration::from_millis(1),
+            1_288_834_974_657,
+            FieldOrder::NodeThenSequence,
+            63,
+        )
     }
 
     /// Instagram: milliseconds since 2011-08-24T21:07:01.721Z, 13 bits of logical shard,
@@ -249,13 +258,29 @@ impl Layout {
     /// positive and uses 40: the same bit positions, so identical ids until then, and a clear
     /// "timestamp field ran out" error after.
     pub fn instagram() -> Layout {
-        Self::preset_unchecked(40, 13, 10, Duration::from_millis(1), 1_314_220_021_721, FieldOrder::NodeThenSequence, 63)
+        Self::preset_unchecked(
+            40,
+            13,
+            10,
+            Duration::from_millis(1),
+            1_314_220_021_721,
+            FieldOrder::NodeThenSequence,
+            63,
+        )
     }
 
     /// Sonyflake: 39 bits of 10 ms units since 2014-09-01T00:00:00Z, 8 bits of sequence, then
     /// 16 bits of machine id (sequence before machine, as Sonyflake orders them).
     pub fn sonyflake() -> Layout {
-        Self::preset_unchecked(39, 16, 8, Duration::from_millis(10), 1_409_529_600_000, FieldOrder::SequenceThenNode, 63)
+        Self::preset_unchecked(
+            39,
+            16,
+            8,
+            Duration::from_millis(10),
+            1_409_529_600_000,
+            FieldOrder::SequenceThenNode,
+            63,
+        )
     }
 
     /// Discord: milliseconds since 2015-01-01T00:00:00Z, 10 bits of worker and process
@@ -263,7 +288,15 @@ impl Layout {
     /// positive in a signed 64-bit integer and uses 41, which gives identical ids until the
     /// 42nd bit would first be set, in 2084.
     pub fn discord() -> Layout {
-        Self::preset_unchecked(41, 10, 12, Duration::from_millis(1), 1_420_070_400_000, FieldOrder::NodeThenSequence, 63)
+        Self::preset_unchecked(
+            41,
+            10,
+            12,
+            Duration::from_millis(1),
+            1_420_070_400_000,
+            FieldOrder::NodeThenSequence,
+            63,
+        )
     }
 
     /// JavaScript-safe: every id is below 2^53 (`Number.MAX_SAFE_INTEGER`), so it survives JSON
@@ -271,7 +304,15 @@ impl Layout {
     /// (enough until 2094), 5 bits of worker (32 workers), 7 bits of sequence (128 ids per
     /// millisecond, 128,000 per second per worker).
     pub fn js53() -> Layout {
-        Self::preset_unchecked(41, 5, 7, Duration::from_millis(1), 1_735_689_600_000, FieldOrder::NodeThenSequence, 53)
+        Self::preset_unchecked(
+            41,
+            5,
+            7,
+            Duration::from_millis(1),
+            1_735_689_600_000,
+            FieldOrder::NodeThenSequence,
+            53,
+        )
     }
 
     /// A preset by name: `twitter`, `instagram`, `sonyflake`, `discord` or `js53`.
@@ -298,7 +339,15 @@ impl Layout {
         order: FieldOrder,
         max_bits: u8,
     ) -> Layout {
-        let spec = LayoutSpec { timestamp_bits, node_bits, sequence_bits, time_unit, epoch_unix_ms, order, max_bits };
+        let spec = LayoutSpec {
+            timestamp_bits,
+            node_bits,
+            sequence_bits,
+            time_unit,
+            epoch_unix_ms,
+            order,
+            max_bits,
+        };
         match Layout::new(spec) {
             Ok(layout) => layout,
             // The presets are constants checked by the tests below.
@@ -348,7 +397,9 @@ impl Layout {
     }
     /// The total number of bits ids of this layout use.
     pub fn total_bits(&self) -> u32 {
-        u32::from(self.spec.timestamp_bits) + u32::from(self.spec.node_bits) + u32::from(self.spec.sequence_bits)
+        u32::from(self.spec.timestamp_bits)
+            + u32::from(self.spec.node_bits)
+            + u32::from(self.spec.sequence_bits)
     }
     /// The last moment the timestamp field can express, in nanoseconds since the Unix epoch
     /// (saturating at `u64::MAX`, year 2554).
@@ -362,21 +413,31 @@ impl Layout {
     /// The timestamp for a wall time in nanoseconds since the Unix epoch, or `None` before the
     /// epoch. May exceed [`Layout::max_timestamp`]; composing then fails.
     pub fn timestamp_at(&self, unix_nanos: u64) -> Option<u64> {
-        unix_nanos.checked_sub(self.epoch_nanos).map(|d| d / self.unit_nanos)
+        unix_nanos
+            .checked_sub(self.epoch_nanos)
+            .map(|d| d / self.unit_nanos)
     }
 
     /// Start of timestamp `ts`'s unit, in nanoseconds since the Unix epoch (saturating).
     pub fn unix_nanos_of(&self, ts: u64) -> u64 {
-        ts.saturating_mul(self.unit_nanos).saturating_add(self.epoch_nanos)
+        ts.saturating_mul(self.unit_nanos)
+            .saturating_add(self.epoch_nanos)
     }
 
     /// Composes an id from its parts; fails when a part does not fit its field.
     pub fn compose(&self, parts: Parts) -> Result<u64, ComposeError> {
         if parts.timestamp > self.max_timestamp() {
-            return Err(ComposeError::Timestamp { value: parts.timestamp, bits: self.spec.timestamp_bits });
+            return Err(ComposeError::Timestamp {
+                value: parts.timestamp,
+                bits: self.spec.timestamp_bits,
+            });
         }
         if parts.node > self.max_node() {
-            return Err(ComposeError::Node { value: parts.node, bits: self.spec.node_bits, max: self.max_node() });
+            return Err(ComposeError::Node {
+                value: parts.node,
+                bits: self.spec.node_bits,
+                max: self.max_node(),
+            });
         }
         if parts.sequence > self.max_sequence() {
             return Err(ComposeError::Sequence {
@@ -389,18 +450,32 @@ impl Layout {
     }
 
     /// Composes an id from a wall time in milliseconds, a node and a sequence.
-    pub fn compose_at_unix_millis(&self, unix_ms: u64, node: u64, sequence: u64) -> Result<u64, ComposeError> {
+    pub fn compose_at_unix_millis(
+        &self,
+        unix_ms: u64,
+        node: u64,
+        sequence: u64,
+    ) -> Result<u64, ComposeError> {
         let timestamp = unix_ms
             .checked_mul(1_000_000)
             .and_then(|n| self.timestamp_at(n))
-            .ok_or(ComposeError::BeforeEpoch { unix_ms, epoch_ms: self.spec.epoch_unix_ms })?;
-        self.compose(Parts { timestamp, node, sequence })
+            .ok_or(ComposeError::BeforeEpoch {
+                unix_ms,
+                epoch_ms: self.spec.epoch_unix_ms,
+            })?;
+        self.compose(Parts {
+            timestamp,
+            node,
+            sequence,
+        })
     }
 
     /// Composes without range checks; callers guarantee each part fits.
     #[inline]
     pub(crate) fn compose_unchecked(&self, timestamp: u64, node: u64, sequence: u64) -> u64 {
-        (timestamp << self.timestamp_shift) | (node << self.node_shift) | (sequence << self.sequence_shift)
+        (timestamp << self.timestamp_shift)
+            | (node << self.node_shift)
+            | (sequence << self.sequence_shift)
     }
 
     /// The node field shifted into place, for generators that OR it into every id.
@@ -412,13 +487,20 @@ impl Layout {
     /// Splits an id into its parts and the time it stands for.
     pub fn decode(&self, id: u64) -> Result<Decoded, DecodeError> {
         if self.total_bits() < 64 && id >> self.total_bits() != 0 {
-            return Err(DecodeError::TooWide { id, bits: self.total_bits() });
+            return Err(DecodeError::TooWide {
+                id,
+                bits: self.total_bits(),
+            });
         }
         let timestamp = id >> self.timestamp_shift;
         let node = (id >> self.node_shift) & self.max_node();
         let sequence = (id >> self.sequence_shift) & self.max_sequence();
         Ok(Decoded {
-            parts: Parts { timestamp, node, sequence },
+            parts: Parts {
+                timestamp,
+                node,
+                sequence,
+            },
             unix_nanos: self.unix_nanos_of(timestamp),
         })
     }
@@ -449,13 +531,19 @@ mod tests {
     use proptest::prelude::*;
 
     fn all_presets() -> Vec<Layout> {
-        Layout::PRESETS.iter().map(|p| Layout::preset(p).unwrap()).collect()
+        Layout::PRESETS
+            .iter()
+            .map(|p| Layout::preset(p).unwrap())
+            .collect()
     }
 
     #[test]
     fn presets_are_as_documented() {
         let t = Layout::twitter();
-        assert_eq!((t.timestamp_bits(), t.node_bits(), t.sequence_bits()), (41, 10, 12));
+        assert_eq!(
+            (t.timestamp_bits(), t.node_bits(), t.sequence_bits()),
+            (41, 10, 12)
+        );
         assert_eq!(Layout::instagram().total_bits(), 64 - 1);
         assert_eq!(Layout::sonyflake().unit_nanos(), 10_000_000);
         // js53 fits below 2^53 for at least 50 years from its epoch.
@@ -472,20 +560,61 @@ mod tests {
     fn known_twitter_id_decodes() {
         // A public tweet id: 1212161076890996736, posted 2019-12-31T23:59:59.xxxZ.
         let d = Layout::twitter().decode(1_212_161_076_890_996_736).unwrap();
-        assert!(d.rfc3339().starts_with("2019-12-31T23:5"), "{}", d.rfc3339());
+        assert!(
+            d.rfc3339().starts_with("2019-12-31T23:5"),
+            "{}",
+            d.rfc3339()
+        );
     }
 
     #[test]
     fn bad_layouts_are_rejected_with_reasons() {
         let base = *Layout::twitter().spec();
-        let too_many = LayoutSpec { node_bits: 11, ..base };
-        assert!(matches!(Layout::new(too_many), Err(LayoutError::TooManyBits { total: 64, limit: 63, .. })));
-        let js = LayoutSpec { max_bits: 53, ..base };
-        assert!(matches!(Layout::new(js), Err(LayoutError::TooManyBits { limit: 53, .. })));
-        assert_eq!(Layout::new(LayoutSpec { timestamp_bits: 0, ..base }), Err(LayoutError::NoTimestampBits));
-        assert!(matches!(Layout::new(LayoutSpec { time_unit: Duration::ZERO, ..base }), Err(LayoutError::TimeUnitTooShort(_))));
-        assert_eq!(Layout::new(LayoutSpec { max_bits: 64, ..base }), Err(LayoutError::LimitAbove63(64)));
-        assert!(matches!(Layout::preset("flake"), Err(LayoutError::UnknownPreset(_))));
+        let too_many = LayoutSpec {
+            node_bits: 11,
+            ..base
+        };
+        assert!(matches!(
+            Layout::new(too_many),
+            Err(LayoutError::TooManyBits {
+                total: 64,
+                limit: 63,
+                ..
+            })
+        ));
+        let js = LayoutSpec {
+            max_bits: 53,
+            ..base
+        };
+        assert!(matches!(
+            Layout::new(js),
+            Err(LayoutError::TooManyBits { limit: 53, .. })
+        ));
+        assert_eq!(
+            Layout::new(LayoutSpec {
+                timestamp_bits: 0,
+                ..base
+            }),
+            Err(LayoutError::NoTimestampBits)
+        );
+        assert!(matches!(
+            Layout::new(LayoutSpec {
+                time_unit: Duration::ZERO,
+                ..base
+            }),
+            Err(LayoutError::TimeUnitTooShort(_))
+        ));
+        assert_eq!(
+            Layout::new(LayoutSpec {
+                max_bits: 64,
+                ..base
+            }),
+            Err(LayoutError::LimitAbove63(64))
+        );
+        assert!(matches!(
+            Layout::preset("flake"),
+            Err(LayoutError::UnknownPreset(_))
+        ));
         let msg = Layout::new(too_many).unwrap_err().to_string();
         assert!(msg.contains("64 bits") && msg.contains("63"), "{msg}");
     }
@@ -493,15 +622,46 @@ mod tests {
     #[test]
     fn compose_rejects_parts_that_do_not_fit() {
         let l = Layout::twitter();
-        assert!(matches!(l.compose(Parts { timestamp: 1 << 41, node: 0, sequence: 0 }), Err(ComposeError::Timestamp { .. })));
-        assert!(matches!(l.compose(Parts { timestamp: 0, node: 1024, sequence: 0 }), Err(ComposeError::Node { .. })));
-        assert!(matches!(l.compose(Parts { timestamp: 0, node: 0, sequence: 4096 }), Err(ComposeError::Sequence { .. })));
-        assert!(matches!(Layout::js53().decode(1 << 53), Err(DecodeError::TooWide { .. })));
+        assert!(matches!(
+            l.compose(Parts {
+                timestamp: 1 << 41,
+                node: 0,
+                sequence: 0
+            }),
+            Err(ComposeError::Timestamp { .. })
+        ));
+        assert!(matches!(
+            l.compose(Parts {
+                timestamp: 0,
+                node: 1024,
+                sequence: 0
+            }),
+            Err(ComposeError::Node { .. })
+        ));
+        assert!(matches!(
+            l.compose(Parts {
+                timestamp: 0,
+                node: 0,
+                sequence: 4096
+            }),
+            Err(ComposeError::Sequence { .. })
+        ));
+        assert!(matches!(
+            Layout::js53().decode(1 << 53),
+            Err(DecodeError::TooWide { .. })
+        ));
     }
 
     fn arb_layout() -> impl Strategy<Value = Layout> {
         let presets = prop::sample::select(all_presets());
-        let custom = (1u8..=63, 0u8..=62, 0u8..=62, 1u64..=1_000_000, 0u64..=2_000_000_000_000, any::<bool>())
+        let custom = (
+            1u8..=63,
+            0u8..=62,
+            0u8..=62,
+            1u64..=1_000_000,
+            0u64..=2_000_000_000_000,
+            any::<bool>(),
+        )
             .prop_filter_map("fits", |(t, n, s, unit_us, epoch, seq_first)| {
                 Layout::new(LayoutSpec {
                     timestamp_bits: t,
@@ -509,7 +669,11 @@ mod tests {
                     sequence_bits: s,
                     time_unit: Duration::from_micros(unit_us),
                     epoch_unix_ms: epoch,
-                    order: if seq_first { FieldOrder::SequenceThenNode } else { FieldOrder::NodeThenSequence },
+                    order: if seq_first {
+                        FieldOrder::SequenceThenNode
+                    } else {
+                        FieldOrder::NodeThenSequence
+                    },
                     max_bits: 63,
                 })
                 .ok()

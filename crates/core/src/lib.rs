@@ -27,7 +27,9 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use namespace::{NamespaceName, NamespaceNameError};
 pub mod layout;
 pub mod snowflake;
-pub use layout::{ComposeError, DecodeError, Decoded, FieldOrder, Layout, LayoutError, LayoutSpec, Parts};
+pub use layout::{
+    ComposeError, DecodeError, Decoded, FieldOrder, Layout, LayoutError, LayoutSpec, Parts,
+};
 pub use snowflake::{ClockCheck, GeneratorError, NextIdError, SnowflakeGenerator};
 pub mod instagram;
 mod mono128;
@@ -36,3 +38,8 @@ pub mod uuid7;
 pub use mono128::ParseIdError;
 pub use ulid::{Ulid, UlidGenerator};
 pub use uuid7::{Uuid7, Uuid7Generator};
+pub mod buffer;
+pub use buffer::{
+    Buffer, BufferConfig, BufferConfigError, BufferError, BufferPolicy, BufferStats, SharedBlock,
+    Sizing,
+};

@@ -27,7 +27,11 @@ pub(crate) struct Monotonic128<C> {
 impl<C: Clock> Monotonic128<C> {
     pub(crate) fn new(clock: C) -> Self {
         let base_ms = clock.wall_nanos() / 1_000_000;
-        Monotonic128 { clock, base_ms, state: AtomicU64::new(0) }
+        Monotonic128 {
+            clock,
+            base_ms,
+            state: AtomicU64::new(0),
+        }
     }
 
     /// The next `(unix_ms, counter)`; `counter` has 24 significant bits.
@@ -41,7 +45,10 @@ impl<C: Clock> Monotonic128<C> {
             } else {
                 last + 1
             };
-            match self.state.compare_exchange_weak(last, next, Ordering::AcqRel, Ordering::Relaxed) {
+            match self
+                .state
+                .compare_exchange_weak(last, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
                 Ok(_) => {
                     let ms = self.base_ms + (next >> COUNTER_BITS);
                     return (ms, (next & ((1 << COUNTER_BITS) - 1)) as u32);

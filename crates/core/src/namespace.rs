@@ -46,11 +46,13 @@ impl NamespaceName {
             return Err(NamespaceNameError::Empty);
         }
         if name.len() > MAX_NAMESPACE_LEN {
-            return Err(NamespaceNameError::TooLong { len: name.chars().count() });
+            return Err(NamespaceNameError::TooLong {
+                len: name.chars().count(),
+            });
         }
         for (position, found) in name.chars().enumerate() {
-            let ok = found.is_ascii_alphanumeric()
-                || (position > 0 && matches!(found, '_' | '-' | '.'));
+            let ok =
+                found.is_ascii_alphanumeric() || (position > 0 && matches!(found, '_' | '-' | '.'));
             if !ok {
                 return Err(NamespaceNameError::BadCharacter { found, position });
             }
@@ -95,9 +97,15 @@ mod tests {
         assert_eq!(NamespaceName::new(""), Err(NamespaceNameError::Empty));
         assert_eq!(
             NamespaceName::new("-x"),
-            Err(NamespaceNameError::BadCharacter { found: '-', position: 0 })
+            Err(NamespaceNameError::BadCharacter {
+                found: '-',
+                position: 0
+            })
         );
-        assert!(matches!(NamespaceName::new("a/b"), Err(NamespaceNameError::BadCharacter { .. })));
+        assert!(matches!(
+            NamespaceName::new("a/b"),
+            Err(NamespaceNameError::BadCharacter { .. })
+        ));
         assert!(matches!(
             NamespaceName::new(&"a".repeat(129)),
             Err(NamespaceNameError::TooLong { len: 129 })

@@ -100,13 +100,21 @@ impl<C: Clock> AnchoredTime<C> {
     pub(crate) fn new(clock: C, floor_nanos: u64) -> Self {
         let anchor_mono_nanos = clock.monotonic_nanos();
         let anchor_wall_nanos = clock.wall_nanos().max(floor_nanos);
-        AnchoredTime { clock, anchor_wall_nanos, anchor_mono_nanos, forward_nanos: AtomicU64::new(0) }
+        AnchoredTime {
+            clock,
+            anchor_wall_nanos,
+            anchor_mono_nanos,
+            forward_nanos: AtomicU64::new(0),
+        }
     }
 
     /// Now, in nanoseconds since the Unix epoch, never decreasing.
     #[inline]
     pub(crate) fn now_nanos(&self) -> u64 {
-        let elapsed = self.clock.monotonic_nanos().saturating_sub(self.anchor_mono_nanos);
+        let elapsed = self
+            .clock
+            .monotonic_nanos()
+            .saturating_sub(self.anchor_mono_nanos);
         self.anchor_wall_nanos
             .saturating_add(elapsed)
             .saturating_add(self.forward_nanos.load(Ordering::Relaxed))
@@ -118,11 +126,15 @@ impl<C: Clock> AnchoredTime<C> {
         let wall = self.clock.wall_nanos();
         let tol = u64::try_from(tolerance.as_nanos()).unwrap_or(u64::MAX);
         if wall.saturating_add(tol) < own {
-            ClockCheck::WallBehind { by: Duration::from_nanos(own - wall) }
+            ClockCheck::WallBehind {
+                by: Duration::from_nanos(own - wall),
+            }
         } else if wall > own.saturating_add(tol) {
             let by = wall - own;
             self.forward_nanos.fetch_add(by, Ordering::Relaxed);
-            ClockCheck::WallAheadAdopted { by: Duration::from_nanos(by) }
+            ClockCheck::WallAheadAdopted {
+                by: Duration::from_nanos(by),
+            }
         } else {
             ClockCheck::InStep
         }
@@ -150,9 +162,18 @@ impl<C: Clock> SnowflakeGenerator<C> {
     /// A generator for `node`. `resume_after` is the last timestamp (in layout units) that any
     /// earlier holder of this node id issued: every id will have a larger timestamp, even if the
     /// wall clock now reads earlier.
-    pub fn new(layout: Layout, node: u64, clock: C, resume_after: Option<u64>) -> Result<Self, GeneratorError> {
+    pub fn new(
+        layout: Layout,
+        node: u64,
+        clock: C,
+        resume_after: Option<u64>,
+    ) -> Result<Self, GeneratorError> {
         if node > layout.max_node() {
-            return Err(GeneratorError::NodeOutOfRange { node, bits: layout.node_bits(), max: layout.max_node() });
+            return Err(GeneratorError::NodeOutOfRange {
+                node,
+                bits: layout.node_bits(),
+                max: layout.max_node(),
+            });
         }
         let wall = clock.wall_nanos();
         if wall < layout.epoch_nanos() && resume_after.is_none() {
@@ -163,7 +184,9 @@ impl<C: Clock> SnowflakeGenerator<C> {
         }
         let end_ms = layout.end_of_time_nanos() / 1_000_000;
         let floor_nanos = match resume_after {
-            Some(ts) if ts >= layout.max_timestamp() => return Err(GeneratorError::TimeExhausted { end_ms }),
+            Some(ts) if ts >= layout.max_timestamp() => {
+                return Err(GeneratorError::TimeExhausted { end_ms })
+            }
             Some(ts) => layout.unix_nanos_of(ts + 1),
             None => layout.epoch_nanos(),
         };
@@ -200,7 +223,11 @@ impl<C: Clock> SnowflakeGenerator<C> {
     #[inline]
     fn now_timestamp(&self) -> u64 {
         // AnchoredTime never reads below the epoch: it is anchored at or above it.
-        (self.time.now_nanos().saturating_sub(self.layout.epoch_nanos())) / self.layout.unit_nanos()
+        (self
+            .time
+            .now_nanos()
+            .saturating_sub(self.layout.epoch_nanos()))
+            / self.layout.unit_nanos()
     }
 
     /// The generator's current time in nanoseconds since the Unix epoch.
@@ -218,12 +245,21 @@ impl<C: Clock> SnowflakeGenerator<C> {
         loop {
             let now = self.now_timestamp();
             let now_packed = now << seq_bits;
-            let next = if last == NOTHING_ISSUED { now_packed } else { now_packed.max(last + 1) };
+            let next = if last == NOTHING_ISSUED {
+                now_packed
+            } else {
+                now_packed.max(last + 1)
+            };
             let ts = next >> seq_bits;
             if ts > now {
                 // `last` used the whole of unit `now` (or later, after a floor): wait for `ts`.
-                let wait_nanos = self.layout.unix_nanos_of(ts).saturating_sub(self.time.now_nanos());
-                return Err(NextIdError::SequenceExhausted { wait: Duration::from_nanos(wait_nanos.max(1)) });
+                let wait_nanos = self
+                    .layout
+                    .unix_nanos_of(ts)
+                    .saturating_sub(self.time.now_nanos());
+                return Err(NextIdError::SequenceExhausted {
+                    wait: Duration::from_nanos(wait_nanos.max(1)),
+                });
             }
             if ts > self.layout.max_timestamp() {
                 return Err(NextIdError::TimeExhausted);
@@ -231,7 +267,12 @@ impl<C: Clock> SnowflakeGenerator<C> {
             let unit_end = (ts + 1) << seq_bits;
             let count = max.min(unit_end - next);
             let new_last = next + count - 1;
-            match self.state.compare_exchange_weak(last, new_last, Ordering::AcqRel, Ordering::Relaxed) {
+            match self.state.compare_exchange_weak(
+                last,
+                new_last,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return Ok((ts, next & self.layout.max_sequence(), count)),
                 Err(actual) => last = actual,
             }
@@ -249,7 +290,9 @@ impl<C: Clock> SnowflakeGenerator<C> {
     /// how many were appended (at least 1). Cheaper than `max` calls of [`Self::next_id`].
     pub fn next_ids(&self, max: u64, out: &mut Vec<u64>) -> Result<u64, NextIdError> {
         let (ts, seq, count) = self.claim(max)?;
-        out.extend((seq..seq + count).map(|s| self.layout.compose_unchecked(ts, 0, s) | self.node_part));
+        out.extend(
+            (seq..seq + count).map(|s| self.layout.compose_unchecked(ts, 0, s) | self.node_part),
+        );
         Ok(count)
     }
 
@@ -311,7 +354,12 @@ mod tests {
         let ids: Vec<u64> = (0..4096).map(|_| g.next_id().unwrap()).collect();
         assert!(ids.windows(2).all(|w| w[0] < w[1]));
         clock.advance_nanos(250_000);
-        assert_eq!(g.next_id(), Err(NextIdError::SequenceExhausted { wait: Duration::from_micros(750) }));
+        assert_eq!(
+            g.next_id(),
+            Err(NextIdError::SequenceExhausted {
+                wait: Duration::from_micros(750)
+            })
+        );
         clock.advance_nanos(750_000);
         let next = g.next_id().unwrap();
         assert!(next > ids[4095]);
@@ -329,16 +377,29 @@ mod tests {
         clock.step_wall_millis(-5_000);
         let b = g.next_id().unwrap();
         assert!(b > a);
-        assert_eq!(Layout::twitter().decode(b).unwrap().unix_millis(), NOW_MS + 3);
-        assert_eq!(g.check_clock(Duration::from_millis(10)), ClockCheck::WallBehind { by: Duration::from_secs(5) });
+        assert_eq!(
+            Layout::twitter().decode(b).unwrap().unix_millis(),
+            NOW_MS + 3
+        );
+        assert_eq!(
+            g.check_clock(Duration::from_millis(10)),
+            ClockCheck::WallBehind {
+                by: Duration::from_secs(5)
+            }
+        );
         // A forward step is adopted, so ids follow the corrected wall time.
         clock.step_wall_millis(5_000 + 2_000);
         assert_eq!(
             g.check_clock(Duration::from_millis(10)),
-            ClockCheck::WallAheadAdopted { by: Duration::from_secs(2) }
+            ClockCheck::WallAheadAdopted {
+                by: Duration::from_secs(2)
+            }
         );
         let c = g.next_id().unwrap();
-        assert_eq!(Layout::twitter().decode(c).unwrap().unix_millis(), NOW_MS + 2_003);
+        assert_eq!(
+            Layout::twitter().decode(c).unwrap().unix_millis(),
+            NOW_MS + 2_003
+        );
         assert_eq!(g.check_clock(Duration::from_millis(10)), ClockCheck::InStep);
     }
 
@@ -353,7 +414,10 @@ mod tests {
         let g2 = SnowflakeGenerator::new(Layout::twitter(), 3, rebooted, Some(last_ts)).unwrap();
         let after = g2.next_id().unwrap();
         assert!(after > *before.last().unwrap());
-        assert_eq!(Layout::twitter().decode(after).unwrap().parts.timestamp, last_ts + 1);
+        assert_eq!(
+            Layout::twitter().decode(after).unwrap().parts.timestamp,
+            last_ts + 1
+        );
     }
 
     #[test]
@@ -364,9 +428,19 @@ mod tests {
             Err(GeneratorError::NodeOutOfRange { max: 1023, .. })
         ));
         let early = ManualClock::at_unix_millis(1_000);
-        assert!(matches!(SnowflakeGenerator::new(Layout::twitter(), 1, early, None), Err(GeneratorError::BeforeEpoch { .. })));
-        let ended = Layout::new(LayoutSpec { timestamp_bits: 20, ..*tiny_layout(4).spec() }).unwrap();
-        assert!(matches!(SnowflakeGenerator::new(ended, 1, clock, None), Err(GeneratorError::TimeExhausted { .. })));
+        assert!(matches!(
+            SnowflakeGenerator::new(Layout::twitter(), 1, early, None),
+            Err(GeneratorError::BeforeEpoch { .. })
+        ));
+        let ended = Layout::new(LayoutSpec {
+            timestamp_bits: 20,
+            ..*tiny_layout(4).spec()
+        })
+        .unwrap();
+        assert!(matches!(
+            SnowflakeGenerator::new(ended, 1, clock, None),
+            Err(GeneratorError::TimeExhausted { .. })
+        ));
     }
 
     #[test]
@@ -416,12 +490,18 @@ mod tests {
         for h in handles {
             let (ids, waits) = h.join().unwrap();
             total_waits += waits;
-            assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids of one thread must increase");
+            assert!(
+                ids.windows(2).all(|w| w[0] < w[1]),
+                "ids of one thread must increase"
+            );
             for id in ids {
                 assert!(all.insert(id), "duplicate id {id}");
             }
         }
         assert_eq!(all.len(), 4 * per_thread);
-        assert!(total_waits >= (4 * per_thread as u64) / 1024, "every unit ran out");
+        assert!(
+            total_waits >= (4 * per_thread as u64) / 1024,
+            "every unit ran out"
+        );
     }
 }

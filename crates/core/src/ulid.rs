@@ -7,8 +7,8 @@
 //! Crockford's alphabet leaves out (I, L, O, U) with the position of the offending character.
 
 use crate::clock::{Clock, SystemClock};
-use crate::mono128::{random_u64, Monotonic128};
 pub use crate::mono128::ParseIdError;
+use crate::mono128::{random_u64, Monotonic128};
 use std::fmt;
 use std::str::FromStr;
 
@@ -54,14 +54,20 @@ impl fmt::Display for Ulid {
 
 fn decode_char(c: char) -> Option<u128> {
     let u = c.to_ascii_uppercase();
-    ALPHABET.iter().position(|&a| char::from(a) == u).map(|p| p as u128)
+    ALPHABET
+        .iter()
+        .position(|&a| char::from(a) == u)
+        .map(|p| p as u128)
 }
 
 impl FromStr for Ulid {
     type Err = ParseIdError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if s.len() != 26 {
-            return Err(ParseIdError::Length { expected: "26", len: s.chars().count() });
+            return Err(ParseIdError::Length {
+                expected: "26",
+                len: s.chars().count(),
+            });
         }
         let mut v: u128 = 0;
         for (position, c) in s.chars().enumerate() {
@@ -84,7 +90,9 @@ pub struct UlidGenerator<C: Clock = SystemClock> {
 impl<C: Clock> UlidGenerator<C> {
     /// A generator reading time from `clock`.
     pub fn new(clock: C) -> Self {
-        UlidGenerator { state: Monotonic128::new(clock) }
+        UlidGenerator {
+            state: Monotonic128::new(clock),
+        }
     }
     /// The next ULID, greater than every one this generator made before.
     #[inline]
@@ -113,7 +121,10 @@ mod tests {
     fn known_value_and_round_trip() {
         // The spec's maximum.
         assert_eq!(Ulid(u128::MAX).to_string(), "7ZZZZZZZZZZZZZZZZZZZZZZZZZ");
-        assert_eq!("7ZZZZZZZZZZZZZZZZZZZZZZZZZ".parse::<Ulid>().unwrap(), Ulid(u128::MAX));
+        assert_eq!(
+            "7ZZZZZZZZZZZZZZZZZZZZZZZZZ".parse::<Ulid>().unwrap(),
+            Ulid(u128::MAX)
+        );
         assert_eq!(Ulid(0).to_string(), "00000000000000000000000000");
         let g = UlidGenerator::new(ManualClock::at_unix_millis(1_469_918_176_385));
         let u = g.next_ulid();
@@ -126,12 +137,21 @@ mod tests {
 
     #[test]
     fn parse_errors_are_precise() {
-        assert_eq!("8ZZZZZZZZZZZZZZZZZZZZZZZZZ".parse::<Ulid>(), Err(ParseIdError::Overflow));
+        assert_eq!(
+            "8ZZZZZZZZZZZZZZZZZZZZZZZZZ".parse::<Ulid>(),
+            Err(ParseIdError::Overflow)
+        );
         assert_eq!(
             "01ARYZ6S41TSV4RRFFQ69G5FAU".parse::<Ulid>(),
-            Err(ParseIdError::Character { found: 'U', position: 25 })
+            Err(ParseIdError::Character {
+                found: 'U',
+                position: 25
+            })
         );
-        assert!(matches!("01ARYZ".parse::<Ulid>(), Err(ParseIdError::Length { len: 6, .. })));
+        assert!(matches!(
+            "01ARYZ".parse::<Ulid>(),
+            Err(ParseIdError::Length { len: 6, .. })
+        ));
     }
 
     #[test]
@@ -147,7 +167,9 @@ mod tests {
         let mut all = std::collections::HashSet::new();
         for h in handles {
             let v = h.join().unwrap();
-            assert!(v.windows(2).all(|w| w[0] < w[1] && w[0].to_string() < w[1].to_string()));
+            assert!(v
+                .windows(2)
+                .all(|w| w[0] < w[1] && w[0].to_string() < w[1].to_string()));
             all.extend(v);
         }
         // One million ids in one frozen millisecond: the counter carried into later ms.

@@ -6,8 +6,8 @@
 //! [`Uuid7`] values are always version 7 with the RFC variant.
 
 use crate::clock::{Clock, SystemClock};
-use crate::mono128::{random_u64, Monotonic128};
 pub use crate::mono128::ParseIdError;
+use crate::mono128::{random_u64, Monotonic128};
 use std::fmt;
 use std::str::FromStr;
 
@@ -88,7 +88,12 @@ impl FromStr for Uuid7 {
         let hyphenated = match s.len() {
             36 => true,
             32 => false,
-            len => return Err(ParseIdError::Length { expected: "36 (or 32 without hyphens)", len }),
+            len => {
+                return Err(ParseIdError::Length {
+                    expected: "36 (or 32 without hyphens)",
+                    len,
+                })
+            }
         };
         let mut v: u128 = 0;
         for (position, c) in s.chars().enumerate() {
@@ -98,7 +103,9 @@ impl FromStr for Uuid7 {
                 }
                 continue;
             }
-            let digit = c.to_digit(16).ok_or(ParseIdError::Character { found: c, position })?;
+            let digit = c
+                .to_digit(16)
+                .ok_or(ParseIdError::Character { found: c, position })?;
             v = (v << 4) | u128::from(digit);
         }
         Uuid7::from_u128(v)
@@ -114,7 +121,9 @@ pub struct Uuid7Generator<C: Clock = SystemClock> {
 impl<C: Clock> Uuid7Generator<C> {
     /// A generator reading time from `clock`.
     pub fn new(clock: C) -> Self {
-        Uuid7Generator { state: Monotonic128::new(clock) }
+        Uuid7Generator {
+            state: Monotonic128::new(clock),
+        }
     }
     /// The next UUID, greater than every one this generator made before.
     #[inline]
@@ -154,16 +163,34 @@ mod tests {
 
     #[test]
     fn parse_errors_are_precise() {
-        assert_eq!("abc".parse::<Uuid7>(), Err(ParseIdError::Length { expected: "36 (or 32 without hyphens)", len: 3 }));
+        assert_eq!(
+            "abc".parse::<Uuid7>(),
+            Err(ParseIdError::Length {
+                expected: "36 (or 32 without hyphens)",
+                len: 3
+            })
+        );
         assert_eq!(
             "0190c3e2-7b1c-7abc-8def-01234567890g".parse::<Uuid7>(),
-            Err(ParseIdError::Character { found: 'g', position: 35 })
+            Err(ParseIdError::Character {
+                found: 'g',
+                position: 35
+            })
         );
-        assert_eq!("0190c3e2-7b1c-4abc-8def-012345678901".parse::<Uuid7>(), Err(ParseIdError::Version(4)));
-        assert_eq!("0190c3e2-7b1c-7abc-cdef-012345678901".parse::<Uuid7>(), Err(ParseIdError::Variant));
+        assert_eq!(
+            "0190c3e2-7b1c-4abc-8def-012345678901".parse::<Uuid7>(),
+            Err(ParseIdError::Version(4))
+        );
+        assert_eq!(
+            "0190c3e2-7b1c-7abc-cdef-012345678901".parse::<Uuid7>(),
+            Err(ParseIdError::Variant)
+        );
         assert_eq!(
             "0190c3e2x7b1c-7abc-8def-012345678901".parse::<Uuid7>(),
-            Err(ParseIdError::Character { found: 'x', position: 8 })
+            Err(ParseIdError::Character {
+                found: 'x',
+                position: 8
+            })
         );
     }
 

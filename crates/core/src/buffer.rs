@@ -1,0 +1,760 @@
+//! The leased-block buffer: HubSpot's per-tier cache of id blocks, as a state machine.
+//!
+//! A [`Buffer`] holds the current block and blocks fetched ahead. It hands out ids in increasing
+//! order and decides when to ask its source (an authority, an upstream node) for more and how
+//! many: enough for `buffer_seconds` of demand, demand being an exponentially weighted moving
+//! average of ids served per second (HubSpot's QPS-based sizing), bounded by a minimum and a
+//! maximum block size. The caller does the I/O and reports back.
+//!
+//! Invariants:
+//! - ids leave the buffer in strictly increasing order, each once;
+//! - a block is accepted only if it starts above every id the buffer has held
+//!   ([`BufferError::OutOfOrder`] otherwise), so a misbehaving source cannot make it repeat;
+//! - at most one refill is in flight at a time;
+//! - every id that entered the buffer is either served, handed back as the unused tail, or
+//!   counted as burned: `received == served + buffered + burned + given_back`.
+//!
+//! The hot path ([`Buffer::next_id`], [`Buffer::take`]) reads no clock; demand is folded into
+//! the average when the caller calls [`Buffer::observe`] (the node does on every refill check).
+//! [`SharedBlock`] is the lock-free variant for many threads carving chunks from one block.
+
+use crate::block::Block;
+use crate::sync::{AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::time::Duration;
+use thiserror::Error;
+
+/// How a buffer sizes its refills.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Sizing {
+    /// Hold `buffer_seconds` of average demand, clamped to `[min_block, max_block]`.
+    Adaptive {
+        /// Seconds of demand one refill should cover.
+        buffer_seconds: f64,
+        /// Smallest block asked for.
+        min_block: u64,
+        /// Largest block asked for.
+        max_block: u64,
+    },
+    /// Always ask for this many ids.
+    Fixed(u64),
+}
+
+/// Buffer settings, validated by [`BufferPolicy::new`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BufferConfig {
+    /// Block sizing.
+    pub sizing: Sizing,
+    /// Refill when fewer than this fraction of a block remain buffered (0 < f <= 1).
+    pub low_water: f64,
+    /// Time constant of the demand average: a change in demand is 63% absorbed after this long.
+    pub demand_window: Duration,
+}
+
+impl Default for BufferConfig {
+    /// Adaptive, 10 seconds of demand, blocks of 1,000 to 1,000,000 ids, refill below half,
+    /// demand averaged over 5 seconds.
+    fn default() -> Self {
+        BufferConfig {
+            sizing: Sizing::Adaptive {
+                buffer_seconds: 10.0,
+                min_block: 1_000,
+                max_block: 1_000_000,
+            },
+            low_water: 0.5,
+            demand_window: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why a buffer configuration is invalid.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum BufferConfigError {
+    /// A block size of zero.
+    #[error("block sizes must be at least 1")]
+    ZeroBlock,
+    /// `min_block > max_block`.
+    #[error("min_block {min} is above max_block {max}")]
+    MinAboveMax {
+        /// min_block.
+        min: u64,
+        /// max_block.
+        max: u64,
+    },
+    /// `buffer_seconds` not a positive finite number.
+    #[error("buffer_seconds must be a positive number, got {0}")]
+    BadSeconds(f64),
+    /// `low_water` outside (0, 1].
+    #[error("low_water must be in (0, 1], got {0}")]
+    BadLowWater(f64),
+    /// A zero demand window.
+    #[error("demand_window must be above zero")]
+    ZeroWindow,
+}
+
+/// A validated [`BufferConfig`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BufferPolicy(BufferConfig);
+
+impl BufferPolicy {
+    /// Validates `config`.
+    pub fn new(config: BufferConfig) -> Result<Self, BufferConfigError> {
+        match config.sizing {
+            Sizing::Fixed(0) => return Err(BufferConfigError::ZeroBlock),
+            Sizing::Fixed(_) => {}
+            Sizing::Adaptive {
+                buffer_seconds,
+                min_block,
+                max_block,
+            } => {
+                if min_block == 0 {
+                    return Err(BufferConfigError::ZeroBlock);
+                }
+                if min_block > max_block {
+                    return Err(BufferConfigError::MinAboveMax {
+                        min: min_block,
+                        max: max_block,
+                    });
+                }
+                if !(buffer_seconds.is_finite() && buffer_seconds > 0.0) {
+                    return Err(BufferConfigError::BadSeconds(buffer_seconds));
+                }
+            }
+        }
+        if !(config.low_water > 0.0 && config.low_water <= 1.0) {
+            return Err(BufferConfigError::BadLowWater(config.low_water));
+        }
+        if config.demand_window.is_zero() {
+            return Err(BufferConfigError::ZeroWindow);
+        }
+        Ok(BufferPolicy(config))
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &BufferConfig {
+        &self.0
+    }
+}
+
+impl Default for BufferPolicy {
+    fn default() -> Self {
+        BufferPolicy(BufferConfig::default())
+    }
+}
+
+/// A block the source handed over does not fit after what the buffer holds.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum BufferError {
+    /// The block starts at or below an id the buffer already held.
+    #[error("block starting at {start} is not above the highest id already held ({highest}); refusing it so no id repeats")]
+    OutOfOrder {
+        /// The block's start.
+        start: u64,
+        /// The highest id held so far.
+        highest: u64,
+    },
+}
+
+/// Counters of a buffer's life, for status pages and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BufferStats {
+    /// Ids received from the source.
+    pub received: u64,
+    /// Ids handed out.
+    pub served: u64,
+    /// Ids abandoned (lost in a crash of the holder, or not returnable at shutdown).
+    pub burned: u64,
+    /// Ids handed back to the source at shutdown.
+    pub given_back: u64,
+    /// Refills completed.
+    pub refills: u64,
+}
+
+/// The buffer state machine. See the module docs.
+#[derive(Debug)]
+pub struct Buffer {
+    policy: BufferPolicy,
+    /// Next id of the current block, and the current block's end and step.
+    cursor: u64,
+    end: u64,
+    step: u64,
+    /// Blocks fetched ahead, in increasing order.
+    ahead: VecDeque<Block>,
+    buffered: u64,
+    /// The highest id ever held (to refuse blocks that do not come after it).
+    highest: Option<u64>,
+    refill_in_flight: bool,
+    stats: BufferStats,
+    // Demand average.
+    rate_per_sec: f64,
+    served_at_last_observe: u64,
+    last_observe_nanos: Option<u64>,
+}
+
+impl Buffer {
+    /// An empty buffer.
+    pub fn new(policy: BufferPolicy) -> Self {
+        let rate_per_sec = match policy.0.sizing {
+            // Start as if demand filled a minimum block per buffer period.
+            Sizing::Adaptive {
+                buffer_seconds,
+                min_block,
+                ..
+            } => min_block as f64 / buffer_seconds,
+            Sizing::Fixed(_) => 0.0,
+        };
+        Buffer {
+            policy,
+            cursor: 0,
+            end: 0,
+            step: 1,
+            ahead: VecDeque::new(),
+            buffered: 0,
+            highest: None,
+            refill_in_flight: false,
+            stats: BufferStats::default(),
+            rate_per_sec,
+            served_at_last_observe: 0,
+            last_observe_nanos: None,
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &BufferPolicy {
+        &self.policy
+    }
+
+    /// Ids held and not yet handed out.
+    pub fn buffered(&self) -> u64 {
+        self.buffered
+    }
+
+    /// Lifetime counters.
+    pub fn stats(&self) -> BufferStats {
+        self.stats
+    }
+
+    /// The average demand, ids per second.
+    pub fn demand_per_sec(&self) -> f64 {
+        self.rate_per_sec
+    }
+
+    /// Whether a refill is in flight.
+    pub fn refill_in_flight(&self) -> bool {
+        self.refill_in_flight
+    }
+
+    /// The block size the next refill asks for.
+    pub fn target_block(&self) -> u64 {
+        match self.policy.0.sizing {
+            Sizing::Fixed(n) => n,
+            Sizing::Adaptive {
+                buffer_seconds,
+                min_block,
+                max_block,
+            } => {
+                let want = (self.rate_per_sec * buffer_seconds).ceil();
+                if want >= max_block as f64 {
+                    max_block
+                } else {
+                    (want as u64).clamp(min_block, max_block)
+                }
+            }
+        }
+    }
+
+    /// The level below which the buffer wants a refill.
+    pub fn low_water_mark(&self) -> u64 {
+        ((self.target_block() as f64 * self.policy.0.low_water).ceil() as u64).max(1)
+    }
+
+    /// Whether the buffer is below its low-water mark with no refill in flight. Cheap.
+    #[inline]
+    pub fn wants_refill(&self) -> bool {
+        !self.refill_in_flight && self.buffered < self.low_water_mark()
+    }
+
+    /// Folds the ids served since the last call into the demand average. `now_nanos` is any
+    /// monotonic reading; calls closer together than a millisecond are ignored.
+    pub fn observe(&mut self, now_nanos: u64) {
+        let Some(last) = self.last_observe_nanos else {
+            self.last_observe_nanos = Some(now_nanos);
+            self.served_at_last_observe = self.stats.served;
+            return;
+        };
+        let dt_nanos = now_nanos.saturating_sub(last);
+        if dt_nanos < 1_000_000 {
+            return;
+        }
+        let dt = dt_nanos as f64 / 1e9;
+        let served = (self.stats.served - self.served_at_last_observe) as f64;
+        let rate = served / dt;
+        let alpha = 1.0 - (-dt / self.policy.0.demand_window.as_secs_f64()).exp();
+        self.rate_per_sec += alpha * (rate - self.rate_per_sec);
+        self.last_observe_nanos = Some(now_nanos);
+        self.served_at_last_observe = self.stats.served;
+    }
+
+    /// If a refill is wanted, marks one in flight and returns how many ids to ask for. The caller
+    /// must answer with [`Buffer::refill_done`] or [`Buffer::refill_failed`].
+    pub fn start_refill(&mut self, now_nanos: u64) -> Option<u64> {
+        self.observe(now_nanos);
+        if !self.wants_refill() {
+            return None;
+        }
+        self.refill_in_flight = true;
+        Some(self.target_block())
+    }
+
+    /// Marks a refill in flight regardless of the level (for a request that found the buffer
+    /// empty) and returns the count to ask for; `None` if one is already in flight.
+    pub fn force_refill(&mut self, now_nanos: u64) -> Option<u64> {
+        self.observe(now_nanos);
+        if self.refill_in_flight {
+            return None;
+        }
+        self.refill_in_flight = true;
+        Some(self.target_block())
+    }
+
+    /// The refill in flight failed; a later check may start another.
+    pub fn refill_failed(&mut self) {
+        self.refill_in_flight = false;
+    }
+
+    /// The refill in flight brought `block`. Accepted only if it starts above every id held so
+    /// far; a block that continues the newest one exactly is merged with it.
+    pub fn refill_done(&mut self, block: Block) -> Result<(), BufferError> {
+        self.refill_in_flight = false;
+        self.push(block)
+    }
+
+    /// Adds a block (outside the refill protocol, e.g. at start-up). Same rule as
+    /// [`Buffer::refill_done`].
+    pub fn push(&mut self, block: Block) -> Result<(), BufferError> {
+        if let Some(highest) = self.highest {
+            if block.start() <= highest {
+                return Err(BufferError::OutOfOrder {
+                    start: block.start(),
+                    highest,
+                });
+            }
+        }
+        self.highest = Some(block.last());
+        self.buffered += block.len();
+        self.stats.received += block.len();
+        self.stats.refills += 1;
+        // Merge with the newest block when it continues it exactly.
+        let current_continues = self.cursor < self.end
+            && self.step == block.step()
+            && self.end_last() + self.step == block.start();
+        let merged = match self.ahead.back_mut() {
+            Some(back)
+                if back.step() == block.step() && back.last() + back.step() == block.start() =>
+            {
+                if let Some(joined) = Block::new(back.start(), block.end(), block.step()) {
+                    *back = joined;
+                    true
+                } else {
+                    false
+                }
+            }
+            Some(_) => false,
+            None if current_continues => {
+                self.end = block.end();
+                true
+            }
+            None => false,
+        };
+        if !merged {
+            if self.cursor >= self.end && self.ahead.is_empty() {
+                self.load(block);
+            } else {
+                self.ahead.push_back(block);
+            }
+        }
+        Ok(())
+    }
+
+    /// Last id of the current block (valid only while it is non-empty).
+    fn end_last(&self) -> u64 {
+        self.cursor + (self.end - 1 - self.cursor) / self.step * self.step
+    }
+
+    fn load(&mut self, block: Block) {
+        self.cursor = block.start();
+        self.end = block.end();
+        self.step = block.step();
+    }
+
+    #[inline]
+    fn advance(&mut self) -> bool {
+        match self.ahead.pop_front() {
+            Some(b) => {
+                self.load(b);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The next id, or `None` when the buffer is empty.
+    #[inline]
+    pub fn next_id(&mut self) -> Option<u64> {
+        if self.cursor >= self.end && !self.advance() {
+            return None;
+        }
+        let id = self.cursor;
+        self.cursor = self.cursor.saturating_add(self.step);
+        self.buffered -= 1;
+        self.stats.served += 1;
+        Some(id)
+    }
+
+    /// Appends up to `max` ids to `out`, in increasing order; returns how many.
+    pub fn take(&mut self, max: u64, out: &mut Vec<u64>) -> u64 {
+        let mut taken = 0;
+        while taken < max {
+            let Some(block) = self.take_block(max - taken) else {
+                break;
+            };
+            out.extend(block.ids());
+            taken += block.len();
+        }
+        taken
+    }
+
+    /// Up to `max` consecutive ids of the current block as a sub-block (for a lower tier), or
+    /// `None` when empty.
+    pub fn take_block(&mut self, max: u64) -> Option<Block> {
+        if max == 0 {
+            return None;
+        }
+        if self.cursor >= self.end && !self.advance() {
+            return None;
+        }
+        let current = Block::new(self.cursor, self.end, self.step)?;
+        let (head, rest) = current.split_first(max);
+        match rest {
+            Some(rest) => self.cursor = rest.start(),
+            None => self.cursor = self.end,
+        }
+        self.buffered -= head.len();
+        self.stats.served += head.len();
+        Some(head)
+    }
+
+    /// Empties the buffer for a graceful shutdown. Returns the unused ids of the newest block
+    /// (to hand back to the source by compare-and-swap); older unused blocks are counted as
+    /// burned. Call [`Buffer::record_given_back`] or [`Buffer::record_burned`] with the outcome.
+    pub fn take_unused_tail(&mut self) -> Option<Block> {
+        let newest = match self.ahead.pop_back() {
+            Some(b) => b,
+            None => {
+                let b = Block::new(self.cursor, self.end, self.step);
+                self.cursor = self.end;
+                b?
+            }
+        };
+        let older = self.buffered - newest.len();
+        self.stats.burned += older;
+        self.ahead.clear();
+        self.cursor = self.end;
+        self.buffered = 0;
+        Some(newest)
+    }
+
+    /// The tail from [`Buffer::take_unused_tail`] was handed back.
+    pub fn record_given_back(&mut self, ids: u64) {
+        self.stats.given_back += ids;
+    }
+
+    /// Ids that were neither served nor handed back.
+    pub fn record_burned(&mut self, ids: u64) {
+        self.stats.burned += ids;
+    }
+
+    /// Drops everything held (ownership lost): every buffered id counts as burned and none may be
+    /// served again. Returns how many.
+    pub fn abandon(&mut self) -> u64 {
+        let n = self.buffered;
+        self.stats.burned += n;
+        self.ahead.clear();
+        self.cursor = self.end;
+        self.buffered = 0;
+        n
+    }
+}
+
+/// One block shared by many threads, carved into chunks without a lock: each
+/// [`SharedBlock::take`] is one `fetch_add`. Chunks are disjoint and each lies in the block.
+#[derive(Debug)]
+pub struct SharedBlock {
+    next: AtomicU64,
+    end: u64,
+    step: u64,
+}
+
+impl SharedBlock {
+    /// Shares `block`.
+    pub fn new(block: Block) -> Self {
+        SharedBlock {
+            next: AtomicU64::new(block.start()),
+            end: block.end(),
+            step: block.step(),
+        }
+    }
+
+    /// Up to `count` ids (at least 1) as a sub-block, or `None` when the block is used up.
+    pub fn take(&self, count: u64) -> Option<Block> {
+        let span = count.max(1).saturating_mul(self.step);
+        // Stop advancing once past the end, so the counter cannot wrap however often it is called.
+        let mut cur = self.next.load(Ordering::Relaxed);
+        loop {
+            if cur >= self.end {
+                return None;
+            }
+            let next = cur.saturating_add(span).min(self.end);
+            match self
+                .next
+                .compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Block::new(cur, next, self.step),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::block::{SequenceSpec, Width};
+    use proptest::prelude::*;
+
+    fn fixed(n: u64) -> BufferPolicy {
+        BufferPolicy::new(BufferConfig {
+            sizing: Sizing::Fixed(n),
+            ..BufferConfig::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn serves_in_order_across_blocks_and_refuses_old_blocks() {
+        let mut b = Buffer::new(fixed(4));
+        b.push(Block::new(10, 13, 1).unwrap()).unwrap();
+        b.push(Block::new(20, 22, 1).unwrap()).unwrap();
+        let mut got = vec![];
+        while let Some(id) = b.next_id() {
+            got.push(id);
+        }
+        assert_eq!(got, vec![10, 11, 12, 20, 21]);
+        assert_eq!(
+            b.push(Block::new(21, 30, 1).unwrap()),
+            Err(BufferError::OutOfOrder {
+                start: 21,
+                highest: 21
+            })
+        );
+        assert_eq!(b.stats().served, 5);
+    }
+
+    #[test]
+    fn refill_decisions_follow_the_low_water_mark() {
+        let mut b = Buffer::new(fixed(10)); // low water 5
+        assert_eq!(b.start_refill(0), Some(10));
+        assert_eq!(b.start_refill(0), None, "one refill at a time");
+        b.refill_done(Block::new(1, 11, 1).unwrap()).unwrap();
+        assert_eq!(b.start_refill(0), None, "full");
+        for _ in 0..5 {
+            b.next_id().unwrap();
+        }
+        assert_eq!(b.start_refill(0), None, "exactly at the mark");
+        b.next_id().unwrap();
+        assert_eq!(b.start_refill(0), Some(10));
+        b.refill_failed();
+        assert!(b.wants_refill());
+    }
+
+    #[test]
+    fn adaptive_sizing_tracks_demand() {
+        let policy = BufferPolicy::new(BufferConfig {
+            sizing: Sizing::Adaptive {
+                buffer_seconds: 2.0,
+                min_block: 100,
+                max_block: 1_000_000,
+            },
+            low_water: 0.5,
+            demand_window: Duration::from_secs(1),
+        })
+        .unwrap();
+        let mut b = Buffer::new(policy);
+        assert_eq!(b.target_block(), 100);
+        let spec = SequenceSpec::default_64();
+        let mut wm = spec.initial_watermark();
+        b.observe(0);
+        // 10 seconds at 50,000 ids/s, observed every 100 ms.
+        for tick in 1..=100u64 {
+            let blk = spec.reserve(wm, 1_000_000).unwrap();
+            wm = blk.end();
+            if b.buffered() < 5_000 {
+                b.push(blk).unwrap();
+            }
+            let mut out = Vec::new();
+            assert_eq!(b.take(5_000, &mut out), 5_000);
+            b.observe(tick * 100_000_000);
+        }
+        let rate = b.demand_per_sec();
+        assert!((rate - 50_000.0).abs() < 500.0, "rate {rate}");
+        assert!(
+            (99_000..=101_000).contains(&b.target_block()),
+            "{}",
+            b.target_block()
+        );
+        // Demand stops: the average decays and the block shrinks back toward the minimum.
+        for tick in 101..=200u64 {
+            b.observe(tick * 100_000_000);
+        }
+        assert!(b.target_block() < 100 * 2, "{}", b.target_block());
+    }
+
+    #[test]
+    fn shutdown_tail_and_burn_accounting() {
+        let mut b = Buffer::new(fixed(10));
+        b.push(Block::new(1, 11, 1).unwrap()).unwrap();
+        b.push(Block::new(11, 21, 1).unwrap()).unwrap(); // contiguous: merged
+        b.push(Block::new(31, 41, 1).unwrap()).unwrap(); // a gap: kept apart
+        for _ in 0..3 {
+            b.next_id().unwrap();
+        }
+        let tail = b.take_unused_tail().unwrap();
+        assert_eq!((tail.start(), tail.end()), (31, 41));
+        b.record_given_back(tail.len());
+        let s = b.stats();
+        assert_eq!(s.burned, 17);
+        assert_eq!(
+            s.received,
+            s.served + s.burned + s.given_back + b.buffered()
+        );
+        assert_eq!(b.next_id(), None);
+    }
+
+    #[test]
+    fn contiguous_blocks_merge_into_one_returnable_tail() {
+        let mut b = Buffer::new(fixed(10));
+        b.push(Block::new(1, 11, 1).unwrap()).unwrap();
+        b.next_id().unwrap();
+        b.push(Block::new(11, 21, 1).unwrap()).unwrap();
+        let tail = b.take_unused_tail().unwrap();
+        assert_eq!((tail.start(), tail.end(), tail.len()), (2, 21, 19));
+        assert_eq!(b.stats().burned, 0);
+    }
+
+    #[test]
+    fn bad_configs_are_rejected() {
+        let bad = |sizing, low_water| {
+            BufferPolicy::new(BufferConfig {
+                sizing,
+                low_water,
+                ..BufferConfig::default()
+            })
+        };
+        assert_eq!(
+            bad(Sizing::Fixed(0), 0.5),
+            Err(BufferConfigError::ZeroBlock)
+        );
+        assert_eq!(
+            bad(Sizing::Fixed(1), 0.0),
+            Err(BufferConfigError::BadLowWater(0.0))
+        );
+        assert!(matches!(
+            bad(
+                Sizing::Adaptive {
+                    buffer_seconds: 1.0,
+                    min_block: 10,
+                    max_block: 5
+                },
+                0.5
+            ),
+            Err(BufferConfigError::MinAboveMax { .. })
+        ));
+        assert!(matches!(
+            bad(
+                Sizing::Adaptive {
+                    buffer_seconds: f64::NAN,
+                    min_block: 1,
+                    max_block: 5
+                },
+                0.5
+            ),
+            Err(BufferConfigError::BadSeconds(_))
+        ));
+    }
+
+    #[test]
+    fn shared_block_chunks_are_disjoint_across_threads() {
+        let spec = SequenceSpec::new(Width::Bits64, 1, 3, 2).unwrap();
+        let block = spec.reserve(1, 1_000_000).unwrap();
+        let shared = std::sync::Arc::new(SharedBlock::new(block));
+        let handles: Vec<_> = (0..4)
+            .map(|i| {
+                let s = shared.clone();
+                std::thread::spawn(move || {
+                    let mut ids = vec![];
+                    while let Some(c) = s.take(97 + i) {
+                        ids.extend(c.ids());
+                    }
+                    ids
+                })
+            })
+            .collect();
+        let mut all: Vec<u64> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        all.sort_unstable();
+        assert_eq!(all, block.ids().collect::<Vec<_>>());
+    }
+
+    proptest! {
+        /// Whatever the sequence of blocks and takes, ids come out strictly increasing, each once,
+        /// and the accounting identity holds.
+        #[test]
+        fn ids_leave_in_order_and_accounting_holds(
+            ops in prop::collection::vec((0u8..4, 1u64..50, 0u64..5), 1..200),
+            step in 1u64..5,
+        ) {
+            let spec = SequenceSpec::new(Width::Bits32, 1, step, 0).unwrap();
+            let mut wm = spec.initial_watermark();
+            let mut b = Buffer::new(fixed(16));
+            let mut out: Vec<u64> = vec![];
+            for (op, n, gap) in ops {
+                match op {
+                    0 => {
+                        wm += gap * step; // another node took some ids in between
+                        let blk = spec.reserve(wm, n).unwrap();
+                        wm = blk.end();
+                        b.push(blk).unwrap();
+                    }
+                    1 => { if let Some(id) = b.next_id() { out.push(id) } }
+                    2 => { b.take(n, &mut out); }
+                    _ => { if let Some(blk) = b.take_block(n) { out.extend(blk.ids()) } }
+                }
+            }
+            prop_assert!(out.windows(2).all(|w| w[0] < w[1]));
+            prop_assert!(out.iter().all(|id| id % step == 0));
+            let s = b.stats();
+            prop_assert_eq!(s.served, out.len() as u64);
+            prop_assert_eq!(s.received, s.served + b.buffered());
+            let buffered = b.buffered();
+            if let Some(t) = b.take_unused_tail() { b.record_burned(t.len()); }
+            let s = b.stats();
+            prop_assert_eq!(s.received, s.served + s.burned);
+            prop_assert_eq!(s.burned, buffered);
+        }
+    }
+}
