@@ -288,7 +288,7 @@ impl Block {
     }
     /// Whether `id` is one of the block's ids.
     pub fn contains(&self, id: u64) -> bool {
-        id >= self.start && id < self.end && (id - self.start) % self.step == 0
+        id >= self.start && id < self.end && (id - self.start).is_multiple_of(self.step)
     }
 
     /// Splits off the first `count` ids as a sub-block (same step), returning it and the rest.

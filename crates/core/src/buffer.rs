@@ -93,8 +93,8 @@ pub enum BufferConfigError {
     ZeroWindow,
 }
 
-/// A validated [`BufferConfig`].
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A validated [`BufferConfig`]; the default is [`BufferConfig::default`]'s.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct BufferPolicy(BufferConfig);
 
 impl BufferPolicy {
@@ -134,12 +134,6 @@ impl BufferPolicy {
     /// The settings.
     pub fn config(&self) -> &BufferConfig {
         &self.0
-    }
-}
-
-impl Default for BufferPolicy {
-    fn default() -> Self {
-        BufferPolicy(BufferConfig::default())
     }
 }
 

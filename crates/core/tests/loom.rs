@@ -6,7 +6,9 @@
 #![allow(clippy::unwrap_used)]
 
 use idmint_core::snowflake::NextIdError;
-use idmint_core::{Block, FieldOrder, Layout, LayoutSpec, ManualClock, SharedBlock, SnowflakeGenerator};
+use idmint_core::{
+    Block, FieldOrder, Layout, LayoutSpec, ManualClock, SharedBlock, SnowflakeGenerator,
+};
 use loom::sync::Arc;
 use std::time::Duration;
 
@@ -76,7 +78,10 @@ fn shared_block_chunks_are_disjoint_under_every_interleaving() {
                 })
             })
             .collect();
-        let mut all: Vec<u64> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        let mut all: Vec<u64> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
         all.sort_unstable();
         assert_eq!(all, vec![10, 11, 12, 13, 14, 15]);
     });

@@ -1,0 +1,552 @@
+//! Node configuration: the typed, validated form, and its TOML file format.
+//!
+//! [`FileConfig::parse`] turns the text of an `idmint.toml` into types that cannot be wrong:
+//! every namespace name, sequence spec, layout and buffer policy is validated here, once, with an
+//! error that names the key. Unknown keys are errors (a typo must not silently fall back to a
+//! default). Reading the file and the environment is the binary's job, not this module's.
+//!
+//! The format is documented key by key in `docs/configuration.md`.
+
+use idmint_core::{
+    BufferConfig, BufferPolicy, FieldOrder, Layout, LayoutSpec, NamespaceName, SequenceSpec,
+    Sizing, Width,
+};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+use thiserror::Error;
+
+/// Default largest `count` of one request.
+pub const DEFAULT_MAX_COUNT: u64 = 10_000;
+
+/// How a sequence namespace caches blocks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CacheMode {
+    /// Buffer blocks, refilled in the background, sized by the policy.
+    Buffered(BufferPolicy),
+    /// No cache: every request reserves its ids straight from the authority (Flickr's ticket
+    /// server semantics: dense ids, one authority round trip per request).
+    Off,
+}
+
+/// What a namespace hands out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KindConfig {
+    /// Integers from leased blocks.
+    Sequence {
+        /// Which ids.
+        spec: SequenceSpec,
+        /// How they are cached.
+        cache: CacheMode,
+    },
+    /// Time-ordered 64-bit ids.
+    Snowflake {
+        /// The bit layout.
+        layout: Layout,
+        /// The worker (node field) id, given explicitly until worker leases exist.
+        worker: u64,
+    },
+    /// RFC 9562 UUIDv7.
+    Uuid7,
+    /// ULID.
+    Ulid,
+}
+
+impl KindConfig {
+    /// `sequence`, `snowflake`, `uuid7` or `ulid`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            KindConfig::Sequence { .. } => "sequence",
+            KindConfig::Snowflake { .. } => "snowflake",
+            KindConfig::Uuid7 => "uuid7",
+            KindConfig::Ulid => "ulid",
+        }
+    }
+}
+
+/// The validated settings of the node library.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeConfig {
+    /// Create a 64-bit sequence namespace with `default_sequence` on first use of an unknown name.
+    pub auto_create: bool,
+    /// Settings of auto-created namespaces.
+    pub default_sequence: (SequenceSpec, CacheMode),
+    /// Largest `count` one request may ask for.
+    pub max_count: u64,
+    /// How often refill tasks fold demand into their averages and check the low-water mark.
+    pub refill_tick: Duration,
+    /// How long a request waits for a refill before answering 503.
+    pub refill_wait: Duration,
+    /// Declared namespaces.
+    pub namespaces: BTreeMap<NamespaceName, KindConfig>,
+}
+
+impl Default for NodeConfig {
+    /// Auto-create 64-bit sequences with the adaptive default buffer; at most 10,000 ids per
+    /// request.
+    fn default() -> Self {
+        NodeConfig {
+            auto_create: true,
+            default_sequence: (
+                SequenceSpec::default_64(),
+                CacheMode::Buffered(BufferPolicy::default()),
+            ),
+            max_count: DEFAULT_MAX_COUNT,
+            refill_tick: Duration::from_millis(100),
+            refill_wait: Duration::from_secs(2),
+            namespaces: BTreeMap::new(),
+        }
+    }
+}
+
+/// The authority a config file selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AuthorityConfig {
+    /// The embedded file store in a directory (`None`: the data directory).
+    File {
+        /// Directory, if set in the file.
+        path: Option<PathBuf>,
+    },
+    /// In memory: nothing survives a restart. For experiments only.
+    Memory,
+}
+
+/// Everything an `idmint.toml` holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileConfig {
+    /// HTTP listen address, if set.
+    pub http: Option<SocketAddr>,
+    /// Data directory, if set.
+    pub data_dir: Option<PathBuf>,
+    /// The authority.
+    pub authority: AuthorityConfig,
+    /// The node settings.
+    pub node: NodeConfig,
+}
+
+/// A configuration error, naming the key at fault.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The TOML does not parse or does not match the schema.
+    #[error("{0}")]
+    Syntax(String),
+    /// A key holds an invalid value.
+    #[error("{key}: {message}")]
+    Invalid {
+        /// Dotted key path, e.g. `namespaces.photos.step`.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn invalid(key: impl Into<String>, message: impl ToString) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.to_string(),
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    authority: Option<RawAuthority>,
+    #[serde(default)]
+    defaults: RawSequence,
+    #[serde(default)]
+    namespaces: BTreeMap<String, RawNamespace>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    http: Option<String>,
+    data_dir: Option<PathBuf>,
+    auto_create: Option<bool>,
+    max_count: Option<u64>,
+    refill_wait_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuthority {
+    kind: String,
+    path: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize, Default, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawSequence {
+    width: Option<u32>,
+    start: Option<u64>,
+    step: Option<u64>,
+    offset: Option<u64>,
+    cache: Option<String>,
+    block_size: Option<u64>,
+    buffer_seconds: Option<f64>,
+    min_block: Option<u64>,
+    max_block: Option<u64>,
+    low_water: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNamespace {
+    kind: String,
+    #[serde(flatten)]
+    sequence: RawSequence,
+    layout: Option<RawLayout>,
+    worker: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawLayout {
+    Preset(String),
+    Custom(RawCustomLayout),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCustomLayout {
+    timestamp_bits: u8,
+    node_bits: u8,
+    sequence_bits: u8,
+    time_unit: String,
+    epoch: String,
+    #[serde(default)]
+    sequence_before_node: bool,
+    #[serde(default)]
+    max_bits: Option<u8>,
+}
+
+impl FileConfig {
+    /// Parses and validates the text of a config file.
+    pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
+        let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        let mut node = NodeConfig::default();
+        let http = raw
+            .server
+            .http
+            .as_deref()
+            .map(|s| {
+                s.parse::<SocketAddr>()
+                    .map_err(|e| invalid("server.http", format!("{s:?}: {e}")))
+            })
+            .transpose()?;
+        if let Some(auto) = raw.server.auto_create {
+            node.auto_create = auto;
+        }
+        if let Some(max) = raw.server.max_count {
+            if max == 0 {
+                return Err(invalid("server.max_count", "must be at least 1"));
+            }
+            node.max_count = max;
+        }
+        if let Some(ms) = raw.server.refill_wait_ms {
+            node.refill_wait = Duration::from_millis(ms);
+        }
+        node.default_sequence =
+            sequence_settings("defaults", &raw.defaults, &RawSequence::default())?;
+        for (name, ns) in &raw.namespaces {
+            let key = format!("namespaces.{name}");
+            let parsed = NamespaceName::new(name).map_err(|e| invalid(&key, e))?;
+            let kind = namespace_kind(&key, ns, &raw.defaults)?;
+            node.namespaces.insert(parsed, kind);
+        }
+        let authority = match raw.authority {
+            None => AuthorityConfig::File { path: None },
+            Some(a) => match a.kind.as_str() {
+                "file" => AuthorityConfig::File { path: a.path },
+                "memory" => AuthorityConfig::Memory,
+                other => {
+                    return Err(invalid(
+                        "authority.kind",
+                        format!("unknown authority {other:?}; known: file, memory"),
+                    ))
+                }
+            },
+        };
+        Ok(FileConfig {
+            http,
+            data_dir: raw.server.data_dir,
+            authority,
+            node,
+        })
+    }
+}
+
+fn namespace_kind(
+    key: &str,
+    ns: &RawNamespace,
+    defaults: &RawSequence,
+) -> Result<KindConfig, ConfigError> {
+    let seq_keys_set = ns.sequence.width.is_some()
+        || ns.sequence.start.is_some()
+        || ns.sequence.step.is_some()
+        || ns.sequence.offset.is_some()
+        || ns.sequence.cache.is_some()
+        || ns.sequence.block_size.is_some()
+        || ns.sequence.buffer_seconds.is_some()
+        || ns.sequence.min_block.is_some()
+        || ns.sequence.max_block.is_some()
+        || ns.sequence.low_water.is_some();
+    match ns.kind.as_str() {
+        "sequence" => {
+            if ns.layout.is_some() || ns.worker.is_some() {
+                return Err(invalid(
+                    key,
+                    "layout and worker belong to snowflake namespaces",
+                ));
+            }
+            let (spec, cache) = sequence_settings(key, &ns.sequence, defaults)?;
+            Ok(KindConfig::Sequence { spec, cache })
+        }
+        "snowflake" => {
+            if seq_keys_set {
+                return Err(invalid(
+                    key,
+                    "width/start/step/offset/cache keys belong to sequence namespaces",
+                ));
+            }
+            let layout = match &ns.layout {
+                None => Layout::twitter(),
+                Some(RawLayout::Preset(p)) => {
+                    Layout::preset(p).map_err(|e| invalid(format!("{key}.layout"), e))?
+                }
+                Some(RawLayout::Custom(c)) => custom_layout(&format!("{key}.layout"), c)?,
+            };
+            let worker = ns.worker.ok_or_else(|| {
+                invalid(
+                    format!("{key}.worker"),
+                    "a snowflake namespace needs an explicit worker id (0 to the layout's maximum)",
+                )
+            })?;
+            if worker > layout.max_node() {
+                return Err(invalid(
+                    format!("{key}.worker"),
+                    format!(
+                        "{worker} does not fit in {} node bits (maximum {})",
+                        layout.node_bits(),
+                        layout.max_node()
+                    ),
+                ));
+            }
+            Ok(KindConfig::Snowflake { layout, worker })
+        }
+        "uuid7" | "ulid" => {
+            if seq_keys_set || ns.layout.is_some() || ns.worker.is_some() {
+                return Err(invalid(
+                    key,
+                    format!("a {} namespace takes no settings besides kind", ns.kind),
+                ));
+            }
+            Ok(if ns.kind == "uuid7" {
+                KindConfig::Uuid7
+            } else {
+                KindConfig::Ulid
+            })
+        }
+        other => Err(invalid(
+            format!("{key}.kind"),
+            format!("unknown kind {other:?}; known: sequence, snowflake, uuid7, ulid"),
+        )),
+    }
+}
+
+fn custom_layout(key: &str, c: &RawCustomLayout) -> Result<Layout, ConfigError> {
+    let time_unit = humantime::parse_duration(&c.time_unit).map_err(|e| {
+        invalid(
+            format!("{key}.time_unit"),
+            format!(
+                "{:?}: {e} (write e.g. \"1ms\", \"10ms\", \"1s\")",
+                c.time_unit
+            ),
+        )
+    })?;
+    let epoch = humantime::parse_rfc3339_weak(&c.epoch).map_err(|e| {
+        invalid(
+            format!("{key}.epoch"),
+            format!("{:?}: {e} (write e.g. \"2020-01-01T00:00:00Z\")", c.epoch),
+        )
+    })?;
+    let epoch_unix_ms = epoch
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| invalid(format!("{key}.epoch"), "must not be before 1970"))?
+        .as_millis();
+    let epoch_unix_ms =
+        u64::try_from(epoch_unix_ms).map_err(|_| invalid(format!("{key}.epoch"), "too late"))?;
+    Layout::new(LayoutSpec {
+        timestamp_bits: c.timestamp_bits,
+        node_bits: c.node_bits,
+        sequence_bits: c.sequence_bits,
+        time_unit,
+        epoch_unix_ms,
+        order: if c.sequence_before_node {
+            FieldOrder::SequenceThenNode
+        } else {
+            FieldOrder::NodeThenSequence
+        },
+        max_bits: c.max_bits.unwrap_or(63),
+    })
+    .map_err(|e| invalid(key, e))
+}
+
+fn sequence_settings(
+    key: &str,
+    s: &RawSequence,
+    d: &RawSequence,
+) -> Result<(SequenceSpec, CacheMode), ConfigError> {
+    let width_bits = s.width.or(d.width).unwrap_or(64);
+    let width = Width::from_bits(width_bits).ok_or_else(|| {
+        invalid(
+            format!("{key}.width"),
+            format!("{width_bits}: must be 32 or 64"),
+        )
+    })?;
+    let spec = SequenceSpec::new(
+        width,
+        s.start.or(d.start).unwrap_or(1),
+        s.step.or(d.step).unwrap_or(1),
+        s.offset.or(d.offset).unwrap_or(0),
+    )
+    .map_err(|e| invalid(key, e))?;
+    let defaults = BufferConfig::default();
+    let (d_secs, d_min, d_max) = match defaults.sizing {
+        Sizing::Adaptive {
+            buffer_seconds,
+            min_block,
+            max_block,
+        } => (buffer_seconds, min_block, max_block),
+        Sizing::Fixed(n) => (10.0, n, n),
+    };
+    let low_water = s.low_water.or(d.low_water).unwrap_or(defaults.low_water);
+    let cache_name = s
+        .cache
+        .clone()
+        .or_else(|| d.cache.clone())
+        .unwrap_or_else(|| "adaptive".to_owned());
+    let sizing = match cache_name.as_str() {
+        "off" => return Ok((spec, CacheMode::Off)),
+        "adaptive" => Sizing::Adaptive {
+            buffer_seconds: s.buffer_seconds.or(d.buffer_seconds).unwrap_or(d_secs),
+            min_block: s.min_block.or(d.min_block).unwrap_or(d_min),
+            max_block: s.max_block.or(d.max_block).unwrap_or(d_max),
+        },
+        "fixed" => Sizing::Fixed(s.block_size.or(d.block_size).ok_or_else(|| {
+            invalid(
+                format!("{key}.block_size"),
+                "cache = \"fixed\" needs block_size",
+            )
+        })?),
+        other => {
+            return Err(invalid(
+                format!("{key}.cache"),
+                format!("unknown cache mode {other:?}; known: adaptive, fixed, off"),
+            ))
+        }
+    };
+    let policy = BufferPolicy::new(BufferConfig {
+        sizing,
+        low_water,
+        ..defaults
+    })
+    .map_err(|e| invalid(key, e))?;
+    Ok((spec, CacheMode::Buffered(policy)))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn full_example_parses() {
+        let cfg = FileConfig::parse(
+            r#"
+            [server]
+            http = "127.0.0.1:9000"
+            auto_create = false
+            max_count = 500
+
+            [authority]
+            kind = "file"
+            path = "/var/lib/idmint"
+
+            [namespaces.photos]
+            kind = "sequence"
+            width = 32
+            step = 2
+            offset = 1
+            cache = "off"
+
+            [namespaces.orders]
+            kind = "sequence"
+            cache = "fixed"
+            block_size = 5000
+
+            [namespaces.tweets]
+            kind = "snowflake"
+            layout = "twitter"
+            worker = 7
+
+            [namespaces.events]
+            kind = "snowflake"
+            worker = 1
+            layout = { timestamp_bits = 40, node_bits = 3, sequence_bits = 20, time_unit = "1ms", epoch = "2024-01-01T00:00:00Z" }
+
+            [namespaces.sessions]
+            kind = "uuid7"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(cfg.http, Some("127.0.0.1:9000".parse().unwrap()));
+        assert!(!cfg.node.auto_create);
+        assert_eq!(cfg.node.max_count, 500);
+        let photos = &cfg.node.namespaces[&NamespaceName::new("photos").unwrap()];
+        assert!(
+            matches!(photos, KindConfig::Sequence { cache: CacheMode::Off, spec } if spec.step() == 2 && spec.width() == Width::Bits32)
+        );
+        let events = &cfg.node.namespaces[&NamespaceName::new("events").unwrap()];
+        assert!(
+            matches!(events, KindConfig::Snowflake { layout, worker: 1 } if layout.sequence_bits() == 20)
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let err = |t: &str| FileConfig::parse(t).unwrap_err().to_string();
+        assert!(err("[namespaces.x]\nkind = \"snowflake\"\n").contains("namespaces.x.worker"));
+        assert!(
+            err("[namespaces.x]\nkind = \"snowflake\"\nworker = 1024\n").contains("maximum 1023")
+        );
+        assert!(
+            err("[namespaces.x]\nkind = \"sequence\"\nstep = 2\noffset = 2\n")
+                .starts_with("namespaces.x:")
+        );
+        assert!(
+            err("[namespaces.x]\nkind = \"sequence\"\nwidth = 16\n").contains("namespaces.x.width")
+        );
+        assert!(err("[namespaces.x]\nkind = \"snowflake\"\nworker = 1\nlayout = { timestamp_bits = 41, node_bits = 12, sequence_bits = 12, time_unit = \"1ms\", epoch = \"2020-01-01T00:00:00Z\" }\n").contains("65 bits"));
+        assert!(err("[namespaces.x]\nkind = \"blob\"\n").contains("unknown kind"));
+        assert!(err("[server]\nhttp = \"nowhere\"\n").contains("server.http"));
+        assert!(err("[server]\nhttpp = \"x\"\n").contains("unknown field"));
+        assert!(
+            err("[namespaces.\"bad/name\"]\nkind = \"uuid7\"\n").contains("namespaces.bad/name")
+        );
+    }
+
+    #[test]
+    fn empty_file_is_the_default() {
+        let cfg = FileConfig::parse("").unwrap();
+        assert_eq!(cfg.node, NodeConfig::default());
+        assert_eq!(cfg.authority, AuthorityConfig::File { path: None });
+    }
+}

@@ -1,0 +1,112 @@
+//! Errors of the node library, each with the stable snake_case code and HTTP status the API
+//! answers with. Messages are for users: they say what is wrong and, where it helps, what to do;
+//! they never carry internals beyond the authority's own short reason.
+
+use idmint_core::NamespaceNameError;
+use thiserror::Error;
+
+/// Why a request for ids, a block or a decode failed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum IdError {
+    /// The namespace name is not valid.
+    #[error("invalid namespace name: {0}")]
+    InvalidNamespace(#[from] NamespaceNameError),
+    /// No such namespace, and auto-create is off.
+    #[error("namespace {0:?} is not configured (auto_create is off)")]
+    UnknownNamespace(String),
+    /// `count` is not a number in range.
+    #[error("{0}")]
+    InvalidCount(String),
+    /// Another query parameter or a path part is wrong.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// The id to decode is not an id of the namespace.
+    #[error("{0}")]
+    InvalidId(String),
+    /// The operation does not apply to this kind of namespace.
+    #[error("{0}")]
+    WrongKind(String),
+    /// A 32/64-bit sequence namespace has no id left.
+    #[error("namespace {name:?} is exhausted: every {bits}-bit id has been handed out")]
+    Exhausted {
+        /// Namespace.
+        name: String,
+        /// Width.
+        bits: u32,
+    },
+    /// A snowflake layout's timestamp field has run out.
+    #[error("namespace {0:?}: the layout's timestamp field has run out; configure a later epoch or wider timestamp")]
+    TimeExhausted(String),
+    /// The authority cannot be reached and the buffer is empty.
+    #[error("namespace {name:?}: no ids buffered and the authority is unavailable: {reason}")]
+    Unavailable {
+        /// Namespace.
+        name: String,
+        /// What the authority said, or that it did not answer in time.
+        reason: String,
+    },
+    /// The stored namespace's settings differ from the configured ones.
+    #[error("{0}")]
+    Conflict(String),
+    /// The node is shutting down.
+    #[error("the node is shutting down")]
+    ShuttingDown,
+    /// A broken invariant; the namespace stops serving rather than risk a duplicate.
+    #[error("namespace {0:?} stopped serving after an internal consistency check failed; see the server log")]
+    Internal(String),
+}
+
+impl IdError {
+    /// The stable error code of the API.
+    pub fn code(&self) -> &'static str {
+        match self {
+            IdError::InvalidNamespace(_) => "invalid_namespace",
+            IdError::UnknownNamespace(_) => "unknown_namespace",
+            IdError::InvalidCount(_) => "invalid_count",
+            IdError::InvalidRequest(_) => "invalid_request",
+            IdError::InvalidId(_) => "invalid_id",
+            IdError::WrongKind(_) => "wrong_kind",
+            IdError::Exhausted { .. } => "namespace_exhausted",
+            IdError::TimeExhausted(_) => "time_exhausted",
+            IdError::Unavailable { .. } => "authority_unavailable",
+            IdError::Conflict(_) => "settings_conflict",
+            IdError::ShuttingDown => "shutting_down",
+            IdError::Internal(_) => "internal_error",
+        }
+    }
+
+    /// The HTTP status of the API.
+    pub fn status(&self) -> u16 {
+        match self {
+            IdError::InvalidNamespace(_)
+            | IdError::InvalidCount(_)
+            | IdError::InvalidRequest(_)
+            | IdError::InvalidId(_) => 400,
+            IdError::UnknownNamespace(_) => 404,
+            IdError::WrongKind(_)
+            | IdError::Exhausted { .. }
+            | IdError::TimeExhausted(_)
+            | IdError::Conflict(_) => 409,
+            IdError::Unavailable { .. } | IdError::ShuttingDown => 503,
+            IdError::Internal(_) => 500,
+        }
+    }
+}
+
+/// Why a node could not start.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// A declared namespace could not be set up.
+    #[error("namespace {name}: {message}")]
+    Namespace {
+        /// Namespace.
+        name: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Serving failed.
+    #[error("serving HTTP failed: {0}")]
+    Io(#[from] std::io::Error),
+}

@@ -1,0 +1,281 @@
+//! The node: the set of namespaces being served, their background tasks, and shutdown.
+//!
+//! Namespaces live in a map behind a `std::sync::RwLock` that is only read on the request path
+//! (a clone of an `Arc`) and written when a namespace is first used; creation itself, which talks
+//! to the authority, is serialised by an async mutex so two first requests create a namespace
+//! once. No std lock is held across `.await`.
+//!
+//! Shutdown order matters for uniqueness: stop the refill tasks and wait for them (an in-flight
+//! reservation completes and lands in the buffer), then hand back each buffer's unused tail.
+
+use crate::config::{CacheMode, KindConfig, NodeConfig};
+use crate::error::{IdError, NodeError};
+use crate::metrics::{Metrics, NamespaceLabels};
+use crate::namespace::{Namespace, SequenceNamespace, SnowflakeNamespace};
+use idmint_core::{NamespaceName, SequenceSpec, UlidGenerator, Uuid7Generator};
+use idmint_store::{Authority, StoreError};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// What a graceful shutdown did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Ids handed back to the authority.
+    pub given_back: u64,
+    /// Ids burned (buffered but neither served nor returnable).
+    pub burned: u64,
+}
+
+/// A running node. Create with [`Node::start`], serve with [`crate::http::router`].
+#[derive(Debug)]
+pub struct Node {
+    config: NodeConfig,
+    authority: Arc<dyn Authority>,
+    metrics: Arc<Metrics>,
+    namespaces: RwLock<HashMap<NamespaceName, Arc<Namespace>>>,
+    creating: tokio::sync::Mutex<()>,
+    stop: watch::Sender<bool>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    draining: AtomicBool,
+}
+
+impl Node {
+    /// Sets up every declared namespace (creating sequence namespaces in the authority, checking
+    /// the stored settings match) and starts their background tasks. Must run inside a tokio
+    /// runtime.
+    pub async fn start(
+        config: NodeConfig,
+        authority: Arc<dyn Authority>,
+    ) -> Result<Arc<Node>, NodeError> {
+        let (stop, _) = watch::channel(false);
+        let node = Arc::new(Node {
+            config,
+            authority,
+            metrics: Arc::new(Metrics::new()),
+            namespaces: RwLock::new(HashMap::new()),
+            creating: tokio::sync::Mutex::new(()),
+            stop,
+            tasks: Mutex::new(Vec::new()),
+            draining: AtomicBool::new(false),
+        });
+        let declared: Vec<(NamespaceName, KindConfig)> = node
+            .config
+            .namespaces
+            .iter()
+            .map(|(n, k)| (n.clone(), k.clone()))
+            .collect();
+        for (name, kind) in declared {
+            node.install(&name, &kind)
+                .await
+                .map_err(|e| NodeError::Namespace {
+                    name: name.to_string(),
+                    message: e.to_string(),
+                })?;
+        }
+        // Snowflake clock watch: report wall-clock steps once a second.
+        let watcher = {
+            let node = node.clone();
+            let mut stop = node.stop.subscribe();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        _ = stop.changed() => return,
+                    }
+                    for ns in node.all() {
+                        if let Namespace::Snowflake(s) = &*ns {
+                            s.check_clock();
+                        }
+                    }
+                }
+            })
+        };
+        node.lock_tasks().push(watcher);
+        Ok(node)
+    }
+
+    fn lock_tasks(&self) -> std::sync::MutexGuard<'_, Vec<JoinHandle<()>>> {
+        self.tasks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+    /// The authority.
+    pub fn authority(&self) -> &Arc<dyn Authority> {
+        &self.authority
+    }
+    /// Whether shutdown has begun.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+    /// Marks the node as shutting down: `/readyz` answers 503 from now on.
+    pub fn begin_drain(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// Every namespace served so far, sorted by name.
+    pub fn all(&self) -> Vec<Arc<Namespace>> {
+        let map = self.namespaces.read().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<_> = map.values().cloned().collect();
+        v.sort_by(|a, b| a.name().cmp(b.name()));
+        v
+    }
+
+    /// The namespace called `name`, set up on first use (auto-created as a default sequence if
+    /// allowed).
+    pub async fn namespace(&self, name: &str) -> Result<Arc<Namespace>, IdError> {
+        let name = NamespaceName::new(name)?;
+        if let Some(ns) = self.lookup(&name) {
+            return Ok(ns);
+        }
+        if !self.config.auto_create {
+            return Err(IdError::UnknownNamespace(name.to_string()));
+        }
+        if self.is_draining() {
+            return Err(IdError::ShuttingDown);
+        }
+        let _creating = self.creating.lock().await;
+        if let Some(ns) = self.lookup(&name) {
+            return Ok(ns);
+        }
+        // A namespace created earlier (by auto-create) keeps its stored spec.
+        let (default_spec, cache) = self.config.default_sequence;
+        let spec = match self.authority.state(&name).await {
+            Ok(Some(state)) => state.spec,
+            Ok(None) => default_spec,
+            Err(e) => {
+                return Err(IdError::Unavailable {
+                    name: name.to_string(),
+                    reason: e.to_string(),
+                })
+            }
+        };
+        self.install(&name, &KindConfig::Sequence { spec, cache })
+            .await
+    }
+
+    fn lookup(&self, name: &NamespaceName) -> Option<Arc<Namespace>> {
+        self.namespaces
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    async fn install(
+        &self,
+        name: &NamespaceName,
+        kind: &KindConfig,
+    ) -> Result<Arc<Namespace>, IdError> {
+        let ns = match kind {
+            KindConfig::Sequence { spec, cache } => {
+                let seq = self.sequence(name, *spec, *cache).await?;
+                let task = tokio::spawn(
+                    seq.clone()
+                        .refill_loop(self.config.refill_tick, self.stop.subscribe()),
+                );
+                self.lock_tasks().push(task);
+                Namespace::Sequence(seq)
+            }
+            KindConfig::Snowflake { layout, worker } => Namespace::Snowflake(
+                SnowflakeNamespace::new(name.clone(), *layout, *worker, self.metrics.clone())
+                    .map_err(|e| IdError::Conflict(format!("namespace {name}: {e}")))?,
+            ),
+            KindConfig::Uuid7 => Namespace::Uuid7(name.clone(), Uuid7Generator::default()),
+            KindConfig::Ulid => Namespace::Ulid(name.clone(), UlidGenerator::default()),
+        };
+        let ns = Arc::new(ns);
+        self.namespaces
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone(), ns.clone());
+        tracing::info!(namespace = %name, kind = ns.kind(), "serving namespace");
+        Ok(ns)
+    }
+
+    async fn sequence(
+        &self,
+        name: &NamespaceName,
+        spec: SequenceSpec,
+        cache: CacheMode,
+    ) -> Result<Arc<SequenceNamespace>, IdError> {
+        let state = self
+            .authority
+            .ensure_namespace(name, spec)
+            .await
+            .map_err(|e| match e {
+                StoreError::SpecConflict { .. } => IdError::Conflict(e.to_string()),
+                other => IdError::Unavailable {
+                    name: name.to_string(),
+                    reason: other.to_string(),
+                },
+            })?;
+        Ok(SequenceNamespace::new(
+            name.clone(),
+            spec,
+            cache,
+            state.watermark,
+            self.authority.clone(),
+            self.metrics.clone(),
+            self.config.refill_wait,
+        ))
+    }
+
+    /// Refreshes the gauges mirrored from namespace state, for a scrape.
+    pub fn refresh_gauges(&self) {
+        for ns in self.all() {
+            if let Namespace::Sequence(s) = &*ns {
+                let labels = NamespaceLabels {
+                    namespace: s_name(&ns),
+                };
+                let (buffered, burned, demand) =
+                    s.with_buffer(|b| (b.buffered(), b.stats().burned, b.demand_per_sec()));
+                self.metrics
+                    .buffered
+                    .get_or_create(&labels)
+                    .set(i64::try_from(buffered).unwrap_or(i64::MAX));
+                self.metrics
+                    .burned
+                    .get_or_create(&labels)
+                    .set(i64::try_from(burned).unwrap_or(i64::MAX));
+                self.metrics.demand.get_or_create(&labels).set(demand);
+            }
+        }
+    }
+
+    /// Stops the background tasks, waits for them, and hands back every sequence buffer's
+    /// unused tail. Call after the HTTP server stopped accepting and answered in-flight requests.
+    pub async fn shutdown(&self) -> ShutdownReport {
+        self.begin_drain();
+        self.stop.send_replace(true);
+        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *self.lock_tasks());
+        for t in tasks {
+            if let Err(e) = t.await {
+                tracing::error!(error = %e, "a background task failed");
+            }
+        }
+        let mut report = ShutdownReport::default();
+        for ns in self.all() {
+            if let Namespace::Sequence(s) = &*ns {
+                let (given, burned) = s.give_back().await;
+                report.given_back += given;
+                report.burned += burned;
+            }
+        }
+        report
+    }
+}
+
+fn s_name(ns: &Namespace) -> String {
+    ns.name().to_string()
+}
