@@ -87,6 +87,12 @@ fn ns_per_call(mut f: impl FnMut() -> u64) -> f64 {
     v[2]
 }
 
+/// A varying dividend that costs nothing to produce.
+fn origin_ns() -> u64 {
+    static X: AtomicU64 = AtomicU64::new(1_780_000_000_000_000_000);
+    X.fetch_add(0, Ordering::Relaxed) ^ 0x5555
+}
+
 fn fmt_rate(r: f64) -> String {
     if r >= 1e9 {
         format!("{:.2} G/s", r / 1e9)
@@ -146,6 +152,14 @@ fn main() {
                 use rand::RngCore;
                 rand::rng().next_u64()
             }),
+        ),
+        (
+            "u64 division by a runtime divisor (Layout::unit_nanos, 1_000_000)",
+            ns_per_call(|| black_box(origin_ns()) / black_box(1_000_000u64)),
+        ),
+        (
+            "u64 division by the constant 1_000_000 (compiled to a multiply)",
+            ns_per_call(|| black_box(origin_ns()) / 1_000_000),
         ),
         (
             "AtomicU64 compare_exchange, uncontended",

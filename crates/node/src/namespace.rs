@@ -21,6 +21,7 @@ use idmint_core::{
     SnowflakeGenerator, SystemClock, UlidGenerator, Uuid7Generator,
 };
 use idmint_store::{Authority, GiveBack, StoreError};
+use prometheus_client::metrics::counter::Counter;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -113,6 +114,7 @@ pub struct SequenceNamespace {
     authority: Arc<dyn Authority>,
     metrics: Arc<Metrics>,
     labels: NamespaceLabels,
+    served_counter: Counter,
     buffer: Mutex<Buffer>,
     wake_refill: Notify,
     outcome: watch::Sender<RefillOutcome>,
@@ -145,10 +147,13 @@ impl SequenceNamespace {
             CacheMode::Off => BufferPolicy::default(),
         };
         let (outcome, _) = watch::channel(RefillOutcome::default());
+        let labels = NamespaceLabels {
+            namespace: name.to_string(),
+        };
+        let served_counter = metrics.ids_served.get_or_create(&labels).clone();
         Arc::new(SequenceNamespace {
-            labels: NamespaceLabels {
-                namespace: name.to_string(),
-            },
+            served_counter,
+            labels,
             name,
             spec,
             cache,
@@ -265,26 +270,28 @@ impl SequenceNamespace {
         count: u64,
         mut take: impl FnMut(&mut Buffer, u64) -> u64,
     ) -> Result<(), IdError> {
-        let mut taken = 0u64;
+        // Fast path: the buffer has enough, nothing to wait for.
+        let (mut taken, wants_refill) = self.with_buffer(|b| (take(b, count), b.wants_refill()));
+        if taken > 0 {
+            self.served_counter.inc_by(taken);
+        }
+        if wants_refill || taken < count {
+            self.wake_refill.notify_one();
+        }
+        if taken >= count {
+            return Ok(());
+        }
         let mut outcomes = self.outcome.subscribe();
         let deadline = tokio::time::Instant::now() + self.refill_wait;
         loop {
             outcomes.borrow_and_update();
-            let (got, wants_refill) = self.with_buffer(|b| {
-                let got = take(b, count - taken);
-                (got, b.wants_refill())
-            });
+            let got = self.with_buffer(|b| take(b, count - taken));
             taken += got;
             if got > 0 {
-                self.metrics
-                    .ids_served
-                    .get_or_create(&self.labels)
-                    .inc_by(got);
+                self.served_counter.inc_by(got);
             }
             if taken >= count {
-                if wants_refill {
-                    self.wake_refill.notify_one();
-                }
+                self.wake_refill.notify_one();
                 return Ok(());
             }
             self.shortfall.fetch_add(count - taken, Ordering::Relaxed);

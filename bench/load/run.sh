@@ -1,0 +1,276 @@
+#!/usr/bin/env bash
+# Load benchmark of idmint's server against the two classic baselines, on this machine,
+# with the same client concurrency for all of them:
+#   1. idmint  GET /v1/ids/bench?count=1    (wrk)
+#   2. idmint  GET /v1/ids/bench?count=100  (wrk)
+#   3. Redis   INCR                          (redis-benchmark)
+#   4. MariaDB Flickr ticket server          (bench/load/client, Rust + mysql_async)
+#   5. idmint resident memory after the load
+# then a summary table with the targets met or missed.
+#
+# Usage:  bash bench/load/run.sh
+# Knobs (environment): CONNS=50 THREADS=2 DURATION=20 WARMUP=5 KEEP_DB=0
+#   DURATION/WARMUP are seconds per measurement. KEEP_DB=1 keeps the idmint_bench database.
+#
+# Loopback only. Starts (and stops) only the idmint server; the system Redis and MariaDB are
+# used as they are (started if they are not running, and then left running).
+set -euo pipefail
+
+CONNS=${CONNS:-50}
+THREADS=${THREADS:-2}
+DURATION=${DURATION:-20}
+WARMUP=${WARMUP:-5}
+KEEP_DB=${KEEP_DB:-0}
+NS=bench
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+CLIENT_DIR="$HERE/client"
+TICKS=$(getconf CLK_TCK)
+
+say() { printf '\n== %s\n' "$*"; }
+die() { printf '\nrun.sh: ERROR: %s\n' "$*" >&2; exit 1; }
+
+WORK=""
+SERVER_PID=""
+cleanup() {
+    local rc=$?
+    if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill -TERM "$SERVER_PID" 2>/dev/null || true
+        for _ in $(seq 1 100); do
+            kill -0 "$SERVER_PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -0 "$SERVER_PID" 2>/dev/null && kill -KILL "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    fi
+    [[ -n "$WORK" && -d "$WORK" ]] && rm -rf "$WORK"
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------------------------------------
+say "prerequisites"
+SUDO=""
+[[ $(id -u) -eq 0 ]] || SUDO="sudo"
+need_pkgs=()
+command -v wrk >/dev/null || need_pkgs+=(wrk)
+command -v redis-benchmark >/dev/null || need_pkgs+=(redis-tools)
+command -v redis-server >/dev/null || need_pkgs+=(redis-server)
+command -v mariadb >/dev/null || command -v mysql >/dev/null || need_pkgs+=(mariadb-client)
+if ((${#need_pkgs[@]})); then
+    echo "installing: ${need_pkgs[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+for t in wrk redis-benchmark redis-cli cargo; do
+    command -v "$t" >/dev/null || die "$t is missing (apt-get install -y wrk redis-tools; cargo from rustup)"
+done
+MYSQL=$(command -v mariadb || command -v mysql) || die "no mariadb/mysql client (apt-get install -y mariadb-client)"
+sql() { "$MYSQL" -uroot -h127.0.0.1 -P3306 --batch --skip-column-names "$@"; }
+
+# Redis at 127.0.0.1:6379
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+    command -v redis-server >/dev/null || die "Redis is not running on 127.0.0.1:6379 and redis-server is not installed (apt-get install -y redis-server)"
+    echo "Redis not running: starting redis-server on 127.0.0.1:6379 (left running afterwards)"
+    redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no >/dev/null
+    for _ in $(seq 1 50); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.1; done
+    redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || die "Redis did not start on 127.0.0.1:6379"
+fi
+
+# MariaDB at 127.0.0.1:3306, root with an empty password
+if ! sql -e 'SELECT 1' >/dev/null 2>&1; then
+    if [[ -x /usr/sbin/mariadbd ]] && ! pidof mariadbd >/dev/null; then
+        echo "MariaDB not running: starting /usr/sbin/mariadbd (left running afterwards)"
+        $SUDO mkdir -p /run/mysqld
+        $SUDO chown mysql:mysql /run/mysqld 2>/dev/null || true
+        $SUDO start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+        for _ in $(seq 1 60); do sql -e 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.5; done
+    fi
+    sql -e 'SELECT 1' >/dev/null 2>&1 ||
+        die "MariaDB does not answer on 127.0.0.1:3306 as root with an empty password (installed: $([[ -x /usr/sbin/mariadbd ]] && echo yes || echo 'no: apt-get install -y mariadb-server'); running: $(pidof mariadbd >/dev/null && echo yes || echo no))"
+fi
+echo "wrk: $(wrk --version 2>&1 | head -1 | cut -c1-40)"
+echo "redis: $(redis-cli -h 127.0.0.1 -p 6379 info server | tr -d '\r' | awk -F: '/^redis_version/{print $2}'), $(redis-benchmark --version)"
+echo "mariadb: $(sql -e 'SELECT VERSION()')"
+
+# ---------------------------------------------------------------------------------------------
+say "building (one at a time: 2 cores)"
+(cd "$ROOT" && cargo build --release -p idmint-cli 2>&1 | tail -n 2)
+IDMINT="$ROOT/target/release/idmint"
+[[ -x "$IDMINT" ]] || die "no $IDMINT after the build"
+CARGO_TARGET_DIR="$CLIENT_DIR/target" cargo build --release --manifest-path "$CLIENT_DIR/Cargo.toml" 2>&1 | tail -n 2
+TICKET_LOAD="$CLIENT_DIR/target/release/idmint-load-client"
+[[ -x "$TICKET_LOAD" ]] || die "no $TICKET_LOAD after the build"
+
+# ---------------------------------------------------------------------------------------------
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/idmint-load.XXXXXX")
+cat >"$WORK/report.lua" <<'EOF'
+-- Prints one machine-readable line at the end of a wrk run (latencies in microseconds).
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    "WRK requests=%d duration_us=%d p50_us=%d p90_us=%d p99_us=%d p999_us=%d max_us=%d mean_us=%.1f err_connect=%d err_read=%d err_write=%d err_status=%d err_timeout=%d\n",
+    summary.requests, summary.duration,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99),
+    latency:percentile(99.9), latency.max, latency.mean,
+    e.connect, e.read, e.write, e.status, e.timeout))
+end
+EOF
+
+# CPU ticks (user+system) used so far by a process.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# Cores used by PID over a run: (ticks after - ticks before) / CLK_TCK / seconds.
+cores_used() { awk -v a="$1" -v b="$2" -v t="$TICKS" -v s="$3" 'BEGIN{ if (s>0) printf "%.2f", (b-a)/t/s; else print "?" }'; }
+kv() { sed -n "s/.*[[:space:]]$1=\([^[:space:]]*\).*/\1/p" | head -n1; }
+
+say "starting idmint (fresh data dir, ephemeral port)"
+mkdir -p "$WORK/data"
+RUST_LOG=${RUST_LOG:-info} "$IDMINT" serve --data-dir "$WORK/data" --http 127.0.0.1:0 >"$WORK/server.out" 2>"$WORK/server.err" &
+SERVER_PID=$!
+BASE=""
+for _ in $(seq 1 100); do
+    BASE=$(sed -n 's/^idmint listening on \(http:[^ ]*\).*/\1/p' "$WORK/server.out" | head -n1)
+    [[ -n "$BASE" ]] && break
+    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/server.err" >&2; die "idmint exited at start"; }
+    sleep 0.1
+done
+[[ -n "$BASE" ]] || die "idmint did not report its address"
+for _ in $(seq 1 100); do
+    curl -fsS "$BASE/healthz" >/dev/null 2>&1 && break
+    sleep 0.1
+done
+curl -fsS "$BASE/healthz" >/dev/null || die "idmint $BASE/healthz does not answer"
+echo "idmint pid $SERVER_PID at $BASE"
+echo "NOTE: client and server share this machine's $(nproc) cores ($(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n1)); every client below runs with $CONNS connections on $THREADS threads, loopback."
+
+# wrk_run NAME PATH -> sets R_* variables
+wrk_run() {
+    local name=$1 path=$2 url="$BASE$2"
+    echo "-- $name: warm-up ${WARMUP}s"
+    wrk -t"$THREADS" -c"$CONNS" -d"${WARMUP}s" "$url" >/dev/null
+    echo "-- $name: wrk -t$THREADS -c$CONNS -d${DURATION}s --latency $url"
+    local t0 t1 out
+    t0=$(cpu_ticks "$SERVER_PID")
+    out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s "$WORK/report.lua" "$url")
+    t1=$(cpu_ticks "$SERVER_PID")
+    echo "$out" | grep -E 'Requests/sec|Transfer/sec|Non-2xx|Socket errors|^ +(50|99)%' | sed 's/^/   /'
+    local line; line=$(echo "$out" | grep '^WRK ')
+    local req dur p99 st
+    req=$(echo " $line" | kv requests); dur=$(echo " $line" | kv duration_us)
+    p99=$(echo " $line" | kv p99_us); st=$(echo " $line" | kv err_status)
+    local errs=$(( $(echo " $line" | kv err_connect) + $(echo " $line" | kv err_read) + $(echo " $line" | kv err_write) + st + $(echo " $line" | kv err_timeout) ))
+    R_RPS=$(awk -v r="$req" -v d="$dur" 'BEGIN{printf "%.0f", r/(d/1e6)}')
+    R_P99=$(awk -v p="$p99" 'BEGIN{printf "%.3f", p/1000}')
+    R_P50=$(awk -v p="$(echo " $line" | kv p50_us)" 'BEGIN{printf "%.3f", p/1000}')
+    R_ERR=$errs
+    R_CPU=$(cores_used "$t0" "$t1" "$(awk -v d="$dur" 'BEGIN{print d/1e6}')")
+    echo "   => $R_RPS req/s, p50 $R_P50 ms, p99 $R_P99 ms, errors $R_ERR, idmint used $R_CPU cores"
+    ((errs == 0)) || echo "   WARNING: $errs errors (non-2xx, socket) during $name"
+}
+
+say "1. idmint GET /v1/ids/$NS?count=1"
+# First request creates the namespace.
+curl -fsS "$BASE/v1/ids/$NS?count=1" >/dev/null || die "first request failed: $(curl -sS "$BASE/v1/ids/$NS?count=1")"
+wrk_run "idmint count=1" "/v1/ids/$NS?count=1"
+I1_RPS=$R_RPS I1_P99=$R_P99 I1_P50=$R_P50 I1_ERR=$R_ERR I1_CPU=$R_CPU
+
+say "2. idmint GET /v1/ids/$NS?count=100"
+sample=$(curl -fsS "$BASE/v1/ids/$NS?count=100")
+nids=$(printf '%s' "$sample" | grep -o '"[0-9][0-9]*"' | sort -u | wc -l)
+echo "   sample response holds $nids distinct ids (want 100): ${sample:0:80}..."
+[[ "$nids" -eq 100 ]] || die "a count=100 response does not hold 100 distinct ids"
+wrk_run "idmint count=100" "/v1/ids/$NS?count=100"
+I100_RPS=$R_RPS I100_P99=$R_P99 I100_P50=$R_P50 I100_ERR=$R_ERR I100_CPU=$R_CPU
+I100_IDS=$((I100_RPS * 100))
+
+say "5. idmint resident memory after the load"
+VMRSS_KB=$(awk '/^VmRSS:/{print $2}' "/proc/$SERVER_PID/status")
+VMHWM_KB=$(awk '/^VmHWM:/{print $2}' "/proc/$SERVER_PID/status")
+THREADS_SRV=$(awk '/^Threads:/{print $2}' "/proc/$SERVER_PID/status")
+RSS_MB=$(awk -v k="$VMRSS_KB" 'BEGIN{printf "%.1f", k/1024}')
+HWM_MB=$(awk -v k="$VMHWM_KB" 'BEGIN{printf "%.1f", k/1024}')
+echo "   VmRSS $RSS_MB MB, VmHWM (peak) $HWM_MB MB, $THREADS_SRV threads"
+curl -fsS "$BASE/v1/namespaces/$NS" | head -c 600; echo
+
+say "stopping idmint"
+kill -TERM "$SERVER_PID"
+for _ in $(seq 1 100); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+wait "$SERVER_PID" 2>/dev/null || true
+SERVER_PID=""
+sed 's/^/   /' "$WORK/server.out"
+
+say "3. Redis INCR (redis-benchmark)"
+REDIS_PID=$(redis-cli -h 127.0.0.1 -p 6379 info server | tr -d '\r' | awk -F: '/^process_id/{print $2}')
+# Size -n from a short probe so the measured run lasts about DURATION seconds.
+probe=$(redis-benchmark -h 127.0.0.1 -p 6379 -t incr -c "$CONNS" --threads "$THREADS" -n 200000 --csv | tail -n1)
+probe_rps=$(echo "$probe" | awk -F'","' '{print $2+0}')
+RN=$(awk -v r="$probe_rps" -v d="$DURATION" 'BEGIN{n=int(r*d); if (n<200000) n=200000; print n}')
+echo "-- redis-benchmark -t incr -c $CONNS --threads $THREADS -n $RN --csv (probe: $probe_rps req/s)"
+t0=$(cpu_ticks "$REDIS_PID"); s0=$(date +%s.%N)
+rcsv=$(redis-benchmark -h 127.0.0.1 -p 6379 -t incr -c "$CONNS" --threads "$THREADS" -n "$RN" --csv)
+t1=$(cpu_ticks "$REDIS_PID"); s1=$(date +%s.%N)
+echo "$rcsv" | sed 's/^/   /'
+rline=$(echo "$rcsv" | grep -i '"INCR"')
+# "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+R_RPS_REDIS=$(echo "$rline" | awk -F'","' '{printf "%.0f", $2}')
+R_P50_REDIS=$(echo "$rline" | awk -F'","' '{printf "%.3f", $5}')
+R_P99_REDIS=$(echo "$rline" | awk -F'","' '{printf "%.3f", $7}')
+R_CPU_REDIS=$(cores_used "$t0" "$t1" "$(awk -v a="$s0" -v b="$s1" 'BEGIN{print b-a}')")
+echo "   => $R_RPS_REDIS req/s, p50 $R_P50_REDIS ms, p99 $R_P99_REDIS ms, redis-server used $R_CPU_REDIS cores"
+
+say "4. MariaDB ticket server (Flickr Tickets64, REPLACE + LAST_INSERT_ID, autocommit)"
+sql -e "CREATE DATABASE IF NOT EXISTS idmint_bench;
+CREATE TABLE IF NOT EXISTS idmint_bench.Tickets64 (
+  id bigint(20) unsigned NOT NULL auto_increment,
+  stub char(1) NOT NULL default '',
+  PRIMARY KEY (id),
+  UNIQUE KEY stub (stub)
+) ENGINE=InnoDB;"
+FLUSH=$(sql -e 'SELECT @@innodb_flush_log_at_trx_commit')
+SYNC_BINLOG=$(sql -e 'SELECT @@sync_binlog')
+LOG_BIN=$(sql -e 'SELECT @@log_bin')
+AUTOCOMMIT=$(sql -e 'SELECT @@global.autocommit')
+echo "   innodb_flush_log_at_trx_commit=$FLUSH (1 = fsync the redo log at every commit), log_bin=$LOG_BIN, sync_binlog=$SYNC_BINLOG, autocommit=$AUTOCOMMIT (server config left as it is)"
+MARIADB_PID=$(pidof mariadbd 2>/dev/null | awk '{print $1}') || true
+echo "-- $TICKET_LOAD --conns $CONNS --threads $THREADS --warmup $WARMUP --duration $DURATION (one connection per client, one multi-statement round trip per id)"
+t0=$( [[ -n "$MARIADB_PID" ]] && cpu_ticks "$MARIADB_PID" || echo 0)
+mout=$("$TICKET_LOAD" --url "mysql://root@127.0.0.1:3306/idmint_bench" --conns "$CONNS" --threads "$THREADS" --warmup "$WARMUP" --duration "$DURATION")
+t1=$( [[ -n "$MARIADB_PID" ]] && cpu_ticks "$MARIADB_PID" || echo 0)
+echo "   $mout"
+mline=" $mout"
+M_RPS=$(echo "$mline" | kv rps | awk '{printf "%.0f", $1}')
+M_P99=$(echo "$mline" | kv p99_ms)
+M_P50=$(echo "$mline" | kv p50_ms)
+M_ERR=$(echo "$mline" | kv errors)
+M_SECS=$(echo "$mline" | kv seconds)
+M_CPU=$( [[ -n "$MARIADB_PID" ]] && cores_used "$t0" "$t1" "$(awk -v s="$M_SECS" -v w="$WARMUP" 'BEGIN{print s+w}')" || echo "?")
+echo "   => $M_RPS req/s, p50 $M_P50 ms, p99 $M_P99 ms, errors $M_ERR, mariadbd used $M_CPU cores (incl. warm-up)"
+if [[ "$KEEP_DB" != 1 ]]; then sql -e 'DROP DATABASE idmint_bench'; fi
+
+# ---------------------------------------------------------------------------------------------
+say "summary ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores shared by client and server, $CONNS connections, ${DURATION}s per run)"
+printf '%-34s %12s %9s %9s %14s %10s\n' "system" "requests/s" "p50 ms" "p99 ms" "ids/s" "srv cores"
+printf '%-34s %12s %9s %9s %14s %10s\n' "idmint GET count=1 (wrk)" "$I1_RPS" "$I1_P50" "$I1_P99" "$I1_RPS" "$I1_CPU"
+printf '%-34s %12s %9s %9s %14s %10s\n' "idmint GET count=100 (wrk)" "$I100_RPS" "$I100_P50" "$I100_P99" "$I100_IDS" "$I100_CPU"
+printf '%-34s %12s %9s %9s %14s %10s\n' "Redis INCR (redis-benchmark)" "$R_RPS_REDIS" "$R_P50_REDIS" "$R_P99_REDIS" "$R_RPS_REDIS" "$R_CPU_REDIS"
+printf '%-34s %12s %9s %9s %14s %10s\n' "MariaDB ticket server (flush=$FLUSH)" "$M_RPS" "$M_P50" "$M_P99" "$M_RPS" "$M_CPU"
+echo "idmint RSS after load: VmRSS $RSS_MB MB, VmHWM $HWM_MB MB"
+echo
+
+verdict() { if awk -v v="$1" -v t="$3" -v op="$2" 'BEGIN{exit !((op==">=" && v>=t) || (op=="<" && v<t))}'; then echo "MET"; else echo "MISSED"; fi; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "inf" }'; }
+R1=$(ratio "$I1_RPS" "$R_RPS_REDIS")
+R2=$(ratio "$I1_RPS" "$M_RPS")
+printf '%-52s %14s %10s  %s\n' "target" "value" "goal" "verdict"
+printf '%-52s %14s %10s  %s\n' "idmint count=1 req/s / Redis INCR req/s" "$R1" ">= 0.5" "$(verdict "$R1" ">=" 0.5)"
+printf '%-52s %14s %10s  %s\n' "idmint count=1 req/s / MariaDB ticket req/s" "$R2" ">= 10" "$(verdict "$R2" ">=" 10)"
+printf '%-52s %14s %10s  %s\n' "idmint count=100 ids/s" "$I100_IDS" ">= 10M" "$(verdict "$I100_IDS" ">=" 10000000)"
+printf '%-52s %14s %10s  %s\n' "idmint count=1 p99 ms (at full load)" "$I1_P99" "< 1" "$(verdict "$I1_P99" "<" 1)"
+printf '%-52s %14s %10s  %s\n' "idmint RSS MB after load (VmRSS)" "$RSS_MB" "< 50" "$(verdict "$RSS_MB" "<" 50)"
+printf '%-52s %14s %10s  %s\n' "idmint peak RSS MB (VmHWM)" "$HWM_MB" "< 50" "$(verdict "$HWM_MB" "<" 50)"
+total_err=$((I1_ERR + I100_ERR + M_ERR))
+echo
+echo "errors: idmint count=1 $I1_ERR, idmint count=100 $I100_ERR, MariaDB $M_ERR"
+((total_err == 0)) || echo "WARNING: some requests failed; the numbers above count only successful ones for MariaDB, all responses for wrk"
