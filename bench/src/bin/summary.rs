@@ -30,24 +30,18 @@ fn rate(threads: usize, per_thread: u64, d: Duration) -> f64 {
     (threads as u64 * per_thread) as f64 / d.as_secs_f64()
 }
 
-fn measure(c: &Contender, threads: usize) -> Measured {
-    // Calibrate: grow the run until it lasts 20 ms (this is also the first warm-up).
+/// How many ids per thread one timed run of `c` on `threads` threads uses, found by growing
+/// the run until it lasts 20 ms (which also warms it up), then scaling to the target length.
+fn calibrate(c: &Contender, threads: usize) -> u64 {
+    if let Some(total) = c.fixed_total {
+        black_box((c.run)(threads, 10_000));
+        return total / threads as u64;
+    }
     let mut per_thread = 10_000u64;
     let mut d = (c.run)(threads, per_thread);
     while d < Duration::from_millis(20) && per_thread < 1 << 34 {
         per_thread *= 4;
         d = (c.run)(threads, per_thread);
-    }
-    if let Some(total) = c.fixed_total {
-        let per_thread = total / threads as u64;
-        let r = rate(threads, per_thread, (c.run)(threads, per_thread));
-        return Measured {
-            median: r,
-            min: r,
-            max: r,
-            runs: 1,
-            ids_per_run: per_thread * threads as u64,
-        };
     }
     // Clock-limited runs are longer so that a partly used first and last millisecond weigh
     // at most ~0.25%.
@@ -58,17 +52,54 @@ fn measure(c: &Contender, threads: usize) -> Measured {
     let per_thread = ((per_thread as f64 * target.as_secs_f64() / d.as_secs_f64()) as u64).max(1);
     // Warm-up at the final size.
     black_box((c.run)(threads, per_thread));
-    let mut rates: Vec<f64> = (0..RUNS)
-        .map(|_| rate(threads, per_thread, (c.run)(threads, per_thread)))
+    per_thread
+}
+
+/// Measures every (contender, threads) pair of one scenario. The timed runs are interleaved
+/// round-robin (run 1 of every pair, then run 2, ...) so that a burst of load from other
+/// processes spreads over all contenders instead of sinking one.
+fn measure_scenario(cs: &[Contender]) -> Vec<[Measured; 2]> {
+    let sizes: Vec<[u64; 2]> = cs
+        .iter()
+        .map(|c| {
+            THREADS.map(|t| {
+                eprintln!("calibrating {} / {} / {} thread(s)", c.scenario.id(), c.name, t);
+                calibrate(c, t)
+            })
+        })
         .collect();
-    rates.sort_by(f64::total_cmp);
-    Measured {
-        median: rates[RUNS / 2],
-        min: rates[0],
-        max: rates[RUNS - 1],
-        runs: RUNS,
-        ids_per_run: per_thread * threads as u64,
+    let mut rates: Vec<[Vec<f64>; 2]> = cs.iter().map(|_| [Vec::new(), Vec::new()]).collect();
+    for round in 0..RUNS {
+        for (i, c) in cs.iter().enumerate() {
+            for (j, &t) in THREADS.iter().enumerate() {
+                // One long run suffices for a fixed-total contender.
+                if c.fixed_total.is_some() && round > 0 {
+                    continue;
+                }
+                let n = sizes[i][j];
+                rates[i][j].push(rate(t, n, (c.run)(t, n)));
+            }
+        }
     }
+    rates
+        .into_iter()
+        .enumerate()
+        .map(|(i, pair)| {
+            let mut j = 0;
+            pair.map(|mut v| {
+                v.sort_by(f64::total_cmp);
+                let m = Measured {
+                    median: v[v.len() / 2],
+                    min: v[0],
+                    max: v[v.len() - 1],
+                    runs: v.len(),
+                    ids_per_run: sizes[i][j] * THREADS[j] as u64,
+                };
+                j += 1;
+                m
+            })
+        })
+        .collect()
 }
 
 /// Nanoseconds per call of `f`, median of 5 runs of 2M calls.
@@ -85,12 +116,6 @@ fn ns_per_call(mut f: impl FnMut() -> u64) -> f64 {
         .collect();
     v.sort_by(f64::total_cmp);
     v[2]
-}
-
-/// A varying dividend that costs nothing to produce.
-fn origin_ns() -> u64 {
-    static X: AtomicU64 = AtomicU64::new(1_780_000_000_000_000_000);
-    X.fetch_add(0, Ordering::Relaxed) ^ 0x5555
 }
 
 fn fmt_rate(r: f64) -> String {
@@ -126,7 +151,7 @@ fn main() {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let _ = writeln!(
         out,
-        "machine: {cores} cores, `{}`; {RUNS} timed runs per figure after warm-up, median shown (min-max in brackets)\n",
+        "machine: {cores} cores, `{}`; {RUNS} timed runs per figure after warm-up, interleaved across contenders; median shown (min-max in brackets)\n",
         cpu_model()
     );
 
@@ -155,11 +180,24 @@ fn main() {
         ),
         (
             "u64 division by a runtime divisor (Layout::unit_nanos, 1_000_000)",
-            ns_per_call(|| black_box(origin_ns()) / black_box(1_000_000u64)),
+            {
+                let mut x = 1_780_000_000_000_000_000u64;
+                let unit = black_box(1_000_000u64);
+                ns_per_call(move || {
+                    x = x.wrapping_add(7);
+                    black_box(x) / unit
+                })
+            },
         ),
         (
             "u64 division by the constant 1_000_000 (compiled to a multiply)",
-            ns_per_call(|| black_box(origin_ns()) / 1_000_000),
+            {
+                let mut x = 1_780_000_000_000_000_000u64;
+                ns_per_call(move || {
+                    x = x.wrapping_add(7);
+                    black_box(x) / 1_000_000
+                })
+            },
         ),
         (
             "AtomicU64 compare_exchange, uncontended",
@@ -186,12 +224,11 @@ fn main() {
         .collect();
     let _ = writeln!(out, "load average before the runs: {}\n", loadavg());
     let mut results: Vec<(Contender, [Measured; 2])> = Vec::new();
-    for c in &all {
-        let m = THREADS.map(|t| {
-            eprintln!("measuring {} / {} / {} thread(s)", c.scenario.id(), c.name, t);
-            measure(c, t)
-        });
-        results.push((*c, m));
+    for scenario in Scenario::ALL {
+        let cs: Vec<Contender> = all.iter().filter(|c| c.scenario == scenario).copied().collect();
+        for (c, m) in cs.iter().zip(measure_scenario(&cs)) {
+            results.push((*c, m));
+        }
     }
 
     let mut verdicts = Vec::new();

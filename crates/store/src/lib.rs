@@ -40,6 +40,12 @@ pub mod conformance;
 #[cfg(feature = "file")]
 mod file;
 mod memory;
+#[cfg(feature = "etcd")]
+pub mod etcd;
+#[cfg(feature = "mysql")]
+pub mod mysql;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 
 #[cfg(feature = "file")]
 pub use file::{FileAuthority, FILE_NAME};

@@ -1,0 +1,988 @@
+//! End-to-end tests of the HTTP/JSON API (DESIGN.md's interface contract) against nodes served
+//! in process by `idmint_node::run` on `127.0.0.1:0`, each with its own authority (memory, or a
+//! file store in its own temp dir).
+//!
+//! What is checked: every endpoint and every error code with its exact status; the uniqueness
+//! invariants over HTTP (ids unique and increasing per client under concurrency, blocks disjoint
+//! from served ids); buffered ids keep flowing while the authority is down, then 503, then
+//! recovery by itself (invariant 1 seen from outside); a 32-bit namespace ends with a clear error
+//! and never wraps (invariant 6); a clean shutdown hands back the unused tail by
+//! compare-and-swap and a new node continues exactly after the last served id (invariants 2, 3).
+//!
+//! No test sleeps to order events: every wait polls a condition against a generous deadline.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use async_trait::async_trait;
+use idmint_core::{Block, Layout, NamespaceName, SequenceSpec, Ulid, Uuid7};
+use idmint_node::{Authority, FileConfig, NodeConfig, NodeError, ShutdownReport};
+use idmint_store::{
+    FileAuthority, GiveBack, MemoryAuthority, NamespaceState, Reservation, StoreError,
+};
+use serde_json::Value;
+use std::collections::HashSet;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// How long any polled condition may take on a loaded 2-core machine before the test fails.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// A node served in process on its own port.
+struct TestNode {
+    base: String,
+    client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<Result<ShutdownReport, NodeError>>>,
+}
+
+impl TestNode {
+    /// Serves `config` from `authority` on a fresh port and waits until `/healthz` answers.
+    async fn start(config: NodeConfig, authority: Arc<dyn Authority>) -> TestNode {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let handle = tokio::spawn(idmint_node::run(listener, config, authority, async move {
+            // A dropped sender (test failed early) also stops the node.
+            let _ = stopped.await;
+        }));
+        let node = TestNode {
+            base: format!("http://{addr}"),
+            client: reqwest::Client::builder()
+                .timeout(DEADLINE)
+                .build()
+                .unwrap(),
+            stop: Some(stop),
+            handle: Some(handle),
+        };
+        let n = &node;
+        poll_until("the node answers /healthz", move || async move {
+            matches!(n.get("/healthz").await, (200, _))
+        })
+        .await;
+        node
+    }
+
+    async fn request(&self, method: reqwest::Method, path: &str) -> (u16, String) {
+        let resp = self
+            .client
+            .request(method, format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        let status = resp.status().as_u16();
+        (status, resp.text().await.unwrap())
+    }
+
+    /// GET `path`: status and JSON body.
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let (status, text) = self.request(reqwest::Method::GET, path).await;
+        (status, json(&text))
+    }
+
+    /// POST `path` (no body): status and JSON body.
+    async fn post(&self, path: &str) -> (u16, Value) {
+        let (status, text) = self.request(reqwest::Method::POST, path).await;
+        (status, json(&text))
+    }
+
+    /// `count` ids of a sequence or snowflake namespace, as numbers (asserting 200 and the
+    /// response's shape).
+    async fn ids(&self, ns: &str, count: u64) -> Vec<u64> {
+        self.id_strings(ns, count)
+            .await
+            .iter()
+            .map(|s| parse_decimal(s))
+            .collect()
+    }
+
+    /// `count` ids as the strings the API returns.
+    async fn id_strings(&self, ns: &str, count: u64) -> Vec<String> {
+        let (status, body) = self.get(&format!("/v1/ids/{ns}?count={count}")).await;
+        assert_eq!(status, 200, "GET /v1/ids/{ns}?count={count}: {body}");
+        ids_of(&body, ns, count)
+    }
+
+    /// Shuts the node down gracefully and returns what the hand-back did.
+    async fn stop(mut self) -> ShutdownReport {
+        self.stop.take().unwrap().send(()).unwrap();
+        let handle = self.handle.take().unwrap();
+        tokio::time::timeout(DEADLINE, handle)
+            .await
+            .expect("the node did not stop in time")
+            .unwrap()
+            .unwrap()
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            handle.abort();
+        }
+    }
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// The ids of a `/v1/ids` response, checking the namespace and the count.
+fn ids_of(body: &Value, ns: &str, count: u64) -> Vec<String> {
+    assert_eq!(body["namespace"], ns, "{body}");
+    let ids: Vec<String> = body["ids"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no ids array: {body}"))
+        .iter()
+        .map(|v| {
+            v.as_str()
+                .unwrap_or_else(|| panic!("ids must be strings: {body}"))
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(ids.len() as u64, count, "count not honoured: {body}");
+    ids
+}
+
+/// A decimal id as the API writes it: digits only, no sign, no leading zero.
+fn parse_decimal(s: &str) -> u64 {
+    assert!(
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0')),
+        "not a canonical decimal id: {s:?}"
+    );
+    s.parse().unwrap()
+}
+
+fn assert_strictly_increasing<T: Ord + std::fmt::Debug>(ids: &[T]) {
+    for pair in ids.windows(2) {
+        assert!(pair[0] < pair[1], "ids not increasing: {pair:?}");
+    }
+}
+
+/// Asserts an error response: exact status, the code, and a non-empty message.
+#[track_caller]
+fn assert_error(got: &(u16, Value), status: u16, code: &str) {
+    let (got_status, body) = got;
+    assert_eq!(*got_status, status, "{body}");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(!message.is_empty(), "error without a message: {body}");
+}
+
+/// Polls `cond` until it holds, failing after [`DEADLINE`].
+async fn poll_until<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        if cond().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The node settings of a config file's text.
+fn config(toml: &str) -> NodeConfig {
+    FileConfig::parse(toml).unwrap().node
+}
+
+fn memory() -> Arc<dyn Authority> {
+    Arc::new(MemoryAuthority::new())
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+/// Asserts a time in ms since 1970 is within a minute of a reading taken around the request.
+fn assert_recent(ms: u64, before: u64) {
+    assert!(
+        ms + 60_000 >= before && ms <= now_ms() + 60_000,
+        "timestamp {ms} ms is not near now ({before} ms)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequence_ids_are_decimal_increasing_unique_and_auto_created() {
+    let node = TestNode::start(NodeConfig::default(), memory()).await;
+
+    // No count: one id. A fresh 64-bit namespace starts at 1.
+    let (status, body) = node.get("/v1/ids/photos").await;
+    assert_eq!(status, 200, "{body}");
+    let first = ids_of(&body, "photos", 1);
+    assert_eq!(first, ["1"]);
+
+    let mut all = vec![1];
+    for count in [1, 7, 100, 1000, 10_000] {
+        let ids = node.ids("photos", count).await;
+        assert_eq!(ids.len() as u64, count);
+        all.extend(ids);
+    }
+    assert_strictly_increasing(&all);
+    let unique: HashSet<u64> = all.iter().copied().collect();
+    assert_eq!(unique.len(), all.len());
+
+    // Auto-created on first use: it is now listed, as a 64-bit sequence.
+    let (status, body) = node.get("/v1/namespaces/photos").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["kind"], "sequence");
+    assert_eq!(body["settings"]["width"], 64);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_offset_and_32_bit_namespaces_keep_their_class_and_range() {
+    let node = TestNode::start(
+        config(
+            r#"
+            [server]
+            auto_create = false
+
+            [namespaces.odd]
+            kind = "sequence"
+            step = 2
+            offset = 1
+
+            [namespaces.thirds]
+            kind = "sequence"
+            start = 100
+            step = 3
+            offset = 2
+            cache = "fixed"
+            block_size = 10
+
+            [namespaces.tickets]
+            kind = "sequence"
+            width = 32
+            cache = "off"
+
+            [namespaces.small]
+            kind = "sequence"
+            width = 32
+            "#,
+        ),
+        memory(),
+    )
+    .await;
+
+    let odd = node.ids("odd", 500).await;
+    assert!(odd.iter().all(|id| id % 2 == 1), "{odd:?}");
+    assert_eq!(odd[0], 1);
+    assert_strictly_increasing(&odd);
+
+    // Blocks of 10 ids are refilled many times over: the class survives block boundaries.
+    let mut thirds = Vec::new();
+    for _ in 0..20 {
+        thirds.extend(node.ids("thirds", 7).await);
+    }
+    assert!(
+        thirds.iter().all(|id| id % 3 == 2 && *id >= 100),
+        "{thirds:?}"
+    );
+    assert_eq!(thirds[0], 101);
+    assert_strictly_increasing(&thirds);
+    // Dense within the class: one node, nothing lost between requests.
+    assert_eq!(thirds.last(), Some(&(101 + 3 * 139)));
+
+    // Flickr ticket semantics (cache off): dense, in 32 bits.
+    let mut tickets = Vec::new();
+    for _ in 0..5 {
+        tickets.extend(node.ids("tickets", 3).await);
+    }
+    assert_eq!(tickets, (1..=15).collect::<Vec<u64>>());
+
+    let small = node.ids("small", 2000).await;
+    assert!(small.iter().all(|id| *id <= (1 << 31) - 1));
+    assert_strictly_increasing(&small);
+
+    let (_, info) = node.get("/v1/namespaces/thirds").await;
+    assert_eq!(info["settings"]["step"], 3);
+    assert_eq!(info["settings"]["offset"], 2);
+    assert_eq!(info["settings"]["start"], "100");
+    assert_eq!(info["settings"]["cache"]["mode"], "fixed");
+    let (_, info) = node.get("/v1/namespaces/small").await;
+    assert_eq!(info["settings"]["width"], 32);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snowflake_ids_carry_the_configured_worker_and_decode() {
+    let node = TestNode::start(
+        config(
+            r#"
+            [namespaces.tweets]
+            kind = "snowflake"
+            layout = "twitter"
+            worker = 7
+
+            [namespaces.events]
+            kind = "snowflake"
+            worker = 5
+            layout = { timestamp_bits = 40, node_bits = 3, sequence_bits = 20, time_unit = "1ms", epoch = "2024-01-01T00:00:00Z" }
+            "#,
+        ),
+        memory(),
+    )
+    .await;
+    let before = now_ms();
+    let twitter = Layout::twitter();
+    let mut tweets = Vec::new();
+    for count in [1, 10, 5000, 3] {
+        tweets.extend(node.ids("tweets", count).await);
+    }
+    assert_strictly_increasing(&tweets);
+    for id in &tweets {
+        let d = twitter.decode(*id).unwrap();
+        assert_eq!(d.parts.node, 7, "id {id}");
+        assert_recent(d.unix_millis(), before);
+    }
+
+    let (_, info) = node.get("/v1/namespaces/events").await;
+    let layout = &info["settings"]["layout"];
+    assert_eq!(layout["node_bits"], 3, "{info}");
+    let events = node.ids("events", 1000).await;
+    assert_strictly_increasing(&events);
+    let custom = Layout::new(idmint_core::LayoutSpec {
+        timestamp_bits: 40,
+        node_bits: 3,
+        sequence_bits: 20,
+        time_unit: Duration::from_millis(1),
+        epoch_unix_ms: layout["epoch_unix_ms"].as_u64().unwrap(),
+        order: idmint_core::FieldOrder::NodeThenSequence,
+        max_bits: 63,
+    })
+    .unwrap();
+    for id in &events {
+        assert_eq!(custom.decode(*id).unwrap().parts.node, 5, "id {id}");
+    }
+
+    // The node decodes its own ids the same way.
+    let id = tweets[tweets.len() / 2];
+    let (status, d) = node.get(&format!("/v1/decode/tweets/{id}")).await;
+    assert_eq!(status, 200, "{d}");
+    assert_eq!(d["kind"], "snowflake");
+    assert_eq!(d["worker"], 7);
+    assert_eq!(d["id"], id.to_string());
+    assert_eq!(d["unix_ms"], twitter.decode(id).unwrap().unix_millis());
+    assert!(d["timestamp"].as_str().unwrap().ends_with('Z'), "{d}");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uuid7_and_ulid_ids_parse_increase_and_decode() {
+    let node = TestNode::start(
+        config(
+            r#"
+            [namespaces.sessions]
+            kind = "uuid7"
+            [namespaces.orders]
+            kind = "ulid"
+            "#,
+        ),
+        memory(),
+    )
+    .await;
+    let before = now_ms();
+
+    let mut uuids = Vec::new();
+    for count in [1, 500, 2000] {
+        for s in node.id_strings("sessions", count).await {
+            let u: Uuid7 = s.parse().unwrap_or_else(|e| panic!("{s:?}: {e}"));
+            assert_eq!(u.to_string(), s, "not canonical");
+            assert_recent(u.unix_millis(), before);
+            uuids.push(u);
+        }
+    }
+    assert_strictly_increasing(&uuids);
+
+    let mut ulids = Vec::new();
+    for count in [1, 500, 2000] {
+        for s in node.id_strings("orders", count).await {
+            let u: Ulid = s.parse().unwrap_or_else(|e| panic!("{s:?}: {e}"));
+            assert_eq!(u.to_string(), s, "not canonical");
+            assert_recent(u.unix_millis(), before);
+            ulids.push(u);
+        }
+    }
+    assert_strictly_increasing(&ulids);
+
+    let u = uuids[0];
+    let (status, d) = node.get(&format!("/v1/decode/sessions/{u}")).await;
+    assert_eq!(status, 200, "{d}");
+    assert_eq!(d["kind"], "uuid7");
+    assert_eq!(d["unix_ms"], u.unix_millis());
+    let u = ulids[0];
+    let (status, d) = node.get(&format!("/v1/decode/orders/{u}")).await;
+    assert_eq!(status, 200, "{d}");
+    assert_eq!(d["kind"], "ulid");
+    assert_eq!(d["unix_ms"], u.unix_millis());
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decode_of_sequence_ids_reports_class_and_issue() {
+    let node = TestNode::start(
+        config(
+            r#"
+            [namespaces.odd]
+            kind = "sequence"
+            step = 2
+            offset = 1
+            "#,
+        ),
+        memory(),
+    )
+    .await;
+    let ids = node.ids("odd", 5).await;
+    let (status, d) = node.get(&format!("/v1/decode/odd/{}", ids[2])).await;
+    assert_eq!(status, 200, "{d}");
+    assert_eq!(d["kind"], "sequence");
+    assert_eq!(d["in_namespace"], true);
+    assert_eq!(d["issued"], true);
+    // An even number is not of the class; a far odd one is of the class but not issued.
+    let (_, d) = node.get(&format!("/v1/decode/odd/{}", ids[2] + 1)).await;
+    assert_eq!(d["in_namespace"], false, "{d}");
+    assert_eq!(d["issued"], false, "{d}");
+    let (_, d) = node.get("/v1/decode/odd/1000000000001").await;
+    assert_eq!(d["in_namespace"], true, "{d}");
+    assert_eq!(d["issued"], false, "{d}");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_error_has_its_status_and_code() {
+    let node = TestNode::start(
+        config(
+            r#"
+            [server]
+            max_count = 100
+
+            [namespaces.tweets]
+            kind = "snowflake"
+            worker = 1
+
+            [namespaces.sessions]
+            kind = "uuid7"
+            "#,
+        ),
+        memory(),
+    )
+    .await;
+    // Namespace names: letters, digits, '_', '-', '.', starting with a letter or digit.
+    assert_error(&node.get("/v1/ids/-bad").await, 400, "invalid_namespace");
+    assert_error(&node.get("/v1/ids/a%21b").await, 400, "invalid_namespace");
+    assert_error(
+        &node.get("/v1/namespaces/.x").await,
+        400,
+        "invalid_namespace",
+    );
+    let long = "a".repeat(129);
+    assert_error(
+        &node.get(&format!("/v1/ids/{long}")).await,
+        400,
+        "invalid_namespace",
+    );
+
+    assert_error(&node.get("/v1/ids/x?count=0").await, 400, "invalid_count");
+    assert_error(&node.get("/v1/ids/x?count=101").await, 400, "invalid_count");
+    assert_error(&node.get("/v1/ids/x?count=abc").await, 400, "invalid_count");
+    assert_error(&node.get("/v1/ids/x?count=-1").await, 400, "invalid_count");
+    assert_error(&node.get("/v1/ids/x?count=").await, 400, "invalid_count");
+    // max_count itself is allowed.
+    assert_eq!(node.ids("x", 100).await.len(), 100);
+
+    assert_error(&node.get("/v1/ids/x?cnt=1").await, 400, "invalid_request");
+    assert_error(
+        &node.get("/v1/ids/x?count=1&extra=2").await,
+        400,
+        "invalid_request",
+    );
+
+    assert_error(
+        &node.post("/v1/blocks/tweets?count=10").await,
+        409,
+        "wrong_kind",
+    );
+    assert_error(&node.post("/v1/blocks/sessions").await, 409, "wrong_kind");
+
+    assert_error(&node.get("/v2/ids/x").await, 404, "not_found");
+    assert_error(&node.get("/").await, 404, "not_found");
+    assert_error(&node.get("/v1/ids").await, 404, "not_found");
+
+    assert_error(&node.post("/v1/ids/x").await, 405, "method_not_allowed");
+    assert_error(&node.get("/v1/blocks/x").await, 405, "method_not_allowed");
+
+    assert_error(&node.get("/v1/decode/x/abc").await, 400, "invalid_id");
+    assert_error(&node.get("/v1/decode/x/-5").await, 400, "invalid_id");
+    assert_error(
+        &node.get("/v1/decode/x/18446744073709551616").await,
+        400,
+        "invalid_id",
+    );
+    assert_error(&node.get("/v1/decode/tweets/abc").await, 400, "invalid_id");
+    assert_error(
+        &node.get("/v1/decode/sessions/not-a-uuid").await,
+        400,
+        "invalid_id",
+    );
+    node.stop().await;
+
+    // With auto_create off, an unknown name is 404 wherever it appears.
+    let node = TestNode::start(
+        config("[server]\nauto_create = false\n[namespaces.known]\nkind = \"sequence\"\n"),
+        memory(),
+    )
+    .await;
+    assert_error(&node.get("/v1/ids/unknown").await, 404, "unknown_namespace");
+    assert_error(
+        &node.post("/v1/blocks/unknown").await,
+        404,
+        "unknown_namespace",
+    );
+    assert_error(
+        &node.get("/v1/decode/unknown/1").await,
+        404,
+        "unknown_namespace",
+    );
+    assert_error(
+        &node.get("/v1/namespaces/unknown").await,
+        404,
+        "unknown_namespace",
+    );
+    assert_eq!(node.ids("known", 2).await, [1, 2]);
+    // Errors are counted in the metrics by code.
+    let text = node.request(reqwest::Method::GET, "/metrics").await.1;
+    assert!(
+        text.contains("code=\"unknown_namespace\""),
+        "errors are not counted: {text}"
+    );
+    node.stop().await;
+}
+
+/// Invariant 6: a 32-bit namespace that runs out answers `namespace_exhausted`, naming the
+/// width, after handing out exactly the ids up to 2^31 - 1; it never wraps, and it keeps giving
+/// the same clear answer (not a timeout, not `authority_unavailable`) on every later request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exhausted_32_bit_namespace_hands_out_the_rest_then_says_so() {
+    let mut cfg = config(
+        r#"
+        [namespaces.small]
+        kind = "sequence"
+        width = 32
+        start = 2147483000
+        cache = "fixed"
+        block_size = 100
+        "#,
+    );
+    // Short, so that a request that waits for a refill instead of answering shows as a 503.
+    cfg.refill_wait = Duration::from_millis(500);
+    let node = TestNode::start(cfg, memory()).await;
+    let mut ids = Vec::new();
+    let exhausted = loop {
+        let got = node.get("/v1/ids/small?count=50").await;
+        match got.0 {
+            200 => {
+                let batch = got.1["ids"].as_array().unwrap();
+                assert!(!batch.is_empty() && batch.len() <= 50, "{}", got.1);
+                ids.extend(batch.iter().map(|v| parse_decimal(v.as_str().unwrap())));
+            }
+            _ => break got,
+        }
+        assert!(ids.len() < 10_000, "the namespace does not end");
+    };
+    assert_eq!(ids, (2_147_483_000..=2_147_483_647).collect::<Vec<u64>>());
+    assert_error(&exhausted, 409, "namespace_exhausted");
+    let message = exhausted.1["error"]["message"].as_str().unwrap();
+    assert!(message.contains("32-bit"), "{message}");
+
+    // Every later request gets the same answer, promptly.
+    for attempt in 0..8 {
+        let started = std::time::Instant::now();
+        let got = node.get("/v1/ids/small").await;
+        assert_error(&got, 409, "namespace_exhausted");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "attempt {attempt} took {:?}",
+            started.elapsed()
+        );
+    }
+    assert_error(
+        &node.post("/v1/blocks/small?count=5").await,
+        409,
+        "namespace_exhausted",
+    );
+    let (_, info) = node.get("/v1/namespaces/small").await;
+    assert_eq!(info["state"]["used_fraction"], 1.0, "{info}");
+    node.stop().await;
+}
+
+/// A fault injector: a [`MemoryAuthority`] that answers `Unavailable` to everything while
+/// `failing` is set. Stands in for a real backend outage in process.
+#[derive(Debug, Default)]
+struct FlakyAuthority {
+    inner: MemoryAuthority,
+    failing: AtomicBool,
+}
+
+impl FlakyAuthority {
+    fn check(&self) -> Result<(), StoreError> {
+        if self.failing.load(Ordering::SeqCst) {
+            Err(StoreError::Unavailable {
+                backend: "flaky",
+                message: "injected outage".into(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[async_trait]
+impl Authority for FlakyAuthority {
+    fn kind(&self) -> &'static str {
+        "flaky"
+    }
+    async fn ensure_namespace(
+        &self,
+        name: &NamespaceName,
+        spec: SequenceSpec,
+    ) -> Result<NamespaceState, StoreError> {
+        self.check()?;
+        self.inner.ensure_namespace(name, spec).await
+    }
+    async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError> {
+        self.check()?;
+        self.inner.reserve(name, count).await
+    }
+    async fn state(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError> {
+        self.check()?;
+        self.inner.state(name).await
+    }
+    async fn list(&self) -> Result<Vec<NamespaceState>, StoreError> {
+        self.check()?;
+        self.inner.list().await
+    }
+    async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
+        self.check()?;
+        self.inner.give_back(name, tail).await
+    }
+}
+
+/// Buffered ids outlive an authority outage: every request succeeds while they last (zero
+/// failures), then 503 `authority_unavailable`; when the authority is back the node recovers
+/// by itself, and no id is ever repeated across the outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authority_outage_is_bridged_by_the_buffer_then_503_then_recovery() {
+    let authority = Arc::new(FlakyAuthority::default());
+    let mut cfg = config(
+        r#"
+        [server]
+        auto_create = false
+        [namespaces.orders]
+        kind = "sequence"
+        cache = "fixed"
+        block_size = 200
+        "#,
+    );
+    cfg.refill_wait = Duration::from_millis(500);
+    let node = TestNode::start(cfg, authority.clone()).await;
+    let mut served = node.ids("orders", 1).await;
+
+    // Let the buffer fill, then cut the authority off. A refill already in flight may still
+    // land: `buffered` is a lower bound of what the outage can be bridged with.
+    let n = &node;
+    poll_until("the buffer holds a block", move || async move {
+        let (_, info) = n.get("/v1/namespaces/orders").await;
+        info["state"]["ids_buffered"].as_u64().unwrap() >= 100
+    })
+    .await;
+    authority.failing.store(true, Ordering::SeqCst);
+    let (_, info) = node.get("/v1/namespaces/orders").await;
+    let buffered = info["state"]["ids_buffered"].as_u64().unwrap();
+    assert!(buffered >= 100, "{info}");
+
+    assert_error(&node.get("/readyz").await, 503, "authority_unavailable");
+
+    let mut served_in_outage = 0u64;
+    let failure = loop {
+        let got = node.get("/v1/ids/orders").await;
+        if got.0 != 200 {
+            break got;
+        }
+        served.extend(ids_of(&got.1, "orders", 1).iter().map(|s| parse_decimal(s)));
+        served_in_outage += 1;
+        assert!(served_in_outage <= 10_000, "the outage is never noticed");
+    };
+    assert!(
+        served_in_outage >= buffered,
+        "a request failed with {buffered} ids buffered, after only {served_in_outage}"
+    );
+    assert_error(&failure, 503, "authority_unavailable");
+    // Still down: still 503, never a stale or repeated id.
+    assert_error(
+        &node.get("/v1/ids/orders?count=3").await,
+        503,
+        "authority_unavailable",
+    );
+    let (_, info) = node.get("/v1/namespaces/orders").await;
+    assert!(info["state"]["last_error"].is_string(), "{info}");
+
+    authority.failing.store(false, Ordering::SeqCst);
+    // The refill task retries with a backoff of at most 2 s: poll until a request succeeds.
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let got = node.get("/v1/ids/orders?count=5").await;
+        if got.0 == 200 {
+            served.extend(ids_of(&got.1, "orders", 5).iter().map(|s| parse_decimal(s)));
+            break;
+        }
+        assert_error(&got, 503, "authority_unavailable");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the node did not recover"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    served.extend(node.ids("orders", 300).await);
+    assert_strictly_increasing(&served);
+    assert!(matches!(node.get("/readyz").await, (200, _)));
+    node.stop().await;
+}
+
+/// Blocks for lower tiers come from the same buffer: their ids are never served by
+/// `/v1/ids`, before or after, and they keep the namespace's step and class.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocks_are_disjoint_from_served_ids() {
+    let node = TestNode::start(
+        config(
+            r#"
+            [namespaces.plain]
+            kind = "sequence"
+            [namespaces.odd]
+            kind = "sequence"
+            step = 2
+            offset = 1
+            [namespaces.ticket]
+            kind = "sequence"
+            cache = "off"
+            "#,
+        ),
+        memory(),
+    )
+    .await;
+    for ns in ["plain", "odd", "ticket"] {
+        let mut served: Vec<u64> = Vec::new();
+        let mut blocks: Vec<(u64, u64, u64)> = Vec::new();
+        for round in 0..20 {
+            served.extend(node.ids(ns, 1 + round * 7).await);
+            let (status, b) = node.post(&format!("/v1/blocks/{ns}?count=500")).await;
+            assert_eq!(status, 200, "{b}");
+            let start = parse_decimal(b["start"].as_str().unwrap());
+            let end = parse_decimal(b["end"].as_str().unwrap());
+            let step = b["step"].as_u64().unwrap();
+            assert!(start < end, "{b}");
+            let len = (end - start).div_ceil(step);
+            assert!((1..=500).contains(&len), "{b}");
+            if ns == "odd" {
+                assert_eq!((step, start % 2), (2, 1), "{b}");
+            } else {
+                assert_eq!(step, 1, "{b}");
+            }
+            blocks.push((start, end, step));
+        }
+        served.extend(node.ids(ns, 1000).await);
+        assert_strictly_increasing(&served);
+        blocks.sort_unstable();
+        for pair in blocks.windows(2) {
+            assert!(pair[0].1 <= pair[1].0, "blocks overlap: {pair:?}");
+        }
+        for id in &served {
+            let inside = blocks.iter().find(|(s, e, _)| (s..e).contains(&id));
+            assert!(
+                inside.is_none(),
+                "{ns}: id {id} was also given out in block {inside:?}"
+            );
+        }
+    }
+    // Default count 1 for blocks too.
+    let (status, b) = node.post("/v1/blocks/plain").await;
+    assert_eq!(status, 200, "{b}");
+    let start = parse_decimal(b["start"].as_str().unwrap());
+    assert_eq!(parse_decimal(b["end"].as_str().unwrap()), start + 1);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_health_ready_and_metrics() {
+    let node = TestNode::start(
+        config(
+            r#"
+            [namespaces.tweets]
+            kind = "snowflake"
+            worker = 3
+            [namespaces.sessions]
+            kind = "uuid7"
+            [namespaces.tickets]
+            kind = "sequence"
+            width = 32
+            "#,
+        ),
+        memory(),
+    )
+    .await;
+    assert_eq!(node.get("/healthz").await.0, 200);
+    let (status, ready) = node.get("/readyz").await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["authority"], "memory");
+
+    node.ids("photos", 10).await;
+    node.ids("tickets", 10).await;
+    node.ids("tweets", 10).await;
+
+    let (status, list) = node.get("/v1/namespaces").await;
+    assert_eq!(status, 200, "{list}");
+    let names: Vec<&str> = list["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["namespace"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["photos", "sessions", "tickets", "tweets"],
+        "sorted by name"
+    );
+
+    for ns in ["photos", "tickets"] {
+        let (status, info) = node.get(&format!("/v1/namespaces/{ns}")).await;
+        assert_eq!(status, 200, "{info}");
+        let state = &info["state"];
+        for field in [
+            "watermark",
+            "ids_buffered",
+            "demand_per_second",
+            "block_size",
+            "ids_burned",
+            "used_fraction",
+            "projected_exhaustion",
+        ] {
+            assert!(state.get(field).is_some(), "{ns}: no state.{field}: {info}");
+        }
+        // The watermark is above everything served (invariant 1, seen from outside).
+        let watermark = parse_decimal(state["watermark"].as_str().unwrap());
+        assert!(watermark > 10, "{info}");
+        assert_eq!(state["ids_burned"], 0, "{info}");
+        let used = state["used_fraction"].as_f64().unwrap();
+        assert!(used > 0.0 && used < 1.0, "{info}");
+    }
+    let (_, info) = node.get("/v1/namespaces/tweets").await;
+    assert_eq!(info["settings"]["worker"], 3, "{info}");
+    assert_eq!(info["state"]["ids_served"], 10, "{info}");
+
+    let (status, text) = node.request(reqwest::Method::GET, "/metrics").await;
+    assert_eq!(status, 200);
+    for ns in ["photos", "tickets", "tweets"] {
+        let series = format!("idmint_ids_served_total{{namespace=\"{ns}\"}} 10");
+        assert!(text.contains(&series), "no {series:?} in:\n{text}");
+    }
+    node.stop().await;
+}
+
+/// 8 clients x 2000 requests of 1 to 20 ids on one namespace over HTTP: every id unique, each
+/// client's ids strictly increasing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_clients_get_unique_increasing_ids() {
+    let node = Arc::new(TestNode::start(NodeConfig::default(), memory()).await);
+    let mut tasks = Vec::new();
+    for client in 0..8u64 {
+        let node = node.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            for request in 0..2000u64 {
+                let count = (client * 7 + request * 13) % 20 + 1;
+                mine.extend(node.ids("hot", count).await);
+            }
+            mine
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        let mine = task.await.unwrap();
+        assert_strictly_increasing(&mine);
+        all.extend(mine);
+    }
+    let total = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), total, "{} duplicate ids", total - all.len());
+    println!("concurrent: {total} ids, no duplicates");
+    Arc::into_inner(node).unwrap().stop().await;
+}
+
+async fn open_file_authority(dir: &std::path::Path) -> Arc<FileAuthority> {
+    let dir = dir.to_owned();
+    Arc::new(
+        tokio::task::spawn_blocking(move || FileAuthority::open(&dir))
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+}
+
+/// A clean shutdown hands back the unused tail (invariant 2's compare-and-swap): the durable
+/// watermark ends up exactly one past the last served id, nothing burned, and the next node on
+/// the same store continues exactly there (invariant 3: nothing handed out twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clean_shutdown_hands_back_the_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = NamespaceName::new("photos").unwrap();
+    let authority = open_file_authority(dir.path()).await;
+    let node = TestNode::start(NodeConfig::default(), authority.clone()).await;
+    let mut served = Vec::new();
+    for count in [1, 5, 50, 500, 3] {
+        served.extend(node.ids("photos", count).await);
+    }
+    let last = *served.last().unwrap();
+    // Let the background refill land so that there is a tail to hand back.
+    let (a, n) = (&authority, &name);
+    poll_until(
+        "a refill reserved ids beyond the last served one",
+        move || async move { a.state(n).await.unwrap().unwrap().watermark > last + 1 },
+    )
+    .await;
+    drop(authority);
+    let report = node.stop().await;
+    assert_eq!(report.burned, 0, "{report:?}");
+    assert!(report.given_back > 0, "{report:?}");
+
+    let authority = open_file_authority(dir.path()).await;
+    let state = authority.state(&name).await.unwrap().unwrap();
+    assert_eq!(
+        state.watermark,
+        last + 1,
+        "the tail was not handed back exactly"
+    );
+
+    let node = TestNode::start(NodeConfig::default(), authority.clone()).await;
+    assert_eq!(node.ids("photos", 1).await, [last + 1]);
+    assert_eq!(node.ids("photos", 2).await, [last + 2, last + 3]);
+    drop(authority);
+    node.stop().await;
+}

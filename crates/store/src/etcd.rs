@@ -1,0 +1,1 @@
+//! The etcd authority (being written).

@@ -1,0 +1,1 @@
+//! The mysql authority (being written).

@@ -1,0 +1,1 @@
+//! The postgres authority (being written).

@@ -1,0 +1,1 @@
+//! Private or per-test instances of etcd for tests (being written).

@@ -1,0 +1,13 @@
+//! idmint-testkit: what the tests of idmint use to make real failures happen.
+//!
+//! - [`proxy::FaultProxy`]: a TCP proxy placed between a node and its backend that can pass
+//!   traffic, add latency, stall, cut every connection, or drop the reply to a request that went
+//!   through (an ambiguous commit).
+//!
+//! Faults come from this proxy and from killing real processes, never from mocks. Nothing here
+//! is used outside tests.
+
+pub mod proxy;
+pub mod etcd;
+pub mod mysql;
+pub mod postgres;

@@ -1,0 +1,1 @@
+//! Private or per-test instances of mysql for tests (being written).

@@ -1,0 +1,1 @@
+//! Private or per-test instances of postgres for tests (being written).
