@@ -14,6 +14,8 @@
 //! - [`clock`]: the `Clock` trait, the system clock and a manual clock for tests.
 //! - [`namespace`]: validated namespace names.
 //!
+//! It starts no thread of its own, except [`clock::TickClock`]'s when asked to.
+//!
 //! What it does not do: durability (that is the authority's, in `idmint-store`), networking
 //! (`idmint-node`), or waiting (a generator that must wait says for how long and returns).
 
@@ -23,7 +25,7 @@ pub mod namespace;
 mod sync;
 
 pub use block::{Block, BlockError, SequenceSpec, SpecError, Width};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock, TickClock};
 pub use namespace::{NamespaceName, NamespaceNameError};
 pub mod layout;
 pub mod snowflake;

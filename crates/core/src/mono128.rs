@@ -34,13 +34,17 @@ impl<C: Clock> Monotonic128<C> {
         }
     }
 
-    /// The next `(unix_ms, counter)`; `counter` has 24 significant bits.
+    /// The next `(unix_ms, counter, first_of_its_ms)`; `counter` has 24 significant bits, and
+    /// `first_of_its_ms` tells the caller that this call moved the state into a new millisecond.
     #[inline]
-    pub(crate) fn next(&self) -> (u64, u32) {
-        let now_rel = (self.clock.wall_nanos() / 1_000_000).saturating_sub(self.base_ms);
+    pub(crate) fn next(&self) -> (u64, u32, bool) {
+        // The coarse wall reading may lag by the clock's tick; ids then carry a slightly older
+        // millisecond, and the state still only moves forward.
+        let now_rel = (self.clock.coarse_wall_nanos() / 1_000_000).saturating_sub(self.base_ms);
         let mut last = self.state.load(Ordering::Relaxed);
         loop {
-            let next = if now_rel > last >> COUNTER_BITS {
+            let new_ms = now_rel > last >> COUNTER_BITS;
+            let next = if new_ms {
                 (now_rel << COUNTER_BITS) | (rand::rng().next_u64() & COUNTER_SEED_MASK)
             } else {
                 last + 1
@@ -51,7 +55,7 @@ impl<C: Clock> Monotonic128<C> {
             {
                 Ok(_) => {
                     let ms = self.base_ms + (next >> COUNTER_BITS);
-                    return (ms, (next & ((1 << COUNTER_BITS) - 1)) as u32);
+                    return (ms, (next & ((1 << COUNTER_BITS) - 1)) as u32, new_ms);
                 }
                 Err(actual) => last = actual,
             }

@@ -120,6 +120,18 @@ impl<C: Clock> AnchoredTime<C> {
             .saturating_add(self.forward_nanos.load(Ordering::Relaxed))
     }
 
+    /// Like [`Self::now_nanos`] from the clock's coarse reading: may lag, never runs ahead.
+    #[inline]
+    pub(crate) fn coarse_now_nanos(&self) -> u64 {
+        let elapsed = self
+            .clock
+            .coarse_monotonic_nanos()
+            .saturating_sub(self.anchor_mono_nanos);
+        self.anchor_wall_nanos
+            .saturating_add(elapsed)
+            .saturating_add(self.forward_nanos.load(Ordering::Relaxed))
+    }
+
     /// Compares with the wall clock; adopts forward steps beyond `tolerance`.
     pub(crate) fn check(&self, tolerance: Duration) -> ClockCheck {
         let own = self.now_nanos();
@@ -222,12 +234,13 @@ impl<C: Clock> SnowflakeGenerator<C> {
 
     #[inline]
     fn now_timestamp(&self) -> u64 {
+        self.timestamp_of(self.time.now_nanos())
+    }
+
+    #[inline]
+    fn timestamp_of(&self, unix_nanos: u64) -> u64 {
         // AnchoredTime never reads below the epoch: it is anchored at or above it.
-        (self
-            .time
-            .now_nanos()
-            .saturating_sub(self.layout.epoch_nanos()))
-            / self.layout.unit_nanos()
+        unix_nanos.saturating_sub(self.layout.epoch_nanos()) / self.layout.unit_nanos()
     }
 
     /// The generator's current time in nanoseconds since the Unix epoch.
@@ -242,8 +255,11 @@ impl<C: Clock> SnowflakeGenerator<C> {
         let max = max.max(1);
         let seq_bits = self.seq_bits;
         let mut last = self.state.load(Ordering::Relaxed);
+        // The coarse clock first; the precise one only before telling the caller to wait, so a
+        // lagging coarse reading never costs ids.
+        let mut now = self.timestamp_of(self.time.coarse_now_nanos());
+        let mut precise = false;
         loop {
-            let now = self.now_timestamp();
             let now_packed = now << seq_bits;
             let next = if last == NOTHING_ISSUED {
                 now_packed
@@ -252,6 +268,11 @@ impl<C: Clock> SnowflakeGenerator<C> {
             };
             let ts = next >> seq_bits;
             if ts > now {
+                if !precise {
+                    precise = true;
+                    now = self.now_timestamp();
+                    continue;
+                }
                 // `last` used the whole of unit `now` (or later, after a floor): wait for `ts`.
                 let wait_nanos = self
                     .layout
@@ -418,6 +439,40 @@ mod tests {
             Layout::twitter().decode(after).unwrap().parts.timestamp,
             last_ts + 1
         );
+    }
+
+    /// A clock whose coarse reading is frozen at its start, the worst lag a coarse clock may have.
+    struct FrozenCoarse {
+        precise: ManualClock,
+        frozen_mono: u64,
+    }
+    impl Clock for FrozenCoarse {
+        fn wall_nanos(&self) -> u64 {
+            self.precise.wall_nanos()
+        }
+        fn monotonic_nanos(&self) -> u64 {
+            self.precise.monotonic_nanos()
+        }
+        fn coarse_monotonic_nanos(&self) -> u64 {
+            self.frozen_mono
+        }
+    }
+
+    /// Regression guard for the coarse hot path: a lagging coarse clock must neither cost ids
+    /// (the precise clock is read before telling the caller to wait) nor stamp ids late beyond
+    /// what the precise clock allows.
+    #[test]
+    fn a_lagging_coarse_clock_rereads_the_precise_one_before_waiting() {
+        let precise = ManualClock::at_unix_millis(NOW_MS);
+        let clock = FrozenCoarse { precise: precise.clone(), frozen_mono: 0 };
+        let g = SnowflakeGenerator::new(tiny_layout(2), 1, clock, None).unwrap();
+        let first: Vec<u64> = (0..4).map(|_| g.next_id().unwrap()).collect();
+        assert!(matches!(g.next_id(), Err(NextIdError::SequenceExhausted { .. })));
+        precise.advance_millis(1);
+        // The coarse clock still says the old unit; the precise one lets the next unit start.
+        let next = g.next_id().unwrap();
+        assert!(next > first[3]);
+        assert_eq!(tiny_layout(2).decode(next).unwrap().unix_millis(), NOW_MS + 1);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! ULID: 48 bits of Unix milliseconds and 80 bits of randomness, written as 26 characters of
 //! Crockford base32. idmint's monotonic ULIDs spend the top 24 of the 80 bits on the counter of
-//! `mono128` and fill the other 56 with randomness.
+//! `mono128` (seeded randomly each millisecond) and fill the other 56 with randomness drawn once
+//! per millisecond. That is the ULID specification's monotonic method (random once per
+//! millisecond, then increment) with the increment placed above 56 random bits.
 //!
 //! Invariant: ids from one [`UlidGenerator`] strictly increase (as integers, bytes and strings),
 //! across threads and wall-clock steps. Parsing is case-insensitive and rejects the letters
@@ -9,6 +11,7 @@
 use crate::clock::{Clock, SystemClock};
 pub use crate::mono128::ParseIdError;
 use crate::mono128::{random_u64, Monotonic128};
+use crate::sync::{AtomicU64, Ordering};
 use std::fmt;
 use std::str::FromStr;
 
@@ -85,6 +88,8 @@ impl FromStr for Ulid {
 #[derive(Debug)]
 pub struct UlidGenerator<C: Clock = SystemClock> {
     state: Monotonic128<C>,
+    /// The 56 random low bits of the current millisecond.
+    tail: AtomicU64,
 }
 
 impl<C: Clock> UlidGenerator<C> {
@@ -92,15 +97,25 @@ impl<C: Clock> UlidGenerator<C> {
     pub fn new(clock: C) -> Self {
         UlidGenerator {
             state: Monotonic128::new(clock),
+            tail: AtomicU64::new(random_u64()),
         }
     }
     /// The next ULID, greater than every one this generator made before.
     #[inline]
     pub fn next_ulid(&self) -> Ulid {
-        let (ms, counter) = self.state.next();
+        let (ms, counter, first_of_ms) = self.state.next();
+        // Only randomness rides on the tail: order and uniqueness come from (ms, counter), so a
+        // thread that reads the previous millisecond's tail in a race is harmless.
+        let tail = if first_of_ms {
+            let fresh = random_u64();
+            self.tail.store(fresh, Ordering::Relaxed);
+            fresh
+        } else {
+            self.tail.load(Ordering::Relaxed)
+        };
         let v = (u128::from(ms & 0xFFFF_FFFF_FFFF) << 80)
             | (u128::from(counter) << 56)
-            | u128::from(random_u64() & ((1 << 56) - 1));
+            | u128::from(tail & ((1 << 56) - 1));
         Ulid(v)
     }
 }

@@ -1,6 +1,9 @@
 //! UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, version 7, a 24-bit counter spread over
 //! `rand_a` and the top of `rand_b`, then 50 random bits.
 //!
+//! The 50 random bits are fresh from the CSPRNG for every id (RFC 9562 asks for unguessable
+//! random bits; the counter alone orders ids).
+//!
 //! Invariant: ids from one [`Uuid7Generator`] strictly increase (as 128-bit integers, as bytes,
 //! and as canonical strings), across threads and wall-clock steps; see `mono128`.
 //! [`Uuid7`] values are always version 7 with the RFC variant.
@@ -128,7 +131,7 @@ impl<C: Clock> Uuid7Generator<C> {
     /// The next UUID, greater than every one this generator made before.
     #[inline]
     pub fn next_uuid(&self) -> Uuid7 {
-        let (ms, counter) = self.state.next();
+        let (ms, counter, _) = self.state.next();
         Uuid7::from_parts(ms, counter, random_u64())
     }
 }

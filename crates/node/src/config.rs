@@ -112,7 +112,42 @@ pub enum AuthorityConfig {
     },
     /// In memory: nothing survives a restart. For experiments only.
     Memory,
+    /// PostgreSQL (or a database speaking its protocol).
+    Postgres {
+        /// Connection URL, e.g. `postgres://postgres@127.0.0.1:5432/idmint`.
+        url: String,
+        /// Table name, if not the default.
+        table: Option<String>,
+        /// Timeout of one operation.
+        timeout: Duration,
+    },
+    /// MySQL or MariaDB.
+    Mysql {
+        /// Connection URL, e.g. `mysql://root@127.0.0.1:3306/idmint`.
+        url: String,
+        /// Table name, if not the default.
+        table: Option<String>,
+        /// Flickr ticket mode (`REPLACE INTO … ; LAST_INSERT_ID()`) instead of blocks.
+        tickets: bool,
+        /// Timeout of one operation.
+        timeout: Duration,
+    },
+    /// etcd v3.
+    Etcd {
+        /// Client URLs.
+        endpoints: Vec<String>,
+        /// Key prefix, if not the default.
+        prefix: Option<String>,
+        /// Timeout of one operation.
+        timeout: Duration,
+    },
+    /// Several authorities sharing namespaces, each owning the residue class `offset` (Flickr's
+    /// odd/even ticket servers generalised): the node round-robins between them.
+    Multi(Vec<(AuthorityConfig, u64)>),
 }
+
+/// Default timeout of one authority operation.
+pub const DEFAULT_AUTHORITY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Everything an `idmint.toml` holds.
 #[derive(Debug, Clone, PartialEq)]
@@ -179,6 +214,14 @@ struct RawServer {
 struct RawAuthority {
     kind: String,
     path: Option<PathBuf>,
+    url: Option<String>,
+    table: Option<String>,
+    mode: Option<String>,
+    endpoints: Option<Vec<String>>,
+    prefix: Option<String>,
+    timeout_ms: Option<u64>,
+    offset: Option<u64>,
+    members: Option<Vec<RawAuthority>>,
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]
@@ -261,19 +304,13 @@ impl FileConfig {
             let kind = namespace_kind(&key, ns, &raw.defaults)?;
             node.namespaces.insert(parsed, kind);
         }
-        let authority = match raw.authority {
+        let authority = match &raw.authority {
             None => AuthorityConfig::File { path: None },
-            Some(a) => match a.kind.as_str() {
-                "file" => AuthorityConfig::File { path: a.path },
-                "memory" => AuthorityConfig::Memory,
-                other => {
-                    return Err(invalid(
-                        "authority.kind",
-                        format!("unknown authority {other:?}; known: file, memory"),
-                    ))
-                }
-            },
+            Some(a) => authority_config("authority", a, true)?,
         };
+        if let AuthorityConfig::Multi(members) = &authority {
+            check_multi(&node, members)?;
+        }
         Ok(FileConfig {
             http,
             data_dir: raw.server.data_dir,
@@ -281,6 +318,120 @@ impl FileConfig {
             node,
         })
     }
+}
+
+fn authority_config(key: &str, a: &RawAuthority, top: bool) -> Result<AuthorityConfig, ConfigError> {
+    let timeout = a.timeout_ms.map_or(DEFAULT_AUTHORITY_TIMEOUT, Duration::from_millis);
+    if timeout.is_zero() {
+        return Err(invalid(format!("{key}.timeout_ms"), "must be above 0"));
+    }
+    if a.offset.is_some() && top {
+        return Err(invalid(format!("{key}.offset"), "offset belongs to the members of a multi authority"));
+    }
+    let url = |kind: &str| {
+        a.url.clone().ok_or_else(|| invalid(format!("{key}.url"), format!("a {kind} authority needs url")))
+    };
+    let unexpected = |field: &str, present: bool| {
+        if present {
+            Err(invalid(format!("{key}.{field}"), format!("not a setting of a {} authority", a.kind)))
+        } else {
+            Ok(())
+        }
+    };
+    let config = match a.kind.as_str() {
+        "file" => {
+            unexpected("url", a.url.is_some())?;
+            AuthorityConfig::File { path: a.path.clone() }
+        }
+        "memory" => AuthorityConfig::Memory,
+        "postgres" => {
+            unexpected("mode", a.mode.is_some())?;
+            AuthorityConfig::Postgres { url: url("postgres")?, table: a.table.clone(), timeout }
+        }
+        "mysql" => {
+            let tickets = match a.mode.as_deref() {
+                None | Some("blocks") => false,
+                Some("tickets") => true,
+                Some(other) => {
+                    return Err(invalid(
+                        format!("{key}.mode"),
+                        format!("unknown mode {other:?}; known: blocks, tickets"),
+                    ))
+                }
+            };
+            AuthorityConfig::Mysql { url: url("mysql")?, table: a.table.clone(), tickets, timeout }
+        }
+        "etcd" => {
+            let endpoints = a.endpoints.clone().unwrap_or_default();
+            if endpoints.is_empty() {
+                return Err(invalid(
+                    format!("{key}.endpoints"),
+                    "an etcd authority needs endpoints, e.g. [\"http://127.0.0.1:2379\"]",
+                ));
+            }
+            AuthorityConfig::Etcd { endpoints, prefix: a.prefix.clone(), timeout }
+        }
+        "multi" => {
+            if !top {
+                return Err(invalid(key, "a multi authority cannot be a member of another"));
+            }
+            let raw_members = a.members.as_deref().unwrap_or_default();
+            if raw_members.len() < 2 {
+                return Err(invalid(format!("{key}.members"), "a multi authority needs at least 2 members"));
+            }
+            let mut members = Vec::new();
+            for (i, m) in raw_members.iter().enumerate() {
+                let mkey = format!("{key}.members[{i}]");
+                let offset = m.offset.ok_or_else(|| {
+                    invalid(format!("{mkey}.offset"), "each member owns a residue class: set its offset")
+                })?;
+                if m.kind == "memory" {
+                    return Err(invalid(format!("{mkey}.kind"), "memory cannot be a member"));
+                }
+                members.push((authority_config(&mkey, m, false)?, offset));
+            }
+            AuthorityConfig::Multi(members)
+        }
+        other => {
+            return Err(invalid(
+                format!("{key}.kind"),
+                format!("unknown authority {other:?}; known: file, postgres, mysql, etcd, multi, memory"),
+            ))
+        }
+    };
+    if a.members.is_some() && !matches!(config, AuthorityConfig::Multi(_)) {
+        return Err(invalid(format!("{key}.members"), "members belong to a multi authority"));
+    }
+    Ok(config)
+}
+
+/// With several authorities, every sequence namespace's step must leave each member its own
+/// residue class, and namespaces must not set an offset of their own.
+fn check_multi(node: &NodeConfig, members: &[(AuthorityConfig, u64)]) -> Result<(), ConfigError> {
+    let mut offsets: Vec<u64> = members.iter().map(|(_, o)| *o).collect();
+    offsets.sort_unstable();
+    if offsets.windows(2).any(|w| w[0] == w[1]) {
+        return Err(invalid("authority.members", "two members have the same offset; their ids would collide"));
+    }
+    let check = |key: String, spec: &SequenceSpec| {
+        if spec.offset() != 0 {
+            return Err(invalid(key, "with a multi authority the members' offsets apply; do not set offset"));
+        }
+        if let Some(bad) = offsets.iter().find(|o| **o >= spec.step()) {
+            return Err(invalid(
+                key,
+                format!("step {} leaves no residue class for member offset {bad}; set step to at least {}", spec.step(), offsets.len()),
+            ));
+        }
+        Ok(())
+    };
+    check("defaults".to_owned(), &node.default_sequence.0)?;
+    for (name, kind) in &node.namespaces {
+        if let KindConfig::Sequence { spec, .. } = kind {
+            check(format!("namespaces.{name}"), spec)?;
+        }
+    }
+    Ok(())
 }
 
 fn namespace_kind(
@@ -541,6 +692,39 @@ mod tests {
         assert!(
             err("[namespaces.\"bad/name\"]\nkind = \"uuid7\"\n").contains("namespaces.bad/name")
         );
+    }
+
+    #[test]
+    fn authorities_parse() {
+        let cfg = FileConfig::parse("[authority]\nkind = \"postgres\"\nurl = \"postgres://u@h/db\"\ntimeout_ms = 800\n").unwrap();
+        assert_eq!(
+            cfg.authority,
+            AuthorityConfig::Postgres { url: "postgres://u@h/db".into(), table: None, timeout: Duration::from_millis(800) }
+        );
+        let multi = r#"
+            [defaults]
+            step = 2
+            [authority]
+            kind = "multi"
+            [[authority.members]]
+            kind = "mysql"
+            mode = "tickets"
+            url = "mysql://root@127.0.0.1:3307/x"
+            offset = 1
+            [[authority.members]]
+            kind = "mysql"
+            mode = "tickets"
+            url = "mysql://root@127.0.0.1:3308/x"
+            offset = 0
+        "#;
+        let cfg = FileConfig::parse(multi).unwrap();
+        assert!(matches!(&cfg.authority, AuthorityConfig::Multi(m) if m.len() == 2 && m[0].1 == 1));
+        let err = |t: &str| FileConfig::parse(t).unwrap_err().to_string();
+        assert!(err(&multi.replace("step = 2", "step = 1")).contains("set step to at least 2"));
+        assert!(err(&multi.replace("offset = 0", "offset = 1")).contains("same offset"));
+        assert!(err("[authority]\nkind = \"etcd\"\n").contains("authority.endpoints"));
+        assert!(err("[authority]\nkind = \"mysql\"\nurl = \"x\"\nmode = \"fast\"\n").contains("authority.mode"));
+        assert!(err("[authority]\nkind = \"redis\"\n").contains("unknown authority"));
     }
 
     #[test]

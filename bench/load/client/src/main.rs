@@ -4,7 +4,9 @@
 //! `REPLACE INTO Tickets64 (stub) VALUES ('a'); SELECT LAST_INSERT_ID();` sent as one
 //! multi-statement query (one round trip, the cheapest form for the database), or as two
 //! queries with `--two-trips`. After `--warmup` seconds the latency of every request is
-//! recorded for `--duration` seconds. Prints one `RESULT key=value ...` line.
+//! recorded for `--duration` seconds. A request that InnoDB rolls back as a deadlock (1213) or
+//! lock wait timeout (1205) is retried at once, as real ticket clients do; its latency includes
+//! the retries, and their number is reported. Prints one `RESULT key=value ...` line.
 
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Opts};
@@ -59,6 +61,7 @@ fn die(msg: &str) -> ! {
 struct TaskOut {
     lat_us: Vec<u32>,
     errors: u64,
+    retries: u64,
     min_id: u64,
     max_id: u64,
 }
@@ -73,9 +76,36 @@ async fn one_request(conn: &mut Conn, two_trips: bool) -> Result<u64, mysql_asyn
             .query_iter("REPLACE INTO Tickets64 (stub) VALUES ('a'); SELECT LAST_INSERT_ID()")
             .await?;
         // First result set: the REPLACE (no rows). Second: the id.
-        r.drop_result().await?;
+        let _: Vec<u64> = r.collect().await?;
         let rows: Vec<u64> = r.collect_and_drop().await?;
         Ok(rows.first().copied().unwrap_or(0))
+    }
+}
+
+/// InnoDB deadlock (1213) and lock wait timeout (1205): the server rolled the statement back and
+/// asks the client to try again, which is what any real ticket-server client does.
+fn retryable(e: &mysql_async::Error) -> bool {
+    matches!(e, mysql_async::Error::Server(s) if s.code == 1213 || s.code == 1205)
+}
+
+/// One id: the request, retried on deadlock / lock wait timeout (at most 100 times).
+/// Returns the id and how many retries it took.
+async fn one_id(conn: &mut Conn, two_trips: bool) -> Result<(u64, u64), mysql_async::Error> {
+    let mut retries = 0;
+    loop {
+        match one_request(conn, two_trips).await {
+            Ok(id) => return Ok((id, retries)),
+            Err(e) if retryable(&e) && retries < 100 => retries += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+static PRINTED_ERROR: AtomicBool = AtomicBool::new(false);
+
+fn report_error(e: &mysql_async::Error) {
+    if !PRINTED_ERROR.swap(true, Ordering::Relaxed) {
+        eprintln!("ticket-load: error (first of possibly many): {e}");
     }
 }
 
@@ -110,30 +140,33 @@ async fn run(args: Args) {
             let mut out = TaskOut {
                 lat_us: Vec::with_capacity(1 << 16),
                 errors: 0,
+                retries: 0,
                 min_id: u64::MAX,
                 max_id: 0,
             };
             while !stop.load(Ordering::Relaxed) {
                 let t0 = Instant::now();
-                let r = one_request(&mut conn, two_trips).await;
+                let r = one_id(&mut conn, two_trips).await;
                 let us = t0.elapsed().as_micros().min(u32::MAX as u128) as u32;
                 if measuring.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
                     match r {
-                        Ok(id) => {
+                        Ok((id, retries)) => {
                             out.lat_us.push(us);
+                            out.retries += retries;
                             out.min_id = out.min_id.min(id);
                             out.max_id = out.max_id.max(id);
                         }
                         Err(e) => {
-                            if out.errors == 0 {
-                                eprintln!("ticket-load: error: {e}");
-                            }
+                            report_error(&e);
                             out.errors += 1;
                         }
                     }
                 } else if let Err(e) = r {
-                    eprintln!("ticket-load: warm-up error: {e}");
-                    out.errors += 1;
+                    report_error(&e);
+                    if !retryable(&e) {
+                        // A broken connection: stop this client rather than spin.
+                        break;
+                    }
                 }
             }
             let _ = conn.disconnect().await;
@@ -147,11 +180,12 @@ async fn run(args: Args) {
     stop.store(true, Ordering::Relaxed);
     let elapsed = t0.elapsed().as_secs_f64();
     let mut lat: Vec<u32> = Vec::new();
-    let (mut errors, mut min_id, mut max_id) = (0u64, u64::MAX, 0u64);
+    let (mut errors, mut retries, mut min_id, mut max_id) = (0u64, 0u64, u64::MAX, 0u64);
     for h in handles {
         let o = h.await.unwrap_or_else(|e| die(&format!("task: {e}")));
         lat.extend_from_slice(&o.lat_us);
         errors += o.errors;
+        retries += o.retries;
         min_id = min_id.min(o.min_id);
         max_id = max_id.max(o.max_id);
     }
@@ -170,7 +204,7 @@ async fn run(args: Args) {
         lat.iter().map(|&x| x as f64).sum::<f64>() / n as f64 / 1000.0
     };
     println!(
-        "RESULT requests={n} seconds={elapsed:.3} rps={:.1} mean_ms={mean:.3} p50_ms={:.3} p99_ms={:.3} p999_ms={:.3} max_ms={:.3} errors={errors} conns={} min_id={} max_id={}",
+        "RESULT requests={n} seconds={elapsed:.3} rps={:.1} mean_ms={mean:.3} p50_ms={:.3} p99_ms={:.3} p999_ms={:.3} max_ms={:.3} errors={errors} deadlock_retries={retries} conns={} min_id={} max_id={}",
         n as f64 / elapsed,
         pct(50.0),
         pct(99.0),
