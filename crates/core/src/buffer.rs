@@ -7,9 +7,12 @@
 //! maximum block size. The caller does the I/O and reports back.
 //!
 //! Invariants:
-//! - ids leave the buffer in strictly increasing order, each once;
-//! - a block is accepted only if it starts above every id the buffer has held
-//!   ([`BufferError::OutOfOrder`] otherwise), so a misbehaving source cannot make it repeat;
+//! - ids leave the buffer each once, in strictly increasing order within a residue class
+//!   (`id mod step`); with one source (one class) that is strictly increasing, full stop. Several
+//!   sources owning different classes (Flickr's odd/even servers) interleave, as they do there;
+//! - a block is accepted only if it starts above every id the buffer has held of its residue
+//!   class ([`BufferError::OutOfOrder`] otherwise), so a misbehaving source cannot make it
+//!   repeat; blocks of different classes of one step cannot share an id;
 //! - at most one refill is in flight at a time;
 //! - every id that entered the buffer is either served, handed back as the unused tail, or
 //!   counted as burned: `received == served + buffered + burned + given_back`.
@@ -177,8 +180,9 @@ pub struct Buffer {
     /// Blocks fetched ahead, in increasing order.
     ahead: VecDeque<Block>,
     buffered: u64,
-    /// The highest id ever held (to refuse blocks that do not come after it).
-    highest: Option<u64>,
+    /// Per residue class `(step, start % step)`, the highest id ever held (to refuse blocks that
+    /// do not come after it). One entry per source; a handful at most.
+    highest: Vec<(u64, u64, u64)>,
     refill_in_flight: bool,
     stats: BufferStats,
     // Demand average.
@@ -206,7 +210,7 @@ impl Buffer {
             step: 1,
             ahead: VecDeque::new(),
             buffered: 0,
-            highest: None,
+            highest: Vec::new(),
             refill_in_flight: false,
             stats: BufferStats::default(),
             rate_per_sec,
@@ -328,15 +332,21 @@ impl Buffer {
     /// Adds a block (outside the refill protocol, e.g. at start-up). Same rule as
     /// [`Buffer::refill_done`].
     pub fn push(&mut self, block: Block) -> Result<(), BufferError> {
-        if let Some(highest) = self.highest {
-            if block.start() <= highest {
+        let class = (block.step(), block.start() % block.step());
+        match self
+            .highest
+            .iter_mut()
+            .find(|(step, residue, _)| (*step, *residue) == class)
+        {
+            Some((_, _, highest)) if block.start() <= *highest => {
                 return Err(BufferError::OutOfOrder {
                     start: block.start(),
-                    highest,
+                    highest: *highest,
                 });
             }
+            Some((_, _, highest)) => *highest = block.last(),
+            None => self.highest.push((class.0, class.1, block.last())),
         }
-        self.highest = Some(block.last());
         self.buffered += block.len();
         self.stats.received += block.len();
         self.stats.refills += 1;
@@ -555,6 +565,27 @@ mod tests {
             })
         );
         assert_eq!(b.stats().served, 5);
+    }
+
+    #[test]
+    fn sources_of_different_residue_classes_interleave_but_each_only_moves_up() {
+        let mut b = Buffer::new(fixed(4));
+        b.push(Block::new(1001, 1006, 2).unwrap()).unwrap(); // odd server: 1001..1005
+        b.push(Block::new(10, 15, 2).unwrap()).unwrap(); // even server, far behind: 10..14
+        b.push(Block::new(1007, 1010, 2).unwrap()).unwrap(); // odd again
+        assert!(matches!(
+            b.push(Block::new(12, 13, 2).unwrap()),
+            Err(BufferError::OutOfOrder { highest: 14, .. })
+        ));
+        assert!(matches!(
+            b.push(Block::new(1003, 1004, 2).unwrap()),
+            Err(BufferError::OutOfOrder { .. })
+        ));
+        let mut ids = vec![];
+        while let Some(id) = b.next_id() {
+            ids.push(id);
+        }
+        assert_eq!(ids, vec![1001, 1003, 1005, 10, 12, 14, 1007, 1009]);
     }
 
     #[test]

@@ -464,15 +464,24 @@ mod tests {
     #[test]
     fn a_lagging_coarse_clock_rereads_the_precise_one_before_waiting() {
         let precise = ManualClock::at_unix_millis(NOW_MS);
-        let clock = FrozenCoarse { precise: precise.clone(), frozen_mono: 0 };
+        let clock = FrozenCoarse {
+            precise: precise.clone(),
+            frozen_mono: 0,
+        };
         let g = SnowflakeGenerator::new(tiny_layout(2), 1, clock, None).unwrap();
         let first: Vec<u64> = (0..4).map(|_| g.next_id().unwrap()).collect();
-        assert!(matches!(g.next_id(), Err(NextIdError::SequenceExhausted { .. })));
+        assert!(matches!(
+            g.next_id(),
+            Err(NextIdError::SequenceExhausted { .. })
+        ));
         precise.advance_millis(1);
         // The coarse clock still says the old unit; the precise one lets the next unit start.
         let next = g.next_id().unwrap();
         assert!(next > first[3]);
-        assert_eq!(tiny_layout(2).decode(next).unwrap().unix_millis(), NOW_MS + 1);
+        assert_eq!(
+            tiny_layout(2).decode(next).unwrap().unix_millis(),
+            NOW_MS + 1
+        );
     }
 
     #[test]
