@@ -37,11 +37,12 @@ use thiserror::Error;
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 #[cfg(feature = "file")]
 mod file;
 mod memory;
-#[cfg(feature = "etcd")]
-pub mod etcd;
+mod multi;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
@@ -50,6 +51,7 @@ pub mod postgres;
 #[cfg(feature = "file")]
 pub use file::{FileAuthority, FILE_NAME};
 pub use memory::MemoryAuthority;
+pub use multi::MultiAuthority;
 
 /// The durable home of sequence namespaces' watermarks.
 ///
@@ -220,6 +222,13 @@ pub enum StoreError {
     /// A reservation asked for zero ids.
     #[error("a reservation must ask for at least one id")]
     InvalidCount,
+    /// The authorities are set up in a way that could hand out an id twice (e.g. two members of
+    /// a [`MultiAuthority`] owning the same residue class).
+    #[error("invalid authority setup: {message}")]
+    InvalidSetup {
+        /// What is wrong.
+        message: String,
+    },
     /// [`Authority::give_back`] was given a tail that no reservation of the namespace returns.
     #[error("cannot give back [{start}, {end}) step {step} to namespace {name}: {reason}")]
     InvalidTail {
