@@ -18,7 +18,8 @@ const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";
 #[command(
     name = "idmint",
     version,
-    about = "Unique ids for sharded databases: sequences from leased blocks, snowflake, UUIDv7 and ULID."
+    about = "Unique ids for sharded databases: sequences from leased blocks, snowflake, UUIDv7 and ULID.",
+    after_help = "Examples:\n  idmint serve --config idmint.toml\n  idmint next photos -n 5\n  idmint decode 1212161076890996736 --layout twitter\n  idmint status"
 )]
 struct Cli {
     #[command(subcommand)]

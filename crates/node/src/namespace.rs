@@ -294,6 +294,15 @@ impl SequenceNamespace {
                 self.wake_refill.notify_one();
                 return Ok(());
             }
+            // The buffer is empty. If the latest refill found the namespace exhausted, say so
+            // now: waiting would outlast the refill task's backoff and answer a misleading 503.
+            if let Some(StoreError::Exhausted { .. }) = &outcomes.borrow().error {
+                return if taken > 0 {
+                    Ok(())
+                } else {
+                    Err(self.exhausted())
+                };
+            }
             self.shortfall.fetch_add(count - taken, Ordering::Relaxed);
             self.wake_refill.notify_one();
             match tokio::time::timeout_at(deadline, outcomes.changed()).await {
