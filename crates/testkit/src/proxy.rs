@@ -136,10 +136,7 @@ async fn pump(
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             },
-            changed = wait_for(&mut settings, |s| s.fault == Fault::Cut) => {
-                let _ = changed;
-                return;
-            }
+            _ = wait_for(&mut settings, |s| s.fault == Fault::Cut) => return,
         };
         // Apply the fault in force now to this chunk.
         loop {

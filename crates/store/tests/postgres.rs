@@ -1,0 +1,572 @@
+//! The PostgreSQL authority against a real server (127.0.0.1:5432, see
+//! `idmint_testkit::postgres`): the conformance suite, faults injected by a `FaultProxy`
+//! (cut connections, a stalled server, a lost reply to a committed reservation), two
+//! authorities (two nodes) on one namespace, the edges of the 64-bit range, and Instagram's
+//! PL/pgSQL id function against idmint's Instagram layout.
+//!
+//! Each test runs in a database of its own (`TempDatabase`), so they run in parallel. They fail,
+//! saying how to start the server, when it is not running.
+
+#![cfg(feature = "postgres")]
+#![allow(clippy::unwrap_used)]
+
+use idmint_core::instagram::{instagram_id, shard_of, ShardCounterGenerator};
+use idmint_core::{Block, Layout, NamespaceName, SequenceSpec, SystemClock, Width};
+use idmint_store::postgres::{instagram_sql, schema_sql, PostgresAuthority, PostgresConfig};
+use idmint_store::{conformance, Authority, GiveBack, StoreError};
+use idmint_testkit::postgres::TempDatabase;
+use idmint_testkit::proxy::{Fault, FaultProxy};
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a fault test waits for the authority to recover after the fault is lifted.
+const RECOVERY_DEADLINE: Duration = Duration::from_secs(10);
+
+fn config(url: String, op_timeout: Duration, pool_size: usize) -> PostgresConfig {
+    PostgresConfig {
+        op_timeout,
+        pool_size,
+        ..PostgresConfig::new(url)
+    }
+}
+
+async fn connect(config: PostgresConfig) -> PostgresAuthority {
+    PostgresAuthority::connect(config)
+        .await
+        .unwrap_or_else(|e| panic!("connecting the postgres authority failed: {e}"))
+}
+
+async fn connect_default(db: &TempDatabase) -> PostgresAuthority {
+    connect(PostgresConfig::new(db.url())).await
+}
+
+fn name(s: &str) -> NamespaceName {
+    NamespaceName::new(s).unwrap()
+}
+
+async fn watermark(a: &dyn Authority, n: &NamespaceName) -> u64 {
+    a.state(n).await.unwrap().unwrap().watermark
+}
+
+/// Retries `op` until it succeeds or `RECOVERY_DEADLINE` passes; returns the value and the
+/// number of failed attempts.
+async fn until_ok<T, F, Fut>(what: &str, op: F) -> (T, usize)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    let deadline = Instant::now() + RECOVERY_DEADLINE;
+    let mut failures = 0;
+    loop {
+        match op().await {
+            Ok(v) => return (v, failures),
+            Err(e) if Instant::now() < deadline => {
+                assert!(e.is_unavailable(), "{what}: unexpected error {e:?}");
+                failures += 1;
+                tokio::task::yield_now().await;
+            }
+            Err(e) => panic!("{what}: still failing after {RECOVERY_DEADLINE:?}: {e}"),
+        }
+    }
+}
+
+fn assert_unavailable<T: std::fmt::Debug>(what: &str, result: Result<T, StoreError>) {
+    match result {
+        Err(StoreError::Unavailable { backend, .. }) => assert_eq!(backend, "postgres"),
+        other => panic!("{what}: expected Unavailable, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_authority_conforms() {
+    let db = TempDatabase::create().await;
+    let url = db.url();
+    // Each call is a new authority (a new pool) on the same database: a reopen.
+    conformance::run_all(move || {
+        let url = url.clone();
+        async move { Arc::new(connect(PostgresConfig::new(url)).await) as Arc<dyn Authority> }
+    })
+    .await;
+    db.drop_now().await;
+}
+
+/// Flickr's odd and even ticket servers as two databases (two servers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_and_even_servers_never_collide() {
+    let (odd_db, even_db) = (TempDatabase::create().await, TempDatabase::create().await);
+    let odd = Arc::new(connect_default(&odd_db).await);
+    let even = Arc::new(connect_default(&even_db).await);
+    conformance::step_and_offset_are_respected(odd, even).await;
+}
+
+/// Two nodes, each with its own authority and pool, reserving on one namespace at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_authorities_on_one_namespace_never_overlap() {
+    const TASKS_PER_NODE: u64 = 6;
+    const PER_TASK: u64 = 100;
+    let db = TempDatabase::create().await;
+    let nodes: Vec<Arc<dyn Authority>> = vec![
+        Arc::new(connect(config(db.url(), Duration::from_secs(10), 3)).await),
+        Arc::new(connect(config(db.url(), Duration::from_secs(10), 3)).await),
+    ];
+    let n = name("photos");
+    let spec = SequenceSpec::new(Width::Bits64, 1, 2, 1).unwrap();
+    for node in &nodes {
+        node.ensure_namespace(&n, spec).await.unwrap();
+    }
+    let mut tasks = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        for t in 0..TASKS_PER_NODE {
+            let (node, n) = (node.clone(), n.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut blocks = Vec::new();
+                for k in 0..PER_TASK {
+                    let count = 1 + (i as u64 * 13 + t * 7 + k * 3) % 40;
+                    let r = node.reserve(&n, count).await.unwrap();
+                    assert_eq!(r.block.len(), count);
+                    blocks.push(r.block);
+                }
+                blocks
+            }));
+        }
+    }
+    let mut blocks: Vec<Block> = Vec::new();
+    for task in tasks {
+        blocks.extend(task.await.unwrap());
+    }
+    blocks.sort_by_key(|b| b.start());
+    for pair in blocks.windows(2) {
+        assert!(
+            pair[0].end() <= pair[1].start(),
+            "blocks {:?} and {:?} of two nodes overlap",
+            pair[0],
+            pair[1]
+        );
+    }
+    assert!(blocks.iter().all(|b| b.start() % 2 == 1 && b.step() == 2));
+    let state = nodes[0].state(&n).await.unwrap().unwrap();
+    let handed_out: u64 = blocks.iter().map(|b| b.len()).sum();
+    assert_eq!(state.watermark, blocks.last().unwrap().end());
+    assert_eq!(state.ids_used(), handed_out, "ids lost or handed out twice");
+}
+
+/// With every connection cut, operations fail at once (not after the timeout), and the
+/// authority reconnects by itself when the network comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_connections_fail_fast_and_recover() {
+    let db = TempDatabase::create().await;
+    let proxy = FaultProxy::start(db.server_addr()).await.unwrap();
+    let op_timeout = Duration::from_secs(3);
+    let a = connect(config(db.url_via(proxy.addr()), op_timeout, 2)).await;
+    let n = name("cut");
+    a.ensure_namespace(&n, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    let before = a.reserve(&n, 10).await.unwrap();
+
+    proxy.set_fault(Fault::Cut);
+    for _ in 0..3 {
+        let started = Instant::now();
+        assert_unavailable("reserve while cut", a.reserve(&n, 10).await);
+        assert!(
+            started.elapsed() < op_timeout / 2,
+            "a cut connection took {:?} to fail",
+            started.elapsed()
+        );
+    }
+    assert_unavailable("state while cut", a.state(&n).await);
+    // A new authority cannot connect either, and says so quickly.
+    let started = Instant::now();
+    let err = PostgresAuthority::connect(config(db.url_via(proxy.addr()), op_timeout, 1))
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+    assert!(started.elapsed() < op_timeout / 2);
+
+    proxy.set_fault(Fault::None);
+    let (after, _failures) = until_ok("reserve after the cut", || a.reserve(&n, 10)).await;
+    // Nothing reached the server while cut: the next block follows the last one.
+    assert_eq!(after.block.start(), before.watermark);
+    let direct = connect_default(&db).await;
+    assert_eq!(watermark(&direct, &n).await, after.watermark);
+}
+
+/// The server kills the authority's backend processes (`pg_terminate_backend`, as a restart or
+/// an administrator would): the authority replaces the connections by itself and continues
+/// exactly where the durable watermark is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_backends_are_replaced() {
+    let db = TempDatabase::create().await;
+    let a = connect(config(db.url(), Duration::from_secs(3), 2)).await;
+    let n = name("killed");
+    a.ensure_namespace(&n, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    let before = a.reserve(&n, 10).await.unwrap();
+
+    let admin = db.client().await;
+    let killed = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(!killed.is_empty(), "the authority had no backend to kill");
+
+    let (after, _) = until_ok("reserve after the kill", || a.reserve(&n, 10)).await;
+    // The killed backends were idle: nothing was reserved in between.
+    assert_eq!(after.block.start(), before.watermark);
+    assert_eq!(watermark(&a, &n).await, after.watermark);
+}
+
+/// A server that stops answering (connection open, nothing comes back) yields `Unavailable`
+/// within the operation timeout; the authority works again once it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_server_times_out() {
+    let db = TempDatabase::create().await;
+    let proxy = FaultProxy::start(db.server_addr()).await.unwrap();
+    let op_timeout = Duration::from_millis(800);
+    let a = connect(config(db.url_via(proxy.addr()), op_timeout, 2)).await;
+    let n = name("stall");
+    a.ensure_namespace(&n, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    let before = a.reserve(&n, 10).await.unwrap();
+
+    proxy.set_fault(Fault::Stall);
+    for what in ["reserve", "state", "reserve again"] {
+        let started = Instant::now();
+        let result = if what == "state" {
+            a.state(&n).await.map(|_| ())
+        } else {
+            a.reserve(&n, 10).await.map(|_| ())
+        };
+        let took = started.elapsed();
+        assert_unavailable(what, result);
+        assert!(
+            took >= op_timeout && took < op_timeout + Duration::from_millis(1500),
+            "{what} on a stalled server took {took:?}, timeout {op_timeout:?}"
+        );
+    }
+
+    proxy.set_fault(Fault::None);
+    let (after, _) = until_ok("reserve after the stall", || a.reserve(&n, 10)).await;
+    // The stalled requests may have reached the server when it was released (their blocks are
+    // burned); the new block is above everything reserved before.
+    assert!(after.block.start() >= before.watermark);
+    let direct = connect_default(&db).await;
+    assert!(watermark(&direct, &n).await >= after.watermark);
+}
+
+/// The reply to a committed reservation is lost: the call fails, the block it was granted is
+/// burned, and the next reservation gets a new block above it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_reply_never_reissues_the_block() {
+    const LOST: u64 = 100;
+    let db = TempDatabase::create().await;
+    let proxy = FaultProxy::start(db.server_addr()).await.unwrap();
+    let a = connect(config(db.url_via(proxy.addr()), Duration::from_secs(3), 1)).await;
+    let direct = connect_default(&db).await;
+    let n = name("lost-reply");
+    a.ensure_namespace(&n, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    a.reserve(&n, 10).await.unwrap();
+    let w0 = watermark(&direct, &n).await;
+
+    proxy.set_fault(Fault::DropNextReply);
+    assert_unavailable("reserve whose reply is lost", a.reserve(&n, LOST).await);
+    assert_eq!(proxy.fault(), Fault::None, "the fault fired");
+    // The server did commit it (an ambiguous commit): the durable watermark moved.
+    let deadline = Instant::now() + RECOVERY_DEADLINE;
+    while watermark(&direct, &n).await != w0 + LOST {
+        assert!(
+            Instant::now() < deadline,
+            "the lost reservation never showed in the durable state"
+        );
+        tokio::task::yield_now().await;
+    }
+
+    let (retried, _) = until_ok("reserve after the lost reply", || a.reserve(&n, 10)).await;
+    assert!(
+        retried.block.start() >= w0 + LOST,
+        "the retried block {:?} reuses ids of the lost block [{w0}, {})",
+        retried.block,
+        w0 + LOST
+    );
+    assert!(retried.block.ids().all(|id| id >= w0 + LOST));
+    assert_eq!(watermark(&direct, &n).await, retried.watermark);
+    assert!(retried.watermark > w0 + LOST);
+}
+
+/// The top of the 64-bit range: the watermark reaches 2^63 (past `bigint`) exactly, the last
+/// block is cut at 2^63 - 1, and give-back's compare-and-swap works there.
+#[tokio::test]
+async fn bits64_range_ends_at_2_pow_63() {
+    let db = TempDatabase::create().await;
+    let a = connect_default(&db).await;
+    let max = Width::Bits64.max_id();
+    let n = name("top");
+    let spec = SequenceSpec::new(Width::Bits64, max - 99, 7, 3).unwrap();
+    a.ensure_namespace(&n, spec).await.unwrap();
+    let first = a.reserve(&n, 5).await.unwrap();
+    assert_eq!(Ok(first.block), spec.reserve(max - 99, 5));
+    let last = a.reserve(&n, u64::MAX).await.unwrap();
+    assert_eq!(Ok(last.block), spec.reserve(first.watermark, u64::MAX));
+    assert!(last.block.last() <= max && last.block.last() + 7 > max);
+    assert!(matches!(
+        a.reserve(&n, 1).await,
+        Err(StoreError::Exhausted { bits: 64, .. })
+    ));
+
+    // A block ending at 2^63 exactly (the last id is 2^63 - 1).
+    let n = name("top-exact");
+    let spec = SequenceSpec::new(Width::Bits64, max - 9, 1, 0).unwrap();
+    a.ensure_namespace(&n, spec).await.unwrap();
+    let all = a.reserve(&n, 100).await.unwrap();
+    assert_eq!((all.block.start(), all.block.last()), (max - 9, max));
+    assert_eq!(all.watermark, max + 1);
+    assert_eq!(watermark(&a, &n).await, 1u64 << 63);
+    let (_, tail) = all.block.split_first(4);
+    let tail = tail.unwrap();
+    assert_eq!(a.give_back(&n, tail).await.unwrap(), GiveBack::Returned);
+    assert_eq!(watermark(&a, &n).await, tail.start());
+    let again = a.reserve(&n, 100).await.unwrap();
+    assert_eq!(again.block, tail);
+    match a.reserve(&n, 1).await {
+        Err(StoreError::Exhausted { watermark, .. }) => assert_eq!(watermark, 1u64 << 63),
+        other => panic!("expected Exhausted, got {other:?}"),
+    }
+}
+
+/// An unreachable server is `Unavailable` within the timeout, and no message carries the
+/// password of the URL.
+#[tokio::test]
+async fn unreachable_server_is_unavailable_without_leaking_the_password() {
+    // A port nothing listens on: bind one and let it go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://postgres:hunter2@127.0.0.1:{port}/idmint");
+    let started = Instant::now();
+    let err = PostgresAuthority::connect(config(url, Duration::from_secs(2), 1))
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(err.is_unavailable(), "{err:?}");
+    let text = format!("{err} {err:?}");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+
+    let err = PostgresAuthority::connect(PostgresConfig::new("postgres://x:hunter2@[nonsense"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.is_unavailable() && !err.to_string().contains("hunter2"),
+        "{err}"
+    );
+}
+
+/// `schema_sql` is the DDL `connect` runs: a table created from it is used as is, under a
+/// custom (quoted) name; concurrent first connects to an empty database all succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_sql_is_the_schema_connect_uses() {
+    let db = TempDatabase::create().await;
+    let client = db.client().await;
+    client
+        .batch_execute(&schema_sql("Id Tickets"))
+        .await
+        .unwrap();
+    let a = connect(PostgresConfig {
+        table: "Id Tickets".to_owned(),
+        ..PostgresConfig::new(db.url())
+    })
+    .await;
+    let n = name("custom");
+    a.ensure_namespace(&n, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    a.reserve(&n, 5).await.unwrap();
+    let row = client
+        .query_one(
+            "SELECT watermark::text, block_start::text FROM \"Id Tickets\" WHERE name = $1",
+            &[&"custom"],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, String>(0), row.get::<_, String>(1)),
+        ("6".to_owned(), "1".to_owned())
+    );
+
+    // Four nodes starting at once on a database without the table.
+    let url = db.url();
+    let starts: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { PostgresAuthority::connect(PostgresConfig::new(url)).await })
+        })
+        .collect();
+    for s in starts {
+        let a = s.await.unwrap().unwrap();
+        a.ensure_namespace(&n, SequenceSpec::default_64())
+            .await
+            .unwrap();
+    }
+}
+
+/// A row idmint did not write is reported as `Corrupt`, never trusted or a panic.
+#[tokio::test]
+async fn foreign_rows_are_corrupt() {
+    let db = TempDatabase::create().await;
+    let a = connect_default(&db).await;
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "INSERT INTO idmint_namespaces (name, width, first_id, step, id_offset, watermark) \
+             VALUES ('-not a namespace', 64, 1, 1, 0, 1)",
+        )
+        .await
+        .unwrap();
+    match a.list().await {
+        Err(StoreError::Corrupt { message }) => assert!(message.contains("-not a namespace")),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    // The table's constraints refuse what the arithmetic could misread.
+    let refused = client
+        .batch_execute(
+            "INSERT INTO idmint_namespaces (name, width, first_id, step, id_offset, watermark) \
+             VALUES ('b', 32, 1, 1, 0, 2147483649)",
+        )
+        .await;
+    assert!(refused.is_err());
+}
+
+const INSTAGRAM_EPOCH_MS: u64 = 1_314_220_021_721;
+const SHARDS: [u64; 4] = [0, 1, 1341, 8191];
+
+async fn install_instagram(client: &tokio_postgres::Client) {
+    for (i, shard) in SHARDS.iter().enumerate() {
+        let sql = instagram_sql(&format!("shard_{i}"), *shard, INSTAGRAM_EPOCH_MS).unwrap();
+        client.batch_execute(&sql).await.unwrap();
+        // Idempotent: installing twice is harmless.
+        client.batch_execute(&sql).await.unwrap();
+    }
+}
+
+fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// `next_id()` in PL/pgSQL computes exactly idmint's Instagram layout: same shard, same
+/// sequence (`nextval() % 1024`), timestamps within a second of idmint's own generator.
+#[tokio::test]
+async fn instagram_function_matches_idmint_layout() {
+    let db = TempDatabase::create().await;
+    let client = db.client().await;
+    install_instagram(&client).await;
+    let layout = Layout::instagram();
+    for (i, shard) in SHARDS.iter().enumerate() {
+        // The sequence starts at 1, as nextval() does.
+        let local = ShardCounterGenerator::new(layout, *shard, SystemClock::new(), 1).unwrap();
+        for k in 1..=1030u64 {
+            let before = unix_ms_now();
+            let row = client
+                .query_one(&format!("SELECT \"shard_{i}\".next_id()"), &[])
+                .await
+                .unwrap();
+            let after = unix_ms_now();
+            let pg = u64::try_from(row.get::<_, i64>(0)).unwrap();
+            let mine = local.next_id().unwrap();
+            let (p, m) = (layout.decode(pg).unwrap(), layout.decode(mine).unwrap());
+            assert_eq!(shard_of(&layout, pg).unwrap(), *shard);
+            assert_eq!(p.parts.node, m.parts.node);
+            assert_eq!(p.parts.sequence, k % 1024, "nextval() % 1024");
+            assert_eq!(p.parts.sequence, m.parts.sequence);
+            assert!(
+                p.unix_nanos.abs_diff(m.unix_nanos) < 1_000_000_000,
+                "PostgreSQL and idmint timestamps differ by more than a second"
+            );
+            // The same formula, exactly, and the server's clock is this machine's.
+            let pg_ms = p.unix_nanos / 1_000_000;
+            assert_eq!(instagram_id(&layout, pg_ms, *shard, k).unwrap(), pg);
+            assert!(pg_ms + 1000 >= before && pg_ms <= after + 1000);
+        }
+    }
+}
+
+/// A table per shard whose primary key defaults to that shard's `next_id()` fills concurrently
+/// without a collision, and every id names its shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn instagram_shards_fill_without_collision() {
+    const ROWS_PER_SHARD: i32 = 5_000;
+    const WRITERS_PER_SHARD: i32 = 2;
+    const BATCH: i32 = 250;
+    let db = TempDatabase::create().await;
+    let admin = db.client().await;
+    install_instagram(&admin).await;
+    for i in 0..SHARDS.len() {
+        admin
+            .batch_execute(&format!(
+                "CREATE TABLE \"shard_{i}\".photos (
+                     id bigint PRIMARY KEY DEFAULT \"shard_{i}\".next_id(),
+                     n integer NOT NULL
+                 )"
+            ))
+            .await
+            .unwrap();
+    }
+    let started_ms = unix_ms_now();
+    let mut writers = Vec::new();
+    for i in 0..SHARDS.len() {
+        for w in 0..WRITERS_PER_SHARD {
+            let client = db.client().await;
+            writers.push(tokio::spawn(async move {
+                let per_writer = ROWS_PER_SHARD / WRITERS_PER_SHARD;
+                let sql = format!(
+                    "INSERT INTO \"shard_{i}\".photos (n) SELECT g FROM generate_series($1::int, $2::int) g"
+                );
+                let mut from = w * per_writer;
+                while from < (w + 1) * per_writer {
+                    let to = from + BATCH - 1;
+                    client.execute(&sql, &[&from, &to]).await.unwrap();
+                    from += BATCH;
+                }
+            }));
+        }
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    let finished_ms = unix_ms_now();
+    let layout = Layout::instagram();
+    let mut all = HashSet::new();
+    for (i, shard) in SHARDS.iter().enumerate() {
+        let rows = admin
+            .query(&format!("SELECT id FROM \"shard_{i}\".photos"), &[])
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), ROWS_PER_SHARD as usize);
+        for row in rows {
+            let id = u64::try_from(row.get::<_, i64>(0)).unwrap();
+            let d = layout.decode(id).unwrap();
+            assert_eq!(
+                d.parts.node, *shard,
+                "id {id} in shard_{i} names another shard"
+            );
+            let ms = d.unix_nanos / 1_000_000;
+            assert!(ms + 1000 >= started_ms && ms <= finished_ms + 1000);
+            assert!(all.insert(id), "id {id} issued twice");
+        }
+    }
+    assert_eq!(all.len(), SHARDS.len() * ROWS_PER_SHARD as usize);
+}
