@@ -23,6 +23,65 @@ for component in rustfmt clippy; do
   fi
 done
 
+# --- Backend servers the tests talk to (real servers, never mocks) -------------------------
+# PostgreSQL and MariaDB: started if installed but not running; installed from Debian as root if
+# missing. etcd: the tests start private etcd processes, so only the binary is needed.
+apt_updated=0
+apt_install() {
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: $1 is missing; install the Debian package(s) '${*:2}' (needs root) and run again" >&2
+    exit 1
+  fi
+  if [ "$apt_updated" -eq 0 ]; then
+    step "apt-get update"
+    apt-get update -qq
+    apt_updated=1
+  fi
+  step "installing ${*:2}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${@:2}" >/dev/null
+}
+
+wait_for() { # description, command...
+  local what=$1; shift
+  for _ in $(seq 1 60); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.5
+  done
+  echo "error: $what did not come up within 30 s" >&2
+  exit 1
+}
+
+step "backend servers"
+if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+  apt_install "PostgreSQL" postgresql
+fi
+if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+  echo "starting PostgreSQL"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+  wait_for "PostgreSQL on 127.0.0.1:5432" pg_isready -h 127.0.0.1 -p 5432 -q
+fi
+echo "PostgreSQL: ready on 127.0.0.1:5432"
+
+if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
+  apt_install "MariaDB" mariadb-server
+fi
+if ! mariadb-admin -h 127.0.0.1 -P 3306 -uroot ping >/dev/null 2>&1; then
+  echo "starting MariaDB"
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+  wait_for "MariaDB on 127.0.0.1:3306" mariadb-admin -h 127.0.0.1 -P 3306 -uroot ping
+fi
+echo "MariaDB: ready on 127.0.0.1:3306"
+
+if ! command -v etcd >/dev/null 2>&1; then
+  apt_install "etcd" etcd-server
+fi
+echo "etcd: $(etcd --version 2>/dev/null | head -n1) (tests start private instances)"
+
+# etcd-client compiles etcd's .proto files at build time.
+if ! command -v protoc >/dev/null 2>&1; then
+  apt_install "protoc (the Protocol Buffers compiler)" protobuf-compiler
+fi
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

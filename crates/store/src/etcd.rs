@@ -1,1 +1,766 @@
-//! The etcd authority (being written).
+//! The etcd authority (cargo feature `etcd`): namespaces and their watermarks as keys of an
+//! etcd v3 cluster, updated by compare-and-swap transactions.
+//!
+//! ## Keys and values (record format v1)
+//!
+//! One key per namespace, `<prefix>ns/<name>` (prefix [`EtcdConfig::prefix`], default
+//! `/idmint/`, so `/idmint/ns/photos`), whose value is one line of ASCII text:
+//!
+//! ```text
+//! idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=1001
+//! ```
+//!
+//! The fields are always all present, in this order, separated by single spaces, numbers in
+//! decimal without sign or leading zeros. A value is valid when it is exactly the canonical
+//! encoding of a state whose spec `SequenceSpec::new(width, first, step, offset)` accepts and
+//! whose watermark lies in `[first, max_id + 1]`; anything else (another version, a value
+//! edited by hand, a key under the prefix whose suffix is not a namespace name) is
+//! [`StoreError::Corrupt`], never a panic. Text, so that `etcdctl get --prefix /idmint/` is
+//! readable.
+//!
+//! ## Operations relied on (etcd v3 KV API, etcd 3.4 or later)
+//!
+//! - `ensure_namespace`: one `Txn` `If(create_revision(key) == 0) Then(Put(key, state))
+//!   Else(Get(key))`: created once, the losers of a race read the winner's record and compare
+//!   specs.
+//! - `reserve` and `give_back`: compare-and-swap on the key's `mod_revision`:
+//!   `Txn If(mod_revision(key) == rev) Then(Put(key, new)) Else(Get(key))`, where `rev` and the
+//!   state the new value was computed from (with [`SequenceSpec::reserve`], in Rust) were read
+//!   together. On a conflict (another node wrote in between) the `Else` branch returns the
+//!   fresh value and revision and the operation is computed again from it at once; after a
+//!   few conflicts in a row it first pauses (random, exponential, at most 64 ms) and reads the
+//!   key afresh. After [`MAX_CONFLICTS`] conflicts it gives up with
+//!   [`StoreError::Unavailable`].
+//!   The state and revision of the last successful write are cached per namespace, so a
+//!   reservation is normally a single round trip; a stale cache only costs one conflict.
+//!   A decision that writes nothing (a refused `give_back`, `Exhausted`) is never taken on
+//!   cached data: the key is read again first.
+//! - `state`: `Get(key)`; `list`: `Get(<prefix>ns/, prefix)`. Both are linearizable reads
+//!   (etcd's default), not serializable ones.
+//!
+//! Within one `EtcdAuthority`, operations on the same namespace run one at a time (an async
+//! mutex per namespace), so the tasks of one process do not compete for the CAS; conflicts
+//! come only from other processes. [`EtcdAuthority::conflicts_retried`] counts them.
+//!
+//! ## Durability and exclusivity
+//!
+//! An etcd `Txn` is acknowledged once its raft entry is committed by a quorum and applied; each
+//! member fsyncs its WAL before acknowledging, so on `Ok` the new watermark survives a crash of
+//! any minority of members (of the only member, for a single-node etcd). Two writes based on
+//! the same revision cannot both succeed, which is what makes blocks disjoint across nodes.
+//!
+//! ## Lost replies never hand out a block twice
+//!
+//! The client never resends a compare-and-swap: tonic does not retry, and this module turns
+//! any failed or timed-out `reserve`/`give_back` transaction into [`StoreError::Unavailable`]
+//! and drops its cached state. (Only reads and `ensure_namespace`'s create-if-absent, which
+//! are harmless to send twice, are retried once when they fail fast, e.g. on a connection the
+//! server had just closed. A `give_back` is never resent: after a lost commit, the resent one
+//! would be refused and its caller would keep using a tail already handed back.) A
+//! transaction whose reply was lost may or may not have committed; either way every later
+//! write is conditional on the exact `mod_revision` it read, and a commit of the lost
+//! transaction changes that revision. So whichever of the two lands second fails its compare
+//! and is recomputed from the value the first one wrote: the next `reserve` gets a block above
+//! the possibly-granted one, which is burned (never handed out, never reused).
+//!
+//! ## Timeouts and reconnection
+//!
+//! Every call to etcd is bounded by [`EtcdConfig::op_timeout`] (also sent to etcd as the gRPC
+//! deadline), and waiting behind other operations on the same namespace is bounded by it too,
+//! so a stalled server yields `Unavailable`, never a hang. The gRPC channel reconnects by
+//! itself (lazily, on the next call) after the server restarts or the connection is cut;
+//! HTTP/2 keep-alive pings (every 10 s while calls are in flight) drop a silently dead
+//! connection. Requests carry etcd's `require-leader` flag: a member cut off from its leader
+//! answers at once instead of waiting.
+//!
+//! ## What it does not do
+//!
+//! TLS and etcd authentication (plain `http://` endpoints only), leases or watches, deleting
+//! namespaces, compacting etcd's history (configure etcd's `--auto-compaction-*`: every
+//! reservation is a new revision), and paging `list` (one range read; fine for tens of
+//! thousands of namespaces).
+
+use crate::{ops, Authority, GiveBack, NamespaceState, Reservation, StoreError};
+use async_trait::async_trait;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, KvClient, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
+};
+use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+const KIND: &str = "etcd";
+/// The first field of every record; the version of the record format.
+const FORMAT: &str = "idmint.ns/v1";
+/// How many compare-and-swap conflicts one operation accepts before giving up.
+pub const MAX_CONFLICTS: u32 = 32;
+/// Conflicts retried at once with the fresh value; later ones back off first.
+const EAGER_RETRIES: u32 = 3;
+/// HTTP/2 keep-alive interval. etcd refuses pings more often than every 5 s by default.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const TCP_KEEP_ALIVE: Duration = Duration::from_secs(30);
+
+/// How to reach etcd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdConfig {
+    /// Client URLs of the cluster's members, `http://host:port` (or `host:port`).
+    pub endpoints: Vec<String>,
+    /// Prefix of every key idmint writes; namespaces live under `<prefix>ns/`. Ends with `/` by
+    /// convention. Default `/idmint/`.
+    pub prefix: String,
+    /// Bound on every call to etcd (and on waiting behind other operations on a namespace).
+    /// Default 5 s.
+    pub op_timeout: Duration,
+}
+
+impl EtcdConfig {
+    /// The default prefix.
+    pub const DEFAULT_PREFIX: &'static str = "/idmint/";
+    /// The default timeout of one call.
+    pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// A config for `endpoints` with the default prefix and timeout.
+    pub fn new<I, S>(endpoints: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        EtcdConfig {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            prefix: Self::DEFAULT_PREFIX.to_owned(),
+            op_timeout: Self::DEFAULT_OP_TIMEOUT,
+        }
+    }
+}
+
+/// The cached result of the last write of a namespace by this authority.
+#[derive(Debug, Clone)]
+struct Cached {
+    state: NamespaceState,
+    mod_revision: i64,
+}
+
+/// Per namespace: serializes this authority's operations on it and holds its cached record.
+type Slot = Arc<tokio::sync::Mutex<Option<Cached>>>;
+
+/// The etcd authority. Cheap to share behind an `Arc`; holds one gRPC channel (which
+/// multiplexes concurrent calls) to the cluster.
+pub struct EtcdAuthority {
+    kv: KvClient,
+    config: EtcdConfig,
+    /// `<prefix>ns/`.
+    ns_prefix: String,
+    slots: Mutex<HashMap<NamespaceName, Slot>>,
+    conflicts: AtomicU64,
+    // Keeps the endpoint list of the balanced channel alive.
+    _client: Client,
+}
+
+impl fmt::Debug for EtcdAuthority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let endpoints: Vec<String> = self.config.endpoints.iter().map(|e| redact(e)).collect();
+        f.debug_struct("EtcdAuthority")
+            .field("endpoints", &endpoints)
+            .field("prefix", &self.config.prefix)
+            .field("op_timeout", &self.config.op_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an operation decided from a namespace's current state.
+enum Decision<T> {
+    /// Write this state (CAS), then answer `T`.
+    Write(NamespaceState, T),
+    /// Write nothing, answer `T`.
+    Keep(T),
+}
+
+impl EtcdAuthority {
+    /// Connects to the cluster and checks, with one read, that it answers within
+    /// `config.op_timeout`.
+    ///
+    /// [`StoreError::InvalidSetup`] if no endpoint is configured or the timeout is zero;
+    /// [`StoreError::Unavailable`] if an endpoint is not a valid URL (or is `https://`: TLS is
+    /// not supported) or etcd does not answer.
+    pub async fn connect(config: EtcdConfig) -> Result<Self, StoreError> {
+        if config.endpoints.is_empty() {
+            return Err(StoreError::InvalidSetup {
+                message: "no etcd endpoint configured".to_owned(),
+            });
+        }
+        if config.op_timeout.is_zero() {
+            return Err(StoreError::InvalidSetup {
+                message: "op_timeout must be above zero".to_owned(),
+            });
+        }
+        let options = ConnectOptions::new()
+            .with_connect_timeout(config.op_timeout)
+            .with_timeout(config.op_timeout)
+            .with_keep_alive(KEEP_ALIVE_INTERVAL, config.op_timeout)
+            .with_tcp_keepalive(TCP_KEEP_ALIVE)
+            .with_require_leader(true);
+        let client = match tokio::time::timeout(
+            config.op_timeout,
+            Client::connect(&config.endpoints, Some(options)),
+        )
+        .await
+        {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => {
+                let endpoints: Vec<String> = config.endpoints.iter().map(|e| redact(e)).collect();
+                return Err(unavailable(format!(
+                    "cannot connect to {}: {}",
+                    endpoints.join(","),
+                    describe(&e)
+                )));
+            }
+            Err(_) => {
+                return Err(unavailable(format!(
+                    "connecting took longer than {:?}",
+                    config.op_timeout
+                )))
+            }
+        };
+        let authority = EtcdAuthority {
+            kv: client.kv_client(),
+            ns_prefix: format!("{}ns/", config.prefix),
+            config,
+            slots: Mutex::new(HashMap::new()),
+            conflicts: AtomicU64::new(0),
+            _client: client,
+        };
+        // One linearizable read: a wrong endpoint, or a cluster without a leader, fails here.
+        let probe = authority.ns_prefix.clone();
+        authority
+            .call_idempotent("probing etcd", |mut kv| {
+                let probe = probe.clone();
+                async move {
+                    kv.get(probe, Some(GetOptions::new().with_count_only()))
+                        .await
+                }
+            })
+            .await?;
+        Ok(authority)
+    }
+
+    /// How many compare-and-swap conflicts (another writer between this authority's read and
+    /// its write) were retried since it was created.
+    pub fn conflicts_retried(&self) -> u64 {
+        self.conflicts.load(Ordering::Relaxed)
+    }
+
+    /// The config it was created with.
+    pub fn config(&self) -> &EtcdConfig {
+        &self.config
+    }
+
+    fn key(&self, name: &NamespaceName) -> String {
+        format!("{}{}", self.ns_prefix, name.as_str())
+    }
+
+    /// Runs one etcd call under the timeout; every failure is `Unavailable`. Never resends.
+    async fn call<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.config.op_timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(unavailable(format!("{what}: {}", describe(&e)))),
+            Err(_) => Err(unavailable(format!(
+                "{what}: no answer within {:?}",
+                self.config.op_timeout
+            ))),
+        }
+    }
+
+    /// Like [`Self::call`] for a request that may be sent twice without harm (a read, or the
+    /// create-if-absent of `ensure_namespace`): a failure that came back before the timeout,
+    /// typically a request sent on a connection the server had just closed, is retried once,
+    /// within what is left of the timeout, on the reconnected channel.
+    async fn call_idempotent<T, F, Fut>(&self, what: &str, make: F) -> Result<T, StoreError>
+    where
+        F: Fn(KvClient) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.config.op_timeout;
+        let timed_out = || {
+            unavailable(format!(
+                "{what}: no answer within {:?}",
+                self.config.op_timeout
+            ))
+        };
+        match tokio::time::timeout_at(deadline, make(self.kv.clone())).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(_)) => {}
+            Err(_) => return Err(timed_out()),
+        }
+        match tokio::time::timeout_at(deadline, make(self.kv.clone())).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(unavailable(format!("{what}: {}", describe(&e)))),
+            Err(_) => Err(timed_out()),
+        }
+    }
+
+    /// The namespace's record and its `mod_revision`, read now (linearizable).
+    async fn read(&self, name: &NamespaceName) -> Result<Option<Cached>, StoreError> {
+        let key = self.key(name);
+        let response = self
+            .call_idempotent(&format!("reading namespace {name}"), |mut kv| {
+                let key = key.clone();
+                async move { kv.get(key, None).await }
+            })
+            .await?;
+        match response.kvs().first() {
+            Some(record) => Ok(Some(cached(name, record)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn slot(&self, name: &NamespaceName) -> Slot {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        slots.entry(name.clone()).or_default().clone()
+    }
+
+    /// Forgets the slot of a namespace that does not exist, unless another task uses it.
+    fn forget_slot(&self, name: &NamespaceName) {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        if slots
+            .get(name)
+            .is_some_and(|slot| Arc::strong_count(slot) == 1)
+        {
+            slots.remove(name);
+        }
+    }
+
+    /// The read-compute-CAS loop of `reserve` and `give_back`: `decide` maps the current state
+    /// to what to write (if anything) and the answer.
+    async fn update<T>(
+        &self,
+        name: &NamespaceName,
+        decide: impl Fn(&NamespaceState) -> Result<Decision<T>, StoreError>,
+    ) -> Result<T, StoreError> {
+        let result = {
+            let slot = self.slot(name);
+            let waited = tokio::time::timeout(self.config.op_timeout, slot.lock()).await;
+            match waited {
+                Ok(mut cache) => self.update_locked(name, &mut cache, decide).await,
+                Err(_) => Err(unavailable(format!(
+                    "namespace {name}: waited longer than {:?} behind earlier operations",
+                    self.config.op_timeout
+                ))),
+            }
+        };
+        if matches!(result, Err(StoreError::UnknownNamespace { .. })) {
+            self.forget_slot(name);
+        }
+        result
+    }
+
+    async fn update_locked<T>(
+        &self,
+        name: &NamespaceName,
+        cache: &mut Option<Cached>,
+        decide: impl Fn(&NamespaceState) -> Result<Decision<T>, StoreError>,
+    ) -> Result<T, StoreError> {
+        let unknown = || StoreError::UnknownNamespace { name: name.clone() };
+        let key = self.key(name);
+        // Taken out: an error below leaves the cache empty, so the next call reads afresh.
+        let mut current: Option<(Cached, bool)> = cache.take().map(|c| (c, false));
+        let mut conflicts = 0u32;
+        loop {
+            let (record, fresh) = match current.take() {
+                Some(known) => known,
+                None => (self.read(name).await?.ok_or_else(unknown)?, true),
+            };
+            let decision = decide(&record.state);
+            let (new_state, answer) = match decision {
+                // Only write decisions may rest on cached data (the CAS checks them); a
+                // refusal or an error is confirmed on a fresh read.
+                Ok(Decision::Keep(_)) | Err(_) if !fresh => continue,
+                Err(e) => {
+                    *cache = Some(record);
+                    return Err(e);
+                }
+                Ok(Decision::Keep(answer)) => {
+                    *cache = Some(record);
+                    return Ok(answer);
+                }
+                Ok(Decision::Write(new_state, answer)) => (new_state, answer),
+            };
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    record.mod_revision,
+                )])
+                .and_then([TxnOp::put(key.clone(), encode(&new_state), None)])
+                .or_else([TxnOp::get(key.clone(), None)]);
+            let mut kv = self.kv.clone();
+            let response = self
+                .call(&format!("updating namespace {name}"), kv.txn(txn))
+                .await?;
+            if response.succeeded() {
+                // The put's mod_revision is the revision the transaction created.
+                *cache = response.header().map(|h| Cached {
+                    state: new_state,
+                    mod_revision: h.revision(),
+                });
+                return Ok(answer);
+            }
+            // Another writer came first: go again from what it wrote.
+            self.conflicts.fetch_add(1, Ordering::Relaxed);
+            conflicts += 1;
+            if conflicts > MAX_CONFLICTS {
+                return Err(unavailable(format!(
+                    "namespace {name}: gave up after {MAX_CONFLICTS} conflicting writes by \
+                     other nodes; retry later"
+                )));
+            }
+            let fresh = else_record(name, &response)?.ok_or_else(unknown)?;
+            if conflicts <= EAGER_RETRIES {
+                // Retry at once with what the winner wrote: that is as fresh as data gets.
+                current = Some((fresh, true));
+            } else {
+                // Hot contention: step aside for a random while, then read afresh (data kept
+                // across the pause would be stale by the time it is used).
+                backoff(conflicts - EAGER_RETRIES).await;
+                current = None;
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Authority for EtcdAuthority {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn ensure_namespace(
+        &self,
+        name: &NamespaceName,
+        spec: SequenceSpec,
+    ) -> Result<NamespaceState, StoreError> {
+        let key = self.key(name);
+        let created = NamespaceState::new(name.clone(), spec);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), encode(&created), None)])
+            .or_else([TxnOp::get(key, None)]);
+        // Sending it twice is harmless: the second finds the first's record and compares specs.
+        let response = self
+            .call_idempotent(&format!("creating namespace {name}"), |mut kv| {
+                let txn = txn.clone();
+                async move { kv.txn(txn).await }
+            })
+            .await?;
+        if response.succeeded() {
+            return Ok(created);
+        }
+        let existing = else_record(name, &response)?.ok_or_else(|| {
+            unavailable(format!(
+                "namespace {name}: etcd reported the key both present and absent"
+            ))
+        })?;
+        match ops::ensure(name, Some(&existing.state), spec)? {
+            None => Ok(existing.state),
+            // ops::ensure only creates when nothing exists.
+            Some(_) => Err(unavailable(format!(
+                "namespace {name}: inconsistent ensure"
+            ))),
+        }
+    }
+
+    async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError> {
+        self.update(name, |state| {
+            let block = ops::reserve(state, count)?;
+            let mut next = state.clone();
+            next.watermark = block.end();
+            Ok(Decision::Write(
+                next,
+                Reservation {
+                    block,
+                    watermark: block.end(),
+                },
+            ))
+        })
+        .await
+    }
+
+    async fn state(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError> {
+        Ok(self.read(name).await?.map(|c| c.state))
+    }
+
+    async fn list(&self) -> Result<Vec<NamespaceState>, StoreError> {
+        let response = self
+            .call_idempotent("listing namespaces", |mut kv| {
+                let prefix = self.ns_prefix.clone();
+                async move { kv.get(prefix, Some(GetOptions::new().with_prefix())).await }
+            })
+            .await?;
+        let mut all = Vec::with_capacity(response.kvs().len());
+        for record in response.kvs() {
+            let key = String::from_utf8_lossy(record.key());
+            let suffix = key.strip_prefix(&self.ns_prefix).unwrap_or(&key);
+            let name = NamespaceName::new(suffix).map_err(|e| StoreError::Corrupt {
+                message: format!("etcd key {key:?} is not a namespace: {e}"),
+            })?;
+            all.push(decode(&name, record.value())?);
+        }
+        // etcd returns keys in byte order, which is the names' order; sort anyway rather than
+        // depend on it.
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(all)
+    }
+
+    async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
+        self.update(name, |state| match ops::give_back(state, tail)? {
+            Ok(watermark) => {
+                let mut next = state.clone();
+                next.watermark = watermark;
+                Ok(Decision::Write(next, GiveBack::Returned))
+            }
+            Err(refused) => Ok(Decision::Keep(refused)),
+        })
+        .await
+    }
+}
+
+fn unavailable(message: String) -> StoreError {
+    StoreError::Unavailable {
+        backend: KIND,
+        message,
+    }
+}
+
+/// A short description of a client error, with its causes (tonic's own messages are terse).
+fn describe(e: &etcd_client::Error) -> String {
+    let mut message = match e {
+        etcd_client::Error::GRpcStatus(status) => {
+            format!("{:?}: {}", status.code(), status.message())
+        }
+        other => other.to_string(),
+    };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
+        etcd_client::Error::GRpcStatus(status) => std::error::Error::source(status),
+        etcd_client::Error::TransportError(t) => std::error::Error::source(t),
+        _ => None,
+    };
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message
+}
+
+/// `url` without any `user:password@` part.
+fn redact(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let rest = match rest.split_once('@') {
+        Some((_, host)) => host,
+        None => rest,
+    };
+    if scheme.is_empty() {
+        rest.to_owned()
+    } else {
+        format!("{scheme}://{rest}")
+    }
+}
+
+/// A random pause before the `n`th retry of a contended CAS: up to 2^n ms, at most 64 ms.
+async fn backoff(n: u32) {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(n);
+    let ceiling = 1u64 << n.min(6);
+    let millis = hasher.finish() % ceiling + 1;
+    tokio::time::sleep(Duration::from_millis(millis)).await;
+}
+
+fn cached(name: &NamespaceName, record: &KeyValue) -> Result<Cached, StoreError> {
+    Ok(Cached {
+        state: decode(name, record.value())?,
+        mod_revision: record.mod_revision(),
+    })
+}
+
+/// The record returned by the `Else(Get(key))` branch of a transaction that did not succeed.
+fn else_record(name: &NamespaceName, response: &TxnResponse) -> Result<Option<Cached>, StoreError> {
+    match response.op_responses().first() {
+        Some(TxnOpResponse::Get(get)) => match get.kvs().first() {
+            Some(record) => cached(name, record).map(Some),
+            None => Ok(None),
+        },
+        _ => Err(unavailable(format!(
+            "namespace {name}: etcd answered a transaction without the expected read"
+        ))),
+    }
+}
+
+fn encode(state: &NamespaceState) -> String {
+    let spec = &state.spec;
+    format!(
+        "{FORMAT} bits={} first={} step={} offset={} watermark={}",
+        spec.width().bits(),
+        spec.first(),
+        spec.step(),
+        spec.offset(),
+        state.watermark
+    )
+}
+
+fn decode(name: &NamespaceName, raw: &[u8]) -> Result<NamespaceState, StoreError> {
+    let corrupt = |what: String| StoreError::Corrupt {
+        message: format!("etcd record of namespace {name}: {what}"),
+    };
+    let text = std::str::from_utf8(raw).map_err(|_| corrupt("not UTF-8 text".to_owned()))?;
+    let mut fields = text.split(' ');
+    if fields.next() != Some(FORMAT) {
+        return Err(corrupt(format!(
+            "does not start with {FORMAT:?} (written by another idmint version?)"
+        )));
+    }
+    let mut field = |key: &str| -> Result<u64, StoreError> {
+        let value = fields
+            .next()
+            .and_then(|f| f.strip_prefix(key))
+            .and_then(|f| f.strip_prefix('='))
+            .ok_or_else(|| corrupt(format!("field {key} is missing or out of place")))?;
+        value
+            .parse::<u64>()
+            .map_err(|_| corrupt(format!("field {key}={value} is not a number")))
+    };
+    let bits = field("bits")?;
+    let (first, step, offset, watermark) = (
+        field("first")?,
+        field("step")?,
+        field("offset")?,
+        field("watermark")?,
+    );
+    if fields.next().is_some() {
+        return Err(corrupt("has fields after watermark".to_owned()));
+    }
+    let width = u32::try_from(bits)
+        .ok()
+        .and_then(Width::from_bits)
+        .ok_or_else(|| corrupt(format!("width {bits} is neither 32 nor 64")))?;
+    let spec = SequenceSpec::new(width, first, step, offset)
+        .map_err(|e| corrupt(format!("invalid spec: {e}")))?;
+    let ceiling = width.max_id() + 1; // max_id is at most 2^63 - 1: no overflow
+    if watermark < spec.initial_watermark() || watermark > ceiling {
+        return Err(corrupt(format!(
+            "watermark {watermark} is outside [{}, {ceiling}]",
+            spec.initial_watermark()
+        )));
+    }
+    let state = NamespaceState {
+        name: name.clone(),
+        spec,
+        watermark,
+    };
+    if encode(&state) != text {
+        return Err(corrupt(format!("{text:?} is not in canonical form")));
+    }
+    Ok(state)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn name() -> NamespaceName {
+        NamespaceName::new("photos").unwrap()
+    }
+
+    #[test]
+    fn records_round_trip_and_read_clearly() {
+        let specs = [
+            SequenceSpec::default_64(),
+            SequenceSpec::new(Width::Bits32, 5, 2, 1).unwrap(),
+            SequenceSpec::new(Width::Bits64, u64::MAX >> 2, 1000, 999).unwrap(),
+        ];
+        for spec in specs {
+            for watermark in [spec.first(), spec.first() + 17, spec.width().max_id() + 1] {
+                let state = NamespaceState {
+                    name: name(),
+                    spec,
+                    watermark,
+                };
+                assert_eq!(decode(&name(), encode(&state).as_bytes()).unwrap(), state);
+            }
+        }
+        let state = NamespaceState {
+            name: name(),
+            spec: SequenceSpec::default_64(),
+            watermark: 1001,
+        };
+        assert_eq!(
+            encode(&state),
+            "idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=1001"
+        );
+    }
+
+    #[test]
+    fn damaged_records_are_corrupt_not_panics() {
+        let bad = [
+            "",
+            "\u{0}\u{1}",
+            "idmint.ns/v2 bits=64 first=1 step=1 offset=0 watermark=1",
+            "idmint.ns/v1 bits=64 first=1 step=1 offset=0",
+            "idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=1 extra=1",
+            "idmint.ns/v1 bits=16 first=1 step=1 offset=0 watermark=1",
+            "idmint.ns/v1 bits=64 first=1 step=0 offset=0 watermark=1",
+            "idmint.ns/v1 bits=64 first=1 step=2 offset=2 watermark=1",
+            "idmint.ns/v1 bits=64 step=1 first=1 offset=0 watermark=1",
+            "idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=0",
+            "idmint.ns/v1 bits=32 first=1 step=1 offset=0 watermark=2147483649",
+            "idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=+5",
+            "idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=05",
+            "idmint.ns/v1 bits=64 first=1 step=1 offset=0  watermark=5",
+            "idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=99999999999999999999",
+        ];
+        for raw in bad {
+            assert!(
+                matches!(
+                    decode(&name(), raw.as_bytes()),
+                    Err(StoreError::Corrupt { .. })
+                ),
+                "{raw:?} was accepted"
+            );
+        }
+        let invalid_utf8 = [0xff, 0xfe];
+        assert!(matches!(
+            decode(&name(), &invalid_utf8),
+            Err(StoreError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn urls_lose_their_credentials() {
+        assert_eq!(
+            redact("http://user:secret@10.0.0.1:2379"),
+            "http://10.0.0.1:2379"
+        );
+        assert_eq!(redact("10.0.0.1:2379"), "10.0.0.1:2379");
+        assert_eq!(redact("u:p@host:1"), "host:1");
+    }
+
+    #[test]
+    fn config_defaults() {
+        let config = EtcdConfig::new(["http://127.0.0.1:2379"]);
+        assert_eq!(config.prefix, "/idmint/");
+        assert_eq!(config.op_timeout, Duration::from_secs(5));
+        assert_eq!(config.endpoints, vec!["http://127.0.0.1:2379".to_owned()]);
+    }
+}

@@ -1,0 +1,462 @@
+//! The etcd authority against a real etcd server: the conformance suite, faults injected by a
+//! proxy, kill -9 of the server, and several authorities (as several nodes) on one namespace.
+//!
+//! Every test starts its own private `etcd` process (`idmint_testkit::etcd::PrivateEtcd`, from
+//! the `etcd-server` Debian package), so the tests run in parallel; without the binary they
+//! fail, saying how to install it.
+#![cfg(feature = "etcd")]
+#![allow(clippy::unwrap_used)]
+
+use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
+use idmint_store::conformance;
+use idmint_store::etcd::{EtcdAuthority, EtcdConfig};
+use idmint_store::{Authority, StoreError};
+use idmint_testkit::etcd::PrivateEtcd;
+use idmint_testkit::proxy::{Fault, FaultProxy};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Short enough to keep fault tests quick, long enough for a loaded 2-core CI machine.
+const FAULT_TIMEOUT: Duration = Duration::from_secs(1);
+
+fn name(s: &str) -> NamespaceName {
+    NamespaceName::new(s).unwrap()
+}
+
+fn config(url: &str, op_timeout: Duration) -> EtcdConfig {
+    let mut config = EtcdConfig::new([url]);
+    config.op_timeout = op_timeout;
+    config
+}
+
+async fn connect(config: EtcdConfig) -> Arc<EtcdAuthority> {
+    Arc::new(
+        EtcdAuthority::connect(config)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to the private etcd failed: {e}")),
+    )
+}
+
+/// An authority on the private etcd, through `proxy` if given.
+async fn authority_via(proxy: &FaultProxy) -> Arc<EtcdAuthority> {
+    connect(config(&format!("http://{}", proxy.addr()), FAULT_TIMEOUT)).await
+}
+
+fn assert_unavailable(result: Result<impl std::fmt::Debug, StoreError>, what: &str) {
+    match result {
+        Err(StoreError::Unavailable { backend, message }) => {
+            assert_eq!(backend, "etcd");
+            assert!(!message.is_empty());
+        }
+        other => panic!("{what}: expected Unavailable, got {other:?}"),
+    }
+}
+
+/// Polls `reserve` until it succeeds (the authority reconnects by itself), within `deadline`.
+async fn reserve_until_ok(
+    a: &EtcdAuthority,
+    ns: &NamespaceName,
+    count: u64,
+    deadline: Duration,
+) -> (idmint_store::Reservation, u32) {
+    let start = Instant::now();
+    let mut failures = 0;
+    loop {
+        match a.reserve(ns, count).await {
+            Ok(r) => return (r, failures),
+            Err(e) if e.is_unavailable() && start.elapsed() < deadline => {
+                failures += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("the authority did not recover within {deadline:?}: {e}"),
+        }
+    }
+}
+
+/// Panics unless no two blocks share an id.
+fn assert_disjoint(what: &str, blocks: &[Block]) {
+    let mut sorted = blocks.to_vec();
+    sorted.sort_by_key(|b| b.start());
+    for pair in sorted.windows(2) {
+        assert!(
+            pair[0].end() <= pair[1].start(),
+            "{what}: blocks {:?} and {:?} overlap: ids handed out twice",
+            pair[0],
+            pair[1]
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn etcd_authority_conforms() {
+    let etcd = PrivateEtcd::start().await;
+    let url = etcd.client_url();
+    let started = Instant::now();
+    conformance::run_all(move || {
+        let url = url.clone();
+        async move { connect(EtcdConfig::new([url])).await as Arc<dyn Authority> }
+    })
+    .await;
+    println!("conformance suite on etcd: {:?}", started.elapsed());
+}
+
+/// Flickr's odd/even servers as two authorities (two connections, two key prefixes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_and_even_authorities_never_collide() {
+    let etcd = PrivateEtcd::start().await;
+    let mut odd = EtcdConfig::new([etcd.client_url()]);
+    odd.prefix = "/odd/".into();
+    let mut even = EtcdConfig::new([etcd.client_url()]);
+    even.prefix = "/even/".into();
+    conformance::step_and_offset_are_respected(connect(odd).await, connect(even).await).await;
+}
+
+/// With every connection cut, `reserve` is `Unavailable` within the timeout; once the network
+/// is back the same authority reconnects by itself and continues above its earlier blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_is_unavailable_and_recovers() {
+    let etcd = PrivateEtcd::start().await;
+    let proxy = FaultProxy::start(etcd.client_addr()).await.unwrap();
+    let a = authority_via(&proxy).await;
+    let ns = name("cut");
+    a.ensure_namespace(&ns, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    let before = a.reserve(&ns, 10).await.unwrap();
+
+    proxy.set_fault(Fault::Cut);
+    for _ in 0..2 {
+        let started = Instant::now();
+        assert_unavailable(a.reserve(&ns, 10).await, "reserve with the network cut");
+        let took = started.elapsed();
+        println!("reserve with the network cut failed after {took:?}");
+        assert!(
+            took < FAULT_TIMEOUT + Duration::from_millis(500),
+            "reserve with the network cut took {took:?}"
+        );
+    }
+
+    proxy.set_fault(Fault::None);
+    let started = Instant::now();
+    let (after, failures) = reserve_until_ok(&a, &ns, 10, Duration::from_secs(10)).await;
+    println!(
+        "recovered after the cut in {:?} ({failures} failed attempts)",
+        started.elapsed()
+    );
+    assert!(
+        after.block.start() >= before.block.end(),
+        "{after:?} reuses ids of {before:?}"
+    );
+}
+
+/// A server that stops answering (connection open, nothing comes back): `Unavailable` within
+/// the timeout, never a hang; then recovery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stall_is_unavailable_within_the_timeout() {
+    let etcd = PrivateEtcd::start().await;
+    let proxy = FaultProxy::start(etcd.client_addr()).await.unwrap();
+    let a = authority_via(&proxy).await;
+    let ns = name("stall");
+    a.ensure_namespace(&ns, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    let before = a.reserve(&ns, 10).await.unwrap();
+
+    proxy.set_fault(Fault::Stall);
+    let started = Instant::now();
+    assert_unavailable(a.reserve(&ns, 10).await, "reserve against a stalled server");
+    assert_unavailable(a.state(&ns).await, "state against a stalled server");
+    assert_unavailable(a.list().await, "list against a stalled server");
+    let took = started.elapsed();
+    println!("three calls against a stalled server failed after {took:?}");
+    assert!(
+        took < 3 * FAULT_TIMEOUT + Duration::from_millis(500),
+        "calls against a stalled server took {took:?}"
+    );
+
+    proxy.set_fault(Fault::None);
+    let (after, _) = reserve_until_ok(&a, &ns, 10, Duration::from_secs(10)).await;
+    // The stalled reserve may have committed once released: its block is burned, not reused.
+    assert!(after.block.start() >= before.block.end());
+    let durable = a.state(&ns).await.unwrap().unwrap().watermark;
+    assert_eq!(durable, after.watermark);
+}
+
+/// The reply to a reservation is lost (the proxy drops the first chunk etcd sends back and
+/// closes the connection). The call errors; the next one succeeds; its block is above the block
+/// the lost call was granted if that committed (which is then burned), as etcd's own history
+/// of the key shows.
+///
+/// Whether the lost transaction commits is up to the race between etcd and the closed
+/// connection (the dropped chunk may be an HTTP/2 frame sent before the reply, and etcd
+/// abandons a request whose connection is gone before it is proposed), so the scenario runs
+/// several rounds and at least one must have committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_reply_never_hands_out_a_block_twice() {
+    const ROUNDS: usize = 10;
+    const LOST: u64 = 100;
+    let etcd = PrivateEtcd::start().await;
+    let proxy = FaultProxy::start(etcd.client_addr()).await.unwrap();
+    let a = authority_via(&proxy).await;
+    let mut raw = etcd_client::Client::connect([etcd.client_url()], None)
+        .await
+        .unwrap();
+    let ns = name("lost-reply");
+    let key = "/idmint/ns/lost-reply";
+    let spec = SequenceSpec::new(Width::Bits64, 1, 3, 1).unwrap();
+    a.ensure_namespace(&ns, spec).await.unwrap();
+    let mut committed = 0;
+    for round in 0..ROUNDS {
+        // Warm up: the authority now knows the record's revision, so the next reserve is a
+        // single transaction, and the reply dropped below is the transaction's.
+        let warm = a.reserve(&ns, 5).await.unwrap();
+        let record = raw.get(key, None).await.unwrap();
+        let (rev0, w0) = (
+            record.kvs()[0].mod_revision(),
+            watermark_of(&record.kvs()[0]),
+        );
+        assert_eq!(w0, warm.watermark);
+
+        proxy.set_fault(Fault::DropNextReply);
+        assert_unavailable(a.reserve(&ns, LOST).await, "reserve whose reply was lost");
+        assert_eq!(proxy.fault(), Fault::None, "the proxy did not drop a reply");
+
+        let next = a
+            .reserve(&ns, 10)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the reserve after a lost reply: {e}"));
+        // What the lost call was granted if it committed: [w0, lost_end).
+        let lost_end = spec.reserve(w0, LOST).unwrap().end();
+        let history = watermarks_since(&mut raw, key, rev0).await;
+        let durable = *history.last().unwrap();
+        if history.len() == 2 {
+            committed += 1;
+            assert_eq!(history[0], lost_end, "round {round}: history {history:?}");
+            assert!(
+                next.block.ids().all(|id| id >= lost_end),
+                "round {round}: the block after a lost reply {:?} reuses ids the lost call \
+                 was granted [{w0}, {lost_end})",
+                next.block
+            );
+        } else {
+            assert_eq!(history.len(), 1, "round {round}: history {history:?}");
+            assert_eq!(Some(next.block.start()), spec.align_up(w0), "round {round}");
+        }
+        assert_eq!(durable, next.watermark, "round {round}");
+        assert!(durable >= next.block.end(), "round {round}");
+    }
+    println!("lost replies: the lost transaction committed in {committed} of {ROUNDS} rounds");
+    assert!(
+        committed > 0,
+        "in {ROUNDS} rounds no lost transaction committed: the ambiguous case was not tested"
+    );
+}
+
+fn watermark_of(record: &etcd_client::KeyValue) -> u64 {
+    let text = record.value_str().unwrap();
+    text.rsplit("watermark=").next().unwrap().parse().unwrap()
+}
+
+/// Every watermark `key` held after revision `since`, oldest first, from etcd's history.
+async fn watermarks_since(raw: &mut etcd_client::Client, key: &str, since: i64) -> Vec<u64> {
+    let now = raw
+        .get(key, None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    let mut history = Vec::new();
+    for rev in since + 1..=now {
+        let options = etcd_client::GetOptions::new().with_revision(rev);
+        let at = raw.get(key, Some(options)).await.unwrap();
+        if let Some(record) = at.kvs().first().filter(|r| r.mod_revision() == rev) {
+            history.push(watermark_of(record));
+        }
+    }
+    history
+}
+
+/// Two authorities (two nodes, each with its own connection) reserving concurrently on one
+/// namespace: the blocks are disjoint and together are exactly the ids below the watermark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_authorities_never_overlap() {
+    let etcd = PrivateEtcd::start().await;
+    let a = connect(EtcdConfig::new([etcd.client_url()])).await;
+    let b = connect(EtcdConfig::new([etcd.client_url()])).await;
+    let ns = name("two-nodes");
+    let spec = SequenceSpec::new(Width::Bits64, 10, 3, 2).unwrap();
+    a.ensure_namespace(&ns, spec).await.unwrap();
+    b.ensure_namespace(&ns, spec).await.unwrap();
+    let (blocks, _) = reserve_concurrently(&[a.clone(), b.clone()], &ns, 8, 60).await;
+    assert_disjoint("two authorities", &blocks);
+    for block in &blocks {
+        assert!(block.ids().all(|id| id % 3 == 2 && id >= 10), "{block:?}");
+    }
+    let state = a.state(&ns).await.unwrap().unwrap();
+    let handed_out: u64 = blocks.iter().map(|b| b.len()).sum();
+    assert_eq!(state.ids_used(), handed_out, "ids lost or given twice");
+    assert_eq!(
+        state.watermark,
+        blocks.iter().map(|b| b.end()).max().unwrap()
+    );
+}
+
+/// Contention: 8 tasks through two authorities on one namespace. Conflicting compare-and-swaps
+/// are retried (and counted) rather than failing or overlapping.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contention_is_retried_and_counted() {
+    let etcd = PrivateEtcd::start().await;
+    let a = connect(EtcdConfig::new([etcd.client_url()])).await;
+    let b = connect(EtcdConfig::new([etcd.client_url()])).await;
+    let ns = name("contended");
+    a.ensure_namespace(&ns, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let (blocks, count) = reserve_concurrently(&[a.clone(), b.clone()], &ns, 8, 100).await;
+    let took = started.elapsed();
+    assert_disjoint("contended reservations", &blocks);
+    let conflicts = a.conflicts_retried() + b.conflicts_retried();
+    println!(
+        "contention: {count} reservations by 8 tasks on 2 authorities in {took:?}; \
+         {conflicts} conflicts retried ({} + {})",
+        a.conflicts_retried(),
+        b.conflicts_retried()
+    );
+    assert!(
+        conflicts > 0,
+        "two authorities alternating on one namespace never conflicted: the CAS retry path was \
+         not exercised"
+    );
+    let state = a.state(&ns).await.unwrap().unwrap();
+    assert_eq!(
+        state.ids_used(),
+        blocks.iter().map(|b| b.len()).sum::<u64>()
+    );
+}
+
+/// `tasks` tasks, spread over `authorities`, each making `per_task` reservations of 1..=50 ids.
+async fn reserve_concurrently(
+    authorities: &[Arc<EtcdAuthority>],
+    ns: &NamespaceName,
+    tasks: usize,
+    per_task: u64,
+) -> (Vec<Block>, usize) {
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let a = authorities[t % authorities.len()].clone();
+            let ns = ns.clone();
+            tokio::spawn(async move {
+                let mut blocks = Vec::new();
+                for i in 0..per_task {
+                    let count = 1 + (t as u64 * 31 + i * 7) % 50;
+                    let r = a.reserve(&ns, count).await.unwrap_or_else(|e| {
+                        panic!("task {t}: reserve {i} failed under contention: {e}")
+                    });
+                    assert_eq!(r.block.len(), count);
+                    blocks.push(r.block);
+                }
+                blocks
+            })
+        })
+        .collect();
+    let mut blocks = Vec::new();
+    for handle in handles {
+        blocks.extend(handle.await.unwrap());
+    }
+    let count = blocks.len();
+    (blocks, count)
+}
+
+/// etcd killed with SIGKILL (no shutdown) and started again on the same data directory: every
+/// block granted before is below the durable watermark, both for the authority that was
+/// connected across the crash (it reconnects by itself) and for a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watermark_survives_kill_9_of_etcd() {
+    let mut etcd = PrivateEtcd::start().await;
+    let a = connect(config(&etcd.client_url(), FAULT_TIMEOUT)).await;
+    let ns = name("crash");
+    let spec = SequenceSpec::new(Width::Bits32, 1, 2, 1).unwrap();
+    a.ensure_namespace(&ns, spec).await.unwrap();
+    let mut granted = Vec::new();
+    for count in [1, 50, 7, 1000] {
+        granted.push(a.reserve(&ns, count).await.unwrap().block);
+    }
+    let top = granted.last().unwrap().end();
+
+    etcd.kill();
+    assert_unavailable(a.reserve(&ns, 1).await, "reserve while etcd is down");
+    etcd.restart().await;
+
+    let reopened = connect(EtcdConfig::new([etcd.client_url()])).await;
+    let state = reopened.state(&ns).await.unwrap().unwrap();
+    assert_eq!(state.spec, spec);
+    assert_eq!(state.watermark, top, "the watermark changed across kill -9");
+    let (next_old, failures) = reserve_until_ok(&a, &ns, 10, Duration::from_secs(10)).await;
+    println!("the connected authority recovered after {failures} failed attempts");
+    let next_new = reopened.reserve(&ns, 10).await.unwrap();
+    granted.push(next_old.block);
+    granted.push(next_new.block);
+    assert_disjoint("blocks across kill -9", &granted);
+    assert_eq!(
+        Some(next_old.block.start()),
+        spec.align_up(top),
+        "ids skipped or reused after the crash"
+    );
+}
+
+/// Records this version did not write are `Corrupt`, for every operation, and never a panic.
+#[tokio::test]
+async fn foreign_records_are_corrupt() {
+    let etcd = PrivateEtcd::start().await;
+    let a = connect(EtcdConfig::new([etcd.client_url()])).await;
+    let mut raw = etcd_client::Client::connect([etcd.client_url()], None)
+        .await
+        .unwrap();
+    raw.put("/idmint/ns/garbage", "hello", None).await.unwrap();
+    let ns = name("garbage");
+    let corrupt = |r: Result<_, StoreError>, what: &str| match r {
+        Err(StoreError::Corrupt { message }) => assert!(message.contains("garbage"), "{message}"),
+        other => panic!("{what}: expected Corrupt, got {other:?}"),
+    };
+    corrupt(a.state(&ns).await.map(|_| ()), "state");
+    corrupt(a.reserve(&ns, 1).await.map(|_| ()), "reserve");
+    corrupt(
+        a.ensure_namespace(&ns, SequenceSpec::default_64())
+            .await
+            .map(|_| ()),
+        "ensure_namespace",
+    );
+    corrupt(a.list().await.map(|_| ()), "list");
+
+    // A key under the prefix that is no namespace name.
+    raw.delete("/idmint/ns/garbage", None).await.unwrap();
+    raw.put("/idmint/ns/not a name", "x", None).await.unwrap();
+    assert!(matches!(a.list().await, Err(StoreError::Corrupt { .. })));
+}
+
+/// No server: `connect` is `Unavailable`, quickly, and the message does not leak credentials
+/// written into the URL.
+#[tokio::test]
+async fn no_server_is_unavailable() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let started = Instant::now();
+    let err = EtcdAuthority::connect(config(
+        &format!("http://user:secret@127.0.0.1:{port}"),
+        FAULT_TIMEOUT,
+    ))
+    .await
+    .unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+    assert!(!err.to_string().contains("secret"), "{err}");
+    assert!(started.elapsed() < FAULT_TIMEOUT + Duration::from_millis(500));
+    let err = EtcdAuthority::connect(EtcdConfig::new(Vec::<String>::new()))
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+}
