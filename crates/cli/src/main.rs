@@ -2,15 +2,15 @@
 //! printing; everything of substance is in the libraries (`idmint-node`, `idmint-store`,
 //! `idmint-core`).
 
+mod authority;
+
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
 use idmint_core::{Layout, Ulid, Uuid7};
-use idmint_node::{AuthorityConfig, FileConfig};
-use idmint_store::{Authority, FileAuthority, MemoryAuthority};
+use idmint_node::FileConfig;
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";
 
@@ -78,6 +78,12 @@ enum Command {
         #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]
         server: String,
     },
+    /// Print SQL: the authority's schema, Flickr ticket tables, Instagram's next_id() function.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  idmint sql postgres\n  idmint sql postgres --instagram --schema shard_5 --shard 5\n  idmint sql mysql\n  idmint sql mysql --tickets photos --servers 2"
+    )]
+    Sql(SqlCommand),
     /// Show a node's namespaces and their state as a table.
     #[command(after_help = "Example:\n  idmint status --server http://127.0.0.1:7878")]
     Status {
@@ -85,6 +91,79 @@ enum Command {
         #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]
         server: String,
     },
+}
+
+#[derive(Subcommand)]
+enum SqlCommand {
+    /// PostgreSQL: the authority's table, or Instagram's PL/pgSQL next_id() for one logical shard.
+    #[command(
+        after_help = "Examples:\n  idmint sql postgres | psql -U postgres idmint\n  idmint sql postgres --instagram --schema shard_5 --shard 5 --epoch 1314220021721\n\nThe Instagram function computes (now_ms - epoch) << 23 | shard << 10 | nextval % 1024,\nthe same ids as idmint's `instagram` layout."
+    )]
+    Postgres {
+        /// Table of the authority.
+        #[arg(long, default_value = idmint_store::postgres::PostgresConfig::DEFAULT_TABLE, conflicts_with = "instagram")]
+        table: String,
+        /// Print Instagram's id function instead (needs --schema and --shard).
+        #[arg(long, requires_all = ["schema", "shard"])]
+        instagram: bool,
+        /// Schema holding the shard's sequence and function.
+        #[arg(long, requires = "instagram")]
+        schema: Option<String>,
+        /// Logical shard id, 0 to 8191.
+        #[arg(long, requires = "instagram")]
+        shard: Option<u64>,
+        /// Epoch in Unix milliseconds [default: Instagram's, 1314220021721].
+        #[arg(long, requires = "instagram")]
+        epoch: Option<u64>,
+    },
+    /// MySQL/MariaDB: the authority's table, or Flickr ticket tables with my.cnf lines for N servers.
+    #[command(
+        after_help = "Examples:\n  idmint sql mysql | mysql idmint\n  idmint sql mysql --tickets photos --servers 2"
+    )]
+    Mysql {
+        /// Table of the authority (block mode).
+        #[arg(long, default_value = idmint_store::mysql::DEFAULT_TABLE, conflicts_with = "tickets")]
+        table: String,
+        /// Print the Flickr ticket table of this namespace and each server's my.cnf lines.
+        #[arg(long, value_name = "NAMESPACE")]
+        tickets: Option<String>,
+        /// Number of ticket servers sharing the namespace.
+        #[arg(long, default_value_t = 2, requires = "tickets")]
+        servers: u32,
+    },
+}
+
+fn sql(command: SqlCommand) -> Result<()> {
+    let text = match command {
+        SqlCommand::Postgres {
+            instagram: true,
+            schema: Some(schema),
+            shard: Some(shard),
+            epoch,
+            ..
+        } => {
+            let epoch = epoch.unwrap_or(Layout::instagram().spec().epoch_unix_ms);
+            idmint_store::postgres::instagram_sql(&schema, shard, epoch)?
+        }
+        SqlCommand::Postgres {
+            instagram: true, ..
+        } => bail!("--instagram needs --schema and --shard"),
+        SqlCommand::Postgres { table, .. } => idmint_store::postgres::schema_sql(&table),
+        SqlCommand::Mysql {
+            tickets: Some(ns),
+            servers,
+            ..
+        } => {
+            if servers == 0 {
+                bail!("--servers must be at least 1");
+            }
+            let ns = idmint_core::NamespaceName::new(&ns)?;
+            idmint_store::mysql::ticket_sql(&ns, servers)
+        }
+        SqlCommand::Mysql { table, .. } => idmint_store::mysql::schema_sql(&table),
+    };
+    println!("{}", text.trim_end());
+    Ok(())
 }
 
 fn main() -> Result<()> {
@@ -131,6 +210,7 @@ fn main() -> Result<()> {
         }
         Command::Decode { .. } => bail!("give --layout or --namespace"),
         Command::Status { server } => status(&server),
+        Command::Sql(command) => sql(command),
     }
 }
 
@@ -163,26 +243,11 @@ fn serve(
     let data_dir = data_dir
         .or(file.data_dir.clone())
         .unwrap_or_else(|| PathBuf::from("idmint-data"));
-    let authority: Arc<dyn Authority> = match &file.authority {
-        AuthorityConfig::File { path } => {
-            let dir = path.clone().unwrap_or(data_dir);
-            let a = FileAuthority::open(&dir)
-                .with_context(|| format!("opening the file authority in {}", dir.display()))?;
-            tracing::info!(path = %a.path().display(), "file authority");
-            Arc::new(a)
-        }
-        AuthorityConfig::Memory => {
-            tracing::warn!(
-                "memory authority: nothing survives a restart, ids WILL repeat after one"
-            );
-            Arc::new(MemoryAuthority::new())
-        }
-        other => bail!("authority {other:?} is not supported by this build"),
-    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        let authority = authority::build(&file.authority, &data_dir).await?;
         let listener = tokio::net::TcpListener::bind(http)
             .await
             .with_context(|| format!("binding HTTP on {http}"))?;

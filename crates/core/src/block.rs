@@ -198,7 +198,12 @@ impl SequenceSpec {
     pub fn align_up(&self, x: u64) -> Option<u64> {
         let x = x.max(self.first);
         let rem = x % self.step;
-        let add = (self.offset + self.step - rem) % self.step;
+        // offset, rem < step; no intermediate sum may exceed u64 (step can be near 2^64).
+        let add = if rem <= self.offset {
+            self.offset - rem
+        } else {
+            self.step - (rem - self.offset)
+        };
         x.checked_add(add)
     }
 
@@ -404,6 +409,19 @@ mod tests {
         assert_eq!(t.unwrap().start(), 22);
         let all: Vec<u64> = b.chunks(3).flat_map(|c| c.ids()).collect();
         assert_eq!(all, b.ids().collect::<Vec<_>>());
+    }
+
+    /// Regression: align_up computed `offset + step - rem`, which overflowed for steps above
+    /// 2^63 (found by the MySQL backend's edge tests).
+    #[test]
+    fn huge_steps_do_not_overflow() {
+        let spec = SequenceSpec::new(Width::Bits64, 0, u64::MAX, u64::MAX - 1).unwrap_err();
+        assert!(matches!(spec, SpecError::EmptyClass { .. }));
+        let spec = SequenceSpec::new(Width::Bits64, 0, u64::MAX - 5, 3).unwrap();
+        assert_eq!(spec.align_up(4), Some(u64::MAX - 2));
+        let b = spec.reserve(0, 10).unwrap();
+        assert_eq!((b.start(), b.len()), (3, 1));
+        assert!(spec.reserve(b.end(), 1).is_err());
     }
 
     #[test]

@@ -320,20 +320,37 @@ impl FileConfig {
     }
 }
 
-fn authority_config(key: &str, a: &RawAuthority, top: bool) -> Result<AuthorityConfig, ConfigError> {
-    let timeout = a.timeout_ms.map_or(DEFAULT_AUTHORITY_TIMEOUT, Duration::from_millis);
+fn authority_config(
+    key: &str,
+    a: &RawAuthority,
+    top: bool,
+) -> Result<AuthorityConfig, ConfigError> {
+    let timeout = a
+        .timeout_ms
+        .map_or(DEFAULT_AUTHORITY_TIMEOUT, Duration::from_millis);
     if timeout.is_zero() {
         return Err(invalid(format!("{key}.timeout_ms"), "must be above 0"));
     }
     if a.offset.is_some() && top {
-        return Err(invalid(format!("{key}.offset"), "offset belongs to the members of a multi authority"));
+        return Err(invalid(
+            format!("{key}.offset"),
+            "offset belongs to the members of a multi authority",
+        ));
     }
     let url = |kind: &str| {
-        a.url.clone().ok_or_else(|| invalid(format!("{key}.url"), format!("a {kind} authority needs url")))
+        a.url.clone().ok_or_else(|| {
+            invalid(
+                format!("{key}.url"),
+                format!("a {kind} authority needs url"),
+            )
+        })
     };
     let unexpected = |field: &str, present: bool| {
         if present {
-            Err(invalid(format!("{key}.{field}"), format!("not a setting of a {} authority", a.kind)))
+            Err(invalid(
+                format!("{key}.{field}"),
+                format!("not a setting of a {} authority", a.kind),
+            ))
         } else {
             Ok(())
         }
@@ -341,12 +358,18 @@ fn authority_config(key: &str, a: &RawAuthority, top: bool) -> Result<AuthorityC
     let config = match a.kind.as_str() {
         "file" => {
             unexpected("url", a.url.is_some())?;
-            AuthorityConfig::File { path: a.path.clone() }
+            AuthorityConfig::File {
+                path: a.path.clone(),
+            }
         }
         "memory" => AuthorityConfig::Memory,
         "postgres" => {
             unexpected("mode", a.mode.is_some())?;
-            AuthorityConfig::Postgres { url: url("postgres")?, table: a.table.clone(), timeout }
+            AuthorityConfig::Postgres {
+                url: url("postgres")?,
+                table: a.table.clone(),
+                timeout,
+            }
         }
         "mysql" => {
             let tickets = match a.mode.as_deref() {
@@ -359,7 +382,12 @@ fn authority_config(key: &str, a: &RawAuthority, top: bool) -> Result<AuthorityC
                     ))
                 }
             };
-            AuthorityConfig::Mysql { url: url("mysql")?, table: a.table.clone(), tickets, timeout }
+            AuthorityConfig::Mysql {
+                url: url("mysql")?,
+                table: a.table.clone(),
+                tickets,
+                timeout,
+            }
         }
         "etcd" => {
             let endpoints = a.endpoints.clone().unwrap_or_default();
@@ -369,21 +397,34 @@ fn authority_config(key: &str, a: &RawAuthority, top: bool) -> Result<AuthorityC
                     "an etcd authority needs endpoints, e.g. [\"http://127.0.0.1:2379\"]",
                 ));
             }
-            AuthorityConfig::Etcd { endpoints, prefix: a.prefix.clone(), timeout }
+            AuthorityConfig::Etcd {
+                endpoints,
+                prefix: a.prefix.clone(),
+                timeout,
+            }
         }
         "multi" => {
             if !top {
-                return Err(invalid(key, "a multi authority cannot be a member of another"));
+                return Err(invalid(
+                    key,
+                    "a multi authority cannot be a member of another",
+                ));
             }
             let raw_members = a.members.as_deref().unwrap_or_default();
             if raw_members.len() < 2 {
-                return Err(invalid(format!("{key}.members"), "a multi authority needs at least 2 members"));
+                return Err(invalid(
+                    format!("{key}.members"),
+                    "a multi authority needs at least 2 members",
+                ));
             }
             let mut members = Vec::new();
             for (i, m) in raw_members.iter().enumerate() {
                 let mkey = format!("{key}.members[{i}]");
                 let offset = m.offset.ok_or_else(|| {
-                    invalid(format!("{mkey}.offset"), "each member owns a residue class: set its offset")
+                    invalid(
+                        format!("{mkey}.offset"),
+                        "each member owns a residue class: set its offset",
+                    )
                 })?;
                 if m.kind == "memory" {
                     return Err(invalid(format!("{mkey}.kind"), "memory cannot be a member"));
@@ -392,15 +433,18 @@ fn authority_config(key: &str, a: &RawAuthority, top: bool) -> Result<AuthorityC
             }
             AuthorityConfig::Multi(members)
         }
-        other => {
-            return Err(invalid(
-                format!("{key}.kind"),
-                format!("unknown authority {other:?}; known: file, postgres, mysql, etcd, multi, memory"),
-            ))
-        }
+        other => return Err(invalid(
+            format!("{key}.kind"),
+            format!(
+                "unknown authority {other:?}; known: file, postgres, mysql, etcd, multi, memory"
+            ),
+        )),
     };
     if a.members.is_some() && !matches!(config, AuthorityConfig::Multi(_)) {
-        return Err(invalid(format!("{key}.members"), "members belong to a multi authority"));
+        return Err(invalid(
+            format!("{key}.members"),
+            "members belong to a multi authority",
+        ));
     }
     Ok(config)
 }
@@ -411,11 +455,17 @@ fn check_multi(node: &NodeConfig, members: &[(AuthorityConfig, u64)]) -> Result<
     let mut offsets: Vec<u64> = members.iter().map(|(_, o)| *o).collect();
     offsets.sort_unstable();
     if offsets.windows(2).any(|w| w[0] == w[1]) {
-        return Err(invalid("authority.members", "two members have the same offset; their ids would collide"));
+        return Err(invalid(
+            "authority.members",
+            "two members have the same offset; their ids would collide",
+        ));
     }
     let check = |key: String, spec: &SequenceSpec| {
         if spec.offset() != 0 {
-            return Err(invalid(key, "with a multi authority the members' offsets apply; do not set offset"));
+            return Err(invalid(
+                key,
+                "with a multi authority the members' offsets apply; do not set offset",
+            ));
         }
         if let Some(bad) = offsets.iter().find(|o| **o >= spec.step()) {
             return Err(invalid(
@@ -696,10 +746,17 @@ mod tests {
 
     #[test]
     fn authorities_parse() {
-        let cfg = FileConfig::parse("[authority]\nkind = \"postgres\"\nurl = \"postgres://u@h/db\"\ntimeout_ms = 800\n").unwrap();
+        let cfg = FileConfig::parse(
+            "[authority]\nkind = \"postgres\"\nurl = \"postgres://u@h/db\"\ntimeout_ms = 800\n",
+        )
+        .unwrap();
         assert_eq!(
             cfg.authority,
-            AuthorityConfig::Postgres { url: "postgres://u@h/db".into(), table: None, timeout: Duration::from_millis(800) }
+            AuthorityConfig::Postgres {
+                url: "postgres://u@h/db".into(),
+                table: None,
+                timeout: Duration::from_millis(800)
+            }
         );
         let multi = r#"
             [defaults]
@@ -723,7 +780,10 @@ mod tests {
         assert!(err(&multi.replace("step = 2", "step = 1")).contains("set step to at least 2"));
         assert!(err(&multi.replace("offset = 0", "offset = 1")).contains("same offset"));
         assert!(err("[authority]\nkind = \"etcd\"\n").contains("authority.endpoints"));
-        assert!(err("[authority]\nkind = \"mysql\"\nurl = \"x\"\nmode = \"fast\"\n").contains("authority.mode"));
+        assert!(
+            err("[authority]\nkind = \"mysql\"\nurl = \"x\"\nmode = \"fast\"\n")
+                .contains("authority.mode")
+        );
         assert!(err("[authority]\nkind = \"redis\"\n").contains("unknown authority"));
     }
 

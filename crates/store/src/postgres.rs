@@ -192,8 +192,9 @@ impl PostgresAuthority {
         if config.op_timeout.is_zero() {
             return Err(invalid_setup("op_timeout must be above zero"));
         }
-        let mut pg = tokio_postgres::Config::from_str(&config.url)
-            .map_err(|e| invalid_setup(format!("invalid PostgreSQL connection URL: {}", chain(&e))))?;
+        let mut pg = tokio_postgres::Config::from_str(&config.url).map_err(|e| {
+            invalid_setup(format!("invalid PostgreSQL connection URL: {}", chain(&e)))
+        })?;
         if pg.get_connect_timeout().is_none() {
             pg.connect_timeout(config.op_timeout);
         }
@@ -756,7 +757,9 @@ fn unavailable(message: impl Into<String>) -> StoreError {
 }
 
 fn invalid_setup(message: impl Into<String>) -> StoreError {
-    StoreError::InvalidSetup { message: message.into() }
+    StoreError::InvalidSetup {
+        message: message.into(),
+    }
 }
 
 fn corrupt(message: String) -> StoreError {

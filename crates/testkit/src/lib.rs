@@ -7,7 +7,7 @@
 //! Faults come from this proxy and from killing real processes, never from mocks. Nothing here
 //! is used outside tests.
 
-pub mod proxy;
 pub mod etcd;
 pub mod mysql;
 pub mod postgres;
+pub mod proxy;

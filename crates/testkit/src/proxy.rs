@@ -56,26 +56,37 @@ impl FaultProxy {
     pub async fn start(upstream: SocketAddr) -> io::Result<FaultProxy> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
-        let (tx, _) = watch::channel(Settings { fault: Fault::None, latency: Duration::ZERO });
+        let (tx, _) = watch::channel(Settings {
+            fault: Fault::None,
+            latency: Duration::ZERO,
+        });
         let settings = Arc::new(tx);
         let accept_settings = settings.clone();
         let accept_task = tokio::spawn(async move {
             loop {
-                let Ok((client, _)) = listener.accept().await else { continue };
+                let Ok((client, _)) = listener.accept().await else {
+                    continue;
+                };
                 if accept_settings.borrow().fault == Fault::Cut {
                     drop(client);
                     continue;
                 }
                 let settings = accept_settings.clone();
                 tokio::spawn(async move {
-                    let Ok(server) = TcpStream::connect(upstream).await else { return };
+                    let Ok(server) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
                     let _ = client.set_nodelay(true);
                     let _ = server.set_nodelay(true);
                     pair(client, server, settings).await;
                 });
             }
         });
-        Ok(FaultProxy { addr, settings, accept_task })
+        Ok(FaultProxy {
+            addr,
+            settings,
+            accept_task,
+        })
     }
 
     /// The address clients should connect to.
@@ -113,7 +124,12 @@ async fn pair(client: TcpStream, server: TcpStream, settings: Arc<watch::Sender<
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
     let up = pump(client_read, server_write, settings.subscribe(), None);
-    let down = pump(server_read, client_write, settings.subscribe(), Some(settings.clone()));
+    let down = pump(
+        server_read,
+        client_write,
+        settings.subscribe(),
+        Some(settings.clone()),
+    );
     // When one direction ends, end the other: the pair is one connection.
     tokio::select! {
         _ = up => {}
@@ -237,7 +253,11 @@ mod tests {
         proxy.set_fault(Fault::DropNextReply);
         let before = seen.load(std::sync::atomic::Ordering::SeqCst);
         assert!(roundtrip(&mut c, b"commit").await.is_err());
-        assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), before + 1, "the server got it");
+        assert_eq!(
+            seen.load(std::sync::atomic::Ordering::SeqCst),
+            before + 1,
+            "the server got it"
+        );
         assert_eq!(proxy.fault(), Fault::None);
 
         // Cut: new connections die at once.
