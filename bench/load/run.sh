@@ -9,8 +9,14 @@
 # then a summary table with the targets met or missed.
 #
 # Usage:  bash bench/load/run.sh
-# Knobs (environment): CONNS=50 THREADS=2 DURATION=20 WARMUP=5 KEEP_DB=0
+# Knobs (environment): CONNS=50 THREADS=2 DURATION=20 WARMUP=5 KEEP_DB=0 QUIET_WAIT=30 EXTRA=1
 #   DURATION/WARMUP are seconds per measurement. KEEP_DB=1 keeps the idmint_bench database.
+#   Before each measurement the script waits up to QUIET_WAIT s for other processes (builds,
+#   tests) to leave the 2 cores alone, and reports the cores they used during each run
+#   ("other cores"): a run with other cores > 0.1 is not a clean measurement.
+#   EXTRA=1 adds two informational idmint runs of 10 s (no target): count=1000 at CONNS
+#   connections (ids/s with bigger batches) and count=1 at 4 connections, 1 thread (latency
+#   at a lighter load).
 #
 # Loopback only. Starts (and stops) only the idmint server; the system Redis and MariaDB are
 # used as they are (started if they are not running, and then left running).
@@ -21,6 +27,8 @@ THREADS=${THREADS:-2}
 DURATION=${DURATION:-20}
 WARMUP=${WARMUP:-5}
 KEEP_DB=${KEEP_DB:-0}
+QUIET_WAIT=${QUIET_WAIT:-30}
+EXTRA=${EXTRA:-1}
 NS=bench
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -123,6 +131,37 @@ EOF
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # Cores used by PID over a run: (ticks after - ticks before) / CLK_TCK / seconds.
 cores_used() { awk -v a="$1" -v b="$2" -v t="$TICKS" -v s="$3" 'BEGIN{ if (s>0) printf "%.2f", (b-a)/t/s; else print "?" }'; }
+# CPU ticks spent in processes so far, machine-wide (user+nice+system; not irq/softirq/steal,
+# which /proc/PID/stat does not charge to any process).
+machine_ticks() { awk '/^cpu /{print $2+$3+$4; exit}' /proc/stat; }
+# CPU seconds used so far by this shell's finished children (the load clients), from `times`,
+# into CHILD_SECS. Must run in the main shell (not in $(...)): a subshell has its own children.
+children_secs() {
+    times >"$WORK/times.txt"
+    CHILD_SECS=$(tail -n1 "$WORK/times.txt" | awk '{ t=0; for (i=1;i<=2;i++) { split($i, a, "m"); sub("s","",a[2]); t += a[1]*60 + a[2] } printf "%.2f", t }')
+}
+# Cores used by other processes (not server, not client) over a run.
+others_cores() { # all_before all_after server_before server_after client_secs_before client_secs_after seconds
+    awk -v a0="$1" -v a1="$2" -v s0="$3" -v s1="$4" -v c0="$5" -v c1="$6" -v t="$TICKS" -v d="$7" \
+        'BEGIN{ o=((a1-a0)-(s1-s0))/t-(c1-c0); if (d>0) o/=d; if (o<0) o=0; printf "%.2f", o }'
+}
+# Waits (up to QUIET_WAIT s) for the machine to be quiet: other processes skew the numbers.
+wait_quiet() {
+    local waited=0 busy
+    while :; do
+        local m0; m0=$(machine_ticks); sleep 2
+        busy=$(awk -v a="$m0" -v b="$(machine_ticks)" -v t="$TICKS" 'BEGIN{printf "%.2f", (b-a)/t/2}')
+        if awk -v b="$busy" 'BEGIN{exit !(b < 0.25)}'; then
+            echo "   machine quiet before $1 (${busy} cores busy)"; return
+        fi
+        if ((waited >= QUIET_WAIT)); then
+            echo "   WARNING: $busy cores busy with other processes before $1 (waited ${waited}s); numbers will be low"
+            return
+        fi
+        ((waited == 0)) && echo "   machine busy before $1 ($busy cores used by other processes): waiting up to ${QUIET_WAIT}s"
+        waited=$((waited + 2))
+    done
+}
 kv() { sed -n "s/.*[[:space:]]$1=\([^[:space:]]*\).*/\1/p" | head -n1; }
 
 say "starting idmint (fresh data dir, ephemeral port)"
@@ -145,16 +184,19 @@ curl -fsS "$BASE/healthz" >/dev/null || die "idmint $BASE/healthz does not answe
 echo "idmint pid $SERVER_PID at $BASE"
 echo "NOTE: client and server share this machine's $(nproc) cores ($(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n1)); every client below runs with $CONNS connections on $THREADS threads, loopback."
 
-# wrk_run NAME PATH -> sets R_* variables
+# wrk_run NAME PATH [CONNS THREADS DURATION WARMUP] -> sets R_* variables
 wrk_run() {
     local name=$1 path=$2 url="$BASE$2"
+    local CONNS=${3:-$CONNS} THREADS=${4:-$THREADS} DURATION=${5:-$DURATION} WARMUP=${6:-$WARMUP}
     echo "-- $name: warm-up ${WARMUP}s"
     wrk -t"$THREADS" -c"$CONNS" -d"${WARMUP}s" "$url" >/dev/null
     echo "-- $name: wrk -t$THREADS -c$CONNS -d${DURATION}s --latency $url"
-    local t0 t1 out
-    t0=$(cpu_ticks "$SERVER_PID")
-    out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s "$WORK/report.lua" "$url")
-    t1=$(cpu_ticks "$SERVER_PID")
+    local t0 t1 out m0 m1 c0 c1
+    wait_quiet "$name"
+    children_secs; c0=$CHILD_SECS; m0=$(machine_ticks); t0=$(cpu_ticks "$SERVER_PID")
+    wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s "$WORK/report.lua" "$url" >"$WORK/wrk.out"
+    t1=$(cpu_ticks "$SERVER_PID"); m1=$(machine_ticks); children_secs; c1=$CHILD_SECS
+    out=$(cat "$WORK/wrk.out")
     echo "$out" | grep -E 'Requests/sec|Transfer/sec|Non-2xx|Socket errors|^ +(50|99)%' | sed 's/^/   /'
     local line; line=$(echo "$out" | grep '^WRK ')
     local req dur p99 st
@@ -165,8 +207,11 @@ wrk_run() {
     R_P99=$(awk -v p="$p99" 'BEGIN{printf "%.3f", p/1000}')
     R_P50=$(awk -v p="$(echo " $line" | kv p50_us)" 'BEGIN{printf "%.3f", p/1000}')
     R_ERR=$errs
-    R_CPU=$(cores_used "$t0" "$t1" "$(awk -v d="$dur" 'BEGIN{print d/1e6}')")
-    echo "   => $R_RPS req/s, p50 $R_P50 ms, p99 $R_P99 ms, errors $R_ERR, idmint used $R_CPU cores"
+    local secs; secs=$(awk -v d="$dur" 'BEGIN{print d/1e6}')
+    R_CPU=$(cores_used "$t0" "$t1" "$secs")
+    R_CLI=$(awk -v a="$c0" -v b="$c1" -v d="$secs" 'BEGIN{printf "%.2f", (b-a)/d}')
+    R_OTH=$(others_cores "$m0" "$m1" "$t0" "$t1" "$c0" "$c1" "$secs")
+    echo "   => $R_RPS req/s, p50 $R_P50 ms, p99 $R_P99 ms, errors $R_ERR; cores used: idmint $R_CPU, wrk $R_CLI, other processes $R_OTH"
     ((errs == 0)) || echo "   WARNING: $errs errors (non-2xx, socket) during $name"
 }
 
@@ -174,7 +219,7 @@ say "1. idmint GET /v1/ids/$NS?count=1"
 # First request creates the namespace.
 curl -fsS "$BASE/v1/ids/$NS?count=1" >/dev/null || die "first request failed: $(curl -sS "$BASE/v1/ids/$NS?count=1")"
 wrk_run "idmint count=1" "/v1/ids/$NS?count=1"
-I1_RPS=$R_RPS I1_P99=$R_P99 I1_P50=$R_P50 I1_ERR=$R_ERR I1_CPU=$R_CPU
+I1_RPS=$R_RPS I1_P99=$R_P99 I1_P50=$R_P50 I1_ERR=$R_ERR I1_CPU=$R_CPU I1_CLI=$R_CLI I1_OTH=$R_OTH
 
 say "2. idmint GET /v1/ids/$NS?count=100"
 sample=$(curl -fsS "$BASE/v1/ids/$NS?count=100")
@@ -182,8 +227,18 @@ nids=$(printf '%s' "$sample" | grep -o '"[0-9][0-9]*"' | sort -u | wc -l)
 echo "   sample response holds $nids distinct ids (want 100): ${sample:0:80}..."
 [[ "$nids" -eq 100 ]] || die "a count=100 response does not hold 100 distinct ids"
 wrk_run "idmint count=100" "/v1/ids/$NS?count=100"
-I100_RPS=$R_RPS I100_P99=$R_P99 I100_P50=$R_P50 I100_ERR=$R_ERR I100_CPU=$R_CPU
+I100_RPS=$R_RPS I100_P99=$R_P99 I100_P50=$R_P50 I100_ERR=$R_ERR I100_CPU=$R_CPU I100_CLI=$R_CLI I100_OTH=$R_OTH
 I100_IDS=$((I100_RPS * 100))
+
+if [[ "$EXTRA" == 1 ]]; then
+    say "extra (informational). idmint GET /v1/ids/$NS?count=1000, $CONNS connections"
+    wrk_run "idmint count=1000" "/v1/ids/$NS?count=1000" "$CONNS" "$THREADS" 10 2
+    X1000_RPS=$R_RPS X1000_P99=$R_P99 X1000_P50=$R_P50 X1000_CPU=$R_CPU X1000_CLI=$R_CLI X1000_OTH=$R_OTH
+    X1000_IDS=$((X1000_RPS * 1000))
+    say "extra (informational). idmint GET /v1/ids/$NS?count=1, 4 connections, 1 thread (lighter load)"
+    wrk_run "idmint count=1 c=4" "/v1/ids/$NS?count=1" 4 1 10 2
+    XL_RPS=$R_RPS XL_P99=$R_P99 XL_P50=$R_P50 XL_CPU=$R_CPU XL_CLI=$R_CLI XL_OTH=$R_OTH
+fi
 
 say "5. idmint resident memory after the load"
 VMRSS_KB=$(awk '/^VmRSS:/{print $2}' "/proc/$SERVER_PID/status")
@@ -199,7 +254,7 @@ kill -TERM "$SERVER_PID"
 for _ in $(seq 1 100); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
 wait "$SERVER_PID" 2>/dev/null || true
 SERVER_PID=""
-sed 's/^/   /' "$WORK/server.out"
+sed -e 's/\x1b\[[0-9;]*m//g' -e 's/^/   /' "$WORK/server.out"
 
 say "3. Redis INCR (redis-benchmark)"
 REDIS_PID=$(redis-cli -h 127.0.0.1 -p 6379 info server | tr -d '\r' | awk -F: '/^process_id/{print $2}')
@@ -208,17 +263,22 @@ probe=$(redis-benchmark -h 127.0.0.1 -p 6379 -t incr -c "$CONNS" --threads "$THR
 probe_rps=$(echo "$probe" | awk -F'","' '{print $2+0}')
 RN=$(awk -v r="$probe_rps" -v d="$DURATION" 'BEGIN{n=int(r*d); if (n<200000) n=200000; print n}')
 echo "-- redis-benchmark -t incr -c $CONNS --threads $THREADS -n $RN --csv (probe: $probe_rps req/s)"
-t0=$(cpu_ticks "$REDIS_PID"); s0=$(date +%s.%N)
-rcsv=$(redis-benchmark -h 127.0.0.1 -p 6379 -t incr -c "$CONNS" --threads "$THREADS" -n "$RN" --csv)
-t1=$(cpu_ticks "$REDIS_PID"); s1=$(date +%s.%N)
+wait_quiet "Redis INCR"
+children_secs; c0=$CHILD_SECS; m0=$(machine_ticks); t0=$(cpu_ticks "$REDIS_PID"); s0=$(date +%s.%N)
+redis-benchmark -h 127.0.0.1 -p 6379 -t incr -c "$CONNS" --threads "$THREADS" -n "$RN" --csv >"$WORK/redis.csv"
+t1=$(cpu_ticks "$REDIS_PID"); m1=$(machine_ticks); s1=$(date +%s.%N); children_secs; c1=$CHILD_SECS
+rcsv=$(cat "$WORK/redis.csv")
+rsecs=$(awk -v a="$s0" -v b="$s1" 'BEGIN{print b-a}')
 echo "$rcsv" | sed 's/^/   /'
 rline=$(echo "$rcsv" | grep -i '"INCR"')
 # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
 R_RPS_REDIS=$(echo "$rline" | awk -F'","' '{printf "%.0f", $2}')
 R_P50_REDIS=$(echo "$rline" | awk -F'","' '{printf "%.3f", $5}')
 R_P99_REDIS=$(echo "$rline" | awk -F'","' '{printf "%.3f", $7}')
-R_CPU_REDIS=$(cores_used "$t0" "$t1" "$(awk -v a="$s0" -v b="$s1" 'BEGIN{print b-a}')")
-echo "   => $R_RPS_REDIS req/s, p50 $R_P50_REDIS ms, p99 $R_P99_REDIS ms, redis-server used $R_CPU_REDIS cores"
+R_CPU_REDIS=$(cores_used "$t0" "$t1" "$rsecs")
+R_CLI_REDIS=$(awk -v a="$c0" -v b="$c1" -v d="$rsecs" 'BEGIN{printf "%.2f", (b-a)/d}')
+R_OTH_REDIS=$(others_cores "$m0" "$m1" "$t0" "$t1" "$c0" "$c1" "$rsecs")
+echo "   => $R_RPS_REDIS req/s, p50 $R_P50_REDIS ms, p99 $R_P99_REDIS ms; cores used: redis-server $R_CPU_REDIS, redis-benchmark $R_CLI_REDIS, other processes $R_OTH_REDIS"
 
 say "4. MariaDB ticket server (Flickr Tickets64, REPLACE + LAST_INSERT_ID, autocommit)"
 sql -e "CREATE DATABASE IF NOT EXISTS idmint_bench;
@@ -235,9 +295,11 @@ AUTOCOMMIT=$(sql -e 'SELECT @@global.autocommit')
 echo "   innodb_flush_log_at_trx_commit=$FLUSH (1 = fsync the redo log at every commit), log_bin=$LOG_BIN, sync_binlog=$SYNC_BINLOG, autocommit=$AUTOCOMMIT (server config left as it is)"
 MARIADB_PID=$(pidof mariadbd 2>/dev/null | awk '{print $1}') || true
 echo "-- $TICKET_LOAD --conns $CONNS --threads $THREADS --warmup $WARMUP --duration $DURATION (one connection per client, one multi-statement round trip per id)"
-t0=$( [[ -n "$MARIADB_PID" ]] && cpu_ticks "$MARIADB_PID" || echo 0)
-mout=$("$TICKET_LOAD" --url "mysql://root@127.0.0.1:3306/idmint_bench" --conns "$CONNS" --threads "$THREADS" --warmup "$WARMUP" --duration "$DURATION")
-t1=$( [[ -n "$MARIADB_PID" ]] && cpu_ticks "$MARIADB_PID" || echo 0)
+wait_quiet "MariaDB ticket server"
+children_secs; c0=$CHILD_SECS; m0=$(machine_ticks); t0=$( [[ -n "$MARIADB_PID" ]] && cpu_ticks "$MARIADB_PID" || echo 0)
+"$TICKET_LOAD" --url "mysql://root@127.0.0.1:3306/idmint_bench" --conns "$CONNS" --threads "$THREADS" --warmup "$WARMUP" --duration "$DURATION" >"$WORK/ticket.out"
+t1=$( [[ -n "$MARIADB_PID" ]] && cpu_ticks "$MARIADB_PID" || echo 0); m1=$(machine_ticks); children_secs; c1=$CHILD_SECS
+mout=$(cat "$WORK/ticket.out")
 echo "   $mout"
 mline=" $mout"
 M_RPS=$(echo "$mline" | kv rps | awk '{printf "%.0f", $1}')
@@ -245,17 +307,29 @@ M_P99=$(echo "$mline" | kv p99_ms)
 M_P50=$(echo "$mline" | kv p50_ms)
 M_ERR=$(echo "$mline" | kv errors)
 M_SECS=$(echo "$mline" | kv seconds)
-M_CPU=$( [[ -n "$MARIADB_PID" ]] && cores_used "$t0" "$t1" "$(awk -v s="$M_SECS" -v w="$WARMUP" 'BEGIN{print s+w}')" || echo "?")
-echo "   => $M_RPS req/s, p50 $M_P50 ms, p99 $M_P99 ms, errors $M_ERR, mariadbd used $M_CPU cores (incl. warm-up)"
+msecs=$(awk -v s="$M_SECS" -v w="$WARMUP" 'BEGIN{print s+w}')
+M_CPU=$( [[ -n "$MARIADB_PID" ]] && cores_used "$t0" "$t1" "$msecs" || echo "?")
+M_CLI=$(awk -v a="$c0" -v b="$c1" -v d="$msecs" 'BEGIN{printf "%.2f", (b-a)/d}')
+M_OTH=$(others_cores "$m0" "$m1" "$t0" "$t1" "$c0" "$c1" "$msecs")
+M_RETRY=$(echo "$mline" | kv deadlock_retries)
+echo "   => $M_RPS req/s, p50 $M_P50 ms, p99 $M_P99 ms, errors $M_ERR, InnoDB deadlocks retried $M_RETRY; cores used (incl. warm-up): mariadbd $M_CPU, client $M_CLI, other processes $M_OTH"
 if [[ "$KEEP_DB" != 1 ]]; then sql -e 'DROP DATABASE idmint_bench'; fi
 
 # ---------------------------------------------------------------------------------------------
 say "summary ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores shared by client and server, $CONNS connections, ${DURATION}s per run)"
-printf '%-34s %12s %9s %9s %14s %10s\n' "system" "requests/s" "p50 ms" "p99 ms" "ids/s" "srv cores"
-printf '%-34s %12s %9s %9s %14s %10s\n' "idmint GET count=1 (wrk)" "$I1_RPS" "$I1_P50" "$I1_P99" "$I1_RPS" "$I1_CPU"
-printf '%-34s %12s %9s %9s %14s %10s\n' "idmint GET count=100 (wrk)" "$I100_RPS" "$I100_P50" "$I100_P99" "$I100_IDS" "$I100_CPU"
-printf '%-34s %12s %9s %9s %14s %10s\n' "Redis INCR (redis-benchmark)" "$R_RPS_REDIS" "$R_P50_REDIS" "$R_P99_REDIS" "$R_RPS_REDIS" "$R_CPU_REDIS"
-printf '%-34s %12s %9s %9s %14s %10s\n' "MariaDB ticket server (flush=$FLUSH)" "$M_RPS" "$M_P50" "$M_P99" "$M_RPS" "$M_CPU"
+F='%-34s %11s %9s %9s %12s %7s %7s %8s\n'
+# 'others' above 0.1 core: the row was measured while other processes used the CPU (marked *).
+mark() { awk -v o="$1" 'BEGIN{ printf "%s%s", o, (o>0.1 ? "*" : " ") }'; }
+printf "$F" "system" "requests/s" "p50 ms" "p99 ms" "ids/s" "server" "client" "others"
+printf "$F" "" "" "" "" "" "cores" "cores" "cores"
+printf "$F" "idmint GET count=1 (wrk)" "$I1_RPS" "$I1_P50" "$I1_P99" "$I1_RPS" "$I1_CPU" "$I1_CLI" "$(mark "$I1_OTH")"
+printf "$F" "idmint GET count=100 (wrk)" "$I100_RPS" "$I100_P50" "$I100_P99" "$I100_IDS" "$I100_CPU" "$I100_CLI" "$(mark "$I100_OTH")"
+printf "$F" "Redis INCR (redis-benchmark)" "$R_RPS_REDIS" "$R_P50_REDIS" "$R_P99_REDIS" "$R_RPS_REDIS" "$R_CPU_REDIS" "$R_CLI_REDIS" "$(mark "$R_OTH_REDIS")"
+printf "$F" "MariaDB ticket server (flush=$FLUSH)" "$M_RPS" "$M_P50" "$M_P99" "$M_RPS" "$M_CPU" "$M_CLI" "$(mark "$M_OTH")"
+if [[ "$EXTRA" == 1 ]]; then
+    printf "$F" "(info) idmint count=1000, 10s" "$X1000_RPS" "$X1000_P50" "$X1000_P99" "$X1000_IDS" "$X1000_CPU" "$X1000_CLI" "$(mark "$X1000_OTH")"
+    printf "$F" "(info) idmint count=1, 4 conns, 10s" "$XL_RPS" "$XL_P50" "$XL_P99" "$XL_RPS" "$XL_CPU" "$XL_CLI" "$(mark "$XL_OTH")"
+fi
 echo "idmint RSS after load: VmRSS $RSS_MB MB, VmHWM $HWM_MB MB"
 echo
 
@@ -273,4 +347,7 @@ printf '%-52s %14s %10s  %s\n' "idmint peak RSS MB (VmHWM)" "$HWM_MB" "< 50" "$(
 total_err=$((I1_ERR + I100_ERR + M_ERR))
 echo
 echo "errors: idmint count=1 $I1_ERR, idmint count=100 $I100_ERR, MariaDB $M_ERR"
+if awk -v a="$I1_OTH" -v b="$I100_OTH" -v c="$R_OTH_REDIS" -v d="$M_OTH" 'BEGIN{exit !(a>0.1||b>0.1||c>0.1||d>0.1)}'; then
+    echo "WARNING: other processes used CPU during some runs (column 'others'): those numbers are low; run again on a quiet machine"
+fi
 ((total_err == 0)) || echo "WARNING: some requests failed; the numbers above count only successful ones for MariaDB, all responses for wrk"

@@ -433,12 +433,14 @@ fn authority_config(
             }
             AuthorityConfig::Multi(members)
         }
-        other => return Err(invalid(
-            format!("{key}.kind"),
-            format!(
+        other => {
+            return Err(invalid(
+                format!("{key}.kind"),
+                format!(
                 "unknown authority {other:?}; known: file, postgres, mysql, etcd, multi, memory"
             ),
-        )),
+            ))
+        }
     };
     if a.members.is_some() && !matches!(config, AuthorityConfig::Multi(_)) {
         return Err(invalid(

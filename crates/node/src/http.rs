@@ -319,7 +319,7 @@ pub fn namespace_info(ns: &Namespace) -> Value {
                 "state": {
                     "watermark": watermark.to_string(), "ids_buffered": buffered,
                     "demand_per_second": demand, "block_size": block_size,
-                    "ids_served": stats.served, "ids_burned": stats.burned, "refills": stats.refills,
+                    "ids_served": s.served(), "ids_burned": stats.burned, "refills": stats.refills,
                     "ids_used": used.to_string(), "capacity": capacity.to_string(),
                     "used_fraction": used_fraction, "projected_exhaustion": exhaustion,
                     "last_error": s.last_error(),

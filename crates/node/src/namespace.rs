@@ -178,6 +178,11 @@ impl SequenceNamespace {
     pub fn cache(&self) -> CacheMode {
         self.cache
     }
+    /// Ids handed out by this node (ids and blocks), whatever the cache mode.
+    pub fn served(&self) -> u64 {
+        self.served_counter.get()
+    }
+
     /// The highest watermark seen from the authority.
     pub fn watermark(&self) -> u64 {
         self.watermark.load(Ordering::Relaxed)
@@ -220,14 +225,27 @@ impl SequenceNamespace {
         }
         let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(1 << 20));
         if let CacheMode::Off = self.cache {
-            // Flickr ticket semantics: one reservation per request.
-            let r = self
-                .authority
-                .reserve(&self.name, count)
-                .await
-                .map_err(|e| self.map_store_error(&e))?;
-            self.note_watermark(r.watermark);
-            out.extend(r.block.ids());
+            // Flickr ticket semantics: reservations straight from the authority. A ticket
+            // server grants one id per reservation (fewer than asked), so reserve until `count`
+            // ids are in hand; short only when the namespace runs out.
+            while (out.len() as u64) < count {
+                match self
+                    .authority
+                    .reserve(&self.name, count - out.len() as u64)
+                    .await
+                {
+                    Ok(r) => {
+                        self.note_watermark(r.watermark);
+                        out.extend(r.block.ids());
+                    }
+                    Err(StoreError::Exhausted { .. }) if !out.is_empty() => break,
+                    Err(e) => return Err(self.map_store_error(&e)),
+                }
+            }
+            // Several reservations (several authorities) may interleave: one answer is still
+            // increasing.
+            out.sort_unstable();
+            self.served_counter.inc_by(out.len() as u64);
             return Ok(out);
         }
         self.fill(count, |buf, want| buf.take(want, &mut out))
@@ -247,6 +265,7 @@ impl SequenceNamespace {
                 .await
                 .map_err(|e| self.map_store_error(&e))?;
             self.note_watermark(r.watermark);
+            self.served_counter.inc_by(r.block.len());
             return Ok(r.block);
         }
         let mut got = None;
@@ -307,10 +326,16 @@ impl SequenceNamespace {
             self.wake_refill.notify_one();
             match tokio::time::timeout_at(deadline, outcomes.changed()).await {
                 Err(_) => {
+                    // The refill task may be backing off after a failure (up to 2 s, longer
+                    // than `refill_wait`): say what the authority said, not only that we waited.
+                    let latest = match &outcomes.borrow().error {
+                        Some(e) => format!("; the latest refill failed: {e}"),
+                        None => String::new(),
+                    };
                     return Err(IdError::Unavailable {
                         name: self.name.to_string(),
-                        reason: format!("no block arrived within {:?}", self.refill_wait),
-                    })
+                        reason: format!("no block arrived within {:?}{latest}", self.refill_wait),
+                    });
                 }
                 Ok(Err(_)) => return Err(IdError::ShuttingDown),
                 Ok(Ok(())) => {}
