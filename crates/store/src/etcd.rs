@@ -654,20 +654,8 @@ fn decode(name: &NamespaceName, raw: &[u8]) -> Result<NamespaceState, StoreError
         .ok()
         .and_then(Width::from_bits)
         .ok_or_else(|| corrupt(format!("width {bits} is neither 32 nor 64")))?;
-    let spec = SequenceSpec::new(width, first, step, offset)
-        .map_err(|e| corrupt(format!("invalid spec: {e}")))?;
-    let ceiling = width.max_id() + 1; // max_id is at most 2^63 - 1: no overflow
-    if watermark < spec.initial_watermark() || watermark > ceiling {
-        return Err(corrupt(format!(
-            "watermark {watermark} is outside [{}, {ceiling}]",
-            spec.initial_watermark()
-        )));
-    }
-    let state = NamespaceState {
-        name: name.clone(),
-        spec,
-        watermark,
-    };
+    let state =
+        ops::stored_state(name.clone(), width, first, step, offset, watermark).map_err(corrupt)?;
     if encode(&state) != text {
         return Err(corrupt(format!("{text:?} is not in canonical form")));
     }

@@ -331,20 +331,7 @@ fn decode(key: &str, bytes: &[u8]) -> Result<NamespaceState, StoreError> {
         u64::from_be_bytes(b)
     };
     let (first, step, offset, watermark) = (u64_at(2), u64_at(10), u64_at(18), u64_at(26));
-    let spec = SequenceSpec::new(width, first, step, offset)
-        .map_err(|e| corrupt(format!("invalid spec: {e}")))?;
-    let ceiling = width.max_id() + 1; // max_id is at most 2^63 - 1: no overflow
-    if watermark < spec.initial_watermark() || watermark > ceiling {
-        return Err(corrupt(format!(
-            "watermark {watermark} is outside [{}, {ceiling}]",
-            spec.initial_watermark()
-        )));
-    }
-    Ok(NamespaceState {
-        name,
-        spec,
-        watermark,
-    })
+    ops::stored_state(name, width, first, step, offset, watermark).map_err(corrupt)
 }
 
 #[cfg(test)]

@@ -278,6 +278,35 @@ fn describe_spec(spec: &SequenceSpec) -> String {
 /// durable.
 pub(crate) mod ops {
     use super::*;
+    use idmint_core::Width;
+
+    /// A namespace state read back from storage, validated: the spec must be one
+    /// [`SequenceSpec::new`] accepts and the watermark must lie in `[initial, max_id + 1]`.
+    /// The error says what is wrong; each backend wraps it in [`StoreError::Corrupt`] with the
+    /// place it read from.
+    pub(crate) fn stored_state(
+        name: NamespaceName,
+        width: Width,
+        first: u64,
+        step: u64,
+        offset: u64,
+        watermark: u64,
+    ) -> Result<NamespaceState, String> {
+        let spec = SequenceSpec::new(width, first, step, offset)
+            .map_err(|e| format!("invalid spec: {e}"))?;
+        let ceiling = width.max_id() + 1; // max_id is at most 2^63 - 1: no overflow
+        if watermark < spec.initial_watermark() || watermark > ceiling {
+            return Err(format!(
+                "watermark {watermark} is outside [{}, {ceiling}]",
+                spec.initial_watermark()
+            ));
+        }
+        Ok(NamespaceState {
+            name,
+            spec,
+            watermark,
+        })
+    }
 
     /// The block to reserve from `state`; the new watermark is its end.
     pub(crate) fn reserve(state: &NamespaceState, count: u64) -> Result<Block, StoreError> {

@@ -774,20 +774,7 @@ fn decode_block_row(row: &Row) -> Result<NamespaceState, StoreError> {
     let step: u64 = col(row, 3, "namespaces.step")?;
     let offset: u64 = col(row, 4, "namespaces.offset")?;
     let watermark: u64 = col(row, 5, "namespaces.hi")?;
-    let spec = SequenceSpec::new(width, first, step, offset)
-        .map_err(|e| corrupt(format!("invalid spec: {e}")))?;
-    let ceiling = width.max_id() + 1;
-    if watermark < spec.initial_watermark() || watermark > ceiling {
-        return Err(corrupt(format!(
-            "watermark {watermark} is outside [{}, {ceiling}]",
-            spec.initial_watermark()
-        )));
-    }
-    Ok(NamespaceState {
-        name,
-        spec,
-        watermark,
-    })
+    ops::stored_state(name, width, first, step, offset, watermark).map_err(corrupt)
 }
 
 #[async_trait]

@@ -688,20 +688,7 @@ fn decode_state(row: &Row) -> Result<NamespaceState, StoreError> {
     let step = number(3, "step")?;
     let offset = number(4, "id_offset")?;
     let watermark = number(5, "watermark")?;
-    let spec = SequenceSpec::new(width, first, step, offset)
-        .map_err(|e| bad(format!("invalid spec: {e}")))?;
-    let ceiling = width.max_id() + 1; // at most 2^63: no overflow
-    if watermark < spec.initial_watermark() || watermark > ceiling {
-        return Err(bad(format!(
-            "watermark {watermark} is outside [{}, {ceiling}]",
-            spec.initial_watermark()
-        )));
-    }
-    Ok(NamespaceState {
-        name,
-        spec,
-        watermark,
-    })
+    ops::stored_state(name, width, first, step, offset, watermark).map_err(bad)
 }
 
 /// The row `reserve` returned: the state after it, and the block's start. The block must be
