@@ -17,6 +17,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use idmint_core::NamespaceName;
 use idmint_store::etcd::{EtcdAuthority, EtcdConfig};
 use idmint_store::postgres::{PostgresAuthority, PostgresConfig};
@@ -24,15 +26,13 @@ use idmint_store::Authority;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+use support::{assert_strictly_increasing, stop_counts, Server, DEADLINE};
 
-/// How long any awaited condition may take on a loaded 2-core machine.
-const DEADLINE: Duration = Duration::from_secs(60);
 /// The shared namespace and its block size: small, so that blocks turn over often.
 const NAMESPACE: &str = "orders";
 const BLOCK: u64 = 500;
@@ -387,138 +387,11 @@ impl Conn {
     }
 }
 
-/// A running `idmint serve`; killed (SIGKILL) when dropped.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    stdout: mpsc::Receiver<String>,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Server {
-    /// Starts `idmint serve --config FILE --data-dir DIR --http 127.0.0.1:0` and waits for its
-    /// listening line.
-    fn start(config: &Path, data_dir: &Path) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_idmint"))
-            .env_remove("IDMINT_SERVER")
-            .env("RUST_LOG", "warn")
-            .env("NO_COLOR", "1")
-            .arg("serve")
-            .arg("--config")
-            .arg(config)
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(["--http", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, stdout) = mpsc::channel();
-        let out = child.stdout.take().unwrap();
-        thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let err = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { break };
-                let mut text = sink.lock().unwrap();
-                text.push_str(&line);
-                text.push('\n');
-            }
-        });
-        let deadline = Instant::now() + DEADLINE;
-        let addr = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match stdout.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(addr) = line.strip_prefix("idmint listening on http://") {
-                        break addr.trim().parse().unwrap();
-                    }
-                }
-                Err(e) => {
-                    let _ = child.kill();
-                    let status = child.wait();
-                    panic!(
-                        "no listening line ({e}); exit {status:?}; stderr: {}",
-                        stderr.lock().unwrap()
-                    );
-                }
-            }
-        };
-        Server {
-            child,
-            addr,
-            stdout,
-            stderr,
-        }
-    }
-
-    /// SIGKILL: no hand-back, no goodbye.
-    fn kill9(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-
-    /// SIGTERM, then waits for the exit. Returns `(ids handed back, ids burned)` from the
-    /// node's last line; panics unless it exited cleanly with that line.
-    fn terminate(mut self) -> (u64, u64) {
-        let pid = self.child.id().to_string();
-        let signalled = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        assert!(signalled.success());
-        let status = wait_with_deadline(&mut self.child);
-        let mut rest = Vec::new();
-        // The reader thread ends at EOF, which the exit brings.
-        while let Ok(line) = self.stdout.recv_timeout(DEADLINE) {
-            rest.push(line);
-        }
-        let stderr = self.stderr.lock().unwrap().clone();
-        assert!(
-            status.success(),
-            "exit {status:?}: {rest:?}; stderr: {stderr}"
-        );
-        let stopped = rest
-            .iter()
-            .find_map(|l| l.strip_prefix("idmint stopped: "))
-            .unwrap_or_else(|| panic!("no stop line in {rest:?}; stderr: {stderr}"));
-        // "N ids handed back, M burned"
-        let numbers: Vec<u64> = stopped
-            .split(|c: char| !c.is_ascii_digit())
-            .filter(|s| !s.is_empty())
-            .map(|s| s.parse().unwrap())
-            .collect();
-        assert_eq!(numbers.len(), 2, "{stopped}");
-        (numbers[0], numbers[1])
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_with_deadline(child: &mut Child) -> ExitStatus {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("process {} did not exit in time", child.id());
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
+/// SIGTERM; the node must exit cleanly with its stop line. Returns `(handed back, burned)`.
+fn terminate_cleanly(server: Server) -> (u64, u64) {
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "exit {status:?}: {rest:?}");
+    stop_counts(&rest)
 }
 
 /// The whole scenario on one authority (`authority` is the config's `[authority]` table);
@@ -544,7 +417,7 @@ fn cluster_run(backend: &str, authority: &str, watermark: impl FnOnce() -> (u64,
         let starting: Vec<_> = (0..NODES)
             .map(|slot| {
                 let (config, data) = (&config, data_dir(slot));
-                s.spawn(move || Server::start(config, &data))
+                s.spawn(move || Server::start(config.parent().unwrap(), &data, Some(config)))
             })
             .collect();
         starting
@@ -606,14 +479,14 @@ fn cluster_run(backend: &str, authority: &str, watermark: impl FnOnce() -> (u64,
         let server = servers[slot].take().unwrap();
         let old = server.addr;
         if event == GRACEFUL_EVENT {
-            let (back, burned) = server.terminate();
+            let (back, burned) = terminate_cleanly(server);
             handed_back_mid_run = (back, burned);
             terms += 1;
         } else {
             server.kill9();
             kills += 1;
         }
-        let server = Server::start(&config, &data_dir(slot));
+        let server = Server::start(config.parent().unwrap(), &data_dir(slot), Some(&config));
         println!(
             "[{backend} {:>5.1}s] node {slot}: {} {old} -> restarted on {}",
             run_start.elapsed().as_secs_f64(),
@@ -642,7 +515,7 @@ fn cluster_run(backend: &str, authority: &str, watermark: impl FnOnce() -> (u64,
     let mut final_burned = 0;
     for (slot, server) in servers.iter_mut().enumerate() {
         slots[slot].going_down();
-        let (back, burned) = server.take().unwrap().terminate();
+        let (back, burned) = terminate_cleanly(server.take().unwrap());
         final_back += back;
         final_burned += burned;
     }
@@ -742,11 +615,5 @@ fn cluster_run(backend: &str, authority: &str, watermark: impl FnOnce() -> (u64,
                 .any(|l| l.segments.iter().any(|&(i, _)| i == incarnation)),
             "process {incarnation} served nothing"
         );
-    }
-}
-
-fn assert_strictly_increasing(ids: &[u64], who: &str) {
-    if let Some(pair) = ids.windows(2).find(|p| p[0] >= p[1]) {
-        panic!("{who}: ids not strictly increasing: {pair:?}");
     }
 }
