@@ -13,83 +13,23 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use async_trait::async_trait;
 use idmint_core::{Block, Layout, NamespaceName, SequenceSpec, Ulid, Uuid7};
-use idmint_node::{Authority, FileConfig, NodeConfig, NodeError, ShutdownReport};
+use idmint_node::{Authority, FileConfig, NodeConfig};
 use idmint_store::{
     FileAuthority, GiveBack, MemoryAuthority, NamespaceState, Reservation, StoreError,
 };
 use serde_json::Value;
 use std::collections::HashSet;
-use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use support::{poll_until, TestNode, DEADLINE};
 
-/// How long any polled condition may take on a loaded 2-core machine before the test fails.
-const DEADLINE: Duration = Duration::from_secs(30);
-
-/// A node served in process on its own port.
-struct TestNode {
-    base: String,
-    client: reqwest::Client,
-    stop: Option<oneshot::Sender<()>>,
-    handle: Option<JoinHandle<Result<ShutdownReport, NodeError>>>,
-}
-
+/// Ids over HTTP, on top of the shared harness.
 impl TestNode {
-    /// Serves `config` from `authority` on a fresh port and waits until `/healthz` answers.
-    async fn start(config: NodeConfig, authority: Arc<dyn Authority>) -> TestNode {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr: SocketAddr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let handle = tokio::spawn(idmint_node::run(listener, config, authority, async move {
-            // A dropped sender (test failed early) also stops the node.
-            let _ = stopped.await;
-        }));
-        let node = TestNode {
-            base: format!("http://{addr}"),
-            client: reqwest::Client::builder()
-                .timeout(DEADLINE)
-                .build()
-                .unwrap(),
-            stop: Some(stop),
-            handle: Some(handle),
-        };
-        let n = &node;
-        poll_until("the node answers /healthz", move || async move {
-            matches!(n.get("/healthz").await, (200, _))
-        })
-        .await;
-        node
-    }
-
-    async fn request(&self, method: reqwest::Method, path: &str) -> (u16, String) {
-        let resp = self
-            .client
-            .request(method, format!("{}{path}", self.base))
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{path}: {e}"));
-        let status = resp.status().as_u16();
-        (status, resp.text().await.unwrap())
-    }
-
-    /// GET `path`: status and JSON body.
-    async fn get(&self, path: &str) -> (u16, Value) {
-        let (status, text) = self.request(reqwest::Method::GET, path).await;
-        (status, json(&text))
-    }
-
-    /// POST `path` (no body): status and JSON body.
-    async fn post(&self, path: &str) -> (u16, Value) {
-        let (status, text) = self.request(reqwest::Method::POST, path).await;
-        (status, json(&text))
-    }
-
     /// `count` ids of a sequence or snowflake namespace, as numbers (asserting 200 and the
     /// response's shape).
     async fn ids(&self, ns: &str, count: u64) -> Vec<u64> {
@@ -106,29 +46,6 @@ impl TestNode {
         assert_eq!(status, 200, "GET /v1/ids/{ns}?count={count}: {body}");
         ids_of(&body, ns, count)
     }
-
-    /// Shuts the node down gracefully and returns what the hand-back did.
-    async fn stop(mut self) -> ShutdownReport {
-        self.stop.take().unwrap().send(()).unwrap();
-        let handle = self.handle.take().unwrap();
-        tokio::time::timeout(DEADLINE, handle)
-            .await
-            .expect("the node did not stop in time")
-            .unwrap()
-            .unwrap()
-    }
-}
-
-impl Drop for TestNode {
-    fn drop(&mut self) {
-        if let Some(handle) = self.handle.take() {
-            handle.abort();
-        }
-    }
-}
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
 /// The ids of a `/v1/ids` response, checking the namespace and the count.
@@ -171,25 +88,6 @@ fn assert_error(got: &(u16, Value), status: u16, code: &str) {
     assert_eq!(body["error"]["code"], code, "{body}");
     let message = body["error"]["message"].as_str().unwrap_or_default();
     assert!(!message.is_empty(), "error without a message: {body}");
-}
-
-/// Polls `cond` until it holds, failing after [`DEADLINE`].
-async fn poll_until<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if cond().await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// The node settings of a config file's text.

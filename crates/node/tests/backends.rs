@@ -21,8 +21,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use idmint_core::{BufferConfig, BufferPolicy, NamespaceName, SequenceSpec, Sizing, Width};
-use idmint_node::{Authority, CacheMode, KindConfig, NodeConfig, NodeError, ShutdownReport};
+use idmint_node::{Authority, CacheMode, KindConfig, NodeConfig};
 use idmint_store::etcd::{EtcdAuthority, EtcdConfig};
 use idmint_store::mysql::{ticket_table_name, MysqlAuthority, MysqlConfig, MysqlTicketAuthority};
 use idmint_store::postgres::{PostgresAuthority, PostgresConfig};
@@ -31,15 +33,10 @@ use idmint_testkit::proxy::{Fault, FaultProxy};
 use idmint_testkit::{mysql as my, postgres as pg};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
-use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use support::{poll_until, TestNode, DEADLINE};
 
-/// How long any polled condition may take on a loaded 2-core machine before the test fails.
-const DEADLINE: Duration = Duration::from_secs(30);
 /// The node's authority gives up on an operation after this long (through the proxy).
 const OP_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a request waits for a refill before answering 503.
@@ -203,57 +200,8 @@ fn node_config(block: u64, low_water: f64) -> NodeConfig {
 // ---------------------------------------------------------------------------------------------
 // An in-process node
 
-struct TestNode {
-    base: String,
-    client: reqwest::Client,
-    stop: Option<oneshot::Sender<()>>,
-    handle: Option<JoinHandle<Result<ShutdownReport, NodeError>>>,
-}
-
+/// Ids, namespace state and metrics over HTTP, on top of the shared harness.
 impl TestNode {
-    /// Serves `config` from `authority` on a fresh port and waits until `/healthz` answers.
-    async fn start(config: NodeConfig, authority: Arc<dyn Authority>) -> TestNode {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr: SocketAddr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let handle = tokio::spawn(idmint_node::run(listener, config, authority, async move {
-            let _ = stopped.await;
-        }));
-        let node = TestNode {
-            base: format!("http://{addr}"),
-            client: reqwest::Client::builder()
-                .timeout(DEADLINE)
-                .build()
-                .unwrap(),
-            stop: Some(stop),
-            handle: Some(handle),
-        };
-        let n = &node;
-        poll_until("the node answers /healthz", move || async move {
-            n.get("/healthz").await.0 == 200
-        })
-        .await;
-        node
-    }
-
-    async fn text(&self, path: &str) -> (u16, String) {
-        let resp = self
-            .client
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
-        let status = resp.status().as_u16();
-        (status, resp.text().await.unwrap())
-    }
-
-    async fn get(&self, path: &str) -> (u16, Value) {
-        let (status, text) = self.text(path).await;
-        let body = serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("GET {path}: not JSON ({e}): {text}"));
-        (status, body)
-    }
-
     /// `GET /v1/ids/{ns}?count=N`: status and body.
     async fn try_ids(&self, ns: &str, count: u64) -> (u16, Value) {
         self.get(&format!("/v1/ids/{ns}?count={count}")).await
@@ -296,25 +244,6 @@ impl TestNode {
         ))
         .await as u64
     }
-
-    /// Shuts the node down gracefully and returns what the hand-back did.
-    async fn stop(mut self) -> ShutdownReport {
-        self.stop.take().unwrap().send(()).unwrap();
-        let handle = self.handle.take().unwrap();
-        tokio::time::timeout(DEADLINE, handle)
-            .await
-            .expect("the node did not stop in time")
-            .unwrap()
-            .unwrap()
-    }
-}
-
-impl Drop for TestNode {
-    fn drop(&mut self) {
-        if let Some(handle) = self.handle.take() {
-            handle.abort();
-        }
-    }
 }
 
 /// The ids of a `/v1/ids` response, checking the namespace and the count.
@@ -354,25 +283,6 @@ fn assert_unavailable_naming(got: &(u16, Value), kind: &str) {
         message.contains(kind),
         "the message must name the {kind} backend: {body}"
     );
-}
-
-/// Polls `cond` until it holds, failing after [`DEADLINE`].
-async fn poll_until<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if cond().await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
