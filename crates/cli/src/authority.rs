@@ -3,6 +3,7 @@
 
 use anyhow::{Context, Result};
 use idmint_node::AuthorityConfig;
+#[cfg(feature = "etcd")]
 use idmint_store::etcd::{EtcdAuthority, EtcdConfig};
 use idmint_store::mysql::{MysqlAuthority, MysqlConfig, MysqlTicketAuthority};
 use idmint_store::postgres::{PostgresAuthority, PostgresConfig};
@@ -73,6 +74,12 @@ pub async fn build(config: &AuthorityConfig, data_dir: &Path) -> Result<Arc<dyn 
                 Arc::new(a)
             }
         }
+        #[cfg(not(feature = "etcd"))]
+        AuthorityConfig::Etcd { .. } => anyhow::bail!(
+            "this idmint was built without the etcd authority; rebuild with \
+             `cargo build --release -p idmint-cli --features etcd` (needs protoc)"
+        ),
+        #[cfg(feature = "etcd")]
         AuthorityConfig::Etcd {
             endpoints,
             prefix,

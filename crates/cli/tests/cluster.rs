@@ -13,13 +13,15 @@
 //! run's progress: the main thread polls the elapsed time and the ids each node has served, it
 //! never sleeps to order events. Both tests take the machine in turn (a lock), not together.
 //!
-//! Needs PostgreSQL on 127.0.0.1:5432 and the `etcd` binary (see idmint-testkit).
+//! Needs PostgreSQL on 127.0.0.1:5432 and, for the etcd test (cargo feature `etcd`, on in the
+//! test command), the `etcd` binary (see idmint-testkit).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
 use idmint_core::NamespaceName;
+#[cfg(feature = "etcd")]
 use idmint_store::etcd::{EtcdAuthority, EtcdConfig};
 use idmint_store::postgres::{PostgresAuthority, PostgresConfig};
 use idmint_store::Authority;
@@ -84,6 +86,8 @@ fn three_nodes_on_one_postgres_never_repeat_an_id() {
     drop(db);
 }
 
+/// Needs the binary built with the `etcd` feature (the test command builds with every feature).
+#[cfg(feature = "etcd")]
 #[test]
 fn three_nodes_on_one_etcd_never_repeat_an_id() {
     let _machine = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
