@@ -27,6 +27,10 @@ use std::collections::VecDeque;
 use std::time::Duration;
 use thiserror::Error;
 
+/// Shortest interval whose rate counts as the recent demand (shorter ones are too noisy: one
+/// large batch request would look like a flood).
+const RECENT_MIN_NANOS: u64 = 10_000_000;
+
 /// How a buffer sizes its refills.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Sizing {
@@ -187,6 +191,10 @@ pub struct Buffer {
     stats: BufferStats,
     // Demand average.
     rate_per_sec: f64,
+    /// Demand over the latest observed interval of at least [`RECENT_MIN_NANOS`]: lets sizing
+    /// react within one interval when load returns after an idle spell, which the average
+    /// (decayed while idle) would take seconds to notice.
+    recent_rate: f64,
     served_at_last_observe: u64,
     last_observe_nanos: Option<u64>,
 }
@@ -214,6 +222,7 @@ impl Buffer {
             refill_in_flight: false,
             stats: BufferStats::default(),
             rate_per_sec,
+            recent_rate: 0.0,
             served_at_last_observe: 0,
             last_observe_nanos: None,
         }
@@ -239,6 +248,12 @@ impl Buffer {
         self.rate_per_sec
     }
 
+    /// The demand refills are sized for: the average, or the latest interval's rate when that is
+    /// higher (a burst after an idle spell).
+    pub fn sizing_demand_per_sec(&self) -> f64 {
+        self.rate_per_sec.max(self.recent_rate)
+    }
+
     /// Whether a refill is in flight.
     pub fn refill_in_flight(&self) -> bool {
         self.refill_in_flight
@@ -253,7 +268,7 @@ impl Buffer {
                 min_block,
                 max_block,
             } => {
-                let want = (self.rate_per_sec * buffer_seconds).ceil();
+                let want = (self.sizing_demand_per_sec() * buffer_seconds).ceil();
                 if want >= max_block as f64 {
                     max_block
                 } else {
@@ -291,6 +306,9 @@ impl Buffer {
         let rate = served / dt;
         let alpha = 1.0 - (-dt / self.policy.0.demand_window.as_secs_f64()).exp();
         self.rate_per_sec += alpha * (rate - self.rate_per_sec);
+        if dt_nanos >= RECENT_MIN_NANOS {
+            self.recent_rate = rate;
+        }
         self.last_observe_nanos = Some(now_nanos);
         self.served_at_last_observe = self.stats.served;
     }
@@ -645,6 +663,50 @@ mod tests {
             b.observe(tick * 100_000_000);
         }
         assert!(b.target_block() < 100 * 2, "{}", b.target_block());
+    }
+
+    /// Regression guard for the idle-then-burst case seen in the slow-backend benchmark: after
+    /// an idle spell the average has decayed, and sizing from it alone would refill a buffer
+    /// that drains in less than an authority round trip. One observed interval of the burst must
+    /// lift the block size to the burst's rate.
+    #[test]
+    fn a_burst_after_idle_is_sized_from_the_latest_interval() {
+        let policy = BufferPolicy::new(BufferConfig {
+            sizing: Sizing::Adaptive {
+                buffer_seconds: 2.0,
+                min_block: 100,
+                max_block: 10_000_000,
+            },
+            low_water: 0.5,
+            demand_window: Duration::from_secs(5),
+        })
+        .unwrap();
+        let mut b = Buffer::new(policy);
+        b.push(Block::new(1, 100_000_000, 1).unwrap()).unwrap();
+        b.observe(0);
+        // 30 idle seconds, observed every 100 ms.
+        for tick in 1..=300u64 {
+            b.observe(tick * 100_000_000);
+        }
+        assert_eq!(b.target_block(), 100, "idle: back to the minimum");
+        // 100 ms at 50,000 ids/s.
+        let mut out = Vec::new();
+        b.take(5_000, &mut out);
+        b.observe(301 * 100_000_000);
+        assert!(
+            b.demand_per_sec() < 10_000.0,
+            "the average lags: {}",
+            b.demand_per_sec()
+        );
+        assert_eq!(
+            b.target_block(),
+            100_000,
+            "sized from the burst: 50,000/s x 2 s"
+        );
+        // A single batch within a few milliseconds does not count as a flood.
+        b.take(5_000, &mut out);
+        b.observe(301 * 100_000_000 + 2_000_000);
+        assert_eq!(b.target_block(), 100_000);
     }
 
     #[test]
