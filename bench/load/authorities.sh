@@ -26,6 +26,8 @@
 # (and leaving them running), with temporary databases dropped at the end. etcd is a private
 # process started and killed by authority-bench. Starts and stops its own idmint nodes and proxy.
 set -euo pipefail
+# shellcheck source=bench/load/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 AUTH_DURATION=${AUTH_DURATION:-5}
 AUTH_WARMUP=${AUTH_WARMUP:-1}
@@ -49,8 +51,6 @@ CLIENT_DIR="$HERE/client"
 TICKS=$(getconf CLK_TCK)
 T_START=$(date +%s)
 
-say() { printf '\n== %s\n' "$*"; }
-die() { printf '\nauthorities.sh: ERROR: %s\n' "$*" >&2; exit 1; }
 
 WORK=""
 NODE_PIDS=()
@@ -103,7 +103,6 @@ for t in wrk psql etcd protoc cargo curl; do
     command -v "$t" >/dev/null || die "$t is missing (apt-get install -y wrk postgresql-client etcd-server protobuf-compiler; cargo from rustup)"
 done
 MYSQL=$(command -v mariadb || command -v mysql) || die "no mariadb/mysql client (apt-get install -y mariadb-client)"
-sql() { "$MYSQL" -uroot -h127.0.0.1 -P3306 --batch --skip-column-names "$@"; }
 
 # PostgreSQL at 127.0.0.1:5432, user postgres, trust
 if ! psql_admin -c 'SELECT 1' >/dev/null 2>&1; then
@@ -174,8 +173,6 @@ done = function(summary, latency, requests)
 end
 EOF
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
-machine_ticks() { awk '/^cpu /{print $2+$3+$4; exit}' /proc/stat; }
 # comm_snap FILE NAME...: "pid ticks" of every process whose name is one of NAMEs (postgres
 # backends, the proxy) into FILE. comm_delta A B: ticks they used in between, per process, so
 # processes that come and go (other sessions' connections) never make it negative.
@@ -194,27 +191,6 @@ comm_snap() {
 comm_delta() {
     awk 'NR == FNR { a[$1] = $2; next } { d = $2 - ($1 in a ? a[$1] : 0); if (d > 0) t += d } END { print t + 0 }' "$1" "$2"
 }
-children_secs() {
-    times >"$WORK/times.txt"
-    CHILD_SECS=$(tail -n1 "$WORK/times.txt" | awk '{ t=0; for (i=1;i<=2;i++) { split($i, a, "m"); sub("s","",a[2]); t += a[1]*60 + a[2] } printf "%.2f", t }')
-}
-wait_quiet() {
-    local waited=0 busy
-    while :; do
-        local m0; m0=$(machine_ticks); sleep 1
-        busy=$(awk -v a="$m0" -v b="$(machine_ticks)" -v t="$TICKS" 'BEGIN{printf "%.2f", (b-a)/t}')
-        if awk -v b="$busy" 'BEGIN{exit !(b < 0.25)}'; then
-            echo "   machine quiet before $1 (${busy} cores busy)"; return
-        fi
-        if ((waited >= QUIET_WAIT)); then
-            echo "   WARNING: $busy cores busy with other processes before $1 (waited ${waited}s); numbers may be low"
-            return
-        fi
-        ((waited == 0)) && echo "   machine busy before $1 ($busy cores used by other processes): waiting up to ${QUIET_WAIT}s"
-        waited=$((waited + 1))
-    done
-}
-kv() { sed -n "s/.*[[:space:]]$1=\([^[:space:]]*\).*/\1/p" | head -n1; }
 
 # metric NAME LABEL_SUBSTRING... : the value of the first sample of NAME whose labels hold every substring
 metric() {
@@ -383,7 +359,6 @@ LOAD_END=$(awk '{print $1" "$2" "$3}' /proc/loadavg)
 # ---------------------------------------------------------------------------------------------
 T_END=$(date +%s)
 say "summary ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores ($(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n1)) shared by clients and servers, loopback; load average $LOAD_START at start, $LOAD_END at end; measurements $((T_END - T_BUILT)) s, build $((T_BUILT - T_START)) s)"
-mark() { awk -v o="$1" 'BEGIN{ printf "%s%s", o, (o>0.1 ? "*" : " ") }'; }
 echo
 echo "A. authority reservations: reserve(ns, $AUTH_COUNT), ${AUTH_DURATION}s measured after ${AUTH_WARMUP}s warm-up ('client' cores include the file backend itself)"
 F='%-9s %7s %12s %12s %9s %9s %9s %6s %7s %7s %7s\n'

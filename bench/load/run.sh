@@ -21,6 +21,9 @@
 # Loopback only. Starts (and stops) only the idmint server; the system Redis and MariaDB are
 # used as they are (started if they are not running, and then left running).
 set -euo pipefail
+QUIET_SAMPLE=2 # seconds per CPU sample while waiting for a quiet machine
+# shellcheck source=bench/load/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 CONNS=${CONNS:-50}
 THREADS=${THREADS:-2}
@@ -36,8 +39,6 @@ ROOT=$(cd "$HERE/../.." && pwd)
 CLIENT_DIR="$HERE/client"
 TICKS=$(getconf CLK_TCK)
 
-say() { printf '\n== %s\n' "$*"; }
-die() { printf '\nrun.sh: ERROR: %s\n' "$*" >&2; exit 1; }
 
 WORK=""
 SERVER_PID=""
@@ -76,7 +77,6 @@ for t in wrk redis-benchmark redis-cli cargo; do
     command -v "$t" >/dev/null || die "$t is missing (apt-get install -y wrk redis-tools; cargo from rustup)"
 done
 MYSQL=$(command -v mariadb || command -v mysql) || die "no mariadb/mysql client (apt-get install -y mariadb-client)"
-sql() { "$MYSQL" -uroot -h127.0.0.1 -P3306 --batch --skip-column-names "$@"; }
 
 # Redis at 127.0.0.1:6379
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
@@ -128,41 +128,18 @@ end
 EOF
 
 # CPU ticks (user+system) used so far by a process.
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # Cores used by PID over a run: (ticks after - ticks before) / CLK_TCK / seconds.
 cores_used() { awk -v a="$1" -v b="$2" -v t="$TICKS" -v s="$3" 'BEGIN{ if (s>0) printf "%.2f", (b-a)/t/s; else print "?" }'; }
 # CPU ticks spent in processes so far, machine-wide (user+nice+system; not irq/softirq/steal,
 # which /proc/PID/stat does not charge to any process).
-machine_ticks() { awk '/^cpu /{print $2+$3+$4; exit}' /proc/stat; }
 # CPU seconds used so far by this shell's finished children (the load clients), from `times`,
 # into CHILD_SECS. Must run in the main shell (not in $(...)): a subshell has its own children.
-children_secs() {
-    times >"$WORK/times.txt"
-    CHILD_SECS=$(tail -n1 "$WORK/times.txt" | awk '{ t=0; for (i=1;i<=2;i++) { split($i, a, "m"); sub("s","",a[2]); t += a[1]*60 + a[2] } printf "%.2f", t }')
-}
 # Cores used by other processes (not server, not client) over a run.
 others_cores() { # all_before all_after server_before server_after client_secs_before client_secs_after seconds
     awk -v a0="$1" -v a1="$2" -v s0="$3" -v s1="$4" -v c0="$5" -v c1="$6" -v t="$TICKS" -v d="$7" \
         'BEGIN{ o=((a1-a0)-(s1-s0))/t-(c1-c0); if (d>0) o/=d; if (o<0) o=0; printf "%.2f", o }'
 }
 # Waits (up to QUIET_WAIT s) for the machine to be quiet: other processes skew the numbers.
-wait_quiet() {
-    local waited=0 busy
-    while :; do
-        local m0; m0=$(machine_ticks); sleep 2
-        busy=$(awk -v a="$m0" -v b="$(machine_ticks)" -v t="$TICKS" 'BEGIN{printf "%.2f", (b-a)/t/2}')
-        if awk -v b="$busy" 'BEGIN{exit !(b < 0.25)}'; then
-            echo "   machine quiet before $1 (${busy} cores busy)"; return
-        fi
-        if ((waited >= QUIET_WAIT)); then
-            echo "   WARNING: $busy cores busy with other processes before $1 (waited ${waited}s); numbers will be low"
-            return
-        fi
-        ((waited == 0)) && echo "   machine busy before $1 ($busy cores used by other processes): waiting up to ${QUIET_WAIT}s"
-        waited=$((waited + 2))
-    done
-}
-kv() { sed -n "s/.*[[:space:]]$1=\([^[:space:]]*\).*/\1/p" | head -n1; }
 
 say "starting idmint (fresh data dir, ephemeral port)"
 mkdir -p "$WORK/data"
@@ -319,7 +296,6 @@ if [[ "$KEEP_DB" != 1 ]]; then sql -e 'DROP DATABASE idmint_bench'; fi
 say "summary ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores shared by client and server, $CONNS connections, ${DURATION}s per run)"
 F='%-34s %11s %9s %9s %12s %7s %7s %8s\n'
 # 'others' above 0.1 core: the row was measured while other processes used the CPU (marked *).
-mark() { awk -v o="$1" 'BEGIN{ printf "%s%s", o, (o>0.1 ? "*" : " ") }'; }
 printf "$F" "system" "requests/s" "p50 ms" "p99 ms" "ids/s" "server" "client" "others"
 printf "$F" "" "" "" "" "" "cores" "cores" "cores"
 printf "$F" "idmint GET count=1 (wrk)" "$I1_RPS" "$I1_P50" "$I1_P99" "$I1_RPS" "$I1_CPU" "$I1_CLI" "$(mark "$I1_OTH")"
