@@ -1,0 +1,82 @@
+//! `GET /v1/decode/{namespace}/{id}`: what an id says about itself.
+
+use serde::{Deserialize, Serialize};
+
+/// The decoded parts of an id, by the namespace's kind (`"kind"` on the wire).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Decoded {
+    /// An integer of a sequence namespace.
+    Sequence {
+        /// The namespace asked about.
+        namespace: String,
+        /// The id.
+        #[serde(with = "crate::decimal")]
+        id: u64,
+        /// Whether the id is of the namespace's residue class (any member's, with several
+        /// authorities), within its width and at or above its start.
+        in_namespace: bool,
+        /// Whether it lies below the highest watermark this node has seen: it may have been
+        /// handed out (by any node). `false` means no node has handed it out yet.
+        issued: bool,
+    },
+    /// A snowflake id split into its fields.
+    Snowflake {
+        /// The namespace asked about.
+        namespace: String,
+        /// The id.
+        #[serde(with = "crate::decimal")]
+        id: u64,
+        /// When it was made, RFC 3339 UTC with milliseconds.
+        timestamp: String,
+        /// The same instant in Unix milliseconds.
+        unix_ms: u64,
+        /// The node field: worker, machine or shard id.
+        worker: u64,
+        /// The sequence field within the time unit.
+        sequence: u64,
+    },
+    /// A UUIDv7.
+    Uuid7 {
+        /// The namespace asked about.
+        namespace: String,
+        /// The canonical UUID text.
+        id: String,
+        /// When it was made, RFC 3339 UTC with milliseconds.
+        timestamp: String,
+        /// The same instant in Unix milliseconds.
+        unix_ms: u64,
+    },
+    /// A ULID.
+    Ulid {
+        /// The namespace asked about.
+        namespace: String,
+        /// The canonical 26-character text.
+        id: String,
+        /// When it was made, RFC 3339 UTC with milliseconds.
+        timestamp: String,
+        /// The same instant in Unix milliseconds.
+        unix_ms: u64,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn kind_tags_the_answer() {
+        let d = Decoded::Sequence {
+            namespace: "photos".into(),
+            id: 7,
+            in_namespace: true,
+            issued: false,
+        };
+        let v: serde_json::Value = serde_json::to_value(&d).unwrap();
+        assert_eq!(v["kind"], "sequence");
+        assert_eq!(v["id"], "7");
+        assert_eq!(serde_json::from_value::<Decoded>(v).unwrap(), d);
+    }
+}

@@ -1,0 +1,125 @@
+//! The error body every failed request answers with, on every route.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// `{"error": {"code": "...", "message": "..."}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// The error itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// Stable machine-readable code; programs branch on it.
+    pub code: ErrorCode,
+    /// For people: what is wrong and, where it helps, what to do. Not stable.
+    pub message: String,
+}
+
+impl ErrorBody {
+    /// A body with `code` and `message`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ErrorBody {
+            error: ErrorDetail {
+                code,
+                message: message.into(),
+            },
+        }
+    }
+}
+
+/// The stable error codes. docs/api.md lists the HTTP status of each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The namespace name is not valid (400).
+    InvalidNamespace,
+    /// No such namespace, and it may not be created by this request (404).
+    UnknownNamespace,
+    /// `count` is not a whole number in range (400).
+    InvalidCount,
+    /// Another query parameter or a path part is wrong (400).
+    InvalidRequest,
+    /// The id is not an id of the namespace's kind (400).
+    InvalidId,
+    /// The operation does not apply to the namespace's kind (409).
+    WrongKind,
+    /// A sequence namespace has no id left (409).
+    NamespaceExhausted,
+    /// A snowflake layout's timestamp field has run out (409).
+    TimeExhausted,
+    /// No ids buffered and the authority is unavailable (503).
+    AuthorityUnavailable,
+    /// The stored settings differ from the configured ones (409).
+    SettingsConflict,
+    /// The node is shutting down (503).
+    ShuttingDown,
+    /// A consistency check failed; the namespace stopped serving (500).
+    InternalError,
+    /// No such route (404).
+    NotFound,
+    /// The route exists, not with this method (405).
+    MethodNotAllowed,
+    /// A code this version of the client does not know (a newer server).
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorCode {
+    /// The snake_case text of the code, as on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidNamespace => "invalid_namespace",
+            ErrorCode::UnknownNamespace => "unknown_namespace",
+            ErrorCode::InvalidCount => "invalid_count",
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::InvalidId => "invalid_id",
+            ErrorCode::WrongKind => "wrong_kind",
+            ErrorCode::NamespaceExhausted => "namespace_exhausted",
+            ErrorCode::TimeExhausted => "time_exhausted",
+            ErrorCode::AuthorityUnavailable => "authority_unavailable",
+            ErrorCode::SettingsConflict => "settings_conflict",
+            ErrorCode::ShuttingDown => "shutting_down",
+            ErrorCode::InternalError => "internal_error",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn codes_are_snake_case_on_the_wire() {
+        let body = ErrorBody::new(ErrorCode::NamespaceExhausted, "no id left");
+        let text = serde_json::to_string(&body).unwrap();
+        assert_eq!(
+            text,
+            r#"{"error":{"code":"namespace_exhausted","message":"no id left"}}"#
+        );
+        assert_eq!(serde_json::from_str::<ErrorBody>(&text).unwrap(), body);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["error"]["code"], ErrorCode::NamespaceExhausted.as_str());
+    }
+
+    #[test]
+    fn unknown_codes_still_parse() {
+        let body: ErrorBody =
+            serde_json::from_str(r#"{"error":{"code":"from_the_future","message":"m"}}"#).unwrap();
+        assert_eq!(body.error.code, ErrorCode::Unknown);
+    }
+}

@@ -1,0 +1,51 @@
+//! Answers that hand out ids: `GET /v1/ids/{namespace}` and `POST /v1/blocks/{namespace}`.
+
+use serde::{Deserialize, Serialize};
+
+/// `GET /v1/ids/{namespace}?count=N`: `{"namespace": "photos", "ids": ["1", "2"]}`.
+///
+/// Ids are strictly increasing within one answer. They are text: decimal for 64-bit kinds
+/// (sequence, snowflake), canonical UUID text for `uuid7` (`0190…-7…`), 26-character Crockford
+/// base32 for `ulid`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdsResponse {
+    /// The namespace the ids belong to.
+    pub namespace: String,
+    /// The ids, in increasing order.
+    pub ids: Vec<String>,
+}
+
+/// `POST /v1/blocks/{namespace}?count=N` (sequence namespaces only): the half-open range
+/// `[start, end)` with `step`, every id `start + k·step` below `end` now the caller's alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockResponse {
+    /// First id of the block.
+    #[serde(with = "crate::decimal")]
+    pub start: u64,
+    /// One step past the last id (exclusive end).
+    #[serde(with = "crate::decimal")]
+    pub end: u64,
+    /// Distance between consecutive ids (the namespace's step).
+    pub step: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn block_is_decimal_text() {
+        let b = BlockResponse {
+            start: 1,
+            end: u64::MAX,
+            step: 2,
+        };
+        let text = serde_json::to_string(&b).unwrap();
+        assert_eq!(
+            text,
+            r#"{"start":"1","end":"18446744073709551615","step":2}"#
+        );
+        assert_eq!(serde_json::from_str::<BlockResponse>(&text).unwrap(), b);
+    }
+}

@@ -1,0 +1,49 @@
+//! idmint-api: the wire types of idmint's API, field by field.
+//!
+//! Every answer and every error body of the HTTP/JSON API is a type here. The server serialises
+//! them, the CLI and the client library deserialise them, and the gRPC and RESP front-ends map
+//! the same answers, so a renamed field is a compile error everywhere instead of a `-` printed
+//! by a tool that indexed JSON by string.
+//!
+//! Conventions kept by every type:
+//! - 64-bit integers that can exceed 2^53 (ids, watermarks, counts of the id space) travel as
+//!   decimal strings, so JavaScript clients never round them; small bounded numbers (steps,
+//!   bit counts, ids buffered) are JSON numbers. [`decimal`] is the serde adapter.
+//! - Times are RFC 3339 strings in UTC with milliseconds, beside a Unix-milliseconds number
+//!   where a program is likely to compute with them.
+//! - Every error is [`ErrorBody`]: `{"error": {"code": "snake_case", "message": "..."}}`.
+//!
+//! What it does not do: talk to a network, validate ids, or know how a namespace works. It has
+//! no dependency besides serde.
+
+pub mod decimal;
+mod decode;
+mod error;
+mod ids;
+mod namespace;
+
+pub use decode::Decoded;
+pub use error::{ErrorBody, ErrorCode, ErrorDetail};
+pub use ids::{BlockResponse, IdsResponse};
+pub use namespace::{
+    CacheSettings, FieldOrder, LayoutSettings, NamespaceInfo, NamespaceList, SequenceSettings,
+    SequenceState, SnowflakeSettings, SnowflakeState,
+};
+
+use serde::{Deserialize, Serialize};
+
+/// `GET /healthz`: the process is alive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    /// Always `"ok"`.
+    pub status: String,
+}
+
+/// `GET /readyz` when the node can serve: it is not shutting down and its authority answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ready {
+    /// Always `"ready"`.
+    pub status: String,
+    /// The authority's kind: `file`, `postgres`, `mysql`, `etcd`, `multi`, `memory`.
+    pub authority: String,
+}

@@ -1,0 +1,247 @@
+//! `GET /v1/namespaces` and `GET /v1/namespaces/{namespace}`: settings and live state.
+
+use serde::{Deserialize, Serialize};
+
+/// `{"namespaces": [...]}`, sorted by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NamespaceList {
+    /// Every namespace the node serves.
+    pub namespaces: Vec<NamespaceInfo>,
+}
+
+/// One namespace: its name, kind (`"kind"` on the wire), settings and state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum NamespaceInfo {
+    /// Integers from leased blocks.
+    Sequence {
+        /// The name.
+        namespace: String,
+        /// What the namespace may hand out and how it caches.
+        settings: SequenceSettings,
+        /// Live state on this node.
+        state: SequenceState,
+    },
+    /// Time-ordered 64-bit ids.
+    Snowflake {
+        /// The name.
+        namespace: String,
+        /// Layout and worker.
+        settings: SnowflakeSettings,
+        /// Live state on this node.
+        state: SnowflakeState,
+    },
+    /// UUIDv7 (no settings, no state).
+    Uuid7 {
+        /// The name.
+        namespace: String,
+    },
+    /// ULID (no settings, no state).
+    Ulid {
+        /// The name.
+        namespace: String,
+    },
+}
+
+impl NamespaceInfo {
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        match self {
+            NamespaceInfo::Sequence { namespace, .. }
+            | NamespaceInfo::Snowflake { namespace, .. }
+            | NamespaceInfo::Uuid7 { namespace }
+            | NamespaceInfo::Ulid { namespace } => namespace,
+        }
+    }
+
+    /// `sequence`, `snowflake`, `uuid7` or `ulid`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            NamespaceInfo::Sequence { .. } => "sequence",
+            NamespaceInfo::Snowflake { .. } => "snowflake",
+            NamespaceInfo::Uuid7 { .. } => "uuid7",
+            NamespaceInfo::Ulid { .. } => "ulid",
+        }
+    }
+}
+
+/// Which integers a sequence namespace hands out, and how it caches them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SequenceSettings {
+    /// 32 or 64: ids stay below 2^31 or 2^63.
+    pub width: u32,
+    /// The first id.
+    #[serde(with = "crate::decimal")]
+    pub start: u64,
+    /// Distance between consecutive ids.
+    pub step: u64,
+    /// Residue class: every id ≡ offset (mod step).
+    pub offset: u64,
+    /// The cache mode and its sizing.
+    pub cache: CacheSettings,
+}
+
+/// How a sequence namespace caches blocks (`"mode"` on the wire).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CacheSettings {
+    /// No buffer: every request reserves from the authority.
+    Off,
+    /// Blocks of one size.
+    Fixed {
+        /// Ids per block.
+        block_size: u64,
+        /// Refill below this fraction of a block.
+        low_water: f64,
+    },
+    /// Blocks sized to hold `buffer_seconds` of the demand average.
+    Adaptive {
+        /// Seconds of demand a block should hold.
+        buffer_seconds: f64,
+        /// Smallest block.
+        min_block: u64,
+        /// Largest block.
+        max_block: u64,
+        /// Refill below this fraction of the target block.
+        low_water: f64,
+    },
+}
+
+/// Live state of a sequence namespace on this node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SequenceState {
+    /// The highest watermark the authority reported to this node: every id below it has been
+    /// reserved by some node.
+    #[serde(with = "crate::decimal")]
+    pub watermark: u64,
+    /// Ids in this node's buffer, ready to hand out.
+    pub ids_buffered: u64,
+    /// Demand average, ids per second (0 with cache `off`).
+    pub demand_per_second: f64,
+    /// The size of the next refill (0 with cache `off`).
+    pub block_size: u64,
+    /// Ids handed out by this node (ids and blocks).
+    pub ids_served: u64,
+    /// Ids reserved but never handed out nor returned (lost to restarts and refusals).
+    pub ids_burned: u64,
+    /// Refills completed.
+    pub refills: u64,
+    /// Ids of the namespace below the watermark.
+    #[serde(with = "crate::decimal")]
+    pub ids_used: u64,
+    /// Ids the namespace can ever hand out.
+    #[serde(with = "crate::decimal")]
+    pub capacity: u64,
+    /// `ids_used / capacity`.
+    pub used_fraction: f64,
+    /// When the namespace runs out at the current demand (RFC 3339), if within a thousand
+    /// years and there is demand.
+    pub projected_exhaustion: Option<String>,
+    /// The latest refill's error, if the latest refill failed.
+    pub last_error: Option<String>,
+}
+
+/// Layout and worker of a snowflake namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnowflakeSettings {
+    /// The node field this node issues under.
+    pub worker: u64,
+    /// The bit layout.
+    pub layout: LayoutSettings,
+}
+
+/// A snowflake bit layout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayoutSettings {
+    /// Bits of time.
+    pub timestamp_bits: u8,
+    /// Bits of worker/machine/shard.
+    pub node_bits: u8,
+    /// Bits of sequence within a time unit.
+    pub sequence_bits: u8,
+    /// The time unit, e.g. `"1ms"`, `"10ms"`.
+    pub time_unit: String,
+    /// The epoch, RFC 3339.
+    pub epoch: String,
+    /// The epoch in Unix milliseconds.
+    pub epoch_unix_ms: u64,
+    /// Which of node and sequence comes first below the timestamp.
+    pub order: FieldOrder,
+}
+
+/// Field order below the timestamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FieldOrder {
+    /// Twitter's order: timestamp, node, sequence.
+    NodeThenSequence,
+    /// Sonyflake's order: timestamp, sequence, node.
+    SequenceThenNode,
+}
+
+/// Live state of a snowflake namespace on this node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnowflakeState {
+    /// Ids handed out by this node.
+    pub ids_served: u64,
+    /// The last timestamp issued, in time units since the epoch.
+    pub last_timestamp: u64,
+    /// When the layout's timestamp field runs out (RFC 3339).
+    pub time_runs_out: String,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn sequence_info_round_trips() {
+        let info = NamespaceInfo::Sequence {
+            namespace: "photos".into(),
+            settings: SequenceSettings {
+                width: 64,
+                start: 1,
+                step: 1,
+                offset: 0,
+                cache: CacheSettings::Adaptive {
+                    buffer_seconds: 10.0,
+                    min_block: 100,
+                    max_block: 1_000_000,
+                    low_water: 0.5,
+                },
+            },
+            state: SequenceState {
+                watermark: 1001,
+                ids_buffered: 998,
+                demand_per_second: 0.0,
+                block_size: 1000,
+                ids_served: 2,
+                ids_burned: 0,
+                refills: 1,
+                ids_used: 1000,
+                capacity: (1 << 63) - 1,
+                used_fraction: 0.0,
+                projected_exhaustion: None,
+                last_error: None,
+            },
+        };
+        let v = serde_json::to_value(&info).unwrap();
+        assert_eq!(v["kind"], "sequence");
+        assert_eq!(v["settings"]["cache"]["mode"], "adaptive");
+        assert_eq!(v["state"]["watermark"], "1001");
+        assert_eq!(v["state"]["ids_buffered"], 998);
+        assert_eq!(serde_json::from_value::<NamespaceInfo>(v).unwrap(), info);
+    }
+
+    #[test]
+    fn kinds_without_settings_are_just_named() {
+        let v = serde_json::to_value(NamespaceInfo::Ulid {
+            namespace: "u".into(),
+        })
+        .unwrap();
+        assert_eq!(v, serde_json::json!({"kind": "ulid", "namespace": "u"}));
+    }
+}
