@@ -90,7 +90,10 @@ mod tests {
             r#"{"a":"18446744073709551616","b":null}"#,
             r#"{"a":"1","b":2}"#,
         ] {
-            assert!(serde_json::from_str::<T>(bad).is_err(), "{bad} was accepted");
+            assert!(
+                serde_json::from_str::<T>(bad).is_err(),
+                "{bad} was accepted"
+            );
         }
     }
 }

@@ -186,8 +186,8 @@ pub enum FieldOrder {
 pub struct SnowflakeState {
     /// Ids handed out by this node.
     pub ids_served: u64,
-    /// The last timestamp issued, in time units since the epoch.
-    pub last_timestamp: u64,
+    /// The last timestamp issued, in time units since the epoch (`null` before the first id).
+    pub last_timestamp: Option<u64>,
     /// When the layout's timestamp field runs out (RFC 3339).
     pub time_runs_out: String,
 }

@@ -6,9 +6,10 @@ mod authority;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
+use idmint_api::{Decoded, ErrorBody, IdsResponse, NamespaceInfo, NamespaceList};
 use idmint_core::{Layout, Ulid, Uuid7};
 use idmint_node::FileConfig;
-use serde_json::Value;
+use serde::de::DeserializeOwned;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -179,17 +180,14 @@ fn main() -> Result<()> {
             count,
             server,
         } => {
-            let v = get_json(&format!(
+            let answer: IdsResponse = get_json(&format!(
                 "{}/v1/ids/{}?count={}",
                 base(&server),
                 namespace,
                 count
             ))?;
-            for id in v["ids"]
-                .as_array()
-                .ok_or_else(|| anyhow!("unexpected answer: {v}"))?
-            {
-                println!("{}", id.as_str().unwrap_or_default());
+            for id in answer.ids {
+                println!("{id}");
             }
             Ok(())
         }
@@ -204,8 +202,8 @@ fn main() -> Result<()> {
             server,
             ..
         } => {
-            let v = get_json(&format!("{}/v1/decode/{}/{}", base(&server), ns, id))?;
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            let decoded: Decoded = get_json(&format!("{}/v1/decode/{}/{}", base(&server), ns, id))?;
+            println!("{}", serde_json::to_string_pretty(&decoded)?);
             Ok(())
         }
         Command::Decode { .. } => bail!("give --layout or --namespace"),
@@ -290,7 +288,8 @@ async fn shutdown_signal() {
     }
 }
 
-fn get_json(url: &str) -> Result<Value> {
+/// GETs `url` and reads the answer as `T`, or the API's error body as an error.
+fn get_json<T: DeserializeOwned>(url: &str) -> Result<T> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -300,14 +299,14 @@ fn get_json(url: &str) -> Result<Value> {
             .with_context(|| format!("cannot reach {url}; is `idmint serve` running?"))?;
         let status = resp.status();
         let text = resp.text().await?;
-        let v: Value = serde_json::from_str(&text)
-            .with_context(|| format!("{url} answered {status} with non-JSON: {text}"))?;
         if !status.is_success() {
-            let msg = v["error"]["message"].as_str().unwrap_or(&text).to_owned();
-            let code = v["error"]["code"].as_str().unwrap_or("error").to_owned();
-            bail!("{status} {code}: {msg}");
+            match serde_json::from_str::<ErrorBody>(&text) {
+                Ok(body) => bail!("{status} {}: {}", body.error.code, body.error.message),
+                Err(_) => bail!("{url} answered {status}: {text}"),
+            }
         }
-        Ok(v)
+        serde_json::from_str(&text)
+            .with_context(|| format!("{url} answered {status} with an unexpected body: {text}"))
     })
 }
 
@@ -364,62 +363,12 @@ fn fmt_ms(ms: u64) -> String {
 }
 
 fn status(server: &str) -> Result<()> {
-    let v = get_json(&format!("{}/v1/namespaces", base(server)))?;
-    let list = v["namespaces"]
-        .as_array()
-        .ok_or_else(|| anyhow!("unexpected answer: {v}"))?;
-    if list.is_empty() {
+    let list: NamespaceList = get_json(&format!("{}/v1/namespaces", base(server)))?;
+    if list.namespaces.is_empty() {
         println!("no namespaces served yet (sequence namespaces appear on first use)");
         return Ok(());
     }
-    let rows: Vec<[String; 6]> = list
-        .iter()
-        .map(|ns| {
-            let s = |v: &Value| match v {
-                Value::String(s) => s.clone(),
-                Value::Null => "-".into(),
-                other => other.to_string(),
-            };
-            let st = &ns["state"];
-            match ns["kind"].as_str().unwrap_or("") {
-                "sequence" => [
-                    s(&ns["namespace"]),
-                    format!("sequence/{}", s(&ns["settings"]["width"])),
-                    s(&st["watermark"]),
-                    s(&st["ids_buffered"]),
-                    format!("{:.0}/s", st["demand_per_second"].as_f64().unwrap_or(0.0)),
-                    format!(
-                        "{:.4}% used{}",
-                        st["used_fraction"].as_f64().unwrap_or(0.0) * 100.0,
-                        st["projected_exhaustion"]
-                            .as_str()
-                            .map(|d| format!(", full {d}"))
-                            .unwrap_or_default()
-                    ),
-                ],
-                "snowflake" => [
-                    s(&ns["namespace"]),
-                    "snowflake".into(),
-                    "-".into(),
-                    "-".into(),
-                    format!("{} served", s(&st["ids_served"])),
-                    format!(
-                        "worker {}, time runs out {}",
-                        s(&ns["settings"]["worker"]),
-                        s(&st["time_runs_out"])
-                    ),
-                ],
-                kind => [
-                    s(&ns["namespace"]),
-                    kind.to_owned(),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                ],
-            }
-        })
-        .collect();
+    let rows: Vec<[String; 6]> = list.namespaces.iter().map(status_row).collect();
     let header = [
         "NAMESPACE",
         "KIND",
@@ -449,4 +398,54 @@ fn status(server: &str) -> Result<()> {
         println!("{}", line(r));
     }
     Ok(())
+}
+
+/// One row of `idmint status`: name, kind, watermark, buffered, demand, space.
+fn status_row(ns: &NamespaceInfo) -> [String; 6] {
+    let dash = || "-".to_owned();
+    match ns {
+        NamespaceInfo::Sequence {
+            namespace,
+            settings,
+            state,
+        } => [
+            namespace.clone(),
+            format!("sequence/{}", settings.width),
+            state.watermark.to_string(),
+            state.ids_buffered.to_string(),
+            format!("{:.0}/s", state.demand_per_second),
+            format!(
+                "{:.4}% used{}",
+                state.used_fraction * 100.0,
+                state
+                    .projected_exhaustion
+                    .as_deref()
+                    .map(|d| format!(", full {d}"))
+                    .unwrap_or_default()
+            ),
+        ],
+        NamespaceInfo::Snowflake {
+            namespace,
+            settings,
+            state,
+        } => [
+            namespace.clone(),
+            "snowflake".into(),
+            dash(),
+            dash(),
+            format!("{} served", state.ids_served),
+            format!(
+                "worker {}, time runs out {}",
+                settings.worker, state.time_runs_out
+            ),
+        ],
+        other => [
+            other.name().to_owned(),
+            other.kind().to_owned(),
+            dash(),
+            dash(),
+            dash(),
+            dash(),
+        ],
+    }
 }

@@ -238,6 +238,12 @@ impl SequenceSpec {
         })
     }
 
+    /// Whether `id` is one this spec may ever hand out: at or above `first`, at most the width's
+    /// largest id, and of the residue class (`id ≡ offset mod step`).
+    pub fn contains(&self, id: u64) -> bool {
+        id >= self.first && id <= self.width.max_id() && id % self.step == self.offset
+    }
+
     /// How many ids of this spec lie in `[lo, hi)`.
     pub fn ids_between(&self, lo: u64, hi: u64) -> u64 {
         let hi = hi.min(self.width.max_id().saturating_add(1));
@@ -354,6 +360,17 @@ mod tests {
             even.reserve(1, 2).unwrap().ids().collect::<Vec<_>>(),
             vec![2, 4]
         );
+    }
+
+    #[test]
+    fn contains_is_every_id_reserve_can_return() {
+        let spec = SequenceSpec::new(Width::Bits32, 10, 3, 2).unwrap();
+        let b = spec.reserve(0, 5).unwrap();
+        assert!(b.ids().all(|id| spec.contains(id)));
+        for id in [0, 2, 8, 9, 10, 12, 13, i32::MAX as u64 + 2] {
+            assert!(!spec.contains(id), "{id} is not of the spec");
+        }
+        assert!(spec.contains(11) && spec.contains(14));
     }
 
     #[test]

@@ -1,7 +1,9 @@
-//! Errors of the node library, each with the stable snake_case code and HTTP status the API
-//! answers with. Messages are for users: they say what is wrong and, where it helps, what to do;
-//! they never carry internals beyond the authority's own short reason.
+//! Errors of the node library, each with the stable snake_case code of the API. Which status a
+//! protocol answers with is the front-end's business (`http::error` for HTTP). Messages are for
+//! users: they say what is wrong and, where it helps, what to do; they never carry internals
+//! beyond the authority's own short reason.
 
+use idmint_api::ErrorCode;
 use idmint_core::NamespaceNameError;
 use thiserror::Error;
 
@@ -58,38 +60,22 @@ pub enum IdError {
 }
 
 impl IdError {
-    /// The stable error code of the API.
-    pub fn code(&self) -> &'static str {
+    /// The stable error code of the API, the same on every front-end. Each front-end maps the
+    /// error to its own status (HTTP: `http::error`).
+    pub fn code(&self) -> ErrorCode {
         match self {
-            IdError::InvalidNamespace(_) => "invalid_namespace",
-            IdError::UnknownNamespace(_) => "unknown_namespace",
-            IdError::InvalidCount(_) => "invalid_count",
-            IdError::InvalidRequest(_) => "invalid_request",
-            IdError::InvalidId(_) => "invalid_id",
-            IdError::WrongKind(_) => "wrong_kind",
-            IdError::Exhausted { .. } => "namespace_exhausted",
-            IdError::TimeExhausted(_) => "time_exhausted",
-            IdError::Unavailable { .. } => "authority_unavailable",
-            IdError::Conflict(_) => "settings_conflict",
-            IdError::ShuttingDown => "shutting_down",
-            IdError::Internal(_) => "internal_error",
-        }
-    }
-
-    /// The HTTP status of the API.
-    pub fn status(&self) -> u16 {
-        match self {
-            IdError::InvalidNamespace(_)
-            | IdError::InvalidCount(_)
-            | IdError::InvalidRequest(_)
-            | IdError::InvalidId(_) => 400,
-            IdError::UnknownNamespace(_) => 404,
-            IdError::WrongKind(_)
-            | IdError::Exhausted { .. }
-            | IdError::TimeExhausted(_)
-            | IdError::Conflict(_) => 409,
-            IdError::Unavailable { .. } | IdError::ShuttingDown => 503,
-            IdError::Internal(_) => 500,
+            IdError::InvalidNamespace(_) => ErrorCode::InvalidNamespace,
+            IdError::UnknownNamespace(_) => ErrorCode::UnknownNamespace,
+            IdError::InvalidCount(_) => ErrorCode::InvalidCount,
+            IdError::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            IdError::InvalidId(_) => ErrorCode::InvalidId,
+            IdError::WrongKind(_) => ErrorCode::WrongKind,
+            IdError::Exhausted { .. } => ErrorCode::NamespaceExhausted,
+            IdError::TimeExhausted(_) => ErrorCode::TimeExhausted,
+            IdError::Unavailable { .. } => ErrorCode::AuthorityUnavailable,
+            IdError::Conflict(_) => ErrorCode::SettingsConflict,
+            IdError::ShuttingDown => ErrorCode::ShuttingDown,
+            IdError::Internal(_) => ErrorCode::InternalError,
         }
     }
 }

@@ -1,12 +1,13 @@
 //! idmint-node: the server library behind `idmint serve`.
 //!
-//! A [`Node`] serves namespaces of every kind. Sequence namespaces keep a buffer of blocks
-//! leased from an [`Authority`], refilled by a background task below a low-water mark so that in
-//! steady state no request waits on the authority; snowflake, UUIDv7 and ULID namespaces generate
-//! ids locally. [`http::router`] is the HTTP/JSON API; [`run`] ties it together with graceful
-//! shutdown.
+//! A [`Node`] serves namespaces of every kind. Sequence namespaces keep a [`supply::Supply`] of
+//! blocks from a block source (the node's [`Authority`]), refilled by a background task below a
+//! low-water mark so that in steady state no request waits on the authority; snowflake, UUIDv7
+//! and ULID namespaces generate ids locally. The domain ([`namespace::Namespace`]: ids, blocks,
+//! `info()`, `decode()`) is protocol-free; [`http::router`] is the HTTP/JSON front-end over it,
+//! answering with [`idmint_api`] types; [`run`] ties it together with graceful shutdown.
 //!
-//! Invariants (DESIGN.md 1-3, 6): an id is handed out only from a block the authority returned
+//! Invariants (docs/design.md, 1-3 and 6): an id is handed out only from a block the authority returned
 //! after making its watermark durable; a restarted node asks for new blocks and never reuses old
 //! ones (it keeps nothing on disk itself); a clean shutdown hands back the unused tail of each
 //! namespace's newest block by compare-and-swap; a 32-bit namespace that runs out answers
@@ -22,6 +23,8 @@ pub mod http;
 pub mod metrics;
 pub mod namespace;
 pub mod registry;
+pub mod supply;
+pub mod time;
 
 pub use config::{AuthorityConfig, CacheMode, ConfigError, FileConfig, KindConfig, NodeConfig};
 pub use error::{IdError, NodeError};

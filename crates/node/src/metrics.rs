@@ -136,3 +136,47 @@ impl Default for Metrics {
         Self::new()
     }
 }
+
+/// One sequence namespace's series, looked up once so the request path pays one atomic
+/// increment per answer. The namespace's [`crate::supply::Supply`] reports to it.
+#[derive(Debug, Clone)]
+pub struct SupplyMetrics {
+    served: Counter,
+    refill_ok: Counter,
+    refill_error: Counter,
+    refill_seconds: Histogram,
+}
+
+impl SupplyMetrics {
+    /// The series of `namespace` in `metrics`.
+    pub fn new(metrics: &Metrics, namespace: &str) -> Self {
+        let labels = NamespaceLabels {
+            namespace: namespace.to_owned(),
+        };
+        let outcome = |outcome| RefillLabels {
+            namespace: namespace.to_owned(),
+            outcome,
+        };
+        SupplyMetrics {
+            served: metrics.ids_served.get_or_create(&labels).clone(),
+            refill_ok: metrics.refills.get_or_create(&outcome("ok")).clone(),
+            refill_error: metrics.refills.get_or_create(&outcome("error")).clone(),
+            refill_seconds: metrics.refill_seconds.get_or_create(&labels).clone(),
+        }
+    }
+}
+
+impl crate::supply::SupplyEvents for SupplyMetrics {
+    fn served(&self, ids: u64) {
+        self.served.inc_by(ids);
+    }
+    fn refilled(&self, ok: bool, took: std::time::Duration) {
+        if ok {
+            &self.refill_ok
+        } else {
+            &self.refill_error
+        }
+        .inc();
+        self.refill_seconds.observe(took.as_secs_f64());
+    }
+}

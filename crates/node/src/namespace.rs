@@ -1,47 +1,48 @@
-//! One namespace at run time: what it hands out and where from.
+//! One namespace at run time: what it hands out, what it says about itself, and how it reads
+//! its own ids. This is the domain every front-end (HTTP today; gRPC and RESP next) calls: a
+//! front-end parses its protocol, calls [`Namespace::ids`], [`Namespace::block`],
+//! [`Namespace::info`] or [`Namespace::decode`], and formats the answer or maps the
+//! [`IdError`]; it computes nothing itself.
 //!
-//! A sequence namespace with a cache keeps a [`Buffer`] behind a short `std::sync::Mutex`
-//! (never held across `.await`) and one background refill task that reserves blocks from the
-//! authority below the low-water mark, so in steady state no request waits on the authority. A
-//! request that finds the buffer empty wakes the task and waits for its outcome, answering 503
-//! if the authority fails or does not answer within `refill_wait`. With cache `off`, each request
-//! reserves its ids from the authority itself.
+//! Ids stay integers here ([`Ids`]: `u64` for sequence and snowflake, `u128` for UUIDv7 and
+//! ULID); a front-end formats them.
 //!
-//! Invariants: ids come only from blocks the authority returned (invariant 1); the buffer refuses
-//! a block that is not above everything it held, and the namespace then stops serving (`Internal`)
-//! rather than risk a duplicate; the refill task finishes an in-flight reservation before it
-//! stops, so the shutdown hand-back sees every block.
+//! Invariants: a sequence namespace's ids come only from its [`Supply`] (see its docs); the
+//! answers of [`Namespace::info`] and [`Namespace::decode`] are reads: they never reserve,
+//! create or change anything.
 
 use crate::config::CacheMode;
 use crate::error::IdError;
-use crate::metrics::{Metrics, NamespaceLabels, RefillLabels};
+use crate::metrics::{Metrics, NamespaceLabels};
+use crate::supply::{Supply, SupplySnapshot};
+use idmint_api as api;
 use idmint_core::snowflake::ClockCheck;
 use idmint_core::{
-    Block, Buffer, BufferPolicy, Clock, Layout, NamespaceName, NextIdError, SequenceSpec,
-    SnowflakeGenerator, SystemClock, UlidGenerator, Uuid7Generator,
+    Block, Layout, NamespaceName, NextIdError, SequenceSpec, Sizing, SnowflakeGenerator,
+    SystemClock, Ulid, UlidGenerator, Uuid7, Uuid7Generator,
 };
-use idmint_store::{Authority, GiveBack, StoreError};
-use prometheus_client::metrics::counter::Counter;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
-use tokio::sync::{watch, Notify};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
-/// Ids of one response: integers (sequence, snowflake) or canonical strings (uuid7, ulid).
+/// Ids of one answer, increasing, as integers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ids {
-    /// 64-bit integer ids, increasing.
-    Numbers(Vec<u64>),
-    /// 128-bit ids in canonical text form, increasing.
-    Text(Vec<String>),
+    /// Sequence or snowflake ids.
+    U64(Vec<u64>),
+    /// UUIDv7s.
+    Uuid7(Vec<Uuid7>),
+    /// ULIDs.
+    Ulid(Vec<Ulid>),
 }
 
 impl Ids {
     /// How many.
     pub fn len(&self) -> usize {
         match self {
-            Ids::Numbers(v) => v.len(),
-            Ids::Text(v) => v.len(),
+            Ids::U64(v) => v.len(),
+            Ids::Uuid7(v) => v.len(),
+            Ids::Ulid(v) => v.len(),
         }
     }
     /// Whether there are none.
@@ -54,7 +55,7 @@ impl Ids {
 #[derive(Debug)]
 pub enum Namespace {
     /// Integers from leased blocks.
-    Sequence(Arc<SequenceNamespace>),
+    Sequence(SequenceNamespace),
     /// Snowflake ids.
     Snowflake(SnowflakeNamespace),
     /// UUIDv7.
@@ -67,7 +68,7 @@ impl Namespace {
     /// The namespace's name.
     pub fn name(&self) -> &NamespaceName {
         match self {
-            Namespace::Sequence(s) => &s.name,
+            Namespace::Sequence(s) => s.supply.name(),
             Namespace::Snowflake(s) => &s.name,
             Namespace::Uuid7(n, _) | Namespace::Ulid(n, _) => n,
         }
@@ -86,380 +87,210 @@ impl Namespace {
     /// `count` ids, increasing. Fewer only when a sequence namespace runs out of ids.
     pub async fn ids(&self, count: u64) -> Result<Ids, IdError> {
         match self {
-            Namespace::Sequence(s) => s.ids(count).await.map(Ids::Numbers),
-            Namespace::Snowflake(s) => s.ids(count).await.map(Ids::Numbers),
-            Namespace::Uuid7(_, g) => Ok(Ids::Text(
-                (0..count).map(|_| g.next_uuid().to_string()).collect(),
-            )),
-            Namespace::Ulid(_, g) => Ok(Ids::Text(
-                (0..count).map(|_| g.next_ulid().to_string()).collect(),
-            )),
+            Namespace::Sequence(s) => s.ids(count).await.map(Ids::U64),
+            Namespace::Snowflake(s) => s.ids(count).await.map(Ids::U64),
+            Namespace::Uuid7(_, g) => Ok(Ids::Uuid7((0..count).map(|_| g.next_uuid()).collect())),
+            Namespace::Ulid(_, g) => Ok(Ids::Ulid((0..count).map(|_| g.next_ulid()).collect())),
+        }
+    }
+
+    /// One contiguous block of up to `count` ids, for a lower tier. Sequence namespaces only.
+    pub async fn block(&self, count: u64) -> Result<Block, IdError> {
+        match self {
+            Namespace::Sequence(s) => s.block(count).await,
+            other => Err(IdError::WrongKind(format!(
+                "namespace {:?} is a {} namespace; blocks exist only for sequence namespaces",
+                other.name().as_str(),
+                other.kind()
+            ))),
+        }
+    }
+
+    /// Settings and live state; `now` dates the projected exhaustion.
+    pub fn info(&self, now: SystemTime) -> api::NamespaceInfo {
+        let namespace = self.name().to_string();
+        match self {
+            Namespace::Sequence(s) => s.info(namespace, now),
+            Namespace::Snowflake(s) => s.info(namespace),
+            Namespace::Uuid7(..) => api::NamespaceInfo::Uuid7 { namespace },
+            Namespace::Ulid(..) => api::NamespaceInfo::Ulid { namespace },
+        }
+    }
+
+    /// What the id `text` (decimal, or UUID/ULID text by kind) says about itself, read as an id
+    /// of this namespace. [`IdError::InvalidId`] if it is not an id of this kind.
+    pub fn decode(&self, text: &str) -> Result<api::Decoded, IdError> {
+        let namespace = self.name().to_string();
+        match self {
+            Namespace::Sequence(s) => {
+                let id = parse_u64_id(text)?;
+                let in_namespace = s.contains(id);
+                Ok(api::Decoded::Sequence {
+                    namespace,
+                    id,
+                    in_namespace,
+                    issued: in_namespace && id < s.supply.snapshot().watermark,
+                })
+            }
+            Namespace::Snowflake(s) => {
+                let id = parse_u64_id(text)?;
+                let d = s
+                    .generator
+                    .layout()
+                    .decode(id)
+                    .map_err(|e| IdError::InvalidId(e.to_string()))?;
+                Ok(api::Decoded::Snowflake {
+                    namespace,
+                    id,
+                    timestamp: d.rfc3339(),
+                    unix_ms: d.unix_millis(),
+                    worker: d.parts.node,
+                    sequence: d.parts.sequence,
+                })
+            }
+            Namespace::Uuid7(..) => {
+                let u: Uuid7 = text
+                    .parse()
+                    .map_err(|e| IdError::InvalidId(format!("{text:?} is not a UUIDv7: {e}")))?;
+                Ok(api::Decoded::Uuid7 {
+                    namespace,
+                    id: u.to_string(),
+                    timestamp: rfc3339_ms(u.unix_millis()),
+                    unix_ms: u.unix_millis(),
+                })
+            }
+            Namespace::Ulid(..) => {
+                let u: Ulid = text
+                    .parse()
+                    .map_err(|e| IdError::InvalidId(format!("{text:?} is not a ULID: {e}")))?;
+                Ok(api::Decoded::Ulid {
+                    namespace,
+                    id: u.to_string(),
+                    timestamp: rfc3339_ms(u.unix_millis()),
+                    unix_ms: u.unix_millis(),
+                })
+            }
         }
     }
 }
 
-/// The outcome of the latest refill, broadcast to requests waiting for one.
-#[derive(Debug, Clone, Default)]
-struct RefillOutcome {
-    /// The authority's error, if the latest refill failed.
-    error: Option<StoreError>,
+fn parse_u64_id(id: &str) -> Result<u64, IdError> {
+    id.parse::<u64>()
+        .map_err(|_| IdError::InvalidId(format!("{id:?} is not a decimal 64-bit id")))
 }
 
-/// A sequence namespace. See the module docs.
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+fn rfc3339_ms(unix_ms: u64) -> String {
+    rfc3339(SystemTime::UNIX_EPOCH + Duration::from_millis(unix_ms))
+}
+
+/// A sequence namespace: its spec and its supply of blocks.
 #[derive(Debug)]
 pub struct SequenceNamespace {
-    name: NamespaceName,
     spec: SequenceSpec,
-    cache: CacheMode,
-    authority: Arc<dyn Authority>,
-    metrics: Arc<Metrics>,
-    labels: NamespaceLabels,
-    served_counter: Counter,
-    buffer: Mutex<Buffer>,
-    wake_refill: Notify,
-    outcome: watch::Sender<RefillOutcome>,
-    /// Ids requests are waiting for beyond the buffer's level, added to the next refill.
-    shortfall: AtomicU64,
-    /// The highest watermark the authority reported to this node.
-    watermark: AtomicU64,
-    /// Set when a consistency check failed: the namespace serves nothing more.
-    poisoned: AtomicBool,
-    refill_wait: Duration,
-    clock: SystemClock,
+    supply: Arc<Supply>,
 }
 
-/// Upper bound of one refill, whatever the shortfall.
-const MAX_REFILL: u64 = 10_000_000;
-
 impl SequenceNamespace {
-    /// A sequence namespace whose durable state (from `ensure_namespace`) has `watermark`.
-    pub fn new(
-        name: NamespaceName,
-        spec: SequenceSpec,
-        cache: CacheMode,
-        watermark: u64,
-        authority: Arc<dyn Authority>,
-        metrics: Arc<Metrics>,
-        refill_wait: Duration,
-    ) -> Arc<Self> {
-        let policy = match cache {
-            CacheMode::Buffered(p) => p,
-            CacheMode::Off => BufferPolicy::default(),
-        };
-        let (outcome, _) = watch::channel(RefillOutcome::default());
-        let labels = NamespaceLabels {
-            namespace: name.to_string(),
-        };
-        let served_counter = metrics.ids_served.get_or_create(&labels).clone();
-        Arc::new(SequenceNamespace {
-            served_counter,
-            labels,
-            name,
-            spec,
-            cache,
-            authority,
-            metrics,
-            buffer: Mutex::new(Buffer::new(policy)),
-            wake_refill: Notify::new(),
-            outcome,
-            shortfall: AtomicU64::new(0),
-            watermark: AtomicU64::new(watermark),
-            poisoned: AtomicBool::new(false),
-            refill_wait,
-            clock: SystemClock::new(),
-        })
+    /// A namespace of `spec` served from `supply`.
+    pub fn new(spec: SequenceSpec, supply: Arc<Supply>) -> Self {
+        SequenceNamespace { spec, supply }
     }
 
     /// The spec.
     pub fn spec(&self) -> SequenceSpec {
         self.spec
     }
-    /// The cache mode.
-    pub fn cache(&self) -> CacheMode {
-        self.cache
-    }
-    /// Ids handed out by this node (ids and blocks), whatever the cache mode.
-    pub fn served(&self) -> u64 {
-        self.served_counter.get()
+
+    /// The supply (buffer, refill, hand-back).
+    pub fn supply(&self) -> &Arc<Supply> {
+        &self.supply
     }
 
-    /// The highest watermark seen from the authority.
-    pub fn watermark(&self) -> u64 {
-        self.watermark.load(Ordering::Relaxed)
-    }
-
-    /// Runs `f` on the locked buffer. The buffer holds plain counters, so a panic elsewhere
-    /// while it was locked cannot leave it half-updated in a way that repeats ids: a poisoned
-    /// lock is taken over.
-    pub fn with_buffer<R>(&self, f: impl FnOnce(&mut Buffer) -> R) -> R {
-        let mut guard: MutexGuard<'_, Buffer> =
-            self.buffer.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut guard)
-    }
-
-    fn exhausted(&self) -> IdError {
-        IdError::Exhausted {
-            name: self.name.to_string(),
-            bits: self.spec.width().bits(),
-        }
-    }
-
-    fn map_store_error(&self, e: &StoreError) -> IdError {
-        match e {
-            StoreError::Exhausted { .. } => self.exhausted(),
-            other => IdError::Unavailable {
-                name: self.name.to_string(),
-                reason: other.to_string(),
-            },
-        }
-    }
-
-    fn note_watermark(&self, w: u64) {
-        self.watermark.fetch_max(w, Ordering::Relaxed);
+    /// Whether `id` is one this namespace may ever hand out.
+    pub fn contains(&self, id: u64) -> bool {
+        self.spec.contains(id)
     }
 
     /// `count` ids, increasing; fewer only when the namespace runs out.
     pub async fn ids(&self, count: u64) -> Result<Vec<u64>, IdError> {
-        if self.poisoned.load(Ordering::Relaxed) {
-            return Err(IdError::Internal(self.name.to_string()));
-        }
-        let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(1 << 20));
-        if let CacheMode::Off = self.cache {
-            // Flickr ticket semantics: reservations straight from the authority. A ticket
-            // server grants one id per reservation (fewer than asked), so reserve until `count`
-            // ids are in hand; short only when the namespace runs out.
-            while (out.len() as u64) < count {
-                match self
-                    .authority
-                    .reserve(&self.name, count - out.len() as u64)
-                    .await
-                {
-                    Ok(r) => {
-                        self.note_watermark(r.watermark);
-                        out.extend(r.block.ids());
-                    }
-                    Err(StoreError::Exhausted { .. }) if !out.is_empty() => break,
-                    Err(e) => return Err(self.map_store_error(&e)),
-                }
-            }
-            // Several reservations (several authorities) may interleave: one answer is still
-            // increasing.
-            out.sort_unstable();
-            self.served_counter.inc_by(out.len() as u64);
-            return Ok(out);
-        }
-        self.fill(count, |buf, want| buf.take(want, &mut out))
-            .await?;
-        Ok(out)
+        self.supply.ids(count, self.spec.width().bits()).await
     }
 
-    /// One contiguous block of up to `count` ids for a lower tier.
+    /// One contiguous block of up to `count` ids.
     pub async fn block(&self, count: u64) -> Result<Block, IdError> {
-        if self.poisoned.load(Ordering::Relaxed) {
-            return Err(IdError::Internal(self.name.to_string()));
-        }
-        if let CacheMode::Off = self.cache {
-            let r = self
-                .authority
-                .reserve(&self.name, count)
-                .await
-                .map_err(|e| self.map_store_error(&e))?;
-            self.note_watermark(r.watermark);
-            self.served_counter.inc_by(r.block.len());
-            return Ok(r.block);
-        }
-        let mut got = None;
-        self.fill(count, |buf, want| match buf.take_block(want) {
-            Some(b) => {
-                got = Some(b);
-                // One block only: report the request as complete.
-                want
-            }
-            None => 0,
-        })
-        .await?;
-        got.ok_or_else(|| self.exhausted())
+        self.supply.block(count, self.spec.width().bits()).await
     }
 
-    /// Takes from the buffer with `take(buffer, wanted) -> taken` until `count` are taken,
-    /// waiting for refills when the buffer runs dry. Returns early (short) only on exhaustion
-    /// after something was taken.
-    async fn fill(
-        &self,
-        count: u64,
-        mut take: impl FnMut(&mut Buffer, u64) -> u64,
-    ) -> Result<(), IdError> {
-        // Fast path: the buffer has enough, nothing to wait for.
-        let (mut taken, wants_refill) = self.with_buffer(|b| (take(b, count), b.wants_refill()));
-        if taken > 0 {
-            self.served_counter.inc_by(taken);
-        }
-        if wants_refill || taken < count {
-            self.wake_refill.notify_one();
-        }
-        if taken >= count {
-            return Ok(());
-        }
-        let mut outcomes = self.outcome.subscribe();
-        let deadline = tokio::time::Instant::now() + self.refill_wait;
-        loop {
-            outcomes.borrow_and_update();
-            let got = self.with_buffer(|b| take(b, count - taken));
-            taken += got;
-            if got > 0 {
-                self.served_counter.inc_by(got);
-            }
-            if taken >= count {
-                self.wake_refill.notify_one();
-                return Ok(());
-            }
-            // The buffer is empty. If the latest refill found the namespace exhausted, say so
-            // now: waiting would outlast the refill task's backoff and answer a misleading 503.
-            if let Some(StoreError::Exhausted { .. }) = &outcomes.borrow().error {
-                return if taken > 0 {
-                    Ok(())
-                } else {
-                    Err(self.exhausted())
-                };
-            }
-            self.shortfall.fetch_add(count - taken, Ordering::Relaxed);
-            self.wake_refill.notify_one();
-            match tokio::time::timeout_at(deadline, outcomes.changed()).await {
-                Err(_) => {
-                    // The refill task may be backing off after a failure (up to 2 s, longer
-                    // than `refill_wait`): say what the authority said, not only that we waited.
-                    let latest = match &outcomes.borrow().error {
-                        Some(e) => format!("; the latest refill failed: {e}"),
-                        None => String::new(),
-                    };
-                    return Err(IdError::Unavailable {
-                        name: self.name.to_string(),
-                        reason: format!("no block arrived within {:?}{latest}", self.refill_wait),
-                    });
-                }
-                Ok(Err(_)) => return Err(IdError::ShuttingDown),
-                Ok(Ok(())) => {}
-            }
-            if self.poisoned.load(Ordering::Relaxed) {
-                return Err(IdError::Internal(self.name.to_string()));
-            }
-            let error = outcomes.borrow().error.clone();
-            if let Some(e) = error {
-                let empty = self.with_buffer(|b| b.buffered() == 0);
-                if empty {
-                    if matches!(e, StoreError::Exhausted { .. }) && taken > 0 {
-                        return Ok(());
-                    }
-                    return Err(self.map_store_error(&e));
-                }
-            }
-        }
-    }
-
-    /// The refill loop: runs until `stop` turns true, finishing any reservation in flight first.
-    pub async fn refill_loop(self: Arc<Self>, tick: Duration, mut stop: watch::Receiver<bool>) {
-        if let CacheMode::Off = self.cache {
-            return;
-        }
-        let mut backoff: Option<Duration> = None;
-        let mut retry_at: Option<tokio::time::Instant> = None;
-        // Fill the buffer at once on start.
-        self.wake_refill.notify_one();
-        loop {
-            if *stop.borrow() {
-                return;
-            }
-            tokio::select! {
-                _ = self.wake_refill.notified() => {}
-                _ = tokio::time::sleep(tick) => {}
-                _ = stop.changed() => return,
-            }
-            if let Some(at) = retry_at {
-                // After a failure, wait out the backoff even if a request woke us.
-                tokio::select! {
-                    _ = tokio::time::sleep_until(at) => {}
-                    _ = stop.changed() => return,
-                }
-            }
-            let now = self.clock.monotonic_nanos();
-            let Some(count) = self.with_buffer(|b| b.start_refill(now)) else {
-                continue;
-            };
-            let count = count
-                .saturating_add(self.shortfall.swap(0, Ordering::Relaxed))
-                .min(MAX_REFILL);
-            let started = Instant::now();
-            let result = self.authority.reserve(&self.name, count).await;
-            self.metrics
-                .refill_seconds
-                .get_or_create(&self.labels)
-                .observe(started.elapsed().as_secs_f64());
-            let outcome_label = if result.is_ok() { "ok" } else { "error" };
-            self.metrics
-                .refills
-                .get_or_create(&RefillLabels {
-                    namespace: self.name.to_string(),
-                    outcome: outcome_label,
-                })
-                .inc();
-            match result {
-                Ok(r) => {
-                    self.note_watermark(r.watermark);
-                    if let Err(e) = self.with_buffer(|b| b.refill_done(r.block)) {
-                        tracing::error!(namespace = %self.name, error = %e, "refusing a block; the namespace stops serving");
-                        self.poisoned.store(true, Ordering::Relaxed);
-                    }
-                    backoff = None;
-                    retry_at = None;
-                    self.outcome.send_replace(RefillOutcome { error: None });
-                }
-                Err(e) => {
-                    self.with_buffer(|b| b.refill_failed());
-                    let next = match backoff {
-                        None => Duration::from_millis(50),
-                        Some(b) => (b * 2).min(Duration::from_secs(2)),
-                    };
-                    if !matches!(e, StoreError::Exhausted { .. }) {
-                        tracing::warn!(namespace = %self.name, error = %e, retry_in = ?next, "refill failed");
-                    }
-                    backoff = Some(next);
-                    retry_at = Some(tokio::time::Instant::now() + next);
-                    self.outcome.send_replace(RefillOutcome { error: Some(e) });
-                }
-            }
-        }
-    }
-
-    /// The latest refill error, if the latest refill failed.
-    pub fn last_error(&self) -> Option<String> {
-        self.outcome.borrow().error.as_ref().map(|e| e.to_string())
-    }
-
-    /// Hands the unused tail of the newest block back to the authority (graceful shutdown).
-    /// Must run after the refill task stopped. Returns `(given_back, burned)` id counts.
-    pub async fn give_back(&self) -> (u64, u64) {
-        let before = self.with_buffer(|b| b.stats().burned);
-        let Some(tail) = self.with_buffer(|b| b.take_unused_tail()) else {
-            return (0, self.with_buffer(|b| b.stats().burned) - before);
+    fn info(&self, namespace: String, now: SystemTime) -> api::NamespaceInfo {
+        let spec = self.spec;
+        let cache = match self.supply.cache() {
+            CacheMode::Off => api::CacheSettings::Off,
+            CacheMode::Buffered(p) => match p.config().sizing {
+                Sizing::Fixed(n) => api::CacheSettings::Fixed {
+                    block_size: n,
+                    low_water: p.config().low_water,
+                },
+                Sizing::Adaptive {
+                    buffer_seconds,
+                    min_block,
+                    max_block,
+                } => api::CacheSettings::Adaptive {
+                    buffer_seconds,
+                    min_block,
+                    max_block,
+                    low_water: p.config().low_water,
+                },
+            },
         };
-        let n = tail.len();
-        let given = match self.authority.give_back(&self.name, tail).await {
-            Ok(GiveBack::Returned) => {
-                self.with_buffer(|b| b.record_given_back(n));
-                n
-            }
-            Ok(GiveBack::Refused { watermark }) => {
-                tracing::info!(namespace = %self.name, watermark, ids = n, "tail not returned: ids were reserved after it");
-                self.with_buffer(|b| b.record_burned(n));
-                0
-            }
-            Err(e) => {
-                tracing::warn!(namespace = %self.name, error = %e, ids = n, "could not hand back the unused tail");
-                self.with_buffer(|b| b.record_burned(n));
-                0
-            }
+        let SupplySnapshot {
+            buffered,
+            stats,
+            demand_per_sec,
+            target_block,
+            served,
+            watermark,
+        } = self.supply.snapshot();
+        let capacity = spec.capacity();
+        let used = spec.ids_between(spec.first(), watermark);
+        let left = capacity.saturating_sub(used);
+        let used_fraction = if capacity == 0 {
+            1.0
+        } else {
+            used as f64 / capacity as f64
         };
-        (given, self.with_buffer(|b| b.stats().burned) - before)
+        let projected_exhaustion = (demand_per_sec > 1e-3)
+            .then(|| left as f64 / demand_per_sec)
+            // Beyond a thousand years the date means nothing.
+            .filter(|secs| *secs < 3.15e10)
+            .map(|secs| rfc3339(now + Duration::from_secs_f64(secs)));
+        api::NamespaceInfo::Sequence {
+            namespace,
+            settings: api::SequenceSettings {
+                width: spec.width().bits(),
+                start: spec.first(),
+                step: spec.step(),
+                offset: spec.offset(),
+                cache,
+            },
+            state: api::SequenceState {
+                watermark,
+                ids_buffered: buffered,
+                demand_per_second: demand_per_sec,
+                block_size: target_block,
+                ids_served: served,
+                ids_burned: stats.burned,
+                refills: stats.refills,
+                ids_used: used,
+                capacity,
+                used_fraction,
+                projected_exhaustion,
+                last_error: self.supply.last_error(),
+            },
+        }
     }
 }
 
@@ -520,6 +351,40 @@ impl SnowflakeNamespace {
             .get_or_create(&self.labels)
             .inc_by(count);
         Ok(out)
+    }
+
+    fn info(&self, namespace: String) -> api::NamespaceInfo {
+        let g = &self.generator;
+        let l = g.layout();
+        let spec = l.spec();
+        let end = SystemTime::UNIX_EPOCH + Duration::from_nanos(l.end_of_time_nanos());
+        api::NamespaceInfo::Snowflake {
+            namespace,
+            settings: api::SnowflakeSettings {
+                worker: g.node(),
+                layout: api::LayoutSettings {
+                    timestamp_bits: spec.timestamp_bits,
+                    node_bits: spec.node_bits,
+                    sequence_bits: spec.sequence_bits,
+                    time_unit: humantime::format_duration(spec.time_unit).to_string(),
+                    epoch: rfc3339_ms(spec.epoch_unix_ms),
+                    epoch_unix_ms: spec.epoch_unix_ms,
+                    order: match spec.order {
+                        idmint_core::FieldOrder::NodeThenSequence => {
+                            api::FieldOrder::NodeThenSequence
+                        }
+                        idmint_core::FieldOrder::SequenceThenNode => {
+                            api::FieldOrder::SequenceThenNode
+                        }
+                    },
+                },
+            },
+            state: api::SnowflakeState {
+                ids_served: self.served(),
+                last_timestamp: g.last_timestamp(),
+                time_runs_out: rfc3339(end),
+            },
+        }
     }
 
     /// Compares the wall clock with the generator's time; logs and records steps.

@@ -10,10 +10,12 @@
 
 use crate::config::{CacheMode, KindConfig, NodeConfig};
 use crate::error::{IdError, NodeError};
-use crate::metrics::{Metrics, NamespaceLabels};
+use crate::metrics::{Metrics, NamespaceLabels, SupplyMetrics};
 use crate::namespace::{Namespace, SequenceNamespace, SnowflakeNamespace};
-use idmint_core::{NamespaceName, SequenceSpec, UlidGenerator, Uuid7Generator};
-use idmint_store::{Authority, StoreError};
+use crate::supply::{Supply, SupplyConfig};
+use crate::time::{SharedClock, TokioClock};
+use idmint_core::{Clock, NamespaceName, SequenceSpec, UlidGenerator, Uuid7Generator};
+use idmint_store::{Authority, BlockSource, StoreError};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -35,6 +37,7 @@ pub struct ShutdownReport {
 pub struct Node {
     config: NodeConfig,
     authority: Arc<dyn Authority>,
+    clock: SharedClock,
     metrics: Arc<Metrics>,
     namespaces: RwLock<HashMap<NamespaceName, Arc<Namespace>>>,
     creating: tokio::sync::Mutex<()>,
@@ -44,17 +47,28 @@ pub struct Node {
 }
 
 impl Node {
-    /// Sets up every declared namespace (creating sequence namespaces in the authority, checking
-    /// the stored settings match) and starts their background tasks. Must run inside a tokio
-    /// runtime.
+    /// [`Node::start_with_clock`] with a [`TokioClock`]: monotonic time follows tokio's, so a
+    /// paused test runtime controls the node entirely.
     pub async fn start(
         config: NodeConfig,
         authority: Arc<dyn Authority>,
+    ) -> Result<Arc<Node>, NodeError> {
+        Self::start_with_clock(config, authority, Arc::new(TokioClock::new())).await
+    }
+
+    /// Sets up every declared namespace (creating sequence namespaces in the authority, checking
+    /// the stored settings match) and starts their background tasks. `clock` measures demand
+    /// and dates projections. Must run inside a tokio runtime.
+    pub async fn start_with_clock(
+        config: NodeConfig,
+        authority: Arc<dyn Authority>,
+        clock: Arc<dyn Clock>,
     ) -> Result<Arc<Node>, NodeError> {
         let (stop, _) = watch::channel(false);
         let node = Arc::new(Node {
             config,
             authority,
+            clock: SharedClock(clock),
             metrics: Arc::new(Metrics::new()),
             namespaces: RwLock::new(HashMap::new()),
             creating: tokio::sync::Mutex::new(()),
@@ -113,6 +127,10 @@ impl Node {
     /// The authority.
     pub fn authority(&self) -> &Arc<dyn Authority> {
         &self.authority
+    }
+    /// Wall time now, by the node's clock.
+    pub fn now(&self) -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + Duration::from_nanos(self.clock.wall_nanos())
     }
     /// Whether shutdown has begun.
     pub fn is_draining(&self) -> bool {
@@ -181,7 +199,8 @@ impl Node {
             KindConfig::Sequence { spec, cache } => {
                 let seq = self.sequence(name, *spec, *cache).await?;
                 let task = tokio::spawn(
-                    seq.clone()
+                    seq.supply()
+                        .clone()
                         .refill_loop(self.config.refill_tick, self.stop.subscribe()),
                 );
                 self.lock_tasks().push(task);
@@ -208,7 +227,7 @@ impl Node {
         name: &NamespaceName,
         spec: SequenceSpec,
         cache: CacheMode,
-    ) -> Result<Arc<SequenceNamespace>, IdError> {
+    ) -> Result<SequenceNamespace, IdError> {
         let state = self
             .authority
             .ensure_namespace(name, spec)
@@ -220,15 +239,19 @@ impl Node {
                     reason: other.to_string(),
                 },
             })?;
-        Ok(SequenceNamespace::new(
+        let source: Arc<dyn BlockSource> = Arc::new(self.authority.clone());
+        let supply = Supply::new(
             name.clone(),
-            spec,
-            cache,
-            state.watermark,
-            self.authority.clone(),
-            self.metrics.clone(),
-            self.config.refill_wait,
-        ))
+            SupplyConfig {
+                cache,
+                refill_wait: self.config.refill_wait,
+                watermark: state.watermark,
+            },
+            source,
+            self.clock.0.clone(),
+            Arc::new(SupplyMetrics::new(&self.metrics, name.as_str())),
+        );
+        Ok(SequenceNamespace::new(spec, supply))
     }
 
     /// Refreshes the gauges mirrored from namespace state, for a scrape.
@@ -236,10 +259,11 @@ impl Node {
         for ns in self.all() {
             if let Namespace::Sequence(s) = &*ns {
                 let labels = NamespaceLabels {
-                    namespace: s_name(&ns),
+                    namespace: ns.name().to_string(),
                 };
+                let snap = s.supply().snapshot();
                 let (buffered, burned, demand) =
-                    s.with_buffer(|b| (b.buffered(), b.stats().burned, b.demand_per_sec()));
+                    (snap.buffered, snap.stats.burned, snap.demand_per_sec);
                 self.metrics
                     .buffered
                     .get_or_create(&labels)
@@ -267,15 +291,11 @@ impl Node {
         let mut report = ShutdownReport::default();
         for ns in self.all() {
             if let Namespace::Sequence(s) = &*ns {
-                let (given, burned) = s.give_back().await;
-                report.given_back += given;
-                report.burned += burned;
+                let done = s.supply().give_back().await;
+                report.given_back += done.given_back;
+                report.burned += done.burned;
             }
         }
         report
     }
-}
-
-fn s_name(ns: &Namespace) -> String {
-    ns.name().to_string()
 }

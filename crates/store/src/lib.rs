@@ -47,11 +47,13 @@ mod multi;
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod source;
 
 #[cfg(feature = "file")]
 pub use file::{FileAuthority, FILE_NAME};
 pub use memory::MemoryAuthority;
 pub use multi::MultiAuthority;
+pub use source::BlockSource;
 
 /// The durable home of sequence namespaces' watermarks.
 ///

@@ -1,0 +1,92 @@
+//! The HTTP status of every error, and the JSON error body: the only place the node's domain
+//! errors meet HTTP.
+//!
+//! Every error answers `{"error": {"code": "snake_case", "message": "..."}}`
+//! ([`idmint_api::ErrorBody`]); the code is the domain's ([`IdError::code`]), the status is
+//! decided here.
+
+use crate::error::IdError;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use idmint_api::{ErrorBody, ErrorCode};
+
+/// An error answer: status, code and message.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    body: ErrorBody,
+}
+
+impl ApiError {
+    /// An answer with `status`, `code` and `message`.
+    pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            body: ErrorBody::new(code, message),
+        }
+    }
+
+    /// The code.
+    pub fn code(&self) -> ErrorCode {
+        self.body.error.code
+    }
+}
+
+/// The HTTP status of a domain error.
+pub fn status_of(e: &IdError) -> StatusCode {
+    match e {
+        IdError::InvalidNamespace(_)
+        | IdError::InvalidCount(_)
+        | IdError::InvalidRequest(_)
+        | IdError::InvalidId(_) => StatusCode::BAD_REQUEST,
+        IdError::UnknownNamespace(_) => StatusCode::NOT_FOUND,
+        IdError::WrongKind(_)
+        | IdError::Exhausted { .. }
+        | IdError::TimeExhausted(_)
+        | IdError::Conflict(_) => StatusCode::CONFLICT,
+        IdError::Unavailable { .. } | IdError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        // `IdError` is non_exhaustive for other crates only; a new variant is a compile error
+        // here, so each gets a deliberate status.
+        IdError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl From<IdError> for ApiError {
+    fn from(e: IdError) -> Self {
+        ApiError::new(status_of(&e), e.code(), e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body)).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_fit_the_errors() {
+        let cases = [
+            (IdError::InvalidCount("x".into()), 400),
+            (IdError::UnknownNamespace("x".into()), 404),
+            (IdError::WrongKind("x".into()), 409),
+            (
+                IdError::Exhausted {
+                    name: "x".into(),
+                    bits: 32,
+                },
+                409,
+            ),
+            (IdError::ShuttingDown, 503),
+            (IdError::Internal("x".into()), 500),
+        ];
+        for (e, status) in cases {
+            assert_eq!(status_of(&e).as_u16(), status, "{e:?}");
+            let api = ApiError::from(e.clone());
+            assert_eq!(api.code(), e.code());
+        }
+    }
+}

@@ -1,0 +1,467 @@
+//! One namespace's buffered supply of sequence ids at one tier: a [`Buffer`] of blocks from a
+//! [`BlockSource`], refilled in the background, and the hand-back of the unused tail.
+//!
+//! This is the one refill loop, the one place for adaptive sizing (the core's [`Buffer`] sizes
+//! each refill from demand) and the one place for give-back, whatever the source: an authority
+//! today, an upstream idmint node or a node serving a client library in the tiers to come.
+//!
+//! The buffer sits behind a short `std::sync::Mutex`, never held across `.await` (as in
+//! mini-redis's `Db`: the critical sections are a few integer operations, and an async mutex
+//! would cost more than the contention it avoids). One background task per supply reserves
+//! blocks below the low-water mark, so in steady state no request waits on the source. A request
+//! that finds the buffer empty wakes the task and waits for its outcome, answering
+//! [`IdError::Unavailable`] if the source fails or nothing arrives within `refill_wait`. With
+//! cache `off`, each request reserves its ids from the source itself.
+//!
+//! Time is injected: demand is measured on the supply's [`Clock`] and every wait and backoff is a
+//! `tokio::time` sleep, so tests drive it with `tokio::time::pause()` and a clock that follows
+//! tokio's time ([`crate::time::TokioClock`]).
+//!
+//! Invariants (docs/design.md): ids come only from blocks the source returned (invariant 1); the
+//! buffer refuses a block that is not above everything it held, and the supply then stops serving
+//! ([`IdError::Internal`]) rather than risk a duplicate; the refill task finishes a reservation in
+//! flight before it stops, so the shutdown hand-back sees every block (invariant 3); the
+//! hand-back is the source's compare-and-swap (invariant 2).
+//!
+//! What it does not do: create namespaces, decide the spec, or export metrics (it reports to a
+//! [`SupplyEvents`]).
+
+use crate::config::CacheMode;
+use crate::error::IdError;
+use crate::time::SharedClock;
+use idmint_core::{Block, Buffer, BufferPolicy, BufferStats, Clock, NamespaceName};
+use idmint_store::{BlockSource, GiveBack, StoreError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+
+/// Upper bound of one refill, whatever the shortfall.
+pub const MAX_REFILL: u64 = 10_000_000;
+/// The first wait after a failed refill; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+/// The longest wait between two failed refills.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// What a supply reports as it works: the node turns these into metrics.
+pub trait SupplyEvents: Send + Sync + std::fmt::Debug {
+    /// `ids` were handed out.
+    fn served(&self, ids: u64);
+    /// A reservation from the source finished after `took`, successfully or not.
+    fn refilled(&self, ok: bool, took: Duration);
+}
+
+/// Reports nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoEvents;
+
+impl SupplyEvents for NoEvents {
+    fn served(&self, _: u64) {}
+    fn refilled(&self, _: bool, _: Duration) {}
+}
+
+/// The outcome of the latest refill, broadcast to requests waiting for one.
+#[derive(Debug, Clone, Default)]
+struct RefillOutcome {
+    /// The source's error, if the latest refill failed.
+    error: Option<StoreError>,
+}
+
+/// What a graceful hand-back did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HandBack {
+    /// Ids returned to the source.
+    pub given_back: u64,
+    /// Ids burned at shutdown (buffered, neither served nor returnable).
+    pub burned: u64,
+}
+
+/// A point-in-time view of a supply, for status pages and metrics.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SupplySnapshot {
+    /// Ids buffered now.
+    pub buffered: u64,
+    /// Buffer counters: refills, burned, given back.
+    pub stats: BufferStats,
+    /// Demand average, ids per second (0 with cache `off`).
+    pub demand_per_sec: f64,
+    /// Size of the next refill (0 with cache `off`).
+    pub target_block: u64,
+    /// Ids handed out.
+    pub served: u64,
+    /// The highest watermark the source reported.
+    pub watermark: u64,
+}
+
+/// A namespace's supply. See the module docs.
+#[derive(Debug)]
+pub struct Supply {
+    name: NamespaceName,
+    cache: CacheMode,
+    source: Arc<dyn BlockSource>,
+    clock: SharedClock,
+    events: Arc<dyn SupplyEvents>,
+    buffer: Mutex<Buffer>,
+    wake_refill: Notify,
+    outcome: watch::Sender<RefillOutcome>,
+    /// Ids requests are waiting for beyond the buffer's level, added to the next refill.
+    shortfall: AtomicU64,
+    /// The highest watermark the source reported.
+    watermark: AtomicU64,
+    /// Ids handed out.
+    served: AtomicU64,
+    /// Set when a consistency check failed: the supply serves nothing more.
+    poisoned: AtomicBool,
+    refill_wait: Duration,
+}
+
+/// How a [`Supply`] is set up.
+#[derive(Debug, Clone)]
+pub struct SupplyConfig {
+    /// Buffered (with its sizing policy) or off.
+    pub cache: CacheMode,
+    /// How long a request waits for a refill before failing.
+    pub refill_wait: Duration,
+    /// The watermark the source reported when the namespace was set up.
+    pub watermark: u64,
+}
+
+impl Supply {
+    /// A supply of `name`'s ids from `source`.
+    pub fn new(
+        name: NamespaceName,
+        config: SupplyConfig,
+        source: Arc<dyn BlockSource>,
+        clock: Arc<dyn Clock>,
+        events: Arc<dyn SupplyEvents>,
+    ) -> Arc<Self> {
+        let policy = match config.cache {
+            CacheMode::Buffered(p) => p,
+            CacheMode::Off => BufferPolicy::default(),
+        };
+        let (outcome, _) = watch::channel(RefillOutcome::default());
+        Arc::new(Supply {
+            name,
+            cache: config.cache,
+            source,
+            clock: SharedClock(clock),
+            events,
+            buffer: Mutex::new(Buffer::new(policy)),
+            wake_refill: Notify::new(),
+            outcome,
+            shortfall: AtomicU64::new(0),
+            watermark: AtomicU64::new(config.watermark),
+            served: AtomicU64::new(0),
+            poisoned: AtomicBool::new(false),
+            refill_wait: config.refill_wait,
+        })
+    }
+
+    /// The namespace.
+    pub fn name(&self) -> &NamespaceName {
+        &self.name
+    }
+    /// The cache mode.
+    pub fn cache(&self) -> CacheMode {
+        self.cache
+    }
+    /// The source's kind, for messages.
+    pub fn source_kind(&self) -> &'static str {
+        self.source.kind()
+    }
+
+    /// The state now.
+    pub fn snapshot(&self) -> SupplySnapshot {
+        let buffered_cache = matches!(self.cache, CacheMode::Buffered(_));
+        let (buffered, stats, demand, target) = self.with_buffer(|b| {
+            (
+                b.buffered(),
+                b.stats(),
+                b.demand_per_sec(),
+                b.target_block(),
+            )
+        });
+        SupplySnapshot {
+            buffered,
+            stats,
+            demand_per_sec: if buffered_cache { demand } else { 0.0 },
+            target_block: if buffered_cache { target } else { 0 },
+            served: self.served.load(Ordering::Relaxed),
+            watermark: self.watermark.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The latest refill's error, if the latest refill failed.
+    pub fn last_error(&self) -> Option<String> {
+        self.outcome.borrow().error.as_ref().map(|e| e.to_string())
+    }
+
+    /// Runs `f` on the locked buffer. The buffer holds plain counters, so a panic elsewhere
+    /// while it was locked cannot leave it half-updated in a way that repeats ids: a poisoned
+    /// lock is taken over.
+    fn with_buffer<R>(&self, f: impl FnOnce(&mut Buffer) -> R) -> R {
+        let mut guard: MutexGuard<'_, Buffer> =
+            self.buffer.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut guard)
+    }
+
+    fn exhausted(&self, bits: u32) -> IdError {
+        IdError::Exhausted {
+            name: self.name.to_string(),
+            bits,
+        }
+    }
+
+    fn map_store_error(&self, e: &StoreError) -> IdError {
+        match e {
+            StoreError::Exhausted { bits, .. } => self.exhausted(*bits),
+            other => IdError::Unavailable {
+                name: self.name.to_string(),
+                reason: other.to_string(),
+            },
+        }
+    }
+
+    fn note_watermark(&self, w: u64) {
+        self.watermark.fetch_max(w, Ordering::Relaxed);
+    }
+
+    fn count_served(&self, n: u64) {
+        if n > 0 {
+            self.served.fetch_add(n, Ordering::Relaxed);
+            self.events.served(n);
+        }
+    }
+
+    fn check_poisoned(&self) -> Result<(), IdError> {
+        if self.poisoned.load(Ordering::Relaxed) {
+            return Err(IdError::Internal(self.name.to_string()));
+        }
+        Ok(())
+    }
+
+    /// `count` ids, increasing; fewer only when the namespace runs out (`bits` is its width,
+    /// for the error).
+    pub async fn ids(&self, count: u64, bits: u32) -> Result<Vec<u64>, IdError> {
+        self.check_poisoned()?;
+        let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(1 << 20));
+        if let CacheMode::Off = self.cache {
+            // Flickr ticket semantics: reservations straight from the source. A ticket server
+            // grants one id per reservation (fewer than asked), so reserve until `count` ids are
+            // in hand; short only when the namespace runs out.
+            while (out.len() as u64) < count {
+                match self
+                    .source
+                    .reserve(&self.name, count - out.len() as u64)
+                    .await
+                {
+                    Ok(r) => {
+                        self.note_watermark(r.watermark);
+                        out.extend(r.block.ids());
+                    }
+                    Err(StoreError::Exhausted { .. }) if !out.is_empty() => break,
+                    Err(e) => return Err(self.map_store_error(&e)),
+                }
+            }
+            // Several reservations (several authorities) may interleave: one answer is still
+            // increasing.
+            out.sort_unstable();
+            self.count_served(out.len() as u64);
+            return Ok(out);
+        }
+        self.fill(count, bits, |buf, want| buf.take(want, &mut out))
+            .await?;
+        Ok(out)
+    }
+
+    /// One contiguous block of up to `count` ids for a lower tier.
+    pub async fn block(&self, count: u64, bits: u32) -> Result<Block, IdError> {
+        self.check_poisoned()?;
+        if let CacheMode::Off = self.cache {
+            let r = self
+                .source
+                .reserve(&self.name, count)
+                .await
+                .map_err(|e| self.map_store_error(&e))?;
+            self.note_watermark(r.watermark);
+            self.count_served(r.block.len());
+            return Ok(r.block);
+        }
+        let mut got = None;
+        self.fill(count, bits, |buf, want| match buf.take_block(want) {
+            Some(b) => {
+                got = Some(b);
+                // One block only: report the request as complete.
+                want
+            }
+            None => 0,
+        })
+        .await?;
+        got.ok_or_else(|| self.exhausted(bits))
+    }
+
+    /// Takes from the buffer with `take(buffer, wanted) -> taken` until `count` are taken,
+    /// waiting for refills when the buffer runs dry. Returns early (short) only on exhaustion
+    /// after something was taken.
+    async fn fill(
+        &self,
+        count: u64,
+        bits: u32,
+        mut take: impl FnMut(&mut Buffer, u64) -> u64,
+    ) -> Result<(), IdError> {
+        // Fast path: the buffer has enough, nothing to wait for.
+        let (mut taken, wants_refill) = self.with_buffer(|b| (take(b, count), b.wants_refill()));
+        self.count_served(taken);
+        if wants_refill || taken < count {
+            self.wake_refill.notify_one();
+        }
+        if taken >= count {
+            return Ok(());
+        }
+        let mut outcomes = self.outcome.subscribe();
+        let deadline = tokio::time::Instant::now() + self.refill_wait;
+        loop {
+            outcomes.borrow_and_update();
+            let got = self.with_buffer(|b| take(b, count - taken));
+            taken += got;
+            self.count_served(got);
+            if taken >= count {
+                self.wake_refill.notify_one();
+                return Ok(());
+            }
+            // The buffer is empty. If the latest refill found the namespace exhausted, say so
+            // now: waiting would outlast the refill task's backoff and answer a misleading 503.
+            if let Some(StoreError::Exhausted { .. }) = &outcomes.borrow().error {
+                return if taken > 0 {
+                    Ok(())
+                } else {
+                    Err(self.exhausted(bits))
+                };
+            }
+            self.shortfall.fetch_add(count - taken, Ordering::Relaxed);
+            self.wake_refill.notify_one();
+            match tokio::time::timeout_at(deadline, outcomes.changed()).await {
+                Err(_) => {
+                    // The refill task may be backing off after a failure (up to 2 s, longer
+                    // than `refill_wait`): say what the source said, not only that we waited.
+                    let latest = match &outcomes.borrow().error {
+                        Some(e) => format!("; the latest refill failed: {e}"),
+                        None => String::new(),
+                    };
+                    return Err(IdError::Unavailable {
+                        name: self.name.to_string(),
+                        reason: format!("no block arrived within {:?}{latest}", self.refill_wait),
+                    });
+                }
+                Ok(Err(_)) => return Err(IdError::ShuttingDown),
+                Ok(Ok(())) => {}
+            }
+            self.check_poisoned()?;
+            let error = outcomes.borrow().error.clone();
+            if let Some(e) = error {
+                let empty = self.with_buffer(|b| b.buffered() == 0);
+                if empty {
+                    if matches!(e, StoreError::Exhausted { .. }) && taken > 0 {
+                        return Ok(());
+                    }
+                    return Err(self.map_store_error(&e));
+                }
+            }
+        }
+    }
+
+    /// The refill loop: runs until `stop` turns true, finishing any reservation in flight first.
+    /// Every `tick` it folds demand into the buffer's averages and checks the low-water mark;
+    /// a request that finds the buffer low wakes it at once.
+    pub async fn refill_loop(self: Arc<Self>, tick: Duration, mut stop: watch::Receiver<bool>) {
+        if let CacheMode::Off = self.cache {
+            return;
+        }
+        let mut backoff: Option<Duration> = None;
+        let mut retry_at: Option<tokio::time::Instant> = None;
+        // Fill the buffer at once on start.
+        self.wake_refill.notify_one();
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            tokio::select! {
+                _ = self.wake_refill.notified() => {}
+                _ = tokio::time::sleep(tick) => {}
+                _ = stop.changed() => return,
+            }
+            if let Some(at) = retry_at {
+                // After a failure, wait out the backoff even if a request woke us.
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+            let now = self.clock.monotonic_nanos();
+            let Some(count) = self.with_buffer(|b| b.start_refill(now)) else {
+                continue;
+            };
+            let count = count
+                .saturating_add(self.shortfall.swap(0, Ordering::Relaxed))
+                .min(MAX_REFILL);
+            let started = tokio::time::Instant::now();
+            let result = self.source.reserve(&self.name, count).await;
+            self.events.refilled(result.is_ok(), started.elapsed());
+            match result {
+                Ok(r) => {
+                    self.note_watermark(r.watermark);
+                    if let Err(e) = self.with_buffer(|b| b.refill_done(r.block)) {
+                        tracing::error!(namespace = %self.name, error = %e, "refusing a block; the namespace stops serving");
+                        self.poisoned.store(true, Ordering::Relaxed);
+                    }
+                    backoff = None;
+                    retry_at = None;
+                    self.outcome.send_replace(RefillOutcome { error: None });
+                }
+                Err(e) => {
+                    self.with_buffer(|b| b.refill_failed());
+                    let next = backoff.map_or(FIRST_BACKOFF, |b| (b * 2).min(MAX_BACKOFF));
+                    if !matches!(e, StoreError::Exhausted { .. }) {
+                        tracing::warn!(namespace = %self.name, error = %e, retry_in = ?next, "refill failed");
+                    }
+                    backoff = Some(next);
+                    retry_at = Some(tokio::time::Instant::now() + next);
+                    self.outcome.send_replace(RefillOutcome { error: Some(e) });
+                }
+            }
+        }
+    }
+
+    /// Hands the unused tail of the newest block back to the source (graceful shutdown).
+    /// Must run after the refill task stopped.
+    pub async fn give_back(&self) -> HandBack {
+        let before = self.with_buffer(|b| b.stats().burned);
+        let Some(tail) = self.with_buffer(|b| b.take_unused_tail()) else {
+            return HandBack {
+                given_back: 0,
+                burned: self.with_buffer(|b| b.stats().burned) - before,
+            };
+        };
+        let n = tail.len();
+        let given_back = match self.source.give_back(&self.name, tail).await {
+            Ok(GiveBack::Returned) => {
+                self.with_buffer(|b| b.record_given_back(n));
+                n
+            }
+            Ok(GiveBack::Refused { watermark }) => {
+                tracing::info!(namespace = %self.name, watermark, ids = n, "tail not returned: ids were reserved after it");
+                self.with_buffer(|b| b.record_burned(n));
+                0
+            }
+            Err(e) => {
+                tracing::warn!(namespace = %self.name, error = %e, ids = n, "could not hand back the unused tail");
+                self.with_buffer(|b| b.record_burned(n));
+                0
+            }
+        };
+        HandBack {
+            given_back,
+            burned: self.with_buffer(|b| b.stats().burned) - before,
+        }
+    }
+}
