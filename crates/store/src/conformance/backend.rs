@@ -217,7 +217,8 @@ mod postgres {
 
     impl NetworkBackend for PostgresBackend {
         const FAULTS: FaultProfile = FaultProfile {
-            op_timeout: Duration::from_secs(1),
+            // 2 s: a cut must fail within 1 s, with room for a loaded 2-core machine.
+            op_timeout: Duration::from_secs(2),
             timeout_slack: Duration::from_millis(1500),
             timeout_says: Some("timed out after"),
             cut_fails_fast: true,
