@@ -16,7 +16,7 @@
 //!   expands to a module of `#[test]`s, one per property ([`cases`]), each on fresh storage, so
 //!   a failure names its property and backend, hides no other, and tests run in parallel:
 //!
-//! ```ignore
+//! ```text
 //! idmint_store::conformance_tests!(memory => MemoryBackend);                // contract
 //! idmint_store::conformance_tests!(postgres => PostgresBackend, with faults);  // + faults
 //! idmint_store::conformance_tests!(mysql_tickets => MysqlTicketBackend, faults only);
