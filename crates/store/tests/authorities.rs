@@ -1,52 +1,25 @@
-//! Runs the conformance suite against every backend built in, and the file store's
-//! one-process-per-directory rule, in this process and across processes.
+//! The conformance suite on the backends without a network (the memory and file authorities),
+//! one test per property (`memory::…`, `file::…`), and what only the file store has: one
+//! process per data directory, in this process and across processes (redb's file lock).
+//!
+//! The networked backends run the suite, with its fault scenarios, in their own test files.
 
 #![allow(clippy::unwrap_used)]
 
-use idmint_store::{conformance, Authority, MemoryAuthority};
-use std::sync::Arc;
+use idmint_store::conformance::MemoryBackend;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn memory_authority_conforms() {
-    let authority = Arc::new(MemoryAuthority::new());
-    conformance::run_all(move || {
-        let authority = authority.clone();
-        async move { authority as Arc<dyn Authority> }
-    })
-    .await;
-}
+idmint_store::conformance_tests!(memory => MemoryBackend);
 
 #[cfg(feature = "file")]
-mod file {
-    use super::*;
+idmint_store::conformance_tests!(file => idmint_store::conformance::FileBackend);
+
+/// The file store's lock: one authority per data directory.
+#[cfg(feature = "file")]
+mod file_lock {
     use idmint_core::{NamespaceName, SequenceSpec};
-    use idmint_store::{FileAuthority, StoreError, FILE_NAME};
-    use std::path::{Path, PathBuf};
+    use idmint_store::{Authority, FileAuthority, StoreError, FILE_NAME};
+    use std::path::Path;
     use std::process::Command;
-
-    async fn open_file(dir: PathBuf) -> Arc<dyn Authority> {
-        let authority = tokio::task::spawn_blocking(move || FileAuthority::open(&dir))
-            .await
-            .unwrap()
-            .unwrap_or_else(|e| panic!("opening the file authority failed: {e}"));
-        Arc::new(authority)
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn file_authority_conforms() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("data"); // not yet there: open creates it
-        conformance::run_all(move || open_file(path.clone())).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn file_authorities_with_odd_and_even_offsets_never_collide() {
-        // Flickr's two ticket servers: two separate data directories.
-        let (odd, even) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let odd = open_file(odd.path().to_path_buf()).await;
-        let even = open_file(even.path().to_path_buf()).await;
-        conformance::step_and_offset_are_respected(odd, even).await;
-    }
 
     /// A second open of a directory in use is `Locked`, names the file, and leaves the store intact.
     #[tokio::test]
@@ -118,7 +91,7 @@ mod file {
         let output = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "file::child_process_open",
+                "file_lock::child_process_open",
                 "--nocapture",
                 "--test-threads=1",
             ])

@@ -1,8 +1,13 @@
 //! The PostgreSQL authority against a real server (127.0.0.1:5432, see
-//! `idmint_testkit::postgres`): the conformance suite, faults injected by a `FaultProxy`
-//! (cut connections, a stalled server, a lost reply to a committed reservation), two
-//! authorities (two nodes) on one namespace, the edges of the 64-bit range, and Instagram's
-//! PL/pgSQL id function against idmint's Instagram layout.
+//! `idmint_testkit::postgres`).
+//!
+//! The conformance suite, with its fault scenarios (cut, stall, lost reply, two nodes, odd and
+//! even databases), runs as `postgres::…`, one test per property, from
+//! `idmint_store::conformance`. What is specific to PostgreSQL stays here: backends killed by
+//! the server (`pg_terminate_backend`), the edges of the 64-bit range past `bigint`, an
+//! unreachable server and a bad URL (no password leaked), `schema_sql` and concurrent first
+//! connects, rows idmint did not write (`Corrupt`), and Instagram's PL/pgSQL id function
+//! against idmint's Instagram layout.
 //!
 //! Each test runs in a database of its own (`TempDatabase`), so they run in parallel. They fail,
 //! saying how to start the server, when it is not running.
@@ -11,15 +16,16 @@
 #![allow(clippy::unwrap_used)]
 
 use idmint_core::instagram::{instagram_id, shard_of, ShardCounterGenerator};
-use idmint_core::{Block, Layout, NamespaceName, SequenceSpec, SystemClock, Width};
+use idmint_core::{Layout, NamespaceName, SequenceSpec, SystemClock, Width};
+use idmint_store::conformance::PostgresBackend;
 use idmint_store::postgres::{instagram_sql, schema_sql, PostgresAuthority, PostgresConfig};
-use idmint_store::{conformance, Authority, GiveBack, StoreError};
+use idmint_store::{Authority, GiveBack, StoreError};
 use idmint_testkit::postgres::TempDatabase;
-use idmint_testkit::proxy::{Fault, FaultProxy};
 use std::collections::HashSet;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+idmint_store::conformance_tests!(postgres => PostgresBackend, with faults);
 
 /// How long a fault test waits for the authority to recover after the fault is lifted.
 const RECOVERY_DEADLINE: Duration = Duration::from_secs(10);
@@ -72,127 +78,6 @@ where
     }
 }
 
-fn assert_unavailable<T: std::fmt::Debug>(what: &str, result: Result<T, StoreError>) {
-    match result {
-        Err(StoreError::Unavailable { backend, .. }) => assert_eq!(backend, "postgres"),
-        other => panic!("{what}: expected Unavailable, got {other:?}"),
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn postgres_authority_conforms() {
-    let db = TempDatabase::create().await;
-    let url = db.url();
-    // Each call is a new authority (a new pool) on the same database: a reopen.
-    conformance::run_all(move || {
-        let url = url.clone();
-        async move { Arc::new(connect(PostgresConfig::new(url)).await) as Arc<dyn Authority> }
-    })
-    .await;
-    db.drop_now().await;
-}
-
-/// Flickr's odd and even ticket servers as two databases (two servers).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn odd_and_even_servers_never_collide() {
-    let (odd_db, even_db) = (TempDatabase::create().await, TempDatabase::create().await);
-    let odd = Arc::new(connect_default(&odd_db).await);
-    let even = Arc::new(connect_default(&even_db).await);
-    conformance::step_and_offset_are_respected(odd, even).await;
-}
-
-/// Two nodes, each with its own authority and pool, reserving on one namespace at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_authorities_on_one_namespace_never_overlap() {
-    const TASKS_PER_NODE: u64 = 6;
-    const PER_TASK: u64 = 100;
-    let db = TempDatabase::create().await;
-    let nodes: Vec<Arc<dyn Authority>> = vec![
-        Arc::new(connect(config(db.url(), Duration::from_secs(10), 3)).await),
-        Arc::new(connect(config(db.url(), Duration::from_secs(10), 3)).await),
-    ];
-    let n = name("photos");
-    let spec = SequenceSpec::new(Width::Bits64, 1, 2, 1).unwrap();
-    for node in &nodes {
-        node.ensure_namespace(&n, spec).await.unwrap();
-    }
-    let mut tasks = Vec::new();
-    for (i, node) in nodes.iter().enumerate() {
-        for t in 0..TASKS_PER_NODE {
-            let (node, n) = (node.clone(), n.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut blocks = Vec::new();
-                for k in 0..PER_TASK {
-                    let count = 1 + (i as u64 * 13 + t * 7 + k * 3) % 40;
-                    let r = node.reserve(&n, count).await.unwrap();
-                    assert_eq!(r.block.len(), count);
-                    blocks.push(r.block);
-                }
-                blocks
-            }));
-        }
-    }
-    let mut blocks: Vec<Block> = Vec::new();
-    for task in tasks {
-        blocks.extend(task.await.unwrap());
-    }
-    blocks.sort_by_key(|b| b.start());
-    for pair in blocks.windows(2) {
-        assert!(
-            pair[0].end() <= pair[1].start(),
-            "blocks {:?} and {:?} of two nodes overlap",
-            pair[0],
-            pair[1]
-        );
-    }
-    assert!(blocks.iter().all(|b| b.start() % 2 == 1 && b.step() == 2));
-    let state = nodes[0].state(&n).await.unwrap().unwrap();
-    let handed_out: u64 = blocks.iter().map(|b| b.len()).sum();
-    assert_eq!(state.watermark, blocks.last().unwrap().end());
-    assert_eq!(state.ids_used(), handed_out, "ids lost or handed out twice");
-}
-
-/// With every connection cut, operations fail at once (not after the timeout), and the
-/// authority reconnects by itself when the network comes back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cut_connections_fail_fast_and_recover() {
-    let db = TempDatabase::create().await;
-    let proxy = FaultProxy::start(db.server_addr()).await.unwrap();
-    let op_timeout = Duration::from_secs(3);
-    let a = connect(config(db.url_via(proxy.addr()), op_timeout, 2)).await;
-    let n = name("cut");
-    a.ensure_namespace(&n, SequenceSpec::default_64())
-        .await
-        .unwrap();
-    let before = a.reserve(&n, 10).await.unwrap();
-
-    proxy.set_fault(Fault::Cut);
-    for _ in 0..3 {
-        let started = Instant::now();
-        assert_unavailable("reserve while cut", a.reserve(&n, 10).await);
-        assert!(
-            started.elapsed() < op_timeout / 2,
-            "a cut connection took {:?} to fail",
-            started.elapsed()
-        );
-    }
-    assert_unavailable("state while cut", a.state(&n).await);
-    // A new authority cannot connect either, and says so quickly.
-    let started = Instant::now();
-    let err = PostgresAuthority::connect(config(db.url_via(proxy.addr()), op_timeout, 1))
-        .await
-        .unwrap_err();
-    assert!(err.is_unavailable(), "{err:?}");
-    assert!(started.elapsed() < op_timeout / 2);
-
-    proxy.set_fault(Fault::None);
-    let (after, _failures) = until_ok("reserve after the cut", || a.reserve(&n, 10)).await;
-    // Nothing reached the server while cut: the next block follows the last one.
-    assert_eq!(after.block.start(), before.watermark);
-    let direct = connect_default(&db).await;
-    assert_eq!(watermark(&direct, &n).await, after.watermark);
-}
-
 /// The server kills the authority's backend processes (`pg_terminate_backend`, as a restart or
 /// an administrator would): the authority replaces the connections by itself and continues
 /// exactly where the durable watermark is.
@@ -221,86 +106,6 @@ async fn killed_backends_are_replaced() {
     // The killed backends were idle: nothing was reserved in between.
     assert_eq!(after.block.start(), before.watermark);
     assert_eq!(watermark(&a, &n).await, after.watermark);
-}
-
-/// A server that stops answering (connection open, nothing comes back) yields `Unavailable`
-/// within the operation timeout; the authority works again once it answers.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stalled_server_times_out() {
-    let db = TempDatabase::create().await;
-    let proxy = FaultProxy::start(db.server_addr()).await.unwrap();
-    let op_timeout = Duration::from_millis(800);
-    let a = connect(config(db.url_via(proxy.addr()), op_timeout, 2)).await;
-    let n = name("stall");
-    a.ensure_namespace(&n, SequenceSpec::default_64())
-        .await
-        .unwrap();
-    let before = a.reserve(&n, 10).await.unwrap();
-
-    proxy.set_fault(Fault::Stall);
-    for what in ["reserve", "state", "reserve again"] {
-        let started = Instant::now();
-        let result = if what == "state" {
-            a.state(&n).await.map(|_| ())
-        } else {
-            a.reserve(&n, 10).await.map(|_| ())
-        };
-        let took = started.elapsed();
-        assert_unavailable(what, result);
-        assert!(
-            took >= op_timeout && took < op_timeout + Duration::from_millis(1500),
-            "{what} on a stalled server took {took:?}, timeout {op_timeout:?}"
-        );
-    }
-
-    proxy.set_fault(Fault::None);
-    let (after, _) = until_ok("reserve after the stall", || a.reserve(&n, 10)).await;
-    // The stalled requests may have reached the server when it was released (their blocks are
-    // burned); the new block is above everything reserved before.
-    assert!(after.block.start() >= before.watermark);
-    let direct = connect_default(&db).await;
-    assert!(watermark(&direct, &n).await >= after.watermark);
-}
-
-/// The reply to a committed reservation is lost: the call fails, the block it was granted is
-/// burned, and the next reservation gets a new block above it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lost_reply_never_reissues_the_block() {
-    const LOST: u64 = 100;
-    let db = TempDatabase::create().await;
-    let proxy = FaultProxy::start(db.server_addr()).await.unwrap();
-    let a = connect(config(db.url_via(proxy.addr()), Duration::from_secs(3), 1)).await;
-    let direct = connect_default(&db).await;
-    let n = name("lost-reply");
-    a.ensure_namespace(&n, SequenceSpec::default_64())
-        .await
-        .unwrap();
-    a.reserve(&n, 10).await.unwrap();
-    let w0 = watermark(&direct, &n).await;
-
-    proxy.set_fault(Fault::DropNextReply);
-    assert_unavailable("reserve whose reply is lost", a.reserve(&n, LOST).await);
-    assert_eq!(proxy.fault(), Fault::None, "the fault fired");
-    // The server did commit it (an ambiguous commit): the durable watermark moved.
-    let deadline = Instant::now() + RECOVERY_DEADLINE;
-    while watermark(&direct, &n).await != w0 + LOST {
-        assert!(
-            Instant::now() < deadline,
-            "the lost reservation never showed in the durable state"
-        );
-        tokio::task::yield_now().await;
-    }
-
-    let (retried, _) = until_ok("reserve after the lost reply", || a.reserve(&n, 10)).await;
-    assert!(
-        retried.block.start() >= w0 + LOST,
-        "the retried block {:?} reuses ids of the lost block [{w0}, {})",
-        retried.block,
-        w0 + LOST
-    );
-    assert!(retried.block.ids().all(|id| id >= w0 + LOST));
-    assert_eq!(watermark(&direct, &n).await, retried.watermark);
-    assert!(retried.watermark > w0 + LOST);
 }
 
 /// The top of the 64-bit range: the watermark reaches 2^63 (past `bigint`) exactly, the last
