@@ -9,7 +9,13 @@
 //! - [`MemoryAuthority`]: in memory, for tests; nothing survives the process.
 //! - `FileAuthority` (cargo feature `file`, on by default): an embedded redb file, the default
 //!   backend of `idmint serve`; one process per data directory.
+//! - `postgres`, `mysql`, `etcd` (cargo features of the same names): networked backends.
+//! - [`MultiAuthority`]: several authorities, each owning one residue class.
 //! - `conformance` (cargo feature `conformance`): the test suite every backend must pass.
+//!
+//! The crate also owns the authority's configuration ([`config`], [`AuthorityConfig`]) and
+//! turns it into a backend ([`connect()`]), so adding a backend touches this crate and the docs
+//! only.
 //!
 //! Invariants every backend keeps (numbers from the design brief):
 //! - (1) `reserve` returns only after a watermark at or above the block's end is durable, so an
@@ -35,8 +41,10 @@ use idmint_core::{Block, BlockError, NamespaceName, SequenceSpec};
 use std::path::PathBuf;
 use thiserror::Error;
 
+pub mod config;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+mod connect;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "file")]
@@ -48,6 +56,8 @@ pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 
+pub use config::AuthorityConfig;
+pub use connect::{connect, ConnectError};
 #[cfg(feature = "file")]
 pub use file::{FileAuthority, FILE_NAME};
 pub use memory::MemoryAuthority;

@@ -121,6 +121,8 @@
 //! no TLS setup beyond what the URL can say, no schema migrations, no deletion of namespaces.
 //! Snowflake worker leases are not stored here.
 
+use crate::config::redact_url;
+pub use crate::config::{MysqlConfig, MysqlMode, PoolConfig, DEFAULT_TABLE};
 use crate::{ops, Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
@@ -134,8 +136,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 const KIND: &str = "mysql";
-/// The default block-mode table.
-pub const DEFAULT_TABLE: &str = "idmint_namespaces";
 /// The prefix of ticket-mode tables.
 pub const TICKET_TABLE_PREFIX: &str = "idmint_tickets_";
 /// MySQL identifiers are at most 64 characters.
@@ -147,84 +147,6 @@ const PING_IDLE_AFTER: Duration = Duration::from_secs(30);
 /// Attempts of an operation that raced with a concurrent `give_back` (no ambiguity involved:
 /// the previous attempt changed nothing).
 const RACE_ATTEMPTS: usize = 3;
-
-/// How many connections an authority keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolConfig {
-    /// At most this many operations run at once (each holds one connection); more wait, within
-    /// their timeout. Default 10.
-    pub max_connections: usize,
-    /// At most this many connections are kept open between operations. Default 10.
-    pub max_idle: usize,
-}
-
-impl Default for PoolConfig {
-    fn default() -> Self {
-        PoolConfig {
-            max_connections: 10,
-            max_idle: 10,
-        }
-    }
-}
-
-/// How to reach the server, for both modes.
-#[derive(Clone, PartialEq, Eq)]
-pub struct MysqlConfig {
-    /// `mysql://user:password@host:port/database[?options]` (mysql_async's URL syntax). The
-    /// database must be named. Unless the URL says `prefer_socket=true`, the connection stays
-    /// on TCP (mysql_async would otherwise switch to the server's Unix socket when it is local).
-    pub url: String,
-    /// Block mode's table. Default [`DEFAULT_TABLE`]. Letters, digits, `_` and `$`, at most 64.
-    /// Ticket mode ignores it (its tables are named by [`ticket_table_name`]).
-    pub table: String,
-    /// The longest any operation may take, connecting included. Default 5 s.
-    pub op_timeout: Duration,
-    /// Connection pool sizes.
-    pub pool: PoolConfig,
-}
-
-impl MysqlConfig {
-    /// The defaults for `url`: table [`DEFAULT_TABLE`], 5 s timeout, [`PoolConfig::default`].
-    pub fn new(url: impl Into<String>) -> Self {
-        MysqlConfig {
-            url: url.into(),
-            table: DEFAULT_TABLE.to_owned(),
-            op_timeout: Duration::from_secs(5),
-            pool: PoolConfig::default(),
-        }
-    }
-}
-
-impl fmt::Debug for MysqlConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MysqlConfig")
-            .field("url", &redact_url(&self.url))
-            .field("table", &self.table)
-            .field("op_timeout", &self.op_timeout)
-            .field("pool", &self.pool)
-            .finish()
-    }
-}
-
-/// `scheme://user:***@host/…`: the URL without its password.
-fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "<invalid URL>".into();
-    };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            if userinfo.contains(':') {
-                format!("{scheme}://{user}:***@{host}{path}")
-            } else {
-                format!("{scheme}://{user}@{host}{path}")
-            }
-        }
-        None => url.to_owned(),
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Connections

@@ -90,6 +90,7 @@
 //! synchronous replication). [`instagram_sql`] prints Instagram's PL/pgSQL id function for
 //! `idmint sql postgres`; the authority itself does not use it.
 
+pub use crate::config::PostgresConfig;
 use crate::{ops, Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
@@ -111,53 +112,6 @@ const KIND: &str = "postgres";
 const MAX_ATTEMPTS: usize = 8;
 /// PostgreSQL truncates identifiers longer than this many bytes (NAMEDATALEN - 1).
 const MAX_IDENTIFIER_BYTES: usize = 63;
-
-/// Configuration of a [`PostgresAuthority`].
-#[derive(Clone, PartialEq, Eq)]
-pub struct PostgresConfig {
-    /// A libpq-style connection string or URL, e.g.
-    /// `postgres://idmint:secret@db.example:5432/idmint`. Never printed (it may hold a password).
-    pub url: String,
-    /// The table of namespaces, a single identifier (quoted, so taken exactly as written; use
-    /// `options=-csearch_path%3Dmyschema` in the URL to place it in another schema).
-    pub table: String,
-    /// The bound on every operation: waiting for a connection, connecting, and the statements.
-    pub op_timeout: Duration,
-    /// The most connections open at once.
-    pub pool_size: usize,
-}
-
-impl PostgresConfig {
-    /// The default table name.
-    pub const DEFAULT_TABLE: &'static str = "idmint_namespaces";
-    /// The default operation timeout.
-    pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
-    /// The default pool size.
-    pub const DEFAULT_POOL_SIZE: usize = 4;
-
-    /// A configuration for `url` with the defaults: table `idmint_namespaces`, 5 s timeout,
-    /// 4 connections.
-    pub fn new(url: impl Into<String>) -> Self {
-        PostgresConfig {
-            url: url.into(),
-            table: Self::DEFAULT_TABLE.to_owned(),
-            op_timeout: Self::DEFAULT_OP_TIMEOUT,
-            pool_size: Self::DEFAULT_POOL_SIZE,
-        }
-    }
-}
-
-impl fmt::Debug for PostgresConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The URL may carry a password: leave it out.
-        f.debug_struct("PostgresConfig")
-            .field("url", &"<redacted>")
-            .field("table", &self.table)
-            .field("op_timeout", &self.op_timeout)
-            .field("pool_size", &self.pool_size)
-            .finish()
-    }
-}
 
 /// The PostgreSQL authority. Share it behind an `Arc`; its pool serves concurrent callers.
 pub struct PostgresAuthority {
