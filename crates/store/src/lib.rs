@@ -53,6 +53,8 @@ mod memory;
 mod multi;
 #[cfg(feature = "mysql")]
 pub mod mysql;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod pool;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 
@@ -289,6 +291,20 @@ fn describe_spec(spec: &SequenceSpec) -> String {
 pub(crate) mod ops {
     use super::*;
     use idmint_core::Width;
+
+    /// How often the SQL backends (PostgreSQL, MySQL block mode) run a `reserve` or `give_back`
+    /// statement again when it changed nothing and the read that explains why shows a
+    /// concurrent writer changed the row in between: a `give_back` that lowered the watermark
+    /// under a `reserve` whose room check failed, or a reservation and a give-back that put the
+    /// watermark back at a tail's end under a compare-and-swap. Each re-run is safe (the
+    /// previous statement definitely changed nothing, so nothing can be granted twice); the
+    /// race needs a give-back, which a node makes once, at shutdown, so more than a few rounds
+    /// in a row mean a livelock, and the bound turns it into [`StoreError::Unavailable`].
+    ///
+    /// etcd's `MAX_CONFLICTS` is another bound: there every write of every node is a
+    /// compare-and-swap that may lose to any other, so conflicts are routine under load, not a
+    /// give-back race.
+    pub(crate) const GIVE_BACK_RACE_ATTEMPTS: usize = 8;
 
     /// A namespace state read back from storage, validated: the spec must be one
     /// [`SequenceSpec::new`] accepts and the watermark must lie in `[initial, max_id + 1]`.
