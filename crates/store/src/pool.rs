@@ -5,11 +5,12 @@
 //!
 //! ## The policy
 //!
-//! - **Reuse only what finished cleanly.** A connection goes back to the pool only through
-//!   [`Lease::finish`] with a result that is not [`StoreError::Unavailable`]. A lease dropped
-//!   any other way (an operation cancelled by its timeout with a statement in flight, a panic)
-//!   or finished with `Unavailable` is detached from the pool and closed, so a late reply can
-//!   never be read as the answer to a later statement.
+//! - **Reuse only what finished cleanly.** A connection is reused only after [`Lease::finish`]
+//!   with a result that is not [`StoreError::Unavailable`]. One finished with `Unavailable` is
+//!   detached from the pool and closed at once; one whose lease was dropped any other way (an
+//!   operation cancelled by its timeout with a statement in flight, a panic) stays marked
+//!   unclean and is closed by the idle sweep after the timeout or by the next recycle, never
+//!   lent again. So a late reply can never be read as the answer to a later statement.
 //! - **Health check on recycle.** Taking an idle connection checks, without a round trip, that
 //!   the driver has not seen it close; one last used more than [`PING_IDLE_AFTER`] ago is also
 //!   pinged (the server or a firewall may have dropped it silently). A connection failing either
@@ -56,23 +57,42 @@ pub(crate) trait Connector: Send + Sync + 'static {
     fn ping(conn: &mut Self::Conn) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
+/// A pooled connection and whether its last operation finished cleanly.
+pub(crate) struct Pooled<T> {
+    conn: T,
+    /// Set by [`Lease::finish`] only; cleared when the connection is lent out.
+    clean: bool,
+}
+
 /// deadpool's view of a [`Connector`].
 struct Manager<C>(C);
 
 impl<C: Connector> managed::Manager for Manager<C> {
-    type Type = C::Conn;
+    type Type = Pooled<C::Conn>;
     type Error = StoreError;
 
-    async fn create(&self) -> Result<C::Conn, StoreError> {
-        self.0.connect().await
+    async fn create(&self) -> Result<Pooled<C::Conn>, StoreError> {
+        Ok(Pooled {
+            conn: self.0.connect().await?,
+            clean: true,
+        })
     }
 
-    async fn recycle(&self, conn: &mut C::Conn, metrics: &Metrics) -> RecycleResult<StoreError> {
-        if C::is_closed(conn) {
+    async fn recycle(
+        &self,
+        pooled: &mut Pooled<C::Conn>,
+        metrics: &Metrics,
+    ) -> RecycleResult<StoreError> {
+        if !pooled.clean {
+            return Err(RecycleError::message("abandoned mid-operation"));
+        }
+        if C::is_closed(&pooled.conn) {
             return Err(RecycleError::message("closed while idle"));
         }
         if metrics.last_used() >= PING_IDLE_AFTER {
-            C::ping(conn).await.map_err(RecycleError::Backend)?;
+            C::ping(&mut pooled.conn)
+                .await
+                .map_err(RecycleError::Backend)?;
         }
         Ok(())
     }
@@ -148,10 +168,10 @@ impl<C: Connector> Pool<C> {
     /// [`Pool::run`] or [`Pool::read`], which bound it.
     pub(crate) async fn get(&self) -> Result<Lease<'_, C>, StoreError> {
         match self.inner.get().await {
-            Ok(object) => Ok(Lease {
-                pool: self,
-                object: Some(object),
-            }),
+            Ok(mut object) => {
+                object.clean = false;
+                Ok(Lease { pool: self, object })
+            }
             Err(PoolError::Backend(e)) => Err(e),
             Err(PoolError::Timeout(what)) => Err(self.unavailable(format!(
                 "no connection within {:?} ({what:?})",
@@ -219,44 +239,31 @@ impl<C: Connector> Pool<C> {
     }
 }
 
-/// A connection lent to one operation. Handed back with [`Lease::finish`]; dropped otherwise,
-/// it is detached from the pool and closed (see the module docs).
+/// A connection lent to one operation. Handed back with [`Lease::finish`]; dropped otherwise
+/// (the operation was cancelled or panicked), it stays marked unclean: the next recycle, or the
+/// idle sweep that follows a timeout, closes it (see the module docs).
 pub(crate) struct Lease<'a, C: Connector> {
     pool: &'a Pool<C>,
-    object: Option<Object<Manager<C>>>,
+    object: Object<Manager<C>>,
 }
 
 impl<C: Connector> Lease<'_, C> {
     /// The connection.
-    pub(crate) fn conn(&mut self) -> Result<&mut C::Conn, StoreError> {
-        match self.object.as_mut() {
-            Some(object) => Ok(&mut **object),
-            None => Err(self.pool.unavailable("connection already returned".into())),
-        }
+    pub(crate) fn conn(&mut self) -> &mut C::Conn {
+        &mut self.object.conn
     }
 
     /// Ends the operation with `out`: the connection goes back to the pool unless `out` is
     /// `Unavailable` (the connection may be broken, or a reply may still be in flight) or the
-    /// pool already keeps `max_idle` idle connections.
+    /// pool already keeps `max_idle` idle connections; then it is detached and closed.
     pub(crate) fn finish<T>(mut self, out: Result<T, StoreError>) -> Result<T, StoreError> {
-        if let Some(object) = self.object.take() {
-            let keep = !matches!(out, Err(StoreError::Unavailable { .. }))
-                && self.pool.inner.status().available < self.pool.max_idle;
-            if keep {
-                drop(object); // back to the pool
-            } else {
-                drop(Object::take(object));
-            }
+        let keep = !matches!(out, Err(StoreError::Unavailable { .. }))
+            && self.pool.inner.status().available < self.pool.max_idle;
+        if keep {
+            self.object.clean = true;
+        } else {
+            drop(Object::take(self.object));
         }
         out
-    }
-}
-
-impl<C: Connector> Drop for Lease<'_, C> {
-    fn drop(&mut self) {
-        // Not finished: cancelled or failed mid-operation. Never reused.
-        if let Some(object) = self.object.take() {
-            drop(Object::take(object));
-        }
     }
 }

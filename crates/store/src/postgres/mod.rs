@@ -170,11 +170,9 @@ impl PostgresAuthority {
         let pool = &authority.pool;
         pool.run("connect", async {
             let mut lease = pool.get().await?;
-            let out = match lease.conn() {
-                Ok(conn) => match conn.create_schema(&ddl).await {
-                    Ok(()) => conn.prepare().await.map(drop),
-                    Err(e) => Err(e),
-                },
+            let conn = lease.conn();
+            let out = match conn.create_schema(&ddl).await {
+                Ok(()) => conn.prepare().await.map(drop),
                 Err(e) => Err(e),
             };
             lease.finish(out)
@@ -190,10 +188,7 @@ impl PostgresAuthority {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
         let mut lease = self.pool.get().await?;
-        let out = match lease.conn() {
-            Ok(conn) => conn.query(pick, params).await,
-            Err(e) => Err(e),
-        };
+        let out = lease.conn().query(pick, params).await;
         lease.finish(out)
     }
 
@@ -217,10 +212,7 @@ impl PostgresAuthority {
         self.pool
             .run(what, async {
                 let mut lease = self.pool.get().await?;
-                let out = match lease.conn() {
-                    Ok(conn) => conn.execute(pick, params).await,
-                    Err(e) => Err(e),
-                };
+                let out = lease.conn().execute(pick, params).await;
                 lease.finish(out)
             })
             .await
