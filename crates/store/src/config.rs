@@ -103,7 +103,7 @@ impl AuthorityConfig {
         deserializer: D,
     ) -> Result<Self, D::Error> {
         let table = toml::Table::deserialize(deserializer)?;
-        Self::from_table(key, table, Position::Top).map_err(|e| D::Error::custom(e))
+        Self::from_table(key, table, Position::Top).map_err(D::Error::custom)
     }
 
     fn from_table(

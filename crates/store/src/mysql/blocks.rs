@@ -21,7 +21,7 @@ use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
 use mysql_async::{Conn, Row};
 use std::fmt;
 
-/// The MySQL/MariaDB authority in block mode: see the [module docs](self).
+/// The MySQL/MariaDB authority in block mode: see the [module docs](super).
 pub struct MysqlAuthority {
     client: Client,
     table: String,

@@ -35,7 +35,7 @@
 //!   `UPDATE t SET hi = LAST_INSERT_ID(<aligned start>) + LEAST(count - 1, (<max> - <start>)
 //!   DIV step) * step + 1 WHERE name = '…' AND <start> <= <max>`. The block's **start** comes back
 //!   in the OK packet's last-insert-id (the `LAST_INSERT_ID(expr)` sequence idiom), the affected
-//!   row count says whether there was room; the block is then [`SequenceSpec::reserve`]`(start,
+//!   row count says whether there was room; the block is then [`SequenceSpec::reserve`](idmint_core::SequenceSpec::reserve)`(start,
 //!   count)`, which is exactly what the statement computed (same alignment, same cut at the
 //!   width's maximum), and its end is the new `hi`. (The start, not the new watermark, is what
 //!   travels: from the end alone a block cut at the maximum cannot be told from a full one.)
@@ -82,7 +82,7 @@
 //!   `MAX(id) + 1`, at most `max + 1`. It may lie up to `step - 1` above the end of the last
 //!   reservation (the server reports its next value of the class); no id of the class lies in
 //!   between.
-//! - `give_back` validates the tail and is always [`GiveBack::Refused`]: a ticket server cannot
+//! - `give_back` validates the tail and is always [`GiveBack::Refused`](crate::GiveBack::Refused): a ticket server cannot
 //!   lower its counter atomically, so tails are simply not reissued.
 //! - `ensure_namespace`: `CREATE TABLE IF NOT EXISTS` (with `AUTO_INCREMENT = first`), then the
 //!   comment is read back and compared.

@@ -81,7 +81,7 @@ struct Ticket {
 }
 
 /// The MySQL/MariaDB authority in Flickr ticket mode: one id per call, from the server's
-/// auto-increment counter. See the [module docs](self).
+/// auto-increment counter. See the [module docs](super).
 pub struct MysqlTicketAuthority {
     client: Client,
     tickets: SpecCache<Ticket>,

@@ -69,17 +69,21 @@
 //! committed the `UPDATE`. The next `reserve` is a new `UPDATE` that starts from whatever
 //! watermark is committed at that point, so if the lost one committed, its block lies below the
 //! new block and is simply never used (burned); it is not recomputed or reissued. The same holds
-//! for `give_back` and `ensure_namespace`. Only the read-only `state` and `list` are retried,
-//! once, on a fresh connection, when a pooled connection turns out to be dead.
+//! for `give_back` and `ensure_namespace`. Only the read-only `state` and `list` run a second
+//! time, on a new connection, after a connection failure.
 //!
 //! ## Connections
 //!
-//! A small pool of at most [`PostgresConfig::pool_size`] connections (tokio-postgres, no TLS),
-//! managed here: idle connections are reused, dead ones dropped, and a new one is opened on
-//! demand, so the authority reconnects by itself after a restart or a network cut. Every
-//! operation, including waiting for a pooled connection and connecting, is bounded by
+//! At most [`PostgresConfig::pool_size`] connections (tokio-postgres, no TLS), on the crate's one
+//! connection pool and its policy, shared with the MySQL authority (see the `pool` module):
+//! idle connections are reused after a health check (closed ones dropped, ones idle for 30 s
+//! pinged), a connection whose operation failed or was cancelled is never reused, and a new one
+//! is opened on demand, so the authority reconnects by itself after a restart or a network cut.
+//! Every operation, including waiting for a pooled connection and connecting, is bounded by
 //! [`PostgresConfig::op_timeout`]; a stalled server yields [`StoreError::Unavailable`], never a
-//! hang.
+//! hang. The code is split along the seams: `conn` (one connection: session setup, prepared
+//! statements, error mapping), `sql` (the DDL, the statements and [`instagram_sql`]), and this
+//! module (the authority).
 //!
 //! ## What it does not do
 //!

@@ -36,7 +36,7 @@ pub(super) fn validate_table(table: &str) -> Result<String, StoreError> {
 }
 
 /// The DDL of the namespace table `table` (taken exactly as written: it is quoted), as
-/// [`PostgresAuthority::connect`] runs it. Idempotent (`CREATE TABLE IF NOT EXISTS`).
+/// [`PostgresAuthority::connect`](super::PostgresAuthority::connect) runs it. Idempotent (`CREATE TABLE IF NOT EXISTS`).
 pub fn schema_sql(table: &str) -> String {
     schema_sql_quoted(&quote_ident(table))
 }
@@ -114,7 +114,6 @@ impl StatementsSql {
     }
 }
 
-/// The statements, prepared on one connection.
 // ---------------------------------------------------------------------------------------------
 // Instagram's id function
 
