@@ -304,12 +304,22 @@ pub(crate) mod ops {
     /// etcd's `MAX_CONFLICTS` is another bound: there every write of every node is a
     /// compare-and-swap that may lose to any other, so conflicts are routine under load, not a
     /// give-back race.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     pub(crate) const GIVE_BACK_RACE_ATTEMPTS: usize = 8;
 
     /// A namespace state read back from storage, validated: the spec must be one
     /// [`SequenceSpec::new`] accepts and the watermark must lie in `[initial, max_id + 1]`.
     /// The error says what is wrong; each backend wraps it in [`StoreError::Corrupt`] with the
     /// place it read from.
+    #[cfg_attr(
+        not(any(
+            feature = "file",
+            feature = "postgres",
+            feature = "mysql",
+            feature = "etcd"
+        )),
+        allow(dead_code)
+    )]
     pub(crate) fn stored_state(
         name: NamespaceName,
         width: Width,

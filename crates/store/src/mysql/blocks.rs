@@ -32,6 +32,7 @@ impl fmt::Debug for MysqlAuthority {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MysqlAuthority")
             .field("target", &self.client.target())
+            .field("op_timeout", &self.client.op_timeout())
             .field("table", &self.table)
             .finish_non_exhaustive()
     }

@@ -91,6 +91,7 @@ impl fmt::Debug for MysqlTicketAuthority {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MysqlTicketAuthority")
             .field("target", &self.client.target())
+            .field("op_timeout", &self.client.op_timeout())
             .finish_non_exhaustive()
     }
 }
