@@ -267,3 +267,171 @@ impl<C: Connector> Lease<'_, C> {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// Connections numbered from 0 in the order they were opened.
+    #[derive(Default)]
+    struct Fake {
+        opened: AtomicUsize,
+    }
+
+    struct FakeConn {
+        id: usize,
+        closed: Arc<AtomicBool>,
+    }
+
+    impl Connector for Arc<Fake> {
+        type Conn = FakeConn;
+        async fn connect(&self) -> Result<FakeConn, StoreError> {
+            Ok(FakeConn {
+                id: self.opened.fetch_add(1, Ordering::SeqCst),
+                closed: Arc::default(),
+            })
+        }
+        fn is_closed(conn: &FakeConn) -> bool {
+            conn.closed.load(Ordering::SeqCst)
+        }
+        async fn ping(_: &mut FakeConn) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    fn pool(op_timeout: Duration) -> (Arc<Fake>, Pool<Arc<Fake>>) {
+        let fake = Arc::new(Fake::default());
+        let limits = PoolLimits {
+            max_size: 2,
+            max_idle: 2,
+            op_timeout,
+        };
+        let pool = Pool::new(fake.clone(), "test", "fake:1/db".into(), limits).unwrap();
+        (fake, pool)
+    }
+
+    fn down() -> StoreError {
+        StoreError::Unavailable {
+            backend: "test",
+            message: "down".into(),
+        }
+    }
+
+    /// Runs one operation ending with `out`; the id of the connection it used.
+    async fn op(pool: &Pool<Arc<Fake>>, out: Result<(), StoreError>) -> Result<usize, StoreError> {
+        pool.run("op", async {
+            let mut lease = pool.get().await?;
+            let id = lease.conn().id;
+            lease.finish(out.map(|()| id))
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn clean_connections_are_reused() {
+        let (fake, pool) = pool(Duration::from_secs(5));
+        assert_eq!(op(&pool, Ok(())).await.unwrap(), 0);
+        assert_eq!(op(&pool, Ok(())).await.unwrap(), 0);
+        // A server-side error that is not an outage leaves the connection usable.
+        let corrupt = StoreError::Corrupt {
+            message: "x".into(),
+        };
+        assert!(op(&pool, Err(corrupt)).await.is_err());
+        assert_eq!(op(&pool, Ok(())).await.unwrap(), 0);
+        assert_eq!(fake.opened.load(Ordering::SeqCst), 1);
+    }
+
+    /// Guards against reading a late reply: a connection whose operation failed with
+    /// `Unavailable`, or whose lease was dropped mid-operation, is never lent again.
+    #[tokio::test]
+    async fn failed_or_abandoned_connections_are_never_reused() {
+        let (_, pool) = pool(Duration::from_secs(5));
+        let err = op(&pool, Err(down())).await.unwrap_err();
+        assert!(err.to_string().contains("op on fake:1/db: down"), "{err}");
+        assert_eq!(op(&pool, Ok(())).await.unwrap(), 1);
+        {
+            let _abandoned = pool.get().await.unwrap(); // connection 1, never finished
+        }
+        assert_eq!(op(&pool, Ok(())).await.unwrap(), 2);
+    }
+
+    #[tokio::test]
+    async fn closed_connections_are_not_recycled() {
+        let (_, pool) = pool(Duration::from_secs(5));
+        let mut lease = pool.get().await.unwrap();
+        let closed = lease.conn().closed.clone();
+        lease.finish(Ok(())).unwrap();
+        closed.store(true, Ordering::SeqCst);
+        assert_eq!(op(&pool, Ok(())).await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_outage_drops_every_idle_connection() {
+        let (_, pool) = pool(Duration::from_secs(5));
+        let mut a = pool.get().await.unwrap();
+        let mut b = pool.get().await.unwrap();
+        assert_eq!((a.conn().id, b.conn().id), (0, 1));
+        a.finish(Ok(())).unwrap();
+        // `b` fails: `a`, idle meanwhile, is dropped too.
+        pool.run("op", async { b.finish::<()>(Err(down())) })
+            .await
+            .unwrap_err();
+        assert_eq!(op(&pool, Ok(())).await.unwrap(), 2);
+    }
+
+    /// Time is paused: the timeout fires when the runtime is idle, without waiting.
+    #[tokio::test(start_paused = true)]
+    async fn operations_are_bounded_by_the_timeout() {
+        let (_, pool) = pool(Duration::from_secs(5));
+        let err = pool
+            .run("stall", async {
+                let _lease = pool.get().await?;
+                std::future::pending::<Result<(), StoreError>>().await
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            err.is_unavailable() && err.to_string().contains("no answer within"),
+            "{err}"
+        );
+        // The stalled connection is not lent again.
+        assert_eq!(op(&pool, Ok(())).await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn reads_run_twice_at_most_and_writes_once() {
+        let (_, pool) = pool(Duration::from_secs(5));
+        let calls = AtomicUsize::new(0);
+        let read = pool
+            .read("read", || async {
+                match calls.fetch_add(1, Ordering::SeqCst) {
+                    0 => Err(down()),
+                    _ => Ok(()),
+                }
+            })
+            .await;
+        assert!(read.is_ok());
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        calls.store(0, Ordering::SeqCst);
+        let read: Result<(), _> = pool
+            .read("read", || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err(down())
+            })
+            .await;
+        assert!(read.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        calls.store(0, Ordering::SeqCst);
+        let write: Result<(), _> = pool
+            .run("write", async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err(down())
+            })
+            .await;
+        assert!(write.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+}
