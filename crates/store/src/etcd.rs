@@ -80,6 +80,7 @@
 //! reservation is a new revision), and paging `list` (one range read; fine for tens of
 //! thousands of namespaces).
 
+pub use crate::config::EtcdConfig;
 use crate::{ops, Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use etcd_client::{
@@ -105,39 +106,6 @@ const EAGER_RETRIES: u32 = 3;
 /// HTTP/2 keep-alive interval. etcd refuses pings more often than every 5 s by default.
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
 const TCP_KEEP_ALIVE: Duration = Duration::from_secs(30);
-
-/// How to reach etcd.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EtcdConfig {
-    /// Client URLs of the cluster's members, `http://host:port` (or `host:port`).
-    pub endpoints: Vec<String>,
-    /// Prefix of every key idmint writes; namespaces live under `<prefix>ns/`. Ends with `/` by
-    /// convention. Default `/idmint/`.
-    pub prefix: String,
-    /// Bound on every call to etcd (and on waiting behind other operations on a namespace).
-    /// Default 5 s.
-    pub op_timeout: Duration,
-}
-
-impl EtcdConfig {
-    /// The default prefix.
-    pub const DEFAULT_PREFIX: &'static str = "/idmint/";
-    /// The default timeout of one call.
-    pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
-
-    /// A config for `endpoints` with the default prefix and timeout.
-    pub fn new<I, S>(endpoints: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        EtcdConfig {
-            endpoints: endpoints.into_iter().map(Into::into).collect(),
-            prefix: Self::DEFAULT_PREFIX.to_owned(),
-            op_timeout: Self::DEFAULT_OP_TIMEOUT,
-        }
-    }
-}
 
 /// The cached result of the last write of a namespace by this authority.
 #[derive(Debug, Clone)]

@@ -9,7 +9,13 @@
 //! - [`MemoryAuthority`]: in memory, for tests; nothing survives the process.
 //! - `FileAuthority` (cargo feature `file`, on by default): an embedded redb file, the default
 //!   backend of `idmint serve`; one process per data directory.
+//! - `postgres`, `mysql`, `etcd` (cargo features of the same names): networked backends.
+//! - [`MultiAuthority`]: several authorities, each owning one residue class.
 //! - `conformance` (cargo feature `conformance`): the test suite every backend must pass.
+//!
+//! The crate also owns the authority's configuration ([`config`], [`AuthorityConfig`]) and
+//! turns it into a backend ([`connect()`]), so adding a backend touches this crate and the docs
+//! only.
 //!
 //! Invariants every backend keeps (numbers from the design brief):
 //! - (1) `reserve` returns only after a watermark at or above the block's end is durable, so an
@@ -35,8 +41,10 @@ use idmint_core::{Block, BlockError, NamespaceName, SequenceSpec};
 use std::path::PathBuf;
 use thiserror::Error;
 
+pub mod config;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+mod connect;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "file")]
@@ -45,10 +53,14 @@ mod memory;
 mod multi;
 #[cfg(feature = "mysql")]
 pub mod mysql;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod pool;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod source;
 
+pub use config::AuthorityConfig;
+pub use connect::{connect, ConnectError};
 #[cfg(feature = "file")]
 pub use file::{FileAuthority, FILE_NAME};
 pub use memory::MemoryAuthority;
@@ -282,10 +294,34 @@ pub(crate) mod ops {
     use super::*;
     use idmint_core::Width;
 
+    /// How often the SQL backends (PostgreSQL, MySQL block mode) run a `reserve` or `give_back`
+    /// statement again when it changed nothing and the read that explains why shows a
+    /// concurrent writer changed the row in between: a `give_back` that lowered the watermark
+    /// under a `reserve` whose room check failed, or a reservation and a give-back that put the
+    /// watermark back at a tail's end under a compare-and-swap. Each re-run is safe (the
+    /// previous statement definitely changed nothing, so nothing can be granted twice); the
+    /// race needs a give-back, which a node makes once, at shutdown, so more than a few rounds
+    /// in a row mean a livelock, and the bound turns it into [`StoreError::Unavailable`].
+    ///
+    /// etcd's `MAX_CONFLICTS` is another bound: there every write of every node is a
+    /// compare-and-swap that may lose to any other, so conflicts are routine under load, not a
+    /// give-back race.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub(crate) const GIVE_BACK_RACE_ATTEMPTS: usize = 8;
+
     /// A namespace state read back from storage, validated: the spec must be one
     /// [`SequenceSpec::new`] accepts and the watermark must lie in `[initial, max_id + 1]`.
     /// The error says what is wrong; each backend wraps it in [`StoreError::Corrupt`] with the
     /// place it read from.
+    #[cfg_attr(
+        not(any(
+            feature = "file",
+            feature = "postgres",
+            feature = "mysql",
+            feature = "etcd"
+        )),
+        allow(dead_code)
+    )]
     pub(crate) fn stored_state(
         name: NamespaceName,
         width: Width,

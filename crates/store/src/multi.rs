@@ -8,16 +8,20 @@
 //! period and tried again after it, so the node comes back to it when it recovers. A member that
 //! was down when a namespace was set up gets it on first use.
 //!
+//! The back-off is measured on an injected [`Clock`]'s monotonic time ([`SystemClock`] unless
+//! [`MultiAuthority::with_clock`] is given another), so tests step time instead of sleeping.
+//!
 //! What it does not do: make ids increase across members (as with Flickr's pair, each member's
 //! stream increases; the interleaving does not), or move a namespace between members.
 
 use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
-use idmint_core::{Block, NamespaceName, SequenceSpec};
+use idmint_core::{Block, Clock, NamespaceName, SequenceSpec, SystemClock};
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long a member that failed is skipped before it is tried again.
 const DOWN_BACKOFF: Duration = Duration::from_millis(500);
@@ -26,34 +30,56 @@ const DOWN_BACKOFF: Duration = Duration::from_millis(500);
 struct Member {
     authority: Arc<dyn Authority>,
     offset: u64,
-    down_until: Mutex<Option<Instant>>,
+    /// Monotonic nanoseconds of the member's clock until which it is skipped.
+    down_until: Mutex<Option<u64>>,
 }
 
 impl Member {
-    fn is_down(&self, now: Instant) -> bool {
+    fn is_down(&self, now_nanos: u64) -> bool {
         self.down_until
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .is_some_and(|t| t > now)
+            .is_some_and(|t| t > now_nanos)
     }
-    fn mark(&self, down: bool) {
-        *self.down_until.lock().unwrap_or_else(|p| p.into_inner()) =
-            down.then(|| Instant::now() + DOWN_BACKOFF);
+    fn mark(&self, down: bool, clock: &dyn Clock) {
+        let until = down.then(|| {
+            let backoff = u64::try_from(DOWN_BACKOFF.as_nanos()).unwrap_or(u64::MAX);
+            clock.monotonic_nanos().saturating_add(backoff)
+        });
+        *self.down_until.lock().unwrap_or_else(|p| p.into_inner()) = until;
     }
 }
 
 /// Authorities each owning a residue class of every namespace. See the module docs.
-#[derive(Debug)]
 pub struct MultiAuthority {
     members: Vec<Member>,
     next: AtomicUsize,
     /// Namespace-level specs (offset 0) seen by `ensure_namespace`, to set up late members.
     specs: Mutex<HashMap<NamespaceName, SequenceSpec>>,
+    /// Measures the back-off of members that failed.
+    clock: Arc<dyn Clock>,
+}
+
+impl fmt::Debug for MultiAuthority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiAuthority")
+            .field("members", &self.members)
+            .finish_non_exhaustive()
+    }
 }
 
 impl MultiAuthority {
-    /// Members with their offsets. At least two, offsets distinct.
+    /// Members with their offsets. At least two, offsets distinct. Back-offs are measured on
+    /// the [`SystemClock`].
     pub fn new(members: Vec<(Arc<dyn Authority>, u64)>) -> Result<Self, StoreError> {
+        Self::with_clock(members, Arc::new(SystemClock::new()))
+    }
+
+    /// [`MultiAuthority::new`], measuring the back-off of failed members on `clock`.
+    pub fn with_clock(
+        members: Vec<(Arc<dyn Authority>, u64)>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, StoreError> {
         if members.len() < 2 {
             return Err(StoreError::InvalidSetup {
                 message: "a multi authority needs at least two members".into(),
@@ -77,6 +103,7 @@ impl MultiAuthority {
                 .collect(),
             next: AtomicUsize::new(0),
             specs: Mutex::new(HashMap::new()),
+            clock,
         })
     }
 
@@ -118,7 +145,7 @@ impl MultiAuthority {
     fn order(&self) -> Vec<usize> {
         let n = self.members.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
-        let now = Instant::now();
+        let now = self.clock.monotonic_nanos();
         let mut order: Vec<usize> = (0..n).map(|i| (start + i) % n).collect();
         order.sort_by_key(|i| self.members[*i].is_down(now));
         order
@@ -152,11 +179,11 @@ impl Authority for MultiAuthority {
             let member_spec = self.member_spec(spec, m.offset)?;
             match m.authority.ensure_namespace(name, member_spec).await {
                 Ok(s) => {
-                    m.mark(false);
+                    m.mark(false, self.clock.as_ref());
                     states.push(s);
                 }
                 Err(e @ StoreError::Unavailable { .. }) => {
-                    m.mark(true);
+                    m.mark(true, self.clock.as_ref());
                     last_unavailable = Some(e);
                 }
                 Err(StoreError::SpecConflict { existing, .. }) => {
@@ -201,11 +228,11 @@ impl Authority for MultiAuthority {
             }
             match result {
                 Ok(r) => {
-                    m.mark(false);
+                    m.mark(false, self.clock.as_ref());
                     return Ok(r);
                 }
                 Err(e @ StoreError::Unavailable { .. }) => {
-                    m.mark(true);
+                    m.mark(true, self.clock.as_ref());
                     last_error = Some(e);
                 }
                 Err(e @ StoreError::Exhausted { .. }) => last_error = Some(e),
@@ -285,5 +312,131 @@ impl Authority for MultiAuthority {
                 reason: "no member owns its residue class",
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::MemoryAuthority;
+    use idmint_core::{ManualClock, Width};
+    use std::sync::atomic::AtomicBool;
+
+    /// An in-memory member that can be switched off, counting the reservations it is asked for.
+    #[derive(Debug, Default)]
+    struct Switchable {
+        inner: MemoryAuthority,
+        down: AtomicBool,
+        reserve_calls: AtomicUsize,
+    }
+
+    impl Switchable {
+        fn check(&self) -> Result<(), StoreError> {
+            if self.down.load(Ordering::SeqCst) {
+                Err(StoreError::Unavailable {
+                    backend: "test",
+                    message: "switched off".into(),
+                })
+            } else {
+                Ok(())
+            }
+        }
+        fn calls(&self) -> usize {
+            self.reserve_calls.load(Ordering::SeqCst)
+        }
+    }
+
+    #[async_trait]
+    impl Authority for Switchable {
+        fn kind(&self) -> &'static str {
+            "test"
+        }
+        async fn ensure_namespace(
+            &self,
+            name: &NamespaceName,
+            spec: SequenceSpec,
+        ) -> Result<NamespaceState, StoreError> {
+            self.check()?;
+            self.inner.ensure_namespace(name, spec).await
+        }
+        async fn reserve(
+            &self,
+            name: &NamespaceName,
+            count: u64,
+        ) -> Result<Reservation, StoreError> {
+            self.reserve_calls.fetch_add(1, Ordering::SeqCst);
+            self.check()?;
+            self.inner.reserve(name, count).await
+        }
+        async fn state(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError> {
+            self.check()?;
+            self.inner.state(name).await
+        }
+        async fn list(&self) -> Result<Vec<NamespaceState>, StoreError> {
+            self.check()?;
+            self.inner.list().await
+        }
+        async fn give_back(
+            &self,
+            name: &NamespaceName,
+            tail: Block,
+        ) -> Result<GiveBack, StoreError> {
+            self.check()?;
+            self.inner.give_back(name, tail).await
+        }
+    }
+
+    /// A member that failed is skipped (not even asked) until `DOWN_BACKOFF` has passed on the
+    /// injected clock, then asked again; no test sleeps.
+    #[tokio::test]
+    async fn a_failed_member_is_skipped_until_the_backoff_passes() {
+        let clock = Arc::new(ManualClock::at_unix_millis(1_000));
+        let a = Arc::new(Switchable::default());
+        let b = Arc::new(Switchable::default());
+        let multi = MultiAuthority::with_clock(
+            vec![(a.clone() as Arc<dyn Authority>, 0), (b.clone(), 1)],
+            clock.clone(),
+        )
+        .unwrap();
+        let n = NamespaceName::new("photos").unwrap();
+        multi
+            .ensure_namespace(&n, SequenceSpec::new(Width::Bits64, 1, 2, 0).unwrap())
+            .await
+            .unwrap();
+
+        a.down.store(true, Ordering::SeqCst);
+        // Round-robin reaches `a` within two reservations; it fails and `b` answers.
+        for _ in 0..2 {
+            let r = multi.reserve(&n, 10).await.unwrap();
+            assert_eq!(
+                r.block.start() % 2,
+                1,
+                "only b's residue class while a is down"
+            );
+        }
+        let asked = a.calls();
+        assert_eq!(asked, 1, "a was asked once, failed, and is now marked down");
+
+        // Within the back-off, `a` is tried only after `b`, so never while `b` answers.
+        let backoff_ms = u64::try_from(DOWN_BACKOFF.as_millis()).unwrap();
+        clock.advance_millis(backoff_ms - 1);
+        for _ in 0..6 {
+            multi.reserve(&n, 10).await.unwrap();
+        }
+        assert_eq!(a.calls(), asked, "a was asked during its back-off");
+
+        // The back-off has passed: round-robin asks `a` again, and it is back.
+        clock.advance_millis(1);
+        a.down.store(false, Ordering::SeqCst);
+        let mut residues = Vec::new();
+        for _ in 0..2 {
+            residues.push(multi.reserve(&n, 10).await.unwrap().block.start() % 2);
+        }
+        assert!(
+            a.calls() > asked,
+            "a was not asked again after its back-off"
+        );
+        assert!(residues.contains(&0), "a answered again: {residues:?}");
     }
 }

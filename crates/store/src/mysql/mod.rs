@@ -1,0 +1,267 @@
+//! The MySQL/MariaDB authority (cargo feature `mysql`), in two modes:
+//!
+//! - [`MysqlAuthority`] (**block mode**, the one to use with idmint nodes): every namespace's
+//!   watermark is one row of one InnoDB table; a reservation is one autocommit `UPDATE` of that
+//!   row, one round trip.
+//! - [`MysqlTicketAuthority`] (**Flickr ticket mode**): every namespace is its own `Tickets`
+//!   table, and every id is one `REPLACE INTO … (stub) VALUES ('a')`; the server's
+//!   `auto_increment_increment` / `auto_increment_offset` make two (or N) servers issue disjoint
+//!   residue classes (odd/even). For namespaces served without a cache: one id per call.
+//!
+//! Both speak the text protocol through [`mysql_async`] (pure Rust), on the crate's one
+//! connection pool and its policy (health checks, reconnection, retries, timeouts: see the
+//! `pool` module's docs), sized by [`PoolConfig`]. The code is split along the seams:
+//! `blocks` (block mode), `tickets` (ticket mode), `sql` (the statements and the DDL that
+//! `idmint sql mysql` prints), `conn` (one connection and its session settings).
+//!
+//! ## Block mode: schema and statements
+//!
+//! One table (default `idmint_namespaces`, see [`schema_sql`]), created by
+//! [`MysqlAuthority::connect`] if `information_schema.TABLES` does not list it:
+//!
+//! ```sql
+//! CREATE TABLE IF NOT EXISTS `idmint_namespaces` (
+//!   name     VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
+//!   width    TINYINT UNSIGNED NOT NULL,  -- 32 or 64
+//!   first    BIGINT UNSIGNED NOT NULL,
+//!   step     BIGINT UNSIGNED NOT NULL,
+//!   `offset` BIGINT UNSIGNED NOT NULL,
+//!   hi       BIGINT UNSIGNED NOT NULL    -- the watermark
+//! ) ENGINE=InnoDB
+//! ```
+//!
+//! - `reserve`: one statement, in autocommit, that computes the block in SQL (DECIMAL
+//!   arithmetic, so nothing overflows near 2^63 nor with steps near 2^64):
+//!   `UPDATE t SET hi = LAST_INSERT_ID(<aligned start>) + LEAST(count - 1, (<max> - <start>)
+//!   DIV step) * step + 1 WHERE name = '…' AND <start> <= <max>`. The block's **start** comes back
+//!   in the OK packet's last-insert-id (the `LAST_INSERT_ID(expr)` sequence idiom), the affected
+//!   row count says whether there was room; the block is then [`SequenceSpec::reserve`](idmint_core::SequenceSpec::reserve)`(start,
+//!   count)`, which is exactly what the statement computed (same alignment, same cut at the
+//!   width's maximum), and its end is the new `hi`. (The start, not the new watermark, is what
+//!   travels: from the end alone a block cut at the maximum cannot be told from a full one.)
+//!   No row changed: one `SELECT` tells an unknown namespace from an exhausted one.
+//! - `give_back`: the tail is validated against the namespace's spec (as every backend does),
+//!   then one compare-and-swap `UPDATE t SET hi = <tail start> WHERE name = '…' AND hi = <tail
+//!   end>`; no row changed: a `SELECT` for the current watermark (or unknown namespace).
+//! - `ensure_namespace`: `INSERT … ON DUPLICATE KEY UPDATE name = name`, then `SELECT` the row.
+//! - `state`, `list`: `SELECT`.
+//!
+//! A namespace's spec never changes once created, so each authority caches the specs it has
+//! read: a reservation costs one `SELECT` the first time a process meets a namespace, then one
+//! `UPDATE` each.
+//!
+//! ## Ticket mode: schema and statements
+//!
+//! Per namespace, the table [`ticket_table_name`] (`idmint_tickets_<name>`, with a hash suffix
+//! when the name is not already a lower-case SQL identifier of at most 49 characters), with
+//! Flickr's shape; its comment records the namespace and its spec, so the table describes itself:
+//!
+//! ```sql
+//! CREATE TABLE IF NOT EXISTS `idmint_tickets_photos` (
+//!   id   BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+//!   stub CHAR(1) NOT NULL DEFAULT '' UNIQUE
+//! ) ENGINE=InnoDB AUTO_INCREMENT=1
+//!   COMMENT='idmint-ticket v1 name=photos width=64 first=1 step=2 offset=1'
+//! ```
+//!
+//! - `reserve`: `REPLACE INTO t (stub) VALUES ('a')`; the id is the OK packet's last-insert-id.
+//!   **Each call returns a block of exactly one id, whatever `count`** (ids of a ticket server
+//!   are not contiguous when several clients or servers share it): this is the one place where
+//!   an authority returns fewer ids than asked before the id space ends, so ticket mode is for
+//!   namespaces served without a cache (callers ask for `count = 1`). An id above the width's
+//!   maximum is never returned: [`StoreError::Exhausted`].
+//! - The server's `@@auto_increment_increment` and `@@auto_increment_offset` are read once per
+//!   connection; a namespace is served only if they are its step and offset (idmint offset `0`
+//!   of step `n` is MySQL's offset `n`). Otherwise `ensure_namespace` and `reserve` are
+//!   [`StoreError::SpecConflict`] with the server's spec as `existing`, and no id is issued
+//!   (an offset above the increment, which MySQL silently ignores, is
+//!   [`StoreError::InvalidSetup`]).
+//!   Every id returned is checked against the residue class as well.
+//! - `state`/`list`: `information_schema.TABLES` (comment and `AUTO_INCREMENT`) and
+//!   `MAX(id)`; the watermark is the largest of `first`, the table's `AUTO_INCREMENT` and
+//!   `MAX(id) + 1`, at most `max + 1`. It may lie up to `step - 1` above the end of the last
+//!   reservation (the server reports its next value of the class); no id of the class lies in
+//!   between.
+//! - `give_back` validates the tail and is always [`GiveBack::Refused`](crate::GiveBack::Refused): a ticket server cannot
+//!   lower its counter atomically, so tails are simply not reissued.
+//! - `ensure_namespace`: `CREATE TABLE IF NOT EXISTS` (with `AUTO_INCREMENT = first`), then the
+//!   comment is read back and compared.
+//! - [`ticket_sql`] prints the DDL and the `my.cnf` lines of an N-server setup.
+//!
+//! ## Durability and exclusivity
+//!
+//! Every write is one autocommit InnoDB statement: when the server acknowledges it, it is
+//! committed, and durable across a server crash with `innodb_flush_log_at_trx_commit = 1` (the
+//! default; with binary logging also `sync_binlog = 1`). InnoDB's row lock on the namespace's
+//! row serialises concurrent reservations from any number of processes, so their blocks are
+//! disjoint. In ticket mode the single `REPLACE` row keeps `MAX(id)` at the last id issued, so
+//! even servers that rebuild the counter from `MAX(id) + 1` at restart (MySQL before 8.0,
+//! MariaDB before 10.2.4) never reissue an id.
+//!
+//! **Lost replies never hand out a block twice.** A `reserve` is never retried: if its reply
+//! is lost (connection dropped, timeout) the call is [`StoreError::Unavailable`] and its
+//! connection is discarded. The statement may have committed: its block is then burned, never
+//! returned to anyone. The caller's next `reserve` is a new statement that moves the watermark
+//! from wherever it now is, so it gets a new block above the possibly granted one. The same
+//! holds for a `REPLACE` in ticket mode (the next one gets a new, higher id) and for
+//! `give_back`, which is not retried either (a lost `Returned` must not turn into a `Refused`).
+//!
+//! ## Failures
+//!
+//! Every operation (waiting for a connection, connecting, every statement) runs under
+//! [`MysqlConfig::op_timeout`] (default 5 s): a stalled server is [`StoreError::Unavailable`],
+//! never a hang. Connection and I/O errors, timeouts and unexpected server errors are
+//! `Unavailable` (with the host, port and database, never the password); after one, every idle
+//! connection is dropped and the next operation connects afresh, so the authority recovers by
+//! itself when the server is back. Idle connections unused for 30 s are pinged before use.
+//! Only reads (`state`, `list`) run a second time after a connection failure.
+//! Rows this version did not write are [`StoreError::Corrupt`]; a URL without a database, an
+//! invalid table name or timeout are [`StoreError::InvalidSetup`].
+//!
+//! ## What it does not do
+//!
+//! No retries of writes, no failover between servers (point the URL at the primary, or at a proxy that
+//! follows it; an asynchronous replica promoted after a crash may lack the last reservations),
+//! no TLS setup beyond what the URL can say, no schema migrations, no deletion of namespaces.
+//! Snowflake worker leases are not stored here.
+
+mod blocks;
+mod conn;
+mod sql;
+mod tickets;
+
+pub use crate::config::{MysqlConfig, MysqlMode, PoolConfig, DEFAULT_TABLE};
+pub use blocks::MysqlAuthority;
+pub use sql::{schema_sql, ticket_sql, ticket_table_name, ticket_table_sql, TICKET_TABLE_PREFIX};
+pub use tickets::MysqlTicketAuthority;
+
+use crate::StoreError;
+use idmint_core::NamespaceName;
+use mysql_async::prelude::{FromValue, Queryable};
+use mysql_async::{Conn, Row};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+const KIND: &str = "mysql";
+
+/// Runs a statement that returns no rows; (affected rows, last insert id).
+pub(super) async fn execute(conn: &mut Conn, sql: &str) -> Result<(u64, Option<u64>), StoreError> {
+    conn.query_drop(sql)
+        .await
+        .map_err(|e| driver_error("statement", e))?;
+    Ok((conn.affected_rows(), conn.last_insert_id()))
+}
+
+pub(super) async fn query(conn: &mut Conn, sql: &str) -> Result<Vec<Row>, StoreError> {
+    conn.query::<Row, _>(sql)
+        .await
+        .map_err(|e| driver_error("query", e))
+}
+
+/// Column `i` of `row` as `T`; a missing or unconvertible value is `Corrupt`.
+pub(super) fn col<T: FromValue>(row: &Row, i: usize, what: &str) -> Result<T, StoreError> {
+    match row.get_opt::<T, usize>(i) {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(e)) => Err(StoreError::Corrupt {
+            message: format!("{what} holds an unexpected value: {e}"),
+        }),
+        None => Err(StoreError::Corrupt {
+            message: format!("{what} is missing from the server's answer"),
+        }),
+    }
+}
+
+/// A configuration (ours or the server's) that cannot work, or could hand out an id twice.
+pub(super) fn invalid_setup(message: String) -> StoreError {
+    StoreError::InvalidSetup { message }
+}
+
+pub(super) fn unavailable(message: String) -> StoreError {
+    StoreError::Unavailable {
+        backend: KIND,
+        message,
+    }
+}
+
+/// Every driver error is `Unavailable`: I/O, protocol, and server errors alike (the callers
+/// match the few server errors that mean something else before getting here).
+pub(super) fn driver_error(what: &str, e: mysql_async::Error) -> StoreError {
+    match e {
+        mysql_async::Error::Server(e) => unavailable(format!(
+            "{what}: server error {} ({}): {}",
+            e.code, e.state, e.message
+        )),
+        other => unavailable(format!("{what}: {other}")),
+    }
+}
+
+/// The server error code of `e`, if it is one.
+pub(super) fn server_code(e: &mysql_async::Error) -> Option<u16> {
+    match e {
+        mysql_async::Error::Server(e) => Some(e.code),
+        _ => None,
+    }
+}
+
+/// ER_NO_SUCH_TABLE.
+pub(super) const ER_NO_SUCH_TABLE: u16 = 1146;
+
+/// A namespace name as an SQL string literal. Names are letters, digits, `_`, `-` and `.`
+/// only ([`NamespaceName`]), so nothing needs escaping; quotes and backslashes are escaped
+/// anyway should that rule ever widen.
+pub(super) fn literal(name: &NamespaceName) -> String {
+    format!(
+        "'{}'",
+        name.as_str().replace('\\', "\\\\").replace('\'', "''")
+    )
+}
+
+/// Specs (immutable once created) by namespace, for one authority.
+pub(super) struct SpecCache<T> {
+    map: Mutex<HashMap<NamespaceName, T>>,
+}
+
+impl<T> Default for SpecCache<T> {
+    fn default() -> Self {
+        SpecCache {
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<T: Clone> SpecCache<T> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<NamespaceName, T>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    pub(super) fn get(&self, name: &NamespaceName) -> Option<T> {
+        self.lock().get(name).cloned()
+    }
+    pub(super) fn put(&self, name: &NamespaceName, value: T) {
+        self.lock().insert(name.clone(), value);
+    }
+    pub(super) fn forget(&self, name: &NamespaceName) {
+        self.lock().remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::config::redact_url;
+
+    #[test]
+    fn urls_are_redacted() {
+        assert_eq!(
+            redact_url("mysql://root:s3cret@db:3306/idmint?x=1"),
+            "mysql://root:***@db:3306/idmint?x=1"
+        );
+        assert_eq!(
+            redact_url("mysql://root@db/idmint"),
+            "mysql://root@db/idmint"
+        );
+        assert_eq!(redact_url("mysql://db/idmint"), "mysql://db/idmint");
+        let config = MysqlConfig::new("mysql://u:pw@h/d");
+        assert!(!format!("{config:?}").contains("pw"));
+    }
+}

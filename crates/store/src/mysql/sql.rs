@@ -1,0 +1,224 @@
+//! The SQL text of the MySQL authority: block mode's table ([`schema_sql`]), the ticket tables
+//! of Flickr's ticket mode ([`ticket_table_name`], [`ticket_table_sql`]) with their
+//! self-describing comments, and [`ticket_sql`], the setup of N ticket servers that
+//! `idmint sql mysql` prints.
+//!
+//! Invariants: identifiers are backtick-quoted, and only plain identifiers (letters, digits,
+//! `_`, `$`, at most 64 characters) are used as table names; ticket table names are distinct
+//! for distinct namespaces and stable across versions and platforms (FNV-1a, not
+//! `DefaultHasher`).
+//!
+//! What it does not do: run anything (see `blocks` and `tickets`).
+
+use idmint_core::{NamespaceName, SequenceSpec, Width};
+use std::collections::HashMap;
+
+/// The prefix of ticket-mode tables.
+pub const TICKET_TABLE_PREFIX: &str = "idmint_tickets_";
+/// MySQL identifiers are at most 64 characters.
+const MAX_IDENTIFIER: usize = 64;
+/// The first words of a ticket table's comment.
+const TICKET_COMMENT_TAG: &str = "idmint-ticket v1";
+
+/// Whether `s` is a plain identifier we may put between backticks without escaping.
+pub(super) fn valid_identifier(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_IDENTIFIER
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$')
+}
+
+/// `` `name` ``, with backticks doubled.
+pub(super) fn quote_identifier(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+/// `CREATE TABLE IF NOT EXISTS` of block mode's table `table` (for `idmint sql mysql`).
+pub fn schema_sql(table: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n  \
+         name VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,\n  \
+         width TINYINT UNSIGNED NOT NULL,\n  \
+         first BIGINT UNSIGNED NOT NULL,\n  \
+         step BIGINT UNSIGNED NOT NULL,\n  \
+         `offset` BIGINT UNSIGNED NOT NULL,\n  \
+         hi BIGINT UNSIGNED NOT NULL\n\
+         ) ENGINE=InnoDB COMMENT='idmint namespaces v1: hi is the watermark'",
+        quote_identifier(table)
+    )
+}
+
+/// The ticket table of `namespace`: `idmint_tickets_<name>` when the name is a lower-case
+/// identifier (`[a-z0-9_]`) of at most 49 characters, otherwise
+/// `idmint_tickets_<sanitised, at most 32>_<16 hex digits of a stable hash of the name>`
+/// (so `Photos`, `photos.x` and `photos_x` get different tables). At most 64 characters.
+pub fn ticket_table_name(namespace: &NamespaceName) -> String {
+    let name = namespace.as_str();
+    let room = MAX_IDENTIFIER - TICKET_TABLE_PREFIX.len();
+    let plain = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if plain && name.len() <= room {
+        return format!("{TICKET_TABLE_PREFIX}{name}");
+    }
+    let sanitised: String = name
+        .chars()
+        .take(32)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!(
+        "{TICKET_TABLE_PREFIX}{sanitised}_{:016x}",
+        fnv1a64(name.as_bytes())
+    )
+}
+
+/// FNV-1a, 64 bits: stable across Rust versions and platforms, unlike `DefaultHasher`.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// The comment of a ticket table: what namespace and spec it holds.
+pub(super) fn ticket_comment(namespace: &NamespaceName, spec: &SequenceSpec) -> String {
+    format!(
+        "{TICKET_COMMENT_TAG} name={namespace} width={} first={} step={} offset={}",
+        spec.width().bits(),
+        spec.first(),
+        spec.step(),
+        spec.offset()
+    )
+}
+
+/// Parses [`ticket_comment`]'s output.
+pub(super) fn parse_ticket_comment(comment: &str) -> Option<(NamespaceName, SequenceSpec)> {
+    let rest = comment.strip_prefix(TICKET_COMMENT_TAG)?;
+    let mut fields = HashMap::new();
+    for part in rest.split_whitespace() {
+        let (k, v) = part.split_once('=')?;
+        fields.insert(k, v);
+    }
+    let name = NamespaceName::new(fields.get("name")?).ok()?;
+    let num = |k: &str| fields.get(k)?.parse::<u64>().ok();
+    let width = Width::from_bits(u32::try_from(num("width")?).ok()?)?;
+    let spec = SequenceSpec::new(width, num("first")?, num("step")?, num("offset")?).ok()?;
+    Some((name, spec))
+}
+
+/// `CREATE TABLE IF NOT EXISTS` of `namespace`'s ticket table with `spec` (the spec of the
+/// server the statement is run on: its step is the server's `auto-increment-increment`).
+pub fn ticket_table_sql(namespace: &NamespaceName, spec: &SequenceSpec) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n  \
+         id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,\n  \
+         stub CHAR(1) NOT NULL DEFAULT '' UNIQUE\n\
+         ) ENGINE=InnoDB AUTO_INCREMENT={} COMMENT='{}'",
+        quote_identifier(&ticket_table_name(namespace)),
+        spec.first().max(1),
+        ticket_comment(namespace, spec)
+    )
+}
+
+/// The SQL and server configuration of Flickr's ticket servers for `namespace`, with `servers`
+/// servers (at least 1): for each server its `my.cnf` lines (`auto-increment-increment = N`,
+/// `auto-increment-offset = i`) and its table (64-bit ids from 1), and how to take an id.
+/// For `idmint sql mysql`.
+pub fn ticket_sql(namespace: &NamespaceName, servers: u32) -> String {
+    let n = servers.max(1);
+    let table = quote_identifier(&ticket_table_name(namespace));
+    let mut out = format!(
+        "-- idmint: Flickr ticket servers for namespace {namespace}, {n} server(s).\n\
+         -- Server i issues the ids congruent to i mod {n}, so the servers never collide;\n\
+         -- clients take ids from them round-robin and skip one that is down.\n\
+         -- Take one id (one round trip):\n\
+         --   REPLACE INTO {table} (stub) VALUES ('a');  -- then LAST_INSERT_ID()\n"
+    );
+    for i in 1..=n {
+        let offset = u64::from(i % n);
+        let spec = SequenceSpec::new(Width::Bits64, 1, u64::from(n), offset);
+        out.push_str(&format!(
+            "\n-- Server {i} of {n}. In its my.cnf:\n\
+             --   [mysqld]\n\
+             --   auto-increment-increment = {n}\n\
+             --   auto-increment-offset = {i}\n\
+             -- and on it:\n"
+        ));
+        match spec {
+            Ok(spec) => {
+                out.push_str(&ticket_table_sql(namespace, &spec));
+                out.push_str(";\n");
+            }
+            // Every offset below n has ids between 1 and 2^63 - 1: not reached.
+            Err(e) => out.push_str(&format!("-- (no table: {e})\n")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn name(s: &str) -> NamespaceName {
+        NamespaceName::new(s).unwrap()
+    }
+
+    #[test]
+    fn ticket_tables_are_distinct_and_short() {
+        assert_eq!(ticket_table_name(&name("photos")), "idmint_tickets_photos");
+        let names = [
+            "Photos",
+            "photos.x",
+            "photos_x",
+            "photos-x",
+            "a".repeat(128).as_str(),
+        ]
+        .map(|s| ticket_table_name(&name(s)));
+        for (i, a) in names.iter().enumerate() {
+            assert!(a.len() <= 64 && valid_identifier(a), "{a}");
+            for b in &names[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+    }
+
+    #[test]
+    fn ticket_comments_round_trip() {
+        let spec = SequenceSpec::new(Width::Bits32, 7, 2, 1).unwrap();
+        let n = name("users.names");
+        assert_eq!(
+            parse_ticket_comment(&ticket_comment(&n, &spec)),
+            Some((n, spec))
+        );
+        assert_eq!(parse_ticket_comment("something else"), None);
+        assert_eq!(
+            parse_ticket_comment("idmint-ticket v1 name=x width=64 first=1 step=2 offset=2"),
+            None
+        );
+    }
+
+    #[test]
+    fn ticket_sql_configures_every_server() {
+        let sql = ticket_sql(&name("photos"), 2);
+        for line in [
+            "auto-increment-increment = 2",
+            "auto-increment-offset = 1",
+            "auto-increment-offset = 2",
+            "step=2 offset=1",
+            "step=2 offset=0",
+            "REPLACE INTO `idmint_tickets_photos` (stub) VALUES ('a')",
+        ] {
+            assert!(sql.contains(line), "{line} missing from\n{sql}");
+        }
+    }
+}

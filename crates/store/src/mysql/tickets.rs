@@ -1,0 +1,482 @@
+//! Flickr's ticket mode of the MySQL authority ([`MysqlTicketAuthority`]): every namespace is
+//! its own ticket table, and every id is one `REPLACE INTO … (stub) VALUES ('a')` whose id is
+//! the OK packet's last-insert-id (see the parent module's docs).
+//!
+//! Invariants: a namespace is served only by a server whose `auto_increment_increment` and
+//! `auto_increment_offset` are the namespace's step and offset (read once per connection); every
+//! id returned is checked against the namespace's residue class and width; a `REPLACE` is never
+//! retried; `give_back` always refuses (a ticket counter cannot be lowered atomically).
+//!
+//! What it does not do: block mode (`blocks`), connection handling (`conn` and the pool).
+
+use super::conn::{self, AutoIncrement, Client, Session};
+use super::sql::{
+    parse_ticket_comment, quote_identifier, ticket_table_name, ticket_table_sql,
+    TICKET_TABLE_PREFIX,
+};
+use super::{
+    col, driver_error, execute, invalid_setup, query, server_code, unavailable, SpecCache,
+    ER_NO_SUCH_TABLE, KIND,
+};
+use crate::config::MysqlConfig;
+use crate::ops;
+use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
+use async_trait::async_trait;
+use idmint_core::{Block, NamespaceName, SequenceSpec};
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+use std::fmt;
+
+/// The spec a server's auto-increment settings give `requested`'s width and first id.
+fn server_spec(auto: AutoIncrement, requested: &SequenceSpec) -> Result<SequenceSpec, StoreError> {
+    if auto.increment == 0 || auto.offset == 0 || auto.offset > auto.increment {
+        return Err(invalid_setup(format!(
+            "the server's auto_increment_offset {} is not within 1..=auto_increment_increment \
+             {} (MySQL then ignores it): fix the server's configuration",
+            auto.offset, auto.increment
+        )));
+    }
+    SequenceSpec::new(
+        requested.width(),
+        requested.first(),
+        auto.increment,
+        auto.offset % auto.increment,
+    )
+    .map_err(|e| {
+        invalid_setup(format!(
+            "the server's auto-increment settings (increment {}, offset {}) issue no id of a \
+             {}-bit namespace from {}: {e}",
+            auto.increment,
+            auto.offset,
+            requested.width().bits(),
+            requested.first()
+        ))
+    })
+}
+
+/// Whether the session issues exactly `spec`'s residue class; the conflict otherwise.
+fn check_server(
+    auto: Option<AutoIncrement>,
+    name: &NamespaceName,
+    spec: &SequenceSpec,
+) -> Result<(), StoreError> {
+    let auto = auto.ok_or_else(|| unavailable("auto-increment settings not read".into()))?;
+    let server = server_spec(auto, spec)?;
+    if server.step() == spec.step() && server.offset() == spec.offset() {
+        Ok(())
+    } else {
+        Err(StoreError::SpecConflict {
+            name: name.clone(),
+            existing: server,
+            requested: *spec,
+        })
+    }
+}
+
+/// What a ticket-mode namespace's cache holds: its spec and table.
+#[derive(Debug, Clone)]
+struct Ticket {
+    spec: SequenceSpec,
+    table: String,
+}
+
+/// The MySQL/MariaDB authority in Flickr ticket mode: one id per call, from the server's
+/// auto-increment counter. See the [module docs](super).
+pub struct MysqlTicketAuthority {
+    client: Client,
+    tickets: SpecCache<Ticket>,
+}
+
+impl fmt::Debug for MysqlTicketAuthority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MysqlTicketAuthority")
+            .field("target", &self.client.target())
+            .field("op_timeout", &self.client.op_timeout())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MysqlTicketAuthority {
+    /// Connects (within `config.op_timeout`) and reads the server's auto-increment settings.
+    /// Tables are created per namespace by `ensure_namespace`; `config.table` is not used.
+    ///
+    /// [`StoreError::InvalidSetup`] if the URL is invalid or names no database;
+    /// [`StoreError::Unavailable`] if the server cannot be reached or refuses.
+    pub async fn connect(config: MysqlConfig) -> Result<Self, StoreError> {
+        let client = conn::client(&config, true)?;
+        client
+            .run("connecting", async {
+                let mut lease = client.get().await?;
+                let s = lease.conn();
+                let out = s
+                    .auto_increment
+                    .map(drop)
+                    .ok_or_else(|| unavailable("auto-increment settings not read".into()));
+                lease.finish(out)
+            })
+            .await?;
+        Ok(MysqlTicketAuthority {
+            client,
+            tickets: SpecCache::default(),
+        })
+    }
+
+    /// The server's auto-increment settings, as (increment, offset), read on a connection.
+    pub async fn server_auto_increment(&self) -> Result<(u64, u64), StoreError> {
+        self.client
+            .run("reading auto-increment settings", async {
+                let mut lease = self.client.get().await?;
+                let s = lease.conn();
+                let out = s
+                    .auto_increment
+                    .map(|auto| (auto.increment, auto.offset))
+                    .ok_or_else(|| unavailable("auto-increment settings not read".into()));
+                lease.finish(out)
+            })
+            .await
+    }
+
+    /// Takes one id: `reserve(name, 1)`'s only id.
+    pub async fn next_id(&self, name: &NamespaceName) -> Result<u64, StoreError> {
+        Ok(self.reserve(name, 1).await?.block.start())
+    }
+
+    /// State of `namespace`'s table, `None` if there is none.
+    async fn read_state(
+        &self,
+        conn: &mut Conn,
+        name: &NamespaceName,
+    ) -> Result<Option<NamespaceState>, StoreError> {
+        let table = ticket_table_name(name);
+        let sql = format!(
+            "SELECT TABLE_COMMENT, AUTO_INCREMENT FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '{table}'"
+        );
+        let rows = query(conn, &sql).await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let comment: String = col(row, 0, "TABLE_COMMENT")?;
+        let counter: Option<u64> = col(row, 1, "AUTO_INCREMENT")?;
+        let (stored, spec) = parse_ticket_comment(&comment).ok_or_else(|| StoreError::Corrupt {
+            message: format!("table {table} is not an idmint ticket table (comment {comment:?})"),
+        })?;
+        if &stored != name {
+            return Err(StoreError::Corrupt {
+                message: format!("table {table} holds namespace {stored}, not {name}"),
+            });
+        }
+        let sql = format!("SELECT MAX(id) FROM {}", quote_identifier(&table));
+        let rows = query(conn, &sql).await?;
+        let max_id: Option<u64> = match rows.first() {
+            Some(row) => col(row, 0, "MAX(id)")?,
+            None => None,
+        };
+        self.tickets.put(
+            name,
+            Ticket {
+                spec,
+                table: quote_identifier(&table),
+            },
+        );
+        Ok(Some(ticket_state(name.clone(), spec, counter, max_id)))
+    }
+
+    async fn ticket_on(
+        &self,
+        conn: &mut Conn,
+        name: &NamespaceName,
+    ) -> Result<Option<Ticket>, StoreError> {
+        if let Some(ticket) = self.tickets.get(name) {
+            return Ok(Some(ticket));
+        }
+        self.read_state(conn, name).await?;
+        Ok(self.tickets.get(name))
+    }
+
+    async fn reserve_on(
+        &self,
+        session: &mut Session,
+        name: &NamespaceName,
+    ) -> Result<Reservation, StoreError> {
+        let Some(ticket) = self.ticket_on(&mut session.conn, name).await? else {
+            return Err(StoreError::UnknownNamespace { name: name.clone() });
+        };
+        let spec = ticket.spec;
+        check_server(session.auto_increment, name, &spec)?;
+        let sql = format!("REPLACE INTO {} (stub) VALUES ('a')", ticket.table);
+        let id = match session.conn.query_drop(sql.as_str()).await {
+            Ok(()) => session.conn.last_insert_id(),
+            Err(e) if server_code(&e) == Some(ER_NO_SUCH_TABLE) => {
+                self.tickets.forget(name);
+                return Err(StoreError::UnknownNamespace { name: name.clone() });
+            }
+            Err(e) => return Err(driver_error("REPLACE", e)),
+        };
+        let id =
+            id.ok_or_else(|| unavailable(format!("REPLACE into {} returned no id", ticket.table)))?;
+        let max = spec.width().max_id();
+        if id > max {
+            // Burned, never returned: the id space of this width is over.
+            return Err(StoreError::Exhausted {
+                name: name.clone(),
+                bits: spec.width().bits(),
+                watermark: max + 1,
+            });
+        }
+        if id < spec.first() || id % spec.step() != spec.offset() {
+            return Err(StoreError::Corrupt {
+                message: format!(
+                    "ticket table {} issued {id}, which is not an id of {spec:?}: refusing it",
+                    ticket.table
+                ),
+            });
+        }
+        let block = Block::new(id, id + 1, spec.step())
+            .ok_or_else(|| unavailable(format!("id {id} makes no block")))?;
+        Ok(Reservation {
+            block,
+            watermark: block.end(),
+        })
+    }
+
+    async fn ensure_on(
+        &self,
+        session: &mut Session,
+        name: &NamespaceName,
+        spec: SequenceSpec,
+    ) -> Result<NamespaceState, StoreError> {
+        check_server(session.auto_increment, name, &spec)?;
+        execute(&mut session.conn, &ticket_table_sql(name, &spec)).await?;
+        let state = self
+            .read_state(&mut session.conn, name)
+            .await?
+            .ok_or_else(|| {
+                unavailable(format!("ticket table of {name} is missing after CREATE"))
+            })?;
+        match ops::ensure(name, Some(&state), spec)? {
+            None => Ok(state),
+            Some(_) => Err(StoreError::Corrupt {
+                message: format!("namespace {name}: the ticket table was not recognised"),
+            }),
+        }
+    }
+
+    /// Validates `tail` and refuses it (see [`Authority::give_back`] below).
+    async fn refuse_tail(
+        &self,
+        conn: &mut Conn,
+        name: &NamespaceName,
+        tail: Block,
+    ) -> Result<GiveBack, StoreError> {
+        let Some(state) = self.read_state(conn, name).await? else {
+            return Err(StoreError::UnknownNamespace { name: name.clone() });
+        };
+        // Validate against the spec only (see MysqlAuthority::give_back_on).
+        let assumed = NamespaceState {
+            watermark: tail.end(),
+            ..state.clone()
+        };
+        let _valid = ops::give_back(&assumed, tail)?;
+        Ok(GiveBack::Refused {
+            watermark: state.watermark,
+        })
+    }
+
+    async fn list_on(&self, conn: &mut Conn) -> Result<Vec<NamespaceState>, StoreError> {
+        let sql = format!(
+            "SELECT TABLE_NAME, TABLE_COMMENT, AUTO_INCREMENT FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE '{}%' ORDER BY TABLE_NAME",
+            TICKET_TABLE_PREFIX.replace('_', "\\_")
+        );
+        let rows = query(conn, &sql).await?;
+        let mut found = Vec::new();
+        for row in &rows {
+            let table: String = col(row, 0, "TABLE_NAME")?;
+            let comment: String = col(row, 1, "TABLE_COMMENT")?;
+            let counter: Option<u64> = col(row, 2, "AUTO_INCREMENT")?;
+            // Tables with the prefix but without idmint's comment are someone else's.
+            if let Some((name, spec)) = parse_ticket_comment(&comment) {
+                if ticket_table_name(&name) == table {
+                    found.push((table, name, spec, counter));
+                }
+            }
+        }
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        // MAX(id) of every table in one round trip (AUTO_INCREMENT in information_schema may
+        // be a cached statistic on some servers; MAX(id) + 1 never is).
+        let union = found
+            .iter()
+            .enumerate()
+            .map(|(i, (table, ..))| format!("SELECT {i}, MAX(id) FROM {}", quote_identifier(table)))
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ");
+        let mut max_ids = vec![None; found.len()];
+        for row in query(conn, &union).await? {
+            let i: usize = col(&row, 0, "table index")?;
+            let max_id: Option<u64> = col(&row, 1, "MAX(id)")?;
+            if let Some(slot) = max_ids.get_mut(i) {
+                *slot = max_id;
+            }
+        }
+        Ok(found
+            .into_iter()
+            .zip(max_ids)
+            .map(|((_, name, spec, counter), max_id)| ticket_state(name, spec, counter, max_id))
+            .collect())
+    }
+}
+
+/// A ticket namespace's watermark: the largest of `first`, the table's counter and
+/// `MAX(id) + 1`, at most the width's maximum + 1.
+fn ticket_state(
+    name: NamespaceName,
+    spec: SequenceSpec,
+    counter: Option<u64>,
+    max_id: Option<u64>,
+) -> NamespaceState {
+    let ceiling = spec.width().max_id() + 1;
+    let watermark = spec
+        .initial_watermark()
+        .max(counter.unwrap_or(0))
+        .max(max_id.map_or(0, |id| id.saturating_add(1)))
+        .min(ceiling);
+    NamespaceState {
+        name,
+        spec,
+        watermark,
+    }
+}
+
+#[async_trait]
+impl Authority for MysqlTicketAuthority {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn ensure_namespace(
+        &self,
+        name: &NamespaceName,
+        spec: SequenceSpec,
+    ) -> Result<NamespaceState, StoreError> {
+        let name = name.clone();
+        self.client
+            .run("ensure_namespace", async {
+                let mut lease = self.client.get().await?;
+                let s = lease.conn();
+                let out = self.ensure_on(s, &name, spec).await;
+                lease.finish(out)
+            })
+            .await
+    }
+
+    /// One id per call, whatever `count` (at least 1): see the module docs.
+    async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError> {
+        if count == 0 {
+            return Err(StoreError::InvalidCount);
+        }
+        let name = name.clone();
+        self.client
+            .run("reserve", async {
+                let mut lease = self.client.get().await?;
+                let s = lease.conn();
+                let out = self.reserve_on(s, &name).await;
+                lease.finish(out)
+            })
+            .await
+    }
+
+    async fn state(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError> {
+        let pool = &self.client;
+        pool.read("state", || async move {
+            let mut lease = pool.get().await?;
+            let out = self.read_state(&mut lease.conn().conn, name).await;
+            lease.finish(out)
+        })
+        .await
+    }
+
+    async fn list(&self) -> Result<Vec<NamespaceState>, StoreError> {
+        let pool = &self.client;
+        let mut all = pool
+            .read("list", || async move {
+                let mut lease = pool.get().await?;
+                let out = self.list_on(&mut lease.conn().conn).await;
+                lease.finish(out)
+            })
+            .await?;
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(all)
+    }
+
+    /// Validates the tail, then refuses it: a ticket server's counter cannot be lowered by
+    /// compare-and-swap, so tails are not reissued.
+    async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
+        let name = name.clone();
+        self.client
+            .run("give_back", async {
+                let mut lease = self.client.get().await?;
+                let s = lease.conn();
+                let out = self.refuse_tail(&mut s.conn, &name, tail).await;
+                lease.finish(out)
+            })
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use idmint_core::Width;
+
+    fn name(s: &str) -> NamespaceName {
+        NamespaceName::new(s).unwrap()
+    }
+
+    #[test]
+    fn server_settings_map_to_specs() {
+        let want = SequenceSpec::new(Width::Bits64, 1, 2, 0).unwrap();
+        // MySQL offset 2 of increment 2 is idmint offset 0.
+        let auto = AutoIncrement {
+            increment: 2,
+            offset: 2,
+        };
+        assert_eq!(server_spec(auto, &want).unwrap(), want);
+        assert!(check_server(Some(auto), &name("a"), &want).is_ok());
+        let odd = AutoIncrement {
+            increment: 2,
+            offset: 1,
+        };
+        assert!(matches!(
+            check_server(Some(odd), &name("a"), &want),
+            Err(StoreError::SpecConflict { .. })
+        ));
+        let bad = AutoIncrement {
+            increment: 2,
+            offset: 3,
+        };
+        assert!(matches!(
+            server_spec(bad, &want),
+            Err(StoreError::InvalidSetup { .. })
+        ));
+    }
+
+    #[test]
+    fn ticket_watermark_is_the_highest_evidence() {
+        let spec = SequenceSpec::new(Width::Bits32, 10, 2, 1).unwrap();
+        let n = name("t");
+        assert_eq!(ticket_state(n.clone(), spec, Some(1), None).watermark, 10);
+        assert_eq!(
+            ticket_state(n.clone(), spec, Some(13), Some(11)).watermark,
+            13
+        );
+        assert_eq!(ticket_state(n.clone(), spec, None, Some(11)).watermark, 12);
+        assert_eq!(
+            ticket_state(n, spec, Some(u64::MAX), None).watermark,
+            Width::Bits32.max_id() + 1
+        );
+    }
+}

@@ -1,0 +1,247 @@
+//! One PostgreSQL connection as the shared pool ([`crate::pool`]) manages it: opening it
+//! (tokio-postgres, no TLS) with `synchronous_commit` forced on, its prepared statements, and
+//! the mapping of driver errors.
+//!
+//! Invariants: a connection's statements are prepared once, on first use (the table may not
+//! exist yet when the connection opens); dropping a connection aborts the task driving its
+//! socket, so a reply still in flight is never read by anyone; no message holds the user or
+//! password of the URL.
+//!
+//! What it does not do: pooling, timeouts or retries (the pool's), or any authority logic.
+
+use super::sql::StatementsSql;
+use super::KIND;
+use crate::pool::Connector;
+use crate::StoreError;
+use std::sync::Arc;
+use tokio::task::JoinHandle;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls, Row, Statement};
+
+/// Opens connections to one server (or list of hosts) for one table.
+pub(super) struct PgConnector {
+    pub(super) pg: tokio_postgres::Config,
+    pub(super) sql: Arc<StatementsSql>,
+}
+
+impl Connector for PgConnector {
+    type Conn = PgConn;
+
+    async fn connect(&self) -> Result<PgConn, StoreError> {
+        let (client, connection) = self.pg.connect(NoTls).await.map_err(|e| pg_error(&e))?;
+        let task = tokio::spawn(async move {
+            // The connection's end (closed, reset) shows on the client as `is_closed` and as
+            // errors of the queries in flight; nothing to do with it here.
+            let _ = connection.await;
+        });
+        let mut conn = PgConn {
+            client,
+            statements: None,
+            sql: self.sql.clone(),
+            task,
+            last_code: None,
+        };
+        // Commits must be durable before the server acknowledges them (see the module docs).
+        if let Err(e) = conn
+            .batch_execute(
+                "SELECT set_config('synchronous_commit', 'on', false) \
+                 WHERE current_setting('synchronous_commit') = 'off'",
+            )
+            .await
+        {
+            if conn.last_code.is_none() {
+                return Err(e);
+            }
+            // A protocol-compatible server without these functions: use it as it is.
+        }
+        Ok(conn)
+    }
+
+    fn is_closed(conn: &PgConn) -> bool {
+        conn.client.is_closed()
+    }
+
+    async fn ping(conn: &mut PgConn) -> Result<(), StoreError> {
+        conn.batch_execute("SELECT 1").await
+    }
+}
+
+/// The statements, prepared on one connection.
+pub(super) struct Statements {
+    pub(super) insert: Statement,
+    pub(super) select_one: Statement,
+    pub(super) list: Statement,
+    pub(super) reserve: Statement,
+    pub(super) give_back: Statement,
+}
+
+/// One open connection: the client, its statements once prepared, and the task driving the
+/// socket.
+pub(super) struct PgConn {
+    client: Client,
+    statements: Option<Statements>,
+    sql: Arc<StatementsSql>,
+    task: JoinHandle<()>,
+    /// The SQLSTATE of the last server-reported error, if the last failure was one.
+    last_code: Option<SqlState>,
+}
+
+impl Drop for PgConn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl PgConn {
+    /// Notes what a failure says about the connection, and maps it.
+    fn fail(&mut self, e: &tokio_postgres::Error) -> StoreError {
+        self.last_code = e.code().cloned();
+        pg_error(e)
+    }
+
+    /// Whether the last failure was a duplicate table, type or key (a concurrent `CREATE`).
+    pub(super) fn last_code_is_duplicate(&self) -> bool {
+        matches!(
+            &self.last_code,
+            Some(c) if *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::DUPLICATE_TABLE
+                || *c == SqlState::DUPLICATE_OBJECT
+        )
+    }
+
+    /// Prepares the statements, if not done yet on this connection.
+    pub(super) async fn prepare(&mut self) -> Result<&Statements, StoreError> {
+        if self.statements.is_none() {
+            let c = &self.client;
+            let sql = &self.sql;
+            // Sent together (tokio-postgres pipelines concurrent requests on one connection).
+            let prepared = tokio::try_join!(
+                c.prepare(&sql.insert),
+                c.prepare(&sql.select_one),
+                c.prepare(&sql.list),
+                c.prepare(&sql.reserve),
+                c.prepare(&sql.give_back),
+            );
+            match prepared {
+                Ok((insert, select_one, list, reserve, give_back)) => {
+                    self.statements = Some(Statements {
+                        insert,
+                        select_one,
+                        list,
+                        reserve,
+                        give_back,
+                    });
+                }
+                Err(e) => return Err(self.fail(&e)),
+            }
+        }
+        self.statements
+            .as_ref()
+            .ok_or_else(|| StoreError::Unavailable {
+                backend: KIND,
+                message: "connection has no prepared statements".into(),
+            })
+    }
+
+    pub(super) async fn query(
+        &mut self,
+        pick: fn(&Statements) -> &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        let statement = pick(self.prepare().await?).clone();
+        let result = self.client.query(&statement, params).await;
+        result.map_err(|e| self.fail(&e))
+    }
+
+    pub(super) async fn execute(
+        &mut self,
+        pick: fn(&Statements) -> &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        let statement = pick(self.prepare().await?).clone();
+        let result = self.client.execute(&statement, params).await;
+        result.map_err(|e| self.fail(&e))
+    }
+
+    pub(super) async fn batch_execute(&mut self, sql: &str) -> Result<(), StoreError> {
+        let result = self.client.batch_execute(sql).await;
+        result.map_err(|e| self.fail(&e))
+    }
+
+    /// Runs the DDL. Two processes running `CREATE TABLE IF NOT EXISTS` at once can both miss
+    /// the table and one then fails on the catalog's unique index; the table exists by then, so
+    /// it is run again.
+    pub(super) async fn create_schema(&mut self, ddl: &str) -> Result<(), StoreError> {
+        match self.batch_execute(ddl).await {
+            Err(_) if self.last_code_is_duplicate() => self.batch_execute(ddl).await,
+            other => other,
+        }
+    }
+}
+
+/// An error and its causes, `a: b: c`.
+pub(super) fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
+}
+
+/// Maps a driver error. Integrity and data errors (classes 23 and 22: a row that breaks the
+/// table's constraints, a number that does not fit) mean the stored data or the arithmetic is
+/// not what this version expects: `Corrupt`. Everything else (I/O, closed connections, the
+/// server shutting down, a missing table, permissions) is `Unavailable`, which the pool also
+/// takes as "do not reuse this connection". The pool prefixes the server's address.
+fn pg_error(e: &tokio_postgres::Error) -> StoreError {
+    match e.as_db_error() {
+        Some(db) => {
+            let code = db.code().code();
+            let message = format!("{} {code}: {}", db.severity(), db.message());
+            if code.starts_with("23") || code.starts_with("22") {
+                StoreError::Corrupt { message }
+            } else {
+                StoreError::Unavailable {
+                    backend: KIND,
+                    message,
+                }
+            }
+        }
+        None => StoreError::Unavailable {
+            backend: KIND,
+            message: chain(e),
+        },
+    }
+}
+
+/// `host:port[,host:port…]`, for messages. Never the user or password.
+pub(super) fn describe_server(pg: &tokio_postgres::Config) -> String {
+    let ports = pg.get_ports();
+    let hosts: Vec<String> = pg
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let port = ports
+                .get(i)
+                .or_else(|| ports.first())
+                .copied()
+                .unwrap_or(5432);
+            match host {
+                tokio_postgres::config::Host::Tcp(h) => format!("{h}:{port}"),
+                #[cfg(unix)]
+                tokio_postgres::config::Host::Unix(path) => {
+                    format!("{}/.s.PGSQL.{port}", path.display())
+                }
+            }
+        })
+        .collect();
+    if hosts.is_empty() {
+        "postgres server".to_owned()
+    } else {
+        hosts.join(",")
+    }
+}

@@ -1,0 +1,484 @@
+//! The PostgreSQL authority: namespaces and their watermarks in one table of a PostgreSQL
+//! database (or of a database that speaks its protocol and the statements listed below).
+//!
+//! ## What it stores
+//!
+//! One table, `idmint_namespaces` by default ([`PostgresConfig::table`]), created by
+//! [`PostgresAuthority::connect`] if absent; [`schema_sql`] prints the same DDL:
+//!
+//! | column        | type            | meaning                                                   |
+//! |---------------|-----------------|-----------------------------------------------------------|
+//! | `name`        | `text`, key     | the namespace                                             |
+//! | `width`       | `smallint`      | 32 or 64                                                  |
+//! | `first_id`    | `numeric(20,0)` | [`SequenceSpec::first`]                                   |
+//! | `step`        | `numeric(20,0)` | [`SequenceSpec::step`] (a `u64`: may exceed `bigint`)     |
+//! | `id_offset`   | `numeric(20,0)` | [`SequenceSpec::offset`]                                  |
+//! | `watermark`   | `numeric(20,0)` | every id below it is reserved; up to 2^63, past `bigint`  |
+//! | `block_start` | `numeric(20,0)` | start of the newest block; `NULL` before the first and after a give-back |
+//!
+//! `CHECK` constraints repeat the invariants of a valid spec and watermark, so a row the
+//! arithmetic below would misread cannot be written. Every row read is validated again
+//! ([`SequenceSpec::new`], `first <= watermark <= max + 1`, a valid [`NamespaceName`]); a row that
+//! fails is [`StoreError::Corrupt`], never a panic.
+//!
+//! ## The statements, and what a compatible server must support
+//!
+//! - `reserve` is **one** autocommitted statement,
+//!   `UPDATE … SET block_start = <start>, watermark = <end> WHERE name = $1 AND <start> <= <max>
+//!   RETURNING …`, where `<start>` (the watermark aligned up to the residue class), the cut at the
+//!   width's maximum and `<end>` are computed from the row's current values inside the statement,
+//!   in `numeric` (so nothing overflows near 2^63). The row lock the `UPDATE` takes makes
+//!   concurrent reservations, from any number of connections and processes, queue and each see
+//!   the watermark the previous one wrote: blocks never overlap. What comes back is checked
+//!   against idmint's own arithmetic ([`SequenceSpec::reserve`] from the returned start must give
+//!   exactly the returned block) before it is returned. No row updated means unknown or
+//!   exhausted; a plain `SELECT` tells which.
+//! - `give_back` reads the row (`SELECT`), validates the tail as every backend does, then makes
+//!   one compare-and-swap `UPDATE … SET watermark = <tail start> WHERE name = $1 AND watermark =
+//!   <tail end>`.
+//! - `ensure_namespace` is `INSERT … ON CONFLICT (name) DO NOTHING RETURNING …`, then a `SELECT`
+//!   when the row was already there (creation happens once even under concurrent callers).
+//! - `state` and `list` are plain `SELECT`s (`list` orders by `name COLLATE "C"`, byte order).
+//! - At connect: `CREATE TABLE IF NOT EXISTS`, and on every new connection
+//!   `SELECT set_config('synchronous_commit', 'on', false) WHERE
+//!   current_setting('synchronous_commit') = 'off'` (a server or role configured with
+//!   `synchronous_commit = off` would acknowledge commits before they are durable). A server that
+//!   rejects this query is used as it is.
+//! - Statements are prepared once per connection (extended query protocol) with `text`
+//!   parameters cast to `numeric`/`smallint` in SQL, and results read as `text`.
+//!
+//! So a compatible server needs: `UPDATE … RETURNING`, `INSERT … ON CONFLICT DO NOTHING`,
+//! `CREATE TABLE IF NOT EXISTS`, `CHECK` constraints, the `numeric` type with `mod`, `div`,
+//! `GREATEST`, `LEAST`, `COLLATE "C"`, row locking by `UPDATE` in autocommit mode, and prepared
+//! statements. PostgreSQL 9.5 or later has all of it. Behind PgBouncer in transaction pooling
+//! mode, prepared statements need PgBouncer 1.21+ with `max_prepared_statements` set.
+//!
+//! ## Durability
+//!
+//! Every write is its own autocommitted transaction, and the call returns `Ok` only after the
+//! server reported the commit. With `synchronous_commit` on (forced per session, see above) and
+//! `fsync` on (the server's default; idmint cannot check it), the commit is flushed to the WAL
+//! before the server answers; with synchronous replication it also reached the standbys the
+//! server is configured to wait for.
+//!
+//! ## A lost reply never hands a block out twice
+//!
+//! A reservation is never retried inside the authority: if its connection fails or the operation
+//! times out, the call returns [`StoreError::Unavailable`] and the connection is thrown away
+//! (its task aborted, so a late reply cannot be read by anyone). The server may or may not have
+//! committed the `UPDATE`. The next `reserve` is a new `UPDATE` that starts from whatever
+//! watermark is committed at that point, so if the lost one committed, its block lies below the
+//! new block and is simply never used (burned); it is not recomputed or reissued. The same holds
+//! for `give_back` and `ensure_namespace`. Only the read-only `state` and `list` run a second
+//! time, on a new connection, after a connection failure.
+//!
+//! ## Connections
+//!
+//! At most [`PostgresConfig::pool_size`] connections (tokio-postgres, no TLS), on the crate's one
+//! connection pool and its policy, shared with the MySQL authority (see the `pool` module):
+//! idle connections are reused after a health check (closed ones dropped, ones idle for 30 s
+//! pinged), a connection whose operation failed or was cancelled is never reused, and a new one
+//! is opened on demand, so the authority reconnects by itself after a restart or a network cut.
+//! Every operation, including waiting for a pooled connection and connecting, is bounded by
+//! [`PostgresConfig::op_timeout`]; a stalled server yields [`StoreError::Unavailable`], never a
+//! hang. The code is split along the seams: `conn` (one connection: session setup, prepared
+//! statements, error mapping), `sql` (the DDL, the statements and [`instagram_sql`]), and this
+//! module (the authority).
+//!
+//! ## What it does not do
+//!
+//! TLS (use a local socket, a tunnel or a sidecar), migrations of the table (the layout is
+//! version 1; a change will come with its own), snowflake worker leases, retries of writes,
+//! failover between servers (list several hosts in the URL and tokio-postgres tries them in
+//! order at connect; consistency across a failover is the replication setup's business: use
+//! synchronous replication). [`instagram_sql`] prints Instagram's PL/pgSQL id function for
+//! `idmint sql postgres`; the authority itself does not use it.
+
+mod conn;
+mod sql;
+
+pub use crate::config::PostgresConfig;
+pub use sql::{instagram_sql, schema_sql, InstagramSqlError};
+
+use crate::ops::{self, GIVE_BACK_RACE_ATTEMPTS};
+use crate::pool::{Pool, PoolLimits};
+use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
+use async_trait::async_trait;
+use conn::{chain, describe_server, PgConnector, Statements};
+use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
+use sql::{schema_sql_quoted, validate_table, StatementsSql};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Row, Statement};
+
+const KIND: &str = "postgres";
+
+/// The PostgreSQL authority. Share it behind an `Arc`; its pool serves concurrent callers.
+pub struct PostgresAuthority {
+    pool: Pool<PgConnector>,
+    table: String,
+}
+
+impl fmt::Debug for PostgresAuthority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresAuthority")
+            .field("server", &self.pool.target())
+            .field("table", &self.table)
+            .field("op_timeout", &self.pool.op_timeout())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresAuthority {
+    /// Connects (one connection, kept in the pool), creates the table if absent, and returns the
+    /// authority.
+    ///
+    /// [`StoreError::Unavailable`] if the server cannot be reached within
+    /// [`PostgresConfig::op_timeout`] or refuses the login or the DDL; the message names the host
+    /// and port, never the password. [`StoreError::InvalidSetup`] if the configuration is invalid
+    /// (an unparsable URL, an empty or over-long table name, a zero pool size or timeout).
+    pub async fn connect(config: PostgresConfig) -> Result<Self, StoreError> {
+        let table = validate_table(&config.table)?;
+        if config.pool_size == 0 {
+            return Err(invalid_setup("pool_size must be at least 1"));
+        }
+        if config.op_timeout.is_zero() {
+            return Err(invalid_setup("op_timeout must be above zero"));
+        }
+        let mut pg = tokio_postgres::Config::from_str(&config.url).map_err(|e| {
+            invalid_setup(format!("invalid PostgreSQL connection URL: {}", chain(&e)))
+        })?;
+        if pg.get_connect_timeout().is_none() {
+            pg.connect_timeout(config.op_timeout);
+        }
+        if pg.get_application_name().is_none() {
+            pg.application_name("idmint");
+        }
+        let server = describe_server(&pg);
+        let connector = PgConnector {
+            pg,
+            sql: Arc::new(StatementsSql::new(&table)),
+        };
+        let limits = PoolLimits {
+            max_size: config.pool_size,
+            max_idle: config.pool_size,
+            op_timeout: config.op_timeout,
+        };
+        let authority = PostgresAuthority {
+            pool: Pool::new(connector, KIND, server, limits)?,
+            table,
+        };
+        let ddl = schema_sql_quoted(&authority.table);
+        let pool = &authority.pool;
+        pool.run("connect", async {
+            let mut lease = pool.get().await?;
+            let conn = lease.conn();
+            let out = match conn.create_schema(&ddl).await {
+                Ok(()) => conn.prepare().await.map(drop),
+                Err(e) => Err(e),
+            };
+            lease.finish(out)
+        })
+        .await?;
+        Ok(authority)
+    }
+
+    /// One statement on a pooled connection, not bounded (the caller runs it in the pool).
+    async fn query_once(
+        &self,
+        pick: fn(&Statements) -> &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        let mut lease = self.pool.get().await?;
+        let out = lease.conn().query(pick, params).await;
+        lease.finish(out)
+    }
+
+    /// A statement that writes: run once, never retried (see the module docs).
+    async fn write(
+        &self,
+        what: &str,
+        pick: fn(&Statements) -> &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        self.pool.run(what, self.query_once(pick, params)).await
+    }
+
+    /// A compare-and-swap `UPDATE`: run once, never retried; the number of rows it changed.
+    async fn write_count(
+        &self,
+        what: &str,
+        pick: fn(&Statements) -> &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        self.pool
+            .run(what, async {
+                let mut lease = self.pool.get().await?;
+                let out = lease.conn().execute(pick, params).await;
+                lease.finish(out)
+            })
+            .await
+    }
+
+    /// A read-only query (`state`, `list`): run again on a new connection after a connection
+    /// failure (see [`crate::pool`]). Reads change nothing, so running one twice is harmless.
+    async fn read(
+        &self,
+        what: &str,
+        pick: fn(&Statements) -> &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        self.pool.read(what, || self.query_once(pick, params)).await
+    }
+
+    async fn select_one(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError> {
+        let rows = self
+            .read("state", |s| &s.select_one, &[&name.as_str()])
+            .await?;
+        rows.first().map(decode_state).transpose()
+    }
+}
+
+#[async_trait]
+impl Authority for PostgresAuthority {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn ensure_namespace(
+        &self,
+        name: &NamespaceName,
+        spec: SequenceSpec,
+    ) -> Result<NamespaceState, StoreError> {
+        let (width, first, step, offset) = spec_params(&spec);
+        let inserted = self
+            .write(
+                "ensure_namespace",
+                |s| &s.insert,
+                &[&name.as_str(), &width, &first, &step, &offset],
+            )
+            .await?;
+        if let Some(row) = inserted.first() {
+            let created = decode_state(row)?;
+            if created != NamespaceState::new(name.clone(), spec) {
+                return Err(corrupt(format!(
+                    "namespace {name}: the row just inserted reads back as {created:?}"
+                )));
+            }
+            return Ok(created);
+        }
+        // Already there (INSERT … ON CONFLICT waited for a concurrent creator to commit, so this
+        // read, a new statement, sees the row).
+        let existing = self.select_one(name).await?;
+        match ops::ensure(name, existing.as_ref(), spec)? {
+            None => existing.ok_or_else(|| StoreError::UnknownNamespace { name: name.clone() }),
+            // Deleted between the INSERT and the SELECT: only by hand, outside idmint.
+            Some(_) => Err(StoreError::UnknownNamespace { name: name.clone() }),
+        }
+    }
+
+    async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError> {
+        if count == 0 {
+            return Err(StoreError::InvalidCount);
+        }
+        let count_param = count.to_string();
+        for _ in 0..GIVE_BACK_RACE_ATTEMPTS {
+            // The one statement that reserves. Not retried after an error: see the module docs.
+            let rows = self
+                .write("reserve", |s| &s.reserve, &[&name.as_str(), &count_param])
+                .await?;
+            if let Some(row) = rows.first() {
+                return decode_reservation(row, name, count);
+            }
+            // Nothing updated: unknown, or no id left when the UPDATE ran.
+            let Some(state) = self.select_one(name).await? else {
+                return Err(StoreError::UnknownNamespace { name: name.clone() });
+            };
+            match ops::reserve(&state, count) {
+                Err(e) => return Err(e),
+                // A give_back lowered the watermark in between: the UPDATE changed nothing, so
+                // running it again is safe.
+                Ok(_) => continue,
+            }
+        }
+        Err(unavailable(format!(
+            "reserve on {name}: the watermark kept changing under {GIVE_BACK_RACE_ATTEMPTS} attempts"
+        )))
+    }
+
+    async fn state(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError> {
+        self.select_one(name).await
+    }
+
+    async fn list(&self) -> Result<Vec<NamespaceState>, StoreError> {
+        let rows = self.read("list", |s| &s.list, &[]).await?;
+        let mut all = rows
+            .iter()
+            .map(decode_state)
+            .collect::<Result<Vec<_>, _>>()?;
+        // The server sorted by byte order already; this does not depend on its collation support.
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(all)
+    }
+
+    async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
+        let (start, end) = (tail.start().to_string(), tail.end().to_string());
+        for _ in 0..GIVE_BACK_RACE_ATTEMPTS {
+            let Some(state) = self.select_one(name).await? else {
+                return Err(StoreError::UnknownNamespace { name: name.clone() });
+            };
+            if let Err(refused) = ops::give_back(&state, tail)? {
+                return Ok(refused);
+            }
+            // The compare-and-swap. Not retried after an error: see the module docs.
+            let updated = self
+                .write_count(
+                    "give_back",
+                    |s| &s.give_back,
+                    &[&name.as_str(), &start, &end],
+                )
+                .await?;
+            match updated {
+                1 => return Ok(GiveBack::Returned),
+                // A reservation won the race: the next read reports its watermark.
+                0 => continue,
+                n => {
+                    return Err(corrupt(format!(
+                        "give_back on {name} updated {n} rows of a keyed table"
+                    )))
+                }
+            }
+        }
+        Err(unavailable(format!(
+            "give_back on {name}: the watermark kept changing under {GIVE_BACK_RACE_ATTEMPTS} attempts"
+        )))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rows
+
+fn spec_params(spec: &SequenceSpec) -> (i16, String, String, String) {
+    let width: i16 = match spec.width() {
+        Width::Bits32 => 32,
+        Width::Bits64 => 64,
+    };
+    (
+        width,
+        spec.first().to_string(),
+        spec.step().to_string(),
+        spec.offset().to_string(),
+    )
+}
+
+/// A row of [`STATE_COLUMNS`], validated as the module docs say.
+fn decode_state(row: &Row) -> Result<NamespaceState, StoreError> {
+    let raw_name: &str = row
+        .try_get(0)
+        .map_err(|e| corrupt(format!("unreadable namespace name: {}", chain(&e))))?;
+    let bad = |what: String| corrupt(format!("namespace {raw_name:?}: {what}"));
+    let name = NamespaceName::new(raw_name).map_err(|e| bad(format!("invalid name: {e}")))?;
+    let width_raw: i16 = row
+        .try_get(1)
+        .map_err(|e| bad(format!("unreadable width: {}", chain(&e))))?;
+    let width = u32::try_from(width_raw)
+        .ok()
+        .and_then(Width::from_bits)
+        .ok_or_else(|| bad(format!("width {width_raw} is neither 32 nor 64")))?;
+    let number = |i: usize, what: &str| -> Result<u64, StoreError> {
+        let text: &str = row
+            .try_get(i)
+            .map_err(|e| bad(format!("unreadable {what}: {}", chain(&e))))?;
+        text.parse::<u64>().map_err(|_| {
+            bad(format!(
+                "{what} {text:?} is not an integer from 0 to 2^64 - 1"
+            ))
+        })
+    };
+    let first = number(2, "first_id")?;
+    let step = number(3, "step")?;
+    let offset = number(4, "id_offset")?;
+    let watermark = number(5, "watermark")?;
+    ops::stored_state(name, width, first, step, offset, watermark).map_err(bad)
+}
+
+/// The row `reserve` returned: the state after it, and the block's start. The block must be
+/// exactly what [`SequenceSpec::reserve`] computes from that start.
+fn decode_reservation(
+    row: &Row,
+    name: &NamespaceName,
+    count: u64,
+) -> Result<Reservation, StoreError> {
+    let state = decode_state(row)?;
+    if &state.name != name {
+        return Err(corrupt(format!(
+            "reserve on {name} returned the row of {}",
+            state.name
+        )));
+    }
+    let start_text: &str = row.try_get(6).map_err(|e| {
+        corrupt(format!(
+            "reserve on {name}: unreadable block start: {}",
+            chain(&e)
+        ))
+    })?;
+    let start: u64 = start_text.parse().map_err(|_| {
+        corrupt(format!(
+            "reserve on {name}: block start {start_text:?} is not an integer"
+        ))
+    })?;
+    let block = Block::new(start, state.watermark, state.spec.step());
+    let expected = state.spec.reserve(start, count).ok();
+    match block {
+        Some(block) if expected == Some(block) && state.spec.align_up(start) == Some(start) => {
+            Ok(Reservation {
+                block,
+                watermark: block.end(),
+            })
+        }
+        _ => Err(corrupt(format!(
+            "reserve({name}, {count}) returned start {start} and watermark {}, which is not a \
+             block of {:?}",
+            state.watermark, state.spec
+        ))),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+fn unavailable(message: impl Into<String>) -> StoreError {
+    StoreError::Unavailable {
+        backend: KIND,
+        message: message.into(),
+    }
+}
+
+fn invalid_setup(message: impl Into<String>) -> StoreError {
+    StoreError::InvalidSetup {
+        message: message.into(),
+    }
+}
+
+fn corrupt(message: String) -> StoreError {
+    StoreError::Corrupt { message }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    use std::str::FromStr;
+
+    #[test]
+    fn server_descriptions_hold_no_secrets() {
+        let pg =
+            tokio_postgres::Config::from_str("postgres://u:hunter2@db.example:6543/x").unwrap();
+        assert_eq!(describe_server(&pg), "db.example:6543");
+        let config = PostgresConfig::new("postgres://u:hunter2@db.example/x");
+        assert!(!format!("{config:?}").contains("hunter2"));
+    }
+}

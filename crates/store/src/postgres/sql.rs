@@ -1,0 +1,314 @@
+//! The SQL text of the PostgreSQL authority: the namespace table's DDL ([`schema_sql`], which
+//! `idmint sql postgres` prints and `PostgresAuthority::connect` runs), the statements the
+//! authority prepares on every connection, and Instagram's PL/pgSQL id function
+//! ([`instagram_sql`]).
+//!
+//! Invariants: every identifier is double-quoted (inner quotes doubled), so a table name is
+//! taken exactly as written and cannot inject SQL; the reservation arithmetic in the statements
+//! is [`SequenceSpec::reserve`](idmint_core::SequenceSpec::reserve)'s, in `numeric`, so nothing
+//! overflows near 2^63.
+//!
+//! What it does not do: run anything (see the parent module), or migrate tables.
+
+use crate::StoreError;
+use idmint_core::Width;
+use thiserror::Error;
+
+/// PostgreSQL truncates identifiers longer than this many bytes (NAMEDATALEN - 1).
+const MAX_IDENTIFIER_BYTES: usize = 63;
+
+/// `"name"`: a double-quoted SQL identifier, inner quotes doubled.
+pub(super) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The table name, checked and quoted.
+pub(super) fn validate_table(table: &str) -> Result<String, StoreError> {
+    if table.is_empty() || table.len() > MAX_IDENTIFIER_BYTES || table.contains('\0') {
+        return Err(StoreError::InvalidSetup {
+            message: format!(
+                "the table name must be 1 to {MAX_IDENTIFIER_BYTES} bytes without NUL, got \
+                 {table:?}"
+            ),
+        });
+    }
+    Ok(quote_ident(table))
+}
+
+/// The DDL of the namespace table `table` (taken exactly as written: it is quoted), as
+/// [`PostgresAuthority::connect`](super::PostgresAuthority::connect) runs it. Idempotent (`CREATE TABLE IF NOT EXISTS`).
+pub fn schema_sql(table: &str) -> String {
+    schema_sql_quoted(&quote_ident(table))
+}
+
+pub(super) fn schema_sql_quoted(table: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table} (
+    name        text PRIMARY KEY,
+    width       smallint NOT NULL CHECK (width IN (32, 64)),
+    first_id    numeric(20,0) NOT NULL CHECK (first_id >= 0),
+    step        numeric(20,0) NOT NULL CHECK (step >= 1),
+    id_offset   numeric(20,0) NOT NULL CHECK (id_offset >= 0 AND id_offset < step),
+    watermark   numeric(20,0) NOT NULL CHECK (watermark >= first_id),
+    block_start numeric(20,0) NULL CHECK (block_start IS NULL OR block_start < watermark),
+    CHECK (first_id <= {MAX_32} OR width = 64),
+    CHECK (first_id <= {MAX_64}),
+    CHECK (watermark <= CASE width WHEN 32 THEN {CEILING_32} ELSE {CEILING_64} END)
+);
+"
+    )
+}
+
+const MAX_32: u64 = Width::Bits32.max_id();
+const MAX_64: u64 = Width::Bits64.max_id();
+const CEILING_32: u64 = MAX_32 + 1;
+const CEILING_64: u64 = MAX_64 + 1;
+
+/// The columns every state-returning statement yields, in [`decode_state`]'s order.
+pub(super) const STATE_COLUMNS: &str =
+    "name, width, first_id::text, step::text, id_offset::text, watermark::text";
+
+/// The statements' text for one table.
+#[derive(Debug)]
+pub(super) struct StatementsSql {
+    pub(super) insert: String,
+    pub(super) select_one: String,
+    pub(super) list: String,
+    pub(super) reserve: String,
+    pub(super) give_back: String,
+}
+
+impl StatementsSql {
+    pub(super) fn new(table: &str) -> Self {
+        // The reservation arithmetic of `SequenceSpec::reserve`, in numeric, on the row's
+        // current values (an UPDATE's SET sees the row version it locked):
+        //   x     = max(watermark, first)
+        //   start = x + (offset + step - x mod step) mod step        (align_up)
+        //   max   = the width's largest id
+        //   n     = min(count, (max - start) div step + 1)          (cut at the maximum)
+        //   end   = start + (n - 1) * step + 1
+        let x = "GREATEST(watermark, first_id)";
+        let start = format!("({x} + mod(id_offset + step - mod({x}, step), step))");
+        let max = format!("(CASE width WHEN 32 THEN {MAX_32}::numeric ELSE {MAX_64}::numeric END)");
+        let n = format!("LEAST($2::text::numeric, div({max} - {start}, step) + 1)");
+        StatementsSql {
+            insert: format!(
+                "INSERT INTO {table} (name, width, first_id, step, id_offset, watermark) \
+                 VALUES ($1::text, $2::smallint, $3::text::numeric, $4::text::numeric, \
+                 $5::text::numeric, $3::text::numeric) \
+                 ON CONFLICT (name) DO NOTHING RETURNING {STATE_COLUMNS}"
+            ),
+            select_one: format!("SELECT {STATE_COLUMNS} FROM {table} WHERE name = $1::text"),
+            list: format!("SELECT {STATE_COLUMNS} FROM {table} ORDER BY name COLLATE \"C\""),
+            reserve: format!(
+                "UPDATE {table} SET block_start = {start}, \
+                 watermark = {start} + ({n} - 1) * step + 1 \
+                 WHERE name = $1::text AND {start} <= {max} \
+                 RETURNING {STATE_COLUMNS}, block_start::text"
+            ),
+            give_back: format!(
+                "UPDATE {table} SET watermark = $2::text::numeric, block_start = NULL \
+                 WHERE name = $1::text AND watermark = $3::text::numeric"
+            ),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Instagram's id function
+
+/// Why [`instagram_sql`] cannot print the function.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum InstagramSqlError {
+    /// The shard does not fit the 13-bit shard field.
+    #[error("shard {shard} does not fit in 13 bits (0 to {max})")]
+    ShardOutOfRange {
+        /// The shard asked for.
+        shard: u64,
+        /// The largest shard.
+        max: u64,
+    },
+    /// The schema name is not a plain lower-case SQL identifier.
+    #[error("schema name {name:?} is not a plain identifier: {reason}")]
+    InvalidSchema {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The epoch does not fit a PostgreSQL `bigint`.
+    #[error("epoch {epoch_ms} ms does not fit a bigint")]
+    EpochOutOfRange {
+        /// The epoch given.
+        epoch_ms: u64,
+    },
+}
+
+/// Bits of the Instagram layout, as `idmint_core::Layout::instagram()` defines it.
+const INSTAGRAM_TIMESTAMP_BITS: u32 = 40;
+const INSTAGRAM_SHARD_BITS: u32 = 13;
+const INSTAGRAM_SEQUENCE_BITS: u32 = 10;
+
+/// Instagram's PL/pgSQL id generator for logical shard `shard`, in schema `schema`:
+/// `CREATE SCHEMA`, the sequence `schema.table_id_seq` and the function
+/// `schema.next_id(OUT result bigint)`, computing
+/// `(floor(extract(epoch from clock_timestamp()) * 1000) - epoch_ms) << 23 | shard << 10 |
+/// nextval('schema.table_id_seq') % 1024`.
+///
+/// With `epoch_ms` = 1314220021721 the ids are exactly those of
+/// `idmint_core::Layout::instagram()` (40 timestamp bits at shift 23, 13 shard bits at 10,
+/// 10 sequence bits). Like that layout, and unlike Instagram's original, the function raises an
+/// error instead of returning a negative or wrapped id when the time is before the epoch or past
+/// the 40 bits (2046 with Instagram's epoch). Like the original, it repeats ids if one shard
+/// hands out more than 1024 ids in one millisecond; a primary key on the column turns that into
+/// an error.
+///
+/// The statements are idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`). `schema` must be a plain
+/// lower-case identifier (`[a-z_][a-z0-9_]*`, at most 63 bytes); it is quoted in the output, so
+/// reserved words are fine.
+pub fn instagram_sql(schema: &str, shard: u64, epoch_ms: u64) -> Result<String, InstagramSqlError> {
+    let max_shard = (1u64 << INSTAGRAM_SHARD_BITS) - 1;
+    if shard > max_shard {
+        return Err(InstagramSqlError::ShardOutOfRange {
+            shard,
+            max: max_shard,
+        });
+    }
+    validate_schema(schema)?;
+    if i64::try_from(epoch_ms).is_err() {
+        return Err(InstagramSqlError::EpochOutOfRange { epoch_ms });
+    }
+    let s = quote_ident(schema);
+    // Inside a string literal ('…'), the quoted identifier needs no further escaping: it holds
+    // no single quote.
+    let max_ts = (1u64 << INSTAGRAM_TIMESTAMP_BITS) - 1;
+    let ts_shift = INSTAGRAM_SHARD_BITS + INSTAGRAM_SEQUENCE_BITS;
+    let seq_mod = 1u64 << INSTAGRAM_SEQUENCE_BITS;
+    Ok(format!(
+        "CREATE SCHEMA IF NOT EXISTS {s};
+CREATE SEQUENCE IF NOT EXISTS {s}.table_id_seq;
+CREATE OR REPLACE FUNCTION {s}.next_id(OUT result bigint) AS $$
+DECLARE
+    our_epoch bigint := {epoch_ms};
+    seq_id bigint;
+    now_millis bigint;
+    shard_id bigint := {shard};
+BEGIN
+    SELECT nextval('{s}.table_id_seq') % {seq_mod} INTO seq_id;
+    SELECT floor(extract(epoch FROM clock_timestamp()) * 1000) INTO now_millis;
+    IF now_millis < our_epoch OR now_millis - our_epoch > {max_ts} THEN
+        RAISE EXCEPTION 'next_id: % ms since the epoch % do not fit the {INSTAGRAM_TIMESTAMP_BITS}-bit timestamp',
+            now_millis - our_epoch, our_epoch;
+    END IF;
+    result := (now_millis - our_epoch) << {ts_shift};
+    result := result | (shard_id << {INSTAGRAM_SEQUENCE_BITS});
+    result := result | (seq_id);
+END;
+$$ LANGUAGE plpgsql;
+"
+    ))
+}
+
+fn validate_schema(schema: &str) -> Result<(), InstagramSqlError> {
+    let invalid = |reason| InstagramSqlError::InvalidSchema {
+        name: schema.to_owned(),
+        reason,
+    };
+    let mut chars = schema.chars();
+    match chars.next() {
+        None => return Err(invalid("it is empty")),
+        Some(c) if c.is_ascii_lowercase() || c == '_' => {}
+        Some(_) => return Err(invalid("it must start with a-z or _")),
+    }
+    if !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+        return Err(invalid("only a-z, 0-9 and _ are allowed"));
+    }
+    if schema.len() > MAX_IDENTIFIER_BYTES {
+        return Err(invalid("it is longer than 63 bytes"));
+    }
+    if schema.starts_with("pg_") {
+        return Err(invalid(
+            "names starting with pg_ are reserved by PostgreSQL",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn identifiers_are_quoted() {
+        assert_eq!(quote_ident("idmint_namespaces"), "\"idmint_namespaces\"");
+        assert_eq!(quote_ident("we\"ird"), "\"we\"\"ird\"");
+        let ddl = schema_sql("Ids \"x\"");
+        assert!(
+            ddl.starts_with("CREATE TABLE IF NOT EXISTS \"Ids \"\"x\"\"\" ("),
+            "{ddl}"
+        );
+        assert!(ddl.contains("watermark   numeric(20,0)"));
+        assert!(ddl.contains("9223372036854775808"));
+        assert!(validate_table("").is_err());
+        assert!(validate_table(&"t".repeat(64)).is_err());
+        assert!(validate_table(&"t".repeat(63)).is_ok());
+    }
+
+    #[test]
+    fn instagram_sql_validates_its_inputs() {
+        let sql = instagram_sql("shard_5", 5, 1_314_220_021_721).unwrap();
+        assert!(sql.contains("CREATE SCHEMA IF NOT EXISTS \"shard_5\";"));
+        assert!(sql.contains("CREATE SEQUENCE IF NOT EXISTS \"shard_5\".table_id_seq;"));
+        assert!(sql.contains("FUNCTION \"shard_5\".next_id(OUT result bigint)"));
+        assert!(sql.contains("our_epoch bigint := 1314220021721;"));
+        assert!(sql.contains("shard_id bigint := 5;"));
+        assert!(sql.contains("<< 23"));
+        assert!(sql.contains("% 1024"));
+        assert!(sql.contains("> 1099511627775"));
+        assert!(instagram_sql("s", 8191, 0).is_ok());
+        assert_eq!(
+            instagram_sql("s", 8192, 0),
+            Err(InstagramSqlError::ShardOutOfRange {
+                shard: 8192,
+                max: 8191
+            })
+        );
+        for bad in ["", "1abc", "Shard", "a-b", "a b", "a;drop", "x\"", "pg_x"] {
+            assert!(
+                matches!(
+                    instagram_sql(bad, 1, 0),
+                    Err(InstagramSqlError::InvalidSchema { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+        assert!(instagram_sql(&"a".repeat(64), 1, 0).is_err());
+        assert!(
+            instagram_sql("order", 1, 0).is_ok(),
+            "reserved words are quoted"
+        );
+        assert!(matches!(
+            instagram_sql("s", 1, u64::MAX),
+            Err(InstagramSqlError::EpochOutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn the_layout_constants_are_instagrams() {
+        let l = idmint_core::Layout::instagram();
+        assert_eq!(u32::from(l.timestamp_bits()), INSTAGRAM_TIMESTAMP_BITS);
+        assert_eq!(u32::from(l.node_bits()), INSTAGRAM_SHARD_BITS);
+        assert_eq!(u32::from(l.sequence_bits()), INSTAGRAM_SEQUENCE_BITS);
+        assert_eq!(l.spec().epoch_unix_ms, 1_314_220_021_721);
+    }
+
+    #[test]
+    fn the_reserve_statement_is_one_update() {
+        let sql = StatementsSql::new("\"t\"");
+        assert!(sql.reserve.starts_with("UPDATE \"t\" SET"));
+        assert_eq!(sql.reserve.matches(';').count(), 0);
+        assert!(sql.give_back.contains("AND watermark = $3::text::numeric"));
+    }
+}
