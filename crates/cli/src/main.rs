@@ -2,8 +2,6 @@
 //! printing; everything of substance is in the libraries (`idmint-node`, `idmint-store`,
 //! `idmint-core`).
 
-mod authority;
-
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
 use idmint_api::{Decoded, ErrorBody, IdsResponse, NamespaceInfo, NamespaceList};
@@ -245,7 +243,15 @@ fn serve(
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let authority = authority::build(&file.authority, &data_dir).await?;
+        if !file.authority.is_durable() {
+            tracing::warn!(
+                "memory authority: nothing survives a restart, ids WILL repeat after one"
+            );
+        }
+        tracing::info!(authority = %file.authority, "connecting the authority");
+        let authority = idmint_store::connect(&file.authority, &data_dir)
+            .await
+            .context("setting up the authority")?;
         let listener = tokio::net::TcpListener::bind(http)
             .await
             .with_context(|| format!("binding HTTP on {http}"))?;

@@ -11,6 +11,7 @@ use idmint_core::{
     BufferConfig, BufferPolicy, FieldOrder, Layout, LayoutSpec, NamespaceName, SequenceSpec,
     Sizing, Width,
 };
+use idmint_store::AuthorityConfig;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -101,54 +102,6 @@ impl Default for NodeConfig {
     }
 }
 
-/// The authority a config file selects.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum AuthorityConfig {
-    /// The embedded file store in a directory (`None`: the data directory).
-    File {
-        /// Directory, if set in the file.
-        path: Option<PathBuf>,
-    },
-    /// In memory: nothing survives a restart. For experiments only.
-    Memory,
-    /// PostgreSQL (or a database speaking its protocol).
-    Postgres {
-        /// Connection URL, e.g. `postgres://postgres@127.0.0.1:5432/idmint`.
-        url: String,
-        /// Table name, if not the default.
-        table: Option<String>,
-        /// Timeout of one operation.
-        timeout: Duration,
-    },
-    /// MySQL or MariaDB.
-    Mysql {
-        /// Connection URL, e.g. `mysql://root@127.0.0.1:3306/idmint`.
-        url: String,
-        /// Table name, if not the default.
-        table: Option<String>,
-        /// Flickr ticket mode (`REPLACE INTO … ; LAST_INSERT_ID()`) instead of blocks.
-        tickets: bool,
-        /// Timeout of one operation.
-        timeout: Duration,
-    },
-    /// etcd v3.
-    Etcd {
-        /// Client URLs.
-        endpoints: Vec<String>,
-        /// Key prefix, if not the default.
-        prefix: Option<String>,
-        /// Timeout of one operation.
-        timeout: Duration,
-    },
-    /// Several authorities sharing namespaces, each owning the residue class `offset` (Flickr's
-    /// odd/even ticket servers generalised): the node round-robins between them.
-    Multi(Vec<(AuthorityConfig, u64)>),
-}
-
-/// Default timeout of one authority operation.
-pub const DEFAULT_AUTHORITY_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// Everything an `idmint.toml` holds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FileConfig {
@@ -192,7 +145,7 @@ struct RawFile {
     #[serde(default)]
     server: RawServer,
     #[serde(default)]
-    authority: Option<RawAuthority>,
+    authority: Option<AuthorityConfig>,
     #[serde(default)]
     defaults: RawSequence,
     #[serde(default)]
@@ -209,21 +162,6 @@ struct RawServer {
     refill_wait_ms: Option<u64>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawAuthority {
-    kind: String,
-    path: Option<PathBuf>,
-    url: Option<String>,
-    table: Option<String>,
-    mode: Option<String>,
-    endpoints: Option<Vec<String>>,
-    prefix: Option<String>,
-    timeout_ms: Option<u64>,
-    offset: Option<u64>,
-    members: Option<Vec<RawAuthority>>,
-}
-
 #[derive(Debug, Deserialize, Default, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawSequence {
@@ -231,7 +169,7 @@ struct RawSequence {
     start: Option<u64>,
     step: Option<u64>,
     offset: Option<u64>,
-    cache: Option<String>,
+    cache: Option<RawCache>,
     block_size: Option<u64>,
     buffer_seconds: Option<f64>,
     min_block: Option<u64>,
@@ -239,14 +177,91 @@ struct RawSequence {
     low_water: Option<f64>,
 }
 
+/// `cache = "adaptive" | "fixed" | "off"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+enum RawCache {
+    Adaptive,
+    Fixed,
+    Off,
+}
+
+impl TryFrom<String> for RawCache {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "adaptive" => Ok(RawCache::Adaptive),
+            "fixed" => Ok(RawCache::Fixed),
+            "off" => Ok(RawCache::Off),
+            other => Err(format!(
+                "unknown cache mode {other:?}; known: adaptive, fixed, off"
+            )),
+        }
+    }
+}
+
+/// `kind = "sequence" | "snowflake" | "uuid7" | "ulid"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+enum RawKind {
+    Sequence,
+    Snowflake,
+    Uuid7,
+    Ulid,
+}
+
+impl TryFrom<String> for RawKind {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "sequence" => Ok(RawKind::Sequence),
+            "snowflake" => Ok(RawKind::Snowflake),
+            "uuid7" => Ok(RawKind::Uuid7),
+            "ulid" => Ok(RawKind::Ulid),
+            other => Err(format!(
+                "unknown kind {other:?}; known: sequence, snowflake, uuid7, ulid"
+            )),
+        }
+    }
+}
+
+/// A `[namespaces.NAME]` table. The sequence keys are listed here rather than flattened from
+/// [`RawSequence`], because serde's `flatten` disables `deny_unknown_fields`: this way a typo
+/// names the key and lists the valid ones.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawNamespace {
-    kind: String,
-    #[serde(flatten)]
-    sequence: RawSequence,
+    kind: RawKind,
+    width: Option<u32>,
+    start: Option<u64>,
+    step: Option<u64>,
+    offset: Option<u64>,
+    cache: Option<RawCache>,
+    block_size: Option<u64>,
+    buffer_seconds: Option<f64>,
+    min_block: Option<u64>,
+    max_block: Option<u64>,
+    low_water: Option<f64>,
     layout: Option<RawLayout>,
     worker: Option<u64>,
+}
+
+impl RawNamespace {
+    /// The sequence keys of the table.
+    fn sequence(&self) -> RawSequence {
+        RawSequence {
+            width: self.width,
+            start: self.start,
+            step: self.step,
+            offset: self.offset,
+            cache: self.cache,
+            block_size: self.block_size,
+            buffer_seconds: self.buffer_seconds,
+            min_block: self.min_block,
+            max_block: self.max_block,
+            low_water: self.low_water,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -304,12 +319,9 @@ impl FileConfig {
             let kind = namespace_kind(&key, ns, &raw.defaults)?;
             node.namespaces.insert(parsed, kind);
         }
-        let authority = match &raw.authority {
-            None => AuthorityConfig::File { path: None },
-            Some(a) => authority_config("authority", a, true)?,
-        };
-        if let AuthorityConfig::Multi(members) = &authority {
-            check_multi(&node, members)?;
+        let authority = raw.authority.unwrap_or_default();
+        if let Some(offsets) = authority.residue_offsets() {
+            check_multi(&node, &offsets)?;
         }
         Ok(FileConfig {
             http,
@@ -320,148 +332,10 @@ impl FileConfig {
     }
 }
 
-fn authority_config(
-    key: &str,
-    a: &RawAuthority,
-    top: bool,
-) -> Result<AuthorityConfig, ConfigError> {
-    let timeout = a
-        .timeout_ms
-        .map_or(DEFAULT_AUTHORITY_TIMEOUT, Duration::from_millis);
-    if timeout.is_zero() {
-        return Err(invalid(format!("{key}.timeout_ms"), "must be above 0"));
-    }
-    if a.offset.is_some() && top {
-        return Err(invalid(
-            format!("{key}.offset"),
-            "offset belongs to the members of a multi authority",
-        ));
-    }
-    let url = |kind: &str| {
-        a.url.clone().ok_or_else(|| {
-            invalid(
-                format!("{key}.url"),
-                format!("a {kind} authority needs url"),
-            )
-        })
-    };
-    let unexpected = |field: &str, present: bool| {
-        if present {
-            Err(invalid(
-                format!("{key}.{field}"),
-                format!("not a setting of a {} authority", a.kind),
-            ))
-        } else {
-            Ok(())
-        }
-    };
-    let config = match a.kind.as_str() {
-        "file" => {
-            unexpected("url", a.url.is_some())?;
-            AuthorityConfig::File {
-                path: a.path.clone(),
-            }
-        }
-        "memory" => AuthorityConfig::Memory,
-        "postgres" => {
-            unexpected("mode", a.mode.is_some())?;
-            AuthorityConfig::Postgres {
-                url: url("postgres")?,
-                table: a.table.clone(),
-                timeout,
-            }
-        }
-        "mysql" => {
-            let tickets = match a.mode.as_deref() {
-                None | Some("blocks") => false,
-                Some("tickets") => true,
-                Some(other) => {
-                    return Err(invalid(
-                        format!("{key}.mode"),
-                        format!("unknown mode {other:?}; known: blocks, tickets"),
-                    ))
-                }
-            };
-            AuthorityConfig::Mysql {
-                url: url("mysql")?,
-                table: a.table.clone(),
-                tickets,
-                timeout,
-            }
-        }
-        "etcd" => {
-            let endpoints = a.endpoints.clone().unwrap_or_default();
-            if endpoints.is_empty() {
-                return Err(invalid(
-                    format!("{key}.endpoints"),
-                    "an etcd authority needs endpoints, e.g. [\"http://127.0.0.1:2379\"]",
-                ));
-            }
-            AuthorityConfig::Etcd {
-                endpoints,
-                prefix: a.prefix.clone(),
-                timeout,
-            }
-        }
-        "multi" => {
-            if !top {
-                return Err(invalid(
-                    key,
-                    "a multi authority cannot be a member of another",
-                ));
-            }
-            let raw_members = a.members.as_deref().unwrap_or_default();
-            if raw_members.len() < 2 {
-                return Err(invalid(
-                    format!("{key}.members"),
-                    "a multi authority needs at least 2 members",
-                ));
-            }
-            let mut members = Vec::new();
-            for (i, m) in raw_members.iter().enumerate() {
-                let mkey = format!("{key}.members[{i}]");
-                let offset = m.offset.ok_or_else(|| {
-                    invalid(
-                        format!("{mkey}.offset"),
-                        "each member owns a residue class: set its offset",
-                    )
-                })?;
-                if m.kind == "memory" {
-                    return Err(invalid(format!("{mkey}.kind"), "memory cannot be a member"));
-                }
-                members.push((authority_config(&mkey, m, false)?, offset));
-            }
-            AuthorityConfig::Multi(members)
-        }
-        other => {
-            return Err(invalid(
-                format!("{key}.kind"),
-                format!(
-                "unknown authority {other:?}; known: file, postgres, mysql, etcd, multi, memory"
-            ),
-            ))
-        }
-    };
-    if a.members.is_some() && !matches!(config, AuthorityConfig::Multi(_)) {
-        return Err(invalid(
-            format!("{key}.members"),
-            "members belong to a multi authority",
-        ));
-    }
-    Ok(config)
-}
-
 /// With several authorities, every sequence namespace's step must leave each member its own
 /// residue class, and namespaces must not set an offset of their own.
-fn check_multi(node: &NodeConfig, members: &[(AuthorityConfig, u64)]) -> Result<(), ConfigError> {
-    let mut offsets: Vec<u64> = members.iter().map(|(_, o)| *o).collect();
-    offsets.sort_unstable();
-    if offsets.windows(2).any(|w| w[0] == w[1]) {
-        return Err(invalid(
-            "authority.members",
-            "two members have the same offset; their ids would collide",
-        ));
-    }
+/// (Distinct member offsets are the store's check, when it reads `[authority]`.)
+fn check_multi(node: &NodeConfig, offsets: &[u64]) -> Result<(), ConfigError> {
     let check = |key: String, spec: &SequenceSpec| {
         if spec.offset() != 0 {
             return Err(invalid(
@@ -491,28 +365,29 @@ fn namespace_kind(
     ns: &RawNamespace,
     defaults: &RawSequence,
 ) -> Result<KindConfig, ConfigError> {
-    let seq_keys_set = ns.sequence.width.is_some()
-        || ns.sequence.start.is_some()
-        || ns.sequence.step.is_some()
-        || ns.sequence.offset.is_some()
-        || ns.sequence.cache.is_some()
-        || ns.sequence.block_size.is_some()
-        || ns.sequence.buffer_seconds.is_some()
-        || ns.sequence.min_block.is_some()
-        || ns.sequence.max_block.is_some()
-        || ns.sequence.low_water.is_some();
-    match ns.kind.as_str() {
-        "sequence" => {
+    let sequence = ns.sequence();
+    let seq_keys_set = sequence.width.is_some()
+        || sequence.start.is_some()
+        || sequence.step.is_some()
+        || sequence.offset.is_some()
+        || sequence.cache.is_some()
+        || sequence.block_size.is_some()
+        || sequence.buffer_seconds.is_some()
+        || sequence.min_block.is_some()
+        || sequence.max_block.is_some()
+        || sequence.low_water.is_some();
+    match ns.kind {
+        RawKind::Sequence => {
             if ns.layout.is_some() || ns.worker.is_some() {
                 return Err(invalid(
                     key,
                     "layout and worker belong to snowflake namespaces",
                 ));
             }
-            let (spec, cache) = sequence_settings(key, &ns.sequence, defaults)?;
+            let (spec, cache) = sequence_settings(key, &sequence, defaults)?;
             Ok(KindConfig::Sequence { spec, cache })
         }
-        "snowflake" => {
+        RawKind::Snowflake => {
             if seq_keys_set {
                 return Err(invalid(
                     key,
@@ -544,23 +419,20 @@ fn namespace_kind(
             }
             Ok(KindConfig::Snowflake { layout, worker })
         }
-        "uuid7" | "ulid" => {
+        RawKind::Uuid7 | RawKind::Ulid => {
+            let (kind, name) = if ns.kind == RawKind::Uuid7 {
+                (KindConfig::Uuid7, "uuid7")
+            } else {
+                (KindConfig::Ulid, "ulid")
+            };
             if seq_keys_set || ns.layout.is_some() || ns.worker.is_some() {
                 return Err(invalid(
                     key,
-                    format!("a {} namespace takes no settings besides kind", ns.kind),
+                    format!("a {name} namespace takes no settings besides kind"),
                 ));
             }
-            Ok(if ns.kind == "uuid7" {
-                KindConfig::Uuid7
-            } else {
-                KindConfig::Ulid
-            })
+            Ok(kind)
         }
-        other => Err(invalid(
-            format!("{key}.kind"),
-            format!("unknown kind {other:?}; known: sequence, snowflake, uuid7, ulid"),
-        )),
     }
 }
 
@@ -631,30 +503,19 @@ fn sequence_settings(
         Sizing::Fixed(n) => (10.0, n, n),
     };
     let low_water = s.low_water.or(d.low_water).unwrap_or(defaults.low_water);
-    let cache_name = s
-        .cache
-        .clone()
-        .or_else(|| d.cache.clone())
-        .unwrap_or_else(|| "adaptive".to_owned());
-    let sizing = match cache_name.as_str() {
-        "off" => return Ok((spec, CacheMode::Off)),
-        "adaptive" => Sizing::Adaptive {
+    let sizing = match s.cache.or(d.cache).unwrap_or(RawCache::Adaptive) {
+        RawCache::Off => return Ok((spec, CacheMode::Off)),
+        RawCache::Adaptive => Sizing::Adaptive {
             buffer_seconds: s.buffer_seconds.or(d.buffer_seconds).unwrap_or(d_secs),
             min_block: s.min_block.or(d.min_block).unwrap_or(d_min),
             max_block: s.max_block.or(d.max_block).unwrap_or(d_max),
         },
-        "fixed" => Sizing::Fixed(s.block_size.or(d.block_size).ok_or_else(|| {
+        RawCache::Fixed => Sizing::Fixed(s.block_size.or(d.block_size).ok_or_else(|| {
             invalid(
                 format!("{key}.block_size"),
                 "cache = \"fixed\" needs block_size",
             )
         })?),
-        other => {
-            return Err(invalid(
-                format!("{key}.cache"),
-                format!("unknown cache mode {other:?}; known: adaptive, fixed, off"),
-            ))
-        }
     };
     let policy = BufferPolicy::new(BufferConfig {
         sizing,
@@ -752,14 +613,12 @@ mod tests {
             "[authority]\nkind = \"postgres\"\nurl = \"postgres://u@h/db\"\ntimeout_ms = 800\n",
         )
         .unwrap();
-        assert_eq!(
-            cfg.authority,
-            AuthorityConfig::Postgres {
-                url: "postgres://u@h/db".into(),
-                table: None,
-                timeout: Duration::from_millis(800)
-            }
-        );
+        assert!(matches!(
+            &cfg.authority,
+            AuthorityConfig::Postgres(pg) if pg.url == "postgres://u@h/db"
+                && pg.table == idmint_store::config::PostgresConfig::DEFAULT_TABLE
+                && pg.op_timeout == Duration::from_millis(800)
+        ));
         let multi = r#"
             [defaults]
             step = 2
@@ -777,7 +636,9 @@ mod tests {
             offset = 0
         "#;
         let cfg = FileConfig::parse(multi).unwrap();
-        assert!(matches!(&cfg.authority, AuthorityConfig::Multi(m) if m.len() == 2 && m[0].1 == 1));
+        assert!(
+            matches!(&cfg.authority, AuthorityConfig::Multi(m) if m.members().len() == 2 && m.members()[0].offset == 1)
+        );
         let err = |t: &str| FileConfig::parse(t).unwrap_err().to_string();
         assert!(err(&multi.replace("step = 2", "step = 1")).contains("set step to at least 2"));
         assert!(err(&multi.replace("offset = 0", "offset = 1")).contains("same offset"));
@@ -793,6 +654,9 @@ mod tests {
     fn empty_file_is_the_default() {
         let cfg = FileConfig::parse("").unwrap();
         assert_eq!(cfg.node, NodeConfig::default());
-        assert_eq!(cfg.authority, AuthorityConfig::File { path: None });
+        assert_eq!(
+            cfg.authority,
+            AuthorityConfig::File(idmint_store::config::FileConfig { path: None })
+        );
     }
 }

@@ -26,7 +26,7 @@ pub mod registry;
 pub mod supply;
 pub mod time;
 
-pub use config::{AuthorityConfig, CacheMode, ConfigError, FileConfig, KindConfig, NodeConfig};
+pub use config::{CacheMode, ConfigError, FileConfig, KindConfig, NodeConfig};
 pub use error::{IdError, NodeError};
 pub use idmint_store::Authority;
 pub use registry::{Node, ShutdownReport};
