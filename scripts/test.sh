@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
-# The project's test command (the README's second command): formatting, lints, the whole test
-# suite, and the loom model checks. It installs what it needs that is missing (the rustfmt and
-# clippy components) and says clearly what it cannot provide.
+# The project's test command (the README's second command): formatting, lints, docs, the whole
+# test suite against real servers, the benchmark workspaces compiled, and the loom model checks.
+# It installs what it needs that is missing and says clearly what it cannot provide.
+#
+#   bash scripts/test.sh           everything (what CI runs)
+#   bash scripts/test.sh --quick   fmt, clippy and the tests that need no server: a fast loop
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+quick=0
+case "${1:-}" in
+  --quick) quick=1 ;;
+  "") ;;
+  *) echo "usage: bash scripts/test.sh [--quick]" >&2; exit 2 ;;
+esac
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -22,6 +32,14 @@ for component in rustfmt clippy; do
     fi
   fi
 done
+
+# The etcd client compiles etcd's .proto files at build time: every build with --all-features
+# needs protoc.
+ensure_protoc() {
+  if ! command -v protoc >/dev/null 2>&1; then
+    apt_install "protoc (the Protocol Buffers compiler)" protobuf-compiler
+  fi
+}
 
 # --- Backend servers the tests talk to (real servers, never mocks) -------------------------
 # PostgreSQL and MariaDB: started if installed but not running; installed from Debian as root if
@@ -51,6 +69,22 @@ wait_for() { # description, command...
   exit 1
 }
 
+if [ "$quick" -eq 1 ]; then
+  ensure_protoc
+  step "cargo fmt --check"
+  cargo fmt --all -- --check
+  step "cargo clippy (warnings denied)"
+  cargo clippy --workspace --all-targets --all-features -- -D warnings
+  step "tests that need no server"
+  cargo test --all-features -p idmint-core -p idmint-api -p idmint-client
+  cargo test --all-features -p idmint-store --lib --test authorities
+  cargo test --all-features -p idmint-node --lib --test api
+  cargo test --all-features -p idmint-cli --test process
+  echo
+  echo "quick checks passed (servers, benchmarks and loom not run: bash scripts/test.sh)"
+  exit 0
+fi
+
 step "backend servers"
 if ! command -v pg_ctlcluster >/dev/null 2>&1; then
   apt_install "PostgreSQL" postgresql
@@ -77,10 +111,7 @@ if ! command -v etcd >/dev/null 2>&1; then
 fi
 echo "etcd: $(etcd --version 2>/dev/null | head -n1) (tests start private instances)"
 
-# etcd-client compiles etcd's .proto files at build time.
-if ! command -v protoc >/dev/null 2>&1; then
-  apt_install "protoc (the Protocol Buffers compiler)" protobuf-compiler
-fi
+ensure_protoc
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -88,8 +119,17 @@ cargo fmt --all -- --check
 step "cargo clippy (warnings denied)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
+step "cargo doc (warnings denied)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quiet
+
 step "cargo test --workspace"
 cargo test --workspace --all-features
+
+# The benchmark workspaces are separate (their own peers and lockfiles); compile every target
+# so that an API change cannot silently break them. One shared target dir for both.
+step "benchmark workspaces compile"
+CARGO_TARGET_DIR=target/benches cargo check --quiet --manifest-path bench/Cargo.toml --all-targets
+CARGO_TARGET_DIR=target/benches cargo check --quiet --manifest-path bench/load/client/Cargo.toml --all-targets
 
 step "loom model checks of the lock-free paths"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p idmint-core --test loom --release

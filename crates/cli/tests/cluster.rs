@@ -3,7 +3,7 @@
 //! clients fetch ids from them, and the nodes are killed (SIGKILL) and restarted on new ports,
 //! rotating, with one graceful restart (SIGTERM, which hands back the unused tail).
 //!
-//! What is checked (invariants 1 to 3 of the design brief, across processes): no id is ever
+//! What is checked (invariants 1 to 3 of docs/design.md, across processes): no id is ever
 //! returned twice by any node; each client's ids from one node increase strictly, within one
 //! process and across its restarts (a restarted node never reuses a block); a request cut by a
 //! kill is answered once it is retried on the restarted node; and no request fails other than

@@ -1,6 +1,6 @@
 //! The snowflake generator: 64-bit time-ordered ids without coordination on the hot path.
 //!
-//! Invariants (DESIGN.md invariant 4, the part that is local to one process):
+//! Invariants (docs/design.md invariant 4, the part that is local to one process):
 //! - every id a generator returns is strictly greater than every id it returned before, from
 //!   any thread: the generator's whole state is one `AtomicU64` holding the last issued
 //!   `(timestamp, sequence)`, advanced only by compare-and-swap to a larger value;

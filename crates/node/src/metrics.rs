@@ -157,11 +157,18 @@ impl SupplyMetrics {
             namespace: namespace.to_owned(),
             outcome,
         };
+        // One statement per series: `get_or_create` returns a guard of the family's lock, and
+        // a second call on the same family while the first guard lives (as temporaries of one
+        // struct expression would) deadlocks.
+        let served = metrics.ids_served.get_or_create(&labels).clone();
+        let refill_ok = metrics.refills.get_or_create(&outcome("ok")).clone();
+        let refill_error = metrics.refills.get_or_create(&outcome("error")).clone();
+        let refill_seconds = metrics.refill_seconds.get_or_create(&labels).clone();
         SupplyMetrics {
-            served: metrics.ids_served.get_or_create(&labels).clone(),
-            refill_ok: metrics.refills.get_or_create(&outcome("ok")).clone(),
-            refill_error: metrics.refills.get_or_create(&outcome("error")).clone(),
-            refill_seconds: metrics.refill_seconds.get_or_create(&labels).clone(),
+            served,
+            refill_ok,
+            refill_error,
+            refill_seconds,
         }
     }
 }

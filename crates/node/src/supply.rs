@@ -465,3 +465,180 @@ impl Supply {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The supply on tokio's paused time: every wait, timeout and backoff is virtual, so these
+    //! tests take no wall-clock time and no timing can flake. The source is a real
+    //! [`MemoryAuthority`] behind a switch that makes it answer `Unavailable` (an outage).
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::time::TokioClock;
+    use async_trait::async_trait;
+    use idmint_core::{BufferConfig, SequenceSpec, Sizing};
+    use idmint_store::{Authority, MemoryAuthority, Reservation};
+
+    #[derive(Debug, Default)]
+    struct Switched {
+        inner: MemoryAuthority,
+        down: AtomicBool,
+        attempts: AtomicU64,
+    }
+
+    #[async_trait]
+    impl BlockSource for Switched {
+        fn kind(&self) -> &'static str {
+            "memory"
+        }
+        async fn reserve(
+            &self,
+            name: &NamespaceName,
+            count: u64,
+        ) -> Result<Reservation, StoreError> {
+            self.attempts.fetch_add(1, Ordering::Relaxed);
+            if self.down.load(Ordering::Relaxed) {
+                return Err(StoreError::Unavailable {
+                    backend: "memory",
+                    message: "switched off by the test".into(),
+                });
+            }
+            Authority::reserve(&self.inner, name, count).await
+        }
+        async fn give_back(
+            &self,
+            name: &NamespaceName,
+            tail: Block,
+        ) -> Result<GiveBack, StoreError> {
+            Authority::give_back(&self.inner, name, tail).await
+        }
+    }
+
+    const TICK: Duration = Duration::from_millis(100);
+    const WAIT: Duration = Duration::from_secs(1);
+
+    struct Running {
+        stop: watch::Sender<bool>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Running {
+        async fn stop(self) {
+            self.stop.send_replace(true);
+            self.task.await.unwrap();
+        }
+    }
+
+    async fn supply(block: u64) -> (Arc<Supply>, Arc<Switched>, Running) {
+        let source = Arc::new(Switched::default());
+        let name = NamespaceName::new("orders").unwrap();
+        let state = source
+            .inner
+            .ensure_namespace(&name, SequenceSpec::default_64())
+            .await
+            .unwrap();
+        let policy = BufferPolicy::new(BufferConfig {
+            sizing: Sizing::Fixed(block),
+            ..BufferConfig::default()
+        })
+        .unwrap();
+        let s = Supply::new(
+            name,
+            SupplyConfig {
+                cache: CacheMode::Buffered(policy),
+                refill_wait: WAIT,
+                watermark: state.watermark,
+            },
+            source.clone(),
+            Arc::new(TokioClock::new()),
+            Arc::new(NoEvents),
+        );
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(s.clone().refill_loop(TICK, stopped));
+        (s, source, Running { stop, task })
+    }
+
+    fn assert_increasing(ids: &[u64]) {
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "ids not strictly increasing: {ids:?}"
+        );
+    }
+
+    /// Steady demand below the block size is served from the buffer: the refill task keeps
+    /// ahead, every id is handed out once, in order, and the accounting adds up.
+    #[tokio::test(start_paused = true)]
+    async fn refills_keep_ahead_of_steady_demand() {
+        let (s, source, running) = supply(100).await;
+        let mut all = Vec::new();
+        for _ in 0..200 {
+            all.extend(s.ids(7, 64).await.unwrap());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(all.len(), 1400);
+        assert_increasing(&all);
+        running.stop().await;
+        let done = s.give_back().await;
+        let snap = s.snapshot();
+        let reserved = Authority::state(&source.inner, s.name())
+            .await
+            .unwrap()
+            .unwrap()
+            .watermark
+            - 1;
+        // Everything reserved was served, returned, or burned: nothing vanished.
+        assert_eq!(
+            snap.served + done.given_back + snap.stats.burned + snap.buffered,
+            reserved + done.given_back,
+            "{snap:?} {done:?}"
+        );
+        assert_eq!(snap.served, 1400);
+    }
+
+    /// An outage with an empty buffer answers `Unavailable` as soon as the refill it waited for
+    /// fails (within `refill_wait`, on the virtual clock), naming the source's error; once the
+    /// source is back the supply recovers by itself and ids continue above everything served.
+    #[tokio::test(start_paused = true)]
+    async fn outage_is_unavailable_with_the_sources_error_then_recovers() {
+        let (s, source, _stop) = supply(10).await;
+        let before = s.ids(10, 64).await.unwrap();
+        source.down.store(true, Ordering::Relaxed);
+        // Drain what is left, then ask for more than the buffer can hold.
+        let mut served = before.clone();
+        let started = tokio::time::Instant::now();
+        let err = loop {
+            match s.ids(5, 64).await {
+                Ok(ids) => served.extend(ids),
+                Err(e) => break e,
+            }
+        };
+        let waited = started.elapsed();
+        assert!(
+            matches!(&err, IdError::Unavailable { reason, .. } if reason.contains("switched off")),
+            "{err:?}"
+        );
+        assert!(waited <= WAIT, "waited {waited:?}, more than refill_wait");
+        source.down.store(false, Ordering::Relaxed);
+        let after = loop {
+            match s.ids(5, 64).await {
+                Ok(ids) => break ids,
+                Err(IdError::Unavailable { .. }) => continue,
+                Err(e) => panic!("{e:?}"),
+            }
+        };
+        served.extend(after);
+        assert_increasing(&served);
+    }
+
+    /// During an outage the refill task backs off (50 ms doubling to 2 s) instead of hammering
+    /// the source: over 20 virtual seconds it tries at most 16 times, and keeps trying.
+    #[tokio::test(start_paused = true)]
+    async fn failed_refills_back_off() {
+        let (_s, source, _stop) = supply(10).await;
+        source.down.store(true, Ordering::Relaxed);
+        let at_start = source.attempts.load(Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        let tried = source.attempts.load(Ordering::Relaxed) - at_start;
+        // 0.05+0.1+0.2+0.4+0.8+1.6 s, then every 2 s: about 13 attempts in 20 s.
+        assert!((8..=16).contains(&tried), "{tried} attempts in 20 s");
+    }
+}

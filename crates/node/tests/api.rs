@@ -1,4 +1,4 @@
-//! End-to-end tests of the HTTP/JSON API (DESIGN.md's interface contract) against nodes served
+//! End-to-end tests of the HTTP/JSON API (docs/api.md) against nodes served
 //! in process by `idmint_node::run` on `127.0.0.1:0`, each with its own authority (memory, or a
 //! file store in its own temp dir).
 //!

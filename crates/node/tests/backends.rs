@@ -3,7 +3,7 @@
 //! node does when its authority is cut off, loses a reply, or is slow. Each scenario is written
 //! once and run against every backend; a last test serves Flickr's ticket mode without a cache.
 //!
-//! What is checked (DESIGN.md invariants 1, 2, 3, 5):
+//! What is checked (docs/design.md invariants 1, 2, 3, 5):
 //! - an outage is bridged by the buffer: every request succeeds while buffered ids last (at
 //!   least as many as `ids_buffered` said at the cut), then 503 `authority_unavailable` naming
 //!   the backend, then recovery by itself; ids unique and strictly increasing throughout;

@@ -17,7 +17,7 @@
 //! turns it into a backend ([`connect()`]), so adding a backend touches this crate and the docs
 //! only.
 //!
-//! Invariants every backend keeps (numbers from the design brief):
+//! Invariants every backend keeps (numbers from docs/design.md):
 //! - (1) `reserve` returns only after a watermark at or above the block's end is durable, so an
 //!   id of the block may be handed out as soon as the call returns;
 //! - (2) a watermark never goes down, except by the compare-and-swap of

@@ -1,7 +1,7 @@
 //! [`MultiAuthority`] over real backends: Flickr's odd/even servers generalised, with every
 //! member a real PostgreSQL database or a real private MariaDB server.
 //!
-//! What is checked (DESIGN.md invariants 1, 2 and 5):
+//! What is checked (docs/design.md invariants 1, 2 and 5):
 //! - concurrent reservations through one multi authority get disjoint blocks, each of one
 //!   member's residue class, and round-robin uses every member;
 //! - each member's durable watermark is exactly past the blocks it granted (nothing lost,

@@ -5,7 +5,7 @@
 //! Each scenario makes its own storage ([`Backend::create`]) and has two authorities on it: one
 //! through the proxy with the backend's short operation timeout ([`FaultProfile::op_timeout`]),
 //! and a direct one that reads the durable state whatever the proxy does. What is checked
-//! (DESIGN.md invariants 1, 2 and 5):
+//! (docs/design.md invariants 1, 2 and 5):
 //! - a cut is [`StoreError::Unavailable`] naming the backend (at once where the backend
 //!   promises it, else within the timeout), also for `connect` during the cut;
 //!   the authority recovers by itself, and nothing reached the server meanwhile;
