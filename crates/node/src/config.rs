@@ -607,6 +607,24 @@ mod tests {
         );
     }
 
+    /// A typo inside a namespace table names the key and lists the valid ones (it used to be
+    /// swallowed by `#[serde(flatten)]`, which disables `deny_unknown_fields`), and kind and
+    /// cache are checked as the enums they are.
+    #[test]
+    fn namespace_typos_name_the_key_and_the_valid_ones() {
+        let err = |t: &str| FileConfig::parse(t).unwrap_err().to_string();
+        let e = err("[namespaces.x]\nkind = \"sequence\"\nblocksize = 5\n");
+        assert!(e.contains("blocksize"), "{e}");
+        assert!(e.contains("block_size") && e.contains("low_water"), "{e}");
+        let e = err("[namespaces.x]\nkind = \"sequence\"\ncache = \"lru\"\n");
+        assert!(
+            e.contains("unknown cache mode \"lru\"; known: adaptive, fixed, off"),
+            "{e}"
+        );
+        let e = err("[defaults]\ncache = \"lru\"\n");
+        assert!(e.contains("unknown cache mode"), "{e}");
+    }
+
     #[test]
     fn authorities_parse() {
         let cfg = FileConfig::parse(

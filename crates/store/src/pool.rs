@@ -35,7 +35,9 @@
 //! its statements), or any SQL.
 
 use crate::StoreError;
-use deadpool::managed::{self, Metrics, Object, PoolError, RecycleError, RecycleResult, Timeouts};
+use deadpool::managed::{
+    self, Metrics, Object, PoolError, RecycleError, RecycleResult, TimeoutType, Timeouts,
+};
 use std::future::Future;
 use std::time::Duration;
 
@@ -173,9 +175,21 @@ impl<C: Connector> Pool<C> {
                 Ok(Lease { pool: self, object })
             }
             Err(PoolError::Backend(e)) => Err(e),
-            Err(PoolError::Timeout(what)) => Err(self.unavailable(format!(
-                "no connection within {:?} ({what:?})",
+            // A server that does not answer while connecting (or a health check) is the same
+            // outage as one that does not answer a statement: one wording, so operators and the
+            // conformance suite's stall scenario read one message. A full pool is not an outage
+            // of the server, and says so.
+            Err(PoolError::Timeout(TimeoutType::Wait)) => Err(self.unavailable(format!(
+                "no pooled connection free within {:?}",
                 self.op_timeout
+            ))),
+            Err(PoolError::Timeout(what)) => Err(self.unavailable(format!(
+                "no answer within {:?} ({})",
+                self.op_timeout,
+                match what {
+                    TimeoutType::Create => "connecting",
+                    _ => "checking an idle connection",
+                }
             ))),
             Err(other) => Err(self.unavailable(other.to_string())),
         }

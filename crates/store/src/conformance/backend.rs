@@ -220,7 +220,7 @@ mod postgres {
             // 2 s: a cut must fail within 1 s, with room for a loaded 2-core machine.
             op_timeout: Duration::from_secs(2),
             timeout_slack: Duration::from_millis(1500),
-            timeout_says: Some("timed out after"),
+            timeout_says: Some("no answer within"),
             cut_fails_fast: true,
             // A pooled connection that the cut closed is found dead on the next call, which
             // fails; the call after it gets a new connection.
