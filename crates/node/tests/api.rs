@@ -1088,12 +1088,10 @@ async fn query_values_are_percent_decoded_and_given_once() {
     node.stop().await;
 }
 
-/// Regression: errors produced outside the handlers were not JSON: 405 on `/healthz` and
-/// `/metrics` spoke of "(ids: GET, blocks: POST)", invalid UTF-8 in the path answered plain
-/// text, and a long URI answered an empty 414. Each is now `{"error": {"code", "message"}}`
-/// with a message that fits the route, and 405 sets `Allow`.
+/// Regression: 405 on `/healthz` and `/metrics` said "(ids: GET, blocks: POST)". Every route's
+/// 405 is now JSON naming that route's methods, with the `Allow` header.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn edge_errors_are_json_and_fit_the_route() {
+async fn method_not_allowed_names_the_routes_methods() {
     let node = TestNode::start(NodeConfig::default(), memory()).await;
     let cases = [
         (reqwest::Method::POST, "/healthz", "GET, HEAD"),
@@ -1109,14 +1107,22 @@ async fn edge_errors_are_json_and_fit_the_route() {
         let (status, headers, text) = request_with_headers(&node, method.clone(), path).await;
         let answer = (status, support::json(&text));
         assert_error(&answer, 405, "method_not_allowed");
-        assert_eq!(headers[reqwest::header::ALLOW], allow, "{method} {path}");
         let message = answer.1["error"]["message"].as_str().unwrap();
+        assert!(!message.contains("ids: GET"), "{method} {path}: {message}");
         assert!(
             message.contains(allow) && message.contains(method.as_str()),
             "{method} {path}: {message}"
         );
-        assert!(!message.contains("ids: GET"), "{method} {path}: {message}");
+        assert_eq!(headers[reqwest::header::ALLOW], allow, "{method} {path}");
     }
+    node.stop().await;
+}
+
+/// Regression: a path that is not UTF-8 once percent-decoded answered axum's plain-text 400.
+/// It is now JSON `invalid_request`, on every route with path parameters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_that_is_not_utf8_is_a_json_400() {
+    let node = TestNode::start(NodeConfig::default(), memory()).await;
 
     for path in [
         "/v1/ids/%FF",
@@ -1135,12 +1141,25 @@ async fn edge_errors_are_json_and_fit_the_route() {
     let (status, _, text) =
         request_with_headers(&node, reqwest::Method::POST, "/v1/blocks/%FF").await;
     assert_error(&(status, support::json(&text)), 400, "invalid_request");
+    node.stop().await;
+}
 
+/// Regression: a long URI answered an empty 414 (or, below hyper's limit, whatever the route
+/// made of it). Request targets over 8 KiB are now a JSON 414 `invalid_request`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_request_target_is_a_json_414() {
+    let node = TestNode::start(NodeConfig::default(), memory()).await;
     // A long request target: JSON 414 from the router (up to hyper's own limit of 64 KiB,
     // above which hyper answers an empty 414 before any route runs).
     let long = format!("/v1/ids/{}", "a".repeat(10_000));
     assert_error(&node.get(&long).await, 414, "invalid_request");
     let long_query = format!("/v1/ids/x?count={}", "1".repeat(9_000));
     assert_error(&node.get(&long_query).await, 414, "invalid_request");
+    // At the limit, the route answers.
+    let at_limit = format!(
+        "/v1/ids/x?count={}",
+        "1".repeat(8 * 1024 - "/v1/ids/x?count=".len())
+    );
+    assert_error(&node.get(&at_limit).await, 400, "invalid_count");
     node.stop().await;
 }
