@@ -28,7 +28,8 @@ pub enum Decoded {
         /// The id.
         #[serde(with = "crate::decimal")]
         id: u64,
-        /// When it was made, RFC 3339 UTC with milliseconds.
+        /// When it was made, RFC 3339 UTC with milliseconds (always writable: a snowflake time
+        /// is below 2^64 ns, before 2555).
         timestamp: String,
         /// The same instant in Unix milliseconds.
         unix_ms: u64,
@@ -43,8 +44,10 @@ pub enum Decoded {
         namespace: String,
         /// The canonical UUID text.
         id: String,
-        /// When it was made, RFC 3339 UTC with milliseconds.
-        timestamp: String,
+        /// When it was made, RFC 3339 UTC with milliseconds; `null` when that lies after
+        /// `9999-12-31T23:59:59.999Z`, which RFC 3339 cannot write (48 bits of milliseconds
+        /// reach the year 10889). `unix_ms` is always there.
+        timestamp: Option<String>,
         /// The same instant in Unix milliseconds.
         unix_ms: u64,
     },
@@ -54,8 +57,10 @@ pub enum Decoded {
         namespace: String,
         /// The canonical 26-character text.
         id: String,
-        /// When it was made, RFC 3339 UTC with milliseconds.
-        timestamp: String,
+        /// When it was made, RFC 3339 UTC with milliseconds; `null` when that lies after
+        /// `9999-12-31T23:59:59.999Z`, which RFC 3339 cannot write (48 bits of milliseconds
+        /// reach the year 10889). `unix_ms` is always there.
+        timestamp: Option<String>,
         /// The same instant in Unix milliseconds.
         unix_ms: u64,
     },
@@ -77,6 +82,20 @@ mod tests {
         let v: serde_json::Value = serde_json::to_value(&d).unwrap();
         assert_eq!(v["kind"], "sequence");
         assert_eq!(v["id"], "7");
+        assert_eq!(serde_json::from_value::<Decoded>(v).unwrap(), d);
+    }
+
+    #[test]
+    fn a_time_past_9999_is_null_beside_its_unix_ms() {
+        let d = Decoded::Ulid {
+            namespace: "u".into(),
+            id: "7ZZZZZZZZZZZZZZZZZZZZZZZZZ".into(),
+            timestamp: None,
+            unix_ms: (1 << 48) - 1,
+        };
+        let v: serde_json::Value = serde_json::to_value(&d).unwrap();
+        assert_eq!(v["timestamp"], serde_json::Value::Null);
+        assert_eq!(v["unix_ms"], 281_474_976_710_655u64);
         assert_eq!(serde_json::from_value::<Decoded>(v).unwrap(), d);
     }
 }

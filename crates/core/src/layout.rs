@@ -177,10 +177,33 @@ impl Decoded {
     pub fn time(&self) -> SystemTime {
         UNIX_EPOCH + Duration::from_nanos(self.unix_nanos)
     }
-    /// The time as RFC 3339 in UTC, e.g. `2026-11-22T02:39:20.123Z`.
+    /// The time as RFC 3339 in UTC, e.g. `2026-11-22T02:39:20.123Z`. Total: `unix_nanos` is a
+    /// `u64`, so the time lies before 2555 and always has a four-digit year.
     pub fn rfc3339(&self) -> String {
-        humantime::format_rfc3339_millis(self.time()).to_string()
+        rfc3339_millis(self.unix_millis())
+            .unwrap_or_else(|| format!("{} ms after 1970 (past year 9999)", self.unix_millis()))
     }
+}
+
+/// The last Unix millisecond RFC 3339 can write: `9999-12-31T23:59:59.999Z` (its years have four
+/// digits). 48-bit millisecond timestamps (UUIDv7, ULID) reach the year 10889.
+pub const RFC3339_MAX_UNIX_MS: u64 = 253_402_300_799_999;
+
+/// `unix_ms` as RFC 3339 in UTC with milliseconds, e.g. `2026-11-22T02:39:20.123Z`; `None` after
+/// [`RFC3339_MAX_UNIX_MS`]. Total: never panics, whatever the input (humantime's formatter
+/// fails past 9999, and `to_string` would turn that failure into a panic).
+pub fn rfc3339_millis(unix_ms: u64) -> Option<String> {
+    if unix_ms > RFC3339_MAX_UNIX_MS {
+        return None;
+    }
+    let t = UNIX_EPOCH.checked_add(Duration::from_millis(unix_ms))?;
+    let mut out = String::with_capacity(24);
+    fmt::Write::write_fmt(
+        &mut out,
+        format_args!("{}", humantime::format_rfc3339_millis(t)),
+    )
+    .ok()?;
+    Some(out)
 }
 
 fn mask(bits: u8) -> u64 {
@@ -704,6 +727,78 @@ mod tests {
             let hi = layout.compose(Parts { timestamp: ta, node, sequence: layout.max_sequence() }).unwrap();
             let lo = layout.compose(Parts { timestamp: tb, node, sequence: 0 }).unwrap();
             prop_assert!(hi < lo);
+        }
+    }
+
+    /// Regression: a ULID or UUIDv7 whose 48-bit millisecond timestamp lies after 9999 made
+    /// humantime's formatter fail, which `to_string` turned into a panic (the HTTP decode handler
+    /// reset the connection). Formatting is now total: `None` past the last four-digit year.
+    #[test]
+    fn rfc3339_is_total_and_stops_after_9999() {
+        assert_eq!(
+            rfc3339_millis(0).as_deref(),
+            Some("1970-01-01T00:00:00.000Z")
+        );
+        assert_eq!(
+            rfc3339_millis(RFC3339_MAX_UNIX_MS).as_deref(),
+            Some("9999-12-31T23:59:59.999Z")
+        );
+        assert_eq!(rfc3339_millis(RFC3339_MAX_UNIX_MS + 1), None);
+        assert_eq!(rfc3339_millis(u64::MAX), None);
+        let ulid: crate::Ulid = "7ZZZZZZZZZZZZZZZZZZZZZZZZZ".parse().unwrap();
+        assert_eq!(ulid.unix_millis(), (1 << 48) - 1);
+        assert_eq!(ulid.rfc3339(), None);
+        let uuid: crate::Uuid7 = "ffffffff-ffff-7fff-bfff-ffffffffffff".parse().unwrap();
+        assert_eq!(uuid.rfc3339(), None);
+        // The largest time a layout can decode to (u64 nanoseconds, 2554) still formats.
+        let d = Decoded {
+            parts: Parts {
+                timestamp: 0,
+                node: 0,
+                sequence: 0,
+            },
+            unix_nanos: u64::MAX,
+        };
+        assert!(d.rfc3339().starts_with("2554-"), "{}", d.rfc3339());
+    }
+
+    proptest! {
+        /// No parse or decode entry point of the crate panics, whatever the input: every
+        /// outcome is a value or an error (the HTTP decode route calls these on user input).
+        #[test]
+        fn parsing_and_decoding_never_panic(text in any::<String>(), v in any::<u128>(), n in any::<u64>()) {
+            for s in [text.as_str(), text.trim()] {
+                if let Ok(u) = s.parse::<crate::Ulid>() {
+                    let _ = (u.to_string(), u.rfc3339());
+                }
+                if let Ok(u) = s.parse::<crate::Uuid7>() {
+                    let _ = (u.to_string(), u.rfc3339());
+                }
+                let _ = s.parse::<Layout>();
+                let _ = crate::NamespaceName::new(s);
+            }
+            let u = crate::Ulid::from_u128(v);
+            prop_assert_eq!(u.to_string().parse::<crate::Ulid>().ok(), Some(u));
+            let _ = u.rfc3339();
+            if let Ok(u) = crate::Uuid7::from_u128(v) {
+                prop_assert_eq!(u.to_string().parse::<crate::Uuid7>().ok(), Some(u));
+                let _ = u.rfc3339();
+            }
+            let _ = crate::Uuid7::from_bytes(v.to_be_bytes());
+            for layout in all_presets() {
+                if let Ok(d) = layout.decode(n) {
+                    let _ = (d.rfc3339(), d.unix_millis(), d.time());
+                }
+            }
+            let formatted = rfc3339_millis(n);
+            prop_assert_eq!(formatted.is_some(), n <= RFC3339_MAX_UNIX_MS);
+        }
+
+        #[test]
+        fn any_layout_decodes_any_id_without_panic(layout in arb_layout(), n in any::<u64>()) {
+            if let Ok(d) = layout.decode(n) {
+                let _ = (d.rfc3339(), d.time());
+            }
         }
     }
 }

@@ -42,6 +42,11 @@ impl Ulid {
     pub fn unix_millis(self) -> u64 {
         (self.0 >> 80) as u64
     }
+    /// [`Self::unix_millis`] as RFC 3339 (UTC, milliseconds); `None` past the year 9999, which
+    /// 48 bits of milliseconds reach (see [`crate::layout::rfc3339_millis`]).
+    pub fn rfc3339(self) -> Option<String> {
+        crate::layout::rfc3339_millis(self.unix_millis())
+    }
 }
 
 impl fmt::Display for Ulid {

@@ -9,7 +9,12 @@
 //!
 //! Invariants: a sequence namespace's ids come only from its [`Supply`] (see its docs); the
 //! answers of [`Namespace::info`] and [`Namespace::decode`] are reads: they never reserve,
-//! create or change anything.
+//! create or change anything. A [`NamespaceView`] is what a read works on: a namespace this node
+//! serves, or a [`StoredSequence`] built from the authority's stored state for one it has not
+//! loaded (no buffer, no refill task, nothing reserved).
+//!
+//! Every time is written with [`idmint_core::layout::rfc3339_millis`], which is total: a time
+//! RFC 3339 cannot write (after the year 9999) is `None`, never a panic.
 
 use crate::config::CacheMode;
 use crate::error::IdError;
@@ -23,7 +28,7 @@ use idmint_core::{
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Ids of one answer, increasing, as integers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,14 +128,7 @@ impl Namespace {
         let namespace = self.name().to_string();
         match self {
             Namespace::Sequence(s) => {
-                let id = parse_u64_id(text)?;
-                let in_namespace = s.contains(id);
-                Ok(api::Decoded::Sequence {
-                    namespace,
-                    id,
-                    in_namespace,
-                    issued: in_namespace && id < s.supply.snapshot().watermark,
-                })
+                decode_sequence(namespace, s.spec, s.supply.snapshot().watermark, text)
             }
             Namespace::Snowflake(s) => {
                 let id = parse_u64_id(text)?;
@@ -155,7 +153,7 @@ impl Namespace {
                 Ok(api::Decoded::Uuid7 {
                     namespace,
                     id: u.to_string(),
-                    timestamp: rfc3339_ms(u.unix_millis()),
+                    timestamp: u.rfc3339(),
                     unix_ms: u.unix_millis(),
                 })
             }
@@ -166,7 +164,7 @@ impl Namespace {
                 Ok(api::Decoded::Ulid {
                     namespace,
                     id: u.to_string(),
-                    timestamp: rfc3339_ms(u.unix_millis()),
+                    timestamp: u.rfc3339(),
                     unix_ms: u.unix_millis(),
                 })
             }
@@ -179,12 +177,106 @@ fn parse_u64_id(id: &str) -> Result<u64, IdError> {
         .map_err(|_| IdError::InvalidId(format!("{id:?} is not a decimal 64-bit id")))
 }
 
-fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
+/// `text` read as an id of a sequence namespace of `spec` whose watermark is `watermark`.
+fn decode_sequence(
+    namespace: String,
+    spec: SequenceSpec,
+    watermark: u64,
+    text: &str,
+) -> Result<api::Decoded, IdError> {
+    let id = parse_u64_id(text)?;
+    let in_namespace = spec.contains(id);
+    Ok(api::Decoded::Sequence {
+        namespace,
+        id,
+        in_namespace,
+        issued: in_namespace && id < watermark,
+    })
 }
 
+/// `t` as RFC 3339; `None` before 1970 or after the year 9999.
+fn rfc3339(t: SystemTime) -> Option<String> {
+    let ms = u64::try_from(t.duration_since(UNIX_EPOCH).ok()?.as_millis()).ok()?;
+    idmint_core::layout::rfc3339_millis(ms)
+}
+
+/// `unix_ms` as RFC 3339, for a field the wire always fills; past 9999 (which the callers' times
+/// cannot reach: they come from `u64` nanoseconds or a parsed RFC 3339 date) it says so instead.
 fn rfc3339_ms(unix_ms: u64) -> String {
-    rfc3339(SystemTime::UNIX_EPOCH + Duration::from_millis(unix_ms))
+    idmint_core::layout::rfc3339_millis(unix_ms)
+        .unwrap_or_else(|| format!("{unix_ms} ms after 1970 (past the year 9999)"))
+}
+
+/// What a read (`info`, `decode`) works on: a namespace this node serves, or the stored state of
+/// one it has not loaded. Building one never creates or reserves anything.
+#[derive(Debug)]
+pub enum NamespaceView {
+    /// Served by this node.
+    Served(Arc<Namespace>),
+    /// Known to the authority, not loaded here.
+    Stored(StoredSequence),
+}
+
+impl NamespaceView {
+    /// Settings and state, as [`Namespace::info`].
+    pub fn info(&self, now: SystemTime) -> api::NamespaceInfo {
+        match self {
+            NamespaceView::Served(ns) => ns.info(now),
+            NamespaceView::Stored(s) => s.info(),
+        }
+    }
+
+    /// What an id says about itself, as [`Namespace::decode`].
+    pub fn decode(&self, text: &str) -> Result<api::Decoded, IdError> {
+        match self {
+            NamespaceView::Served(ns) => ns.decode(text),
+            NamespaceView::Stored(s) => {
+                decode_sequence(s.name.to_string(), s.spec, s.watermark, text)
+            }
+        }
+    }
+}
+
+/// A sequence namespace as the authority stores it (spec and watermark), read by a node that does
+/// not serve it (yet): it has no buffer, no demand and has served nothing.
+#[derive(Debug, Clone)]
+pub struct StoredSequence {
+    name: NamespaceName,
+    spec: SequenceSpec,
+    watermark: u64,
+    cache: CacheMode,
+}
+
+impl StoredSequence {
+    /// The stored `spec` and `watermark` of `name`; `cache` is what the node would serve it with.
+    pub fn new(name: NamespaceName, spec: SequenceSpec, watermark: u64, cache: CacheMode) -> Self {
+        StoredSequence {
+            name,
+            spec,
+            watermark,
+            cache,
+        }
+    }
+
+    fn info(&self) -> api::NamespaceInfo {
+        let snapshot = SupplySnapshot {
+            buffered: 0,
+            stats: Default::default(),
+            demand_per_sec: 0.0,
+            target_block: 0,
+            served: 0,
+            watermark: self.watermark,
+        };
+        // No demand: no projected exhaustion, so `now` is not needed.
+        sequence_info(
+            self.name.to_string(),
+            self.spec,
+            self.cache,
+            snapshot,
+            None,
+            UNIX_EPOCH,
+        )
+    }
 }
 
 /// A sequence namespace: its spec and its supply of blocks.
@@ -226,71 +318,91 @@ impl SequenceNamespace {
     }
 
     fn info(&self, namespace: String, now: SystemTime) -> api::NamespaceInfo {
-        let spec = self.spec;
-        let cache = match self.supply.cache() {
-            CacheMode::Off => api::CacheSettings::Off,
-            CacheMode::Buffered(p) => match p.config().sizing {
-                Sizing::Fixed(n) => api::CacheSettings::Fixed {
-                    block_size: n,
-                    low_water: p.config().low_water,
-                },
-                Sizing::Adaptive {
-                    buffer_seconds,
-                    min_block,
-                    max_block,
-                } => api::CacheSettings::Adaptive {
-                    buffer_seconds,
-                    min_block,
-                    max_block,
-                    low_water: p.config().low_water,
-                },
-            },
-        };
-        let SupplySnapshot {
-            buffered,
-            stats,
-            demand_per_sec,
-            target_block,
-            served,
-            watermark,
-        } = self.supply.snapshot();
-        let capacity = spec.capacity();
-        let used = spec.ids_between(spec.first(), watermark);
-        let left = capacity.saturating_sub(used);
-        let used_fraction = if capacity == 0 {
-            1.0
-        } else {
-            used as f64 / capacity as f64
-        };
-        let projected_exhaustion = (demand_per_sec > 1e-3)
-            .then(|| left as f64 / demand_per_sec)
-            // Beyond a thousand years the date means nothing.
-            .filter(|secs| *secs < 3.15e10)
-            .map(|secs| rfc3339(now + Duration::from_secs_f64(secs)));
-        api::NamespaceInfo::Sequence {
+        sequence_info(
             namespace,
-            settings: api::SequenceSettings {
-                width: spec.width().bits(),
-                start: spec.first(),
-                step: spec.step(),
-                offset: spec.offset(),
-                cache,
+            self.spec,
+            self.supply.cache(),
+            self.supply.snapshot(),
+            self.supply.last_error(),
+            now,
+        )
+    }
+}
+
+/// The info of a sequence namespace of `spec` served with `cache`, in the state `snapshot`.
+fn sequence_info(
+    namespace: String,
+    spec: SequenceSpec,
+    cache: CacheMode,
+    snapshot: SupplySnapshot,
+    last_error: Option<String>,
+    now: SystemTime,
+) -> api::NamespaceInfo {
+    let cache = match cache {
+        CacheMode::Off => api::CacheSettings::Off,
+        CacheMode::Buffered(p) => match p.config().sizing {
+            Sizing::Fixed(n) => api::CacheSettings::Fixed {
+                block_size: n,
+                low_water: p.config().low_water,
             },
-            state: api::SequenceState {
-                watermark,
-                ids_buffered: buffered,
-                demand_per_second: demand_per_sec,
-                block_size: target_block,
-                ids_served: served,
-                ids_burned: stats.burned,
-                refills: stats.refills,
-                ids_used: used,
-                capacity,
-                used_fraction,
-                projected_exhaustion,
-                last_error: self.supply.last_error(),
+            Sizing::Adaptive {
+                buffer_seconds,
+                min_block,
+                max_block,
+            } => api::CacheSettings::Adaptive {
+                buffer_seconds,
+                min_block,
+                max_block,
+                low_water: p.config().low_water,
             },
-        }
+        },
+    };
+    let SupplySnapshot {
+        buffered,
+        stats,
+        demand_per_sec,
+        target_block,
+        served,
+        watermark,
+    } = snapshot;
+    let capacity = spec.capacity();
+    let used = spec.ids_between(spec.first(), watermark);
+    let left = capacity.saturating_sub(used);
+    let used_fraction = if capacity == 0 {
+        1.0
+    } else {
+        used as f64 / capacity as f64
+    };
+    let projected_exhaustion = (demand_per_sec > 1e-3)
+        .then(|| left as f64 / demand_per_sec)
+        // Beyond a thousand years the date means nothing.
+        .filter(|secs| *secs < 3.15e10)
+        .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+        .and_then(|d| now.checked_add(d))
+        .and_then(rfc3339);
+    api::NamespaceInfo::Sequence {
+        namespace,
+        settings: api::SequenceSettings {
+            width: spec.width().bits(),
+            start: spec.first(),
+            step: spec.step(),
+            offset: spec.offset(),
+            cache,
+        },
+        state: api::SequenceState {
+            watermark,
+            ids_buffered: buffered,
+            demand_per_second: demand_per_sec,
+            block_size: target_block,
+            ids_served: served,
+            ids_burned: stats.burned,
+            refills: stats.refills,
+            ids_used: used,
+            capacity,
+            used_fraction,
+            projected_exhaustion,
+            last_error,
+        },
     }
 }
 
@@ -357,7 +469,6 @@ impl SnowflakeNamespace {
         let g = &self.generator;
         let l = g.layout();
         let spec = l.spec();
-        let end = SystemTime::UNIX_EPOCH + Duration::from_nanos(l.end_of_time_nanos());
         api::NamespaceInfo::Snowflake {
             namespace,
             settings: api::SnowflakeSettings {
@@ -382,7 +493,7 @@ impl SnowflakeNamespace {
             state: api::SnowflakeState {
                 ids_served: self.served(),
                 last_timestamp: g.last_timestamp(),
-                time_runs_out: rfc3339(end),
+                time_runs_out: rfc3339_ms(l.end_of_time_nanos() / 1_000_000),
             },
         }
     }

@@ -5,13 +5,20 @@
 //! to the authority, is serialised by an async mutex so two first requests create a namespace
 //! once. No std lock is held across `.await`.
 //!
+//! Reads never write: [`Node::namespace`], which may create a namespace in the authority and
+//! reserve its first block, is for requests of ids and blocks only; reads (`info`, `decode`) go
+//! through [`Node::read_namespace`], which answers from the served namespace or from the
+//! authority's stored state and never installs, creates or reserves anything.
+//!
 //! Shutdown order matters for uniqueness: stop the refill tasks and wait for them (an in-flight
 //! reservation completes and lands in the buffer), then hand back each buffer's unused tail.
 
 use crate::config::{CacheMode, KindConfig, NodeConfig};
 use crate::error::{IdError, NodeError};
 use crate::metrics::{Metrics, NamespaceLabels, SupplyMetrics};
-use crate::namespace::{Namespace, SequenceNamespace, SnowflakeNamespace};
+use crate::namespace::{
+    Namespace, NamespaceView, SequenceNamespace, SnowflakeNamespace, StoredSequence,
+};
 use crate::supply::{Supply, SupplyConfig};
 use crate::time::{SharedClock, TokioClock};
 use idmint_core::{Clock, NamespaceName, SequenceSpec, UlidGenerator, Uuid7Generator};
@@ -150,7 +157,8 @@ impl Node {
     }
 
     /// The namespace called `name`, set up on first use (auto-created as a default sequence if
-    /// allowed).
+    /// allowed): for requests of ids and blocks only, since setting up reserves a first block.
+    /// Reads use [`Node::read_namespace`].
     pub async fn namespace(&self, name: &str) -> Result<Arc<Namespace>, IdError> {
         let name = NamespaceName::new(name)?;
         if let Some(ns) = self.lookup(&name) {
@@ -180,6 +188,35 @@ impl Node {
         };
         self.install(&name, &KindConfig::Sequence { spec, cache })
             .await
+    }
+
+    /// The namespace called `name` for a read (`info`, `decode`): the served one, or else a
+    /// read-only view of the authority's stored state. Never creates, installs or reserves
+    /// anything, whatever `auto_create` says.
+    ///
+    /// [`IdError::UnknownNamespace`] when the authority does not know `name` either, or when this
+    /// node would not serve it (not loaded and `auto_create` off: its ids would be refused too).
+    pub async fn read_namespace(&self, name: &str) -> Result<NamespaceView, IdError> {
+        let name = NamespaceName::new(name)?;
+        if let Some(ns) = self.lookup(&name) {
+            return Ok(NamespaceView::Served(ns));
+        }
+        if !self.config.auto_create {
+            return Err(IdError::UnknownNamespace(name.to_string()));
+        }
+        match self.authority.state(&name).await {
+            Ok(Some(state)) => Ok(NamespaceView::Stored(StoredSequence::new(
+                name,
+                state.spec,
+                state.watermark,
+                self.config.default_sequence.1,
+            ))),
+            Ok(None) => Err(IdError::UnknownNamespace(name.to_string())),
+            Err(e) => Err(IdError::Unavailable {
+                name: name.to_string(),
+                reason: e.to_string(),
+            }),
+        }
     }
 
     fn lookup(&self, name: &NamespaceName) -> Option<Arc<Namespace>> {

@@ -888,3 +888,278 @@ async fn clean_shutdown_hands_back_the_tail() {
     drop(authority);
     node.stop().await;
 }
+
+/// `method path` with the answer's headers: status, headers, body text.
+async fn request_with_headers(
+    node: &TestNode,
+    method: reqwest::Method,
+    path: &str,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let resp = node
+        .client
+        .request(method.clone(), format!("{}{path}", node.base))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    (status, headers, resp.text().await.unwrap())
+}
+
+/// Regression (reads must not write): `GET /v1/namespaces/{ns}` and `GET /v1/decode/{ns}/{id}`
+/// on an unknown name used to auto-create it and durably reserve its first block. Now they answer
+/// 404 `unknown_namespace`, and the authority holds nothing, even with `auto_create` on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_an_unknown_namespace_create_nothing() {
+    let authority = Arc::new(MemoryAuthority::new());
+    let node = TestNode::start(NodeConfig::default(), authority.clone()).await;
+    for path in [
+        "/v1/namespaces/ghost",
+        "/v1/decode/ghost/1",
+        "/v1/decode/ghost/not-even-an-id",
+    ] {
+        let answer = node.get(path).await;
+        assert_error(&answer, 404, "unknown_namespace");
+        let message = answer.1["error"]["message"].as_str().unwrap();
+        assert!(message.contains("reads do not create"), "{message}");
+        // HEAD runs the same read: also nothing created.
+        let (status, _) = node.request(reqwest::Method::HEAD, path).await;
+        assert_eq!(status, 404, "HEAD {path}");
+    }
+    let name = NamespaceName::new("ghost").unwrap();
+    assert_eq!(authority.state(&name).await.unwrap(), None);
+    assert!(authority.list().await.unwrap().is_empty());
+    let (_, list) = node.get("/v1/namespaces").await;
+    assert_eq!(list["namespaces"], serde_json::json!([]), "{list}");
+    // A request for ids still creates it.
+    assert_eq!(node.ids("ghost", 1).await, [1]);
+    assert!(authority.state(&name).await.unwrap().is_some());
+    node.stop().await;
+}
+
+/// Regression companion of the above: a namespace the authority knows but this node has not
+/// loaded (created before a restart) is readable from the stored state, without installing it:
+/// no reservation (the durable watermark stays put), nothing buffered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_reads_a_stored_namespace_without_reserving() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = NamespaceName::new("photos").unwrap();
+    let authority = open_file_authority(dir.path()).await;
+    let node = TestNode::start(NodeConfig::default(), authority.clone()).await;
+    assert_eq!(node.ids("photos", 5).await, [1, 2, 3, 4, 5]);
+    drop(authority);
+    node.stop().await;
+
+    let authority = open_file_authority(dir.path()).await;
+    let stored = authority.state(&name).await.unwrap().unwrap().watermark;
+    let node = TestNode::start(NodeConfig::default(), authority.clone()).await;
+    let (status, info) = node.get("/v1/namespaces/photos").await;
+    assert_eq!(status, 200, "{info}");
+    assert_eq!(info["kind"], "sequence", "{info}");
+    assert_eq!(info["state"]["watermark"], stored.to_string(), "{info}");
+    assert_eq!(info["state"]["ids_buffered"], 0, "{info}");
+    let (status, d) = node.get("/v1/decode/photos/3").await;
+    assert_eq!(status, 200, "{d}");
+    assert_eq!(d["issued"], true, "{d}");
+    let (_, d) = node.get(&format!("/v1/decode/photos/{stored}")).await;
+    assert_eq!(d["issued"], false, "{d}");
+    assert_eq!(
+        authority.state(&name).await.unwrap().unwrap().watermark,
+        stored,
+        "a read reserved ids"
+    );
+    // Not installed: not listed as served.
+    let (_, list) = node.get("/v1/namespaces").await;
+    assert_eq!(list["namespaces"], serde_json::json!([]), "{list}");
+    // Ids continue after everything the first node served.
+    assert_eq!(node.ids("photos", 1).await, [6]);
+    drop(authority);
+    node.stop().await;
+}
+
+/// Regression: axum answers HEAD with the GET handler, so `HEAD /v1/ids/{ns}` consumed an id
+/// (and auto-created the namespace). HEAD on the id routes is now 405 with `Allow` and a JSON
+/// body, and takes nothing: the next GET of a fresh namespace still gets id 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_on_id_routes_is_refused_and_takes_nothing() {
+    let authority = Arc::new(MemoryAuthority::new());
+    let node = TestNode::start(NodeConfig::default(), authority.clone()).await;
+    for (path, allow) in [("/v1/ids/fresh", "GET"), ("/v1/blocks/fresh", "POST")] {
+        for _ in 0..3 {
+            let (status, headers, _) =
+                request_with_headers(&node, reqwest::Method::HEAD, path).await;
+            assert_eq!(status, 405, "HEAD {path}");
+            assert_eq!(headers[reqwest::header::ALLOW], allow, "HEAD {path}");
+        }
+    }
+    let name = NamespaceName::new("fresh").unwrap();
+    assert_eq!(authority.state(&name).await.unwrap(), None);
+    assert_eq!(node.ids("fresh", 1).await, [1]);
+    node.stop().await;
+}
+
+/// Regression: id answers could be stored by a cache and replayed (duplicate ids). Every answer
+/// of the id routes says `Cache-Control: no-store`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn id_answers_are_not_cacheable() {
+    let node = TestNode::start(NodeConfig::default(), memory()).await;
+    for (method, path) in [
+        (reqwest::Method::GET, "/v1/ids/photos?count=2"),
+        (reqwest::Method::POST, "/v1/blocks/photos?count=10"),
+        (reqwest::Method::GET, "/v1/ids/photos?count=0"),
+    ] {
+        let (status, headers, body) = request_with_headers(&node, method.clone(), path).await;
+        assert!(status == 200 || status == 400, "{method} {path}: {body}");
+        assert_eq!(
+            headers
+                .get(reqwest::header::CACHE_CONTROL)
+                .map(|v| v.to_str().unwrap()),
+            Some("no-store"),
+            "{method} {path}"
+        );
+    }
+    node.stop().await;
+}
+
+/// Regression: decoding a ULID or UUIDv7 whose timestamp lies after the year 9999 panicked in the
+/// RFC 3339 formatter and reset the connection. It answers JSON: `timestamp` null, `unix_ms` set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decode_of_a_time_past_9999_answers_json() {
+    let node = TestNode::start(
+        config("[namespaces.uploads]\nkind = \"ulid\"\n[namespaces.sessions]\nkind = \"uuid7\"\n"),
+        memory(),
+    )
+    .await;
+    for path in [
+        "/v1/decode/uploads/7ZZZZZZZZZZZZZZZZZZZZZZZZZ",
+        "/v1/decode/sessions/ffffffff-ffff-7fff-bfff-ffffffffffff",
+    ] {
+        let (status, d) = node.get(path).await;
+        assert_eq!(status, 200, "{path}: {d}");
+        assert_eq!(d["timestamp"], Value::Null, "{d}");
+        assert_eq!(d["unix_ms"], 281_474_976_710_655u64, "{d}");
+    }
+    // The last writable millisecond still has its date.
+    let (_, d) = node
+        .get("/v1/decode/sessions/e677d21f-dbff-7fff-bfff-ffffffffffff")
+        .await;
+    assert_eq!(d["timestamp"], "9999-12-31T23:59:59.999Z", "{d}");
+    node.stop().await;
+}
+
+/// Regression: query values were not percent-decoded (`count=%33` was refused) and a repeated
+/// `count` was taken silently (`count=2&count=3` gave 3 ids).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_values_are_percent_decoded_and_given_once() {
+    let node = TestNode::start(NodeConfig::default(), memory()).await;
+    let (status, body) = node.get("/v1/ids/photos?count=%33").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(ids_of(&body, "photos", 3), ["1", "2", "3"]);
+    let (status, body) = node.get("/v1/ids/photos?%63ount=2").await;
+    assert_eq!(status, 200, "{body}");
+    ids_of(&body, "photos", 2);
+    let (status, body) = node.post("/v1/blocks/photos?count=%31%30").await;
+    assert_eq!(status, 200, "{body}");
+    for path in [
+        "/v1/ids/photos?count=2&count=3",
+        "/v1/ids/photos?count=2&count=2",
+    ] {
+        let answer = node.get(path).await;
+        assert_error(&answer, 400, "invalid_request");
+        assert!(
+            answer.1["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("count"),
+            "{}",
+            answer.1
+        );
+    }
+    assert_error(
+        &node.post("/v1/blocks/photos?count=1&count=1").await,
+        400,
+        "invalid_request",
+    );
+    assert_error(
+        &node.get("/v1/ids/photos?count=%FF").await,
+        400,
+        "invalid_count",
+    );
+    node.stop().await;
+}
+
+/// Regression: 405 on `/healthz` and `/metrics` said "(ids: GET, blocks: POST)". Every route's
+/// 405 is now JSON naming that route's methods, with the `Allow` header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn method_not_allowed_names_the_routes_methods() {
+    let node = TestNode::start(NodeConfig::default(), memory()).await;
+    let cases = [
+        (reqwest::Method::POST, "/healthz", "GET, HEAD"),
+        (reqwest::Method::DELETE, "/metrics", "GET, HEAD"),
+        (reqwest::Method::PUT, "/readyz", "GET, HEAD"),
+        (reqwest::Method::POST, "/v1/namespaces", "GET, HEAD"),
+        (reqwest::Method::POST, "/v1/namespaces/x", "GET, HEAD"),
+        (reqwest::Method::POST, "/v1/decode/x/1", "GET, HEAD"),
+        (reqwest::Method::POST, "/v1/ids/x", "GET"),
+        (reqwest::Method::GET, "/v1/blocks/x", "POST"),
+    ];
+    for (method, path, allow) in cases {
+        let (status, headers, text) = request_with_headers(&node, method.clone(), path).await;
+        let answer = (status, support::json(&text));
+        assert_error(&answer, 405, "method_not_allowed");
+        let message = answer.1["error"]["message"].as_str().unwrap();
+        assert!(!message.contains("ids: GET"), "{method} {path}: {message}");
+        assert!(
+            message.contains(allow) && message.contains(method.as_str()),
+            "{method} {path}: {message}"
+        );
+        assert_eq!(headers[reqwest::header::ALLOW], allow, "{method} {path}");
+    }
+    node.stop().await;
+}
+
+/// Regression: a path that is not UTF-8 once percent-decoded answered axum's plain-text 400.
+/// It is now JSON `invalid_request`, on every route with path parameters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_that_is_not_utf8_is_a_json_400() {
+    let node = TestNode::start(NodeConfig::default(), memory()).await;
+
+    for path in [
+        "/v1/ids/%FF",
+        "/v1/namespaces/%FF%FE",
+        "/v1/decode/x/%C3",
+        "/v1/decode/%FF/1",
+    ] {
+        let (status, headers, text) = request_with_headers(&node, reqwest::Method::GET, path).await;
+        assert_error(&(status, support::json(&text)), 400, "invalid_request");
+        assert_eq!(
+            headers[reqwest::header::CONTENT_TYPE],
+            "application/json",
+            "{path}"
+        );
+    }
+    let (status, _, text) =
+        request_with_headers(&node, reqwest::Method::POST, "/v1/blocks/%FF").await;
+    assert_error(&(status, support::json(&text)), 400, "invalid_request");
+    node.stop().await;
+}
+
+/// Regression: a long URI answered an empty 414 (or, below hyper's limit, whatever the route
+/// made of it). Request targets over 8 KiB are now a JSON 414 `invalid_request`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_request_target_is_a_json_414() {
+    let node = TestNode::start(NodeConfig::default(), memory()).await;
+    // A long request target: JSON 414 from the router (up to hyper's own limit of 64 KiB,
+    // above which hyper answers an empty 414 before any route runs).
+    let long = format!("/v1/ids/{}", "a".repeat(10_000));
+    assert_error(&node.get(&long).await, 414, "invalid_request");
+    let long_query = format!("/v1/ids/x?count={}", "1".repeat(9_000));
+    assert_error(&node.get(&long_query).await, 414, "invalid_request");
+    // At the limit, the route answers.
+    let at_limit = format!(
+        "/v1/ids/x?count={}",
+        "1".repeat(8 * 1024 - "/v1/ids/x?count=".len())
+    );
+    assert_error(&node.get(&at_limit).await, 400, "invalid_count");
+    node.stop().await;
+}

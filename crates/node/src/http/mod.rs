@@ -2,8 +2,20 @@
 //! the answer as an [`idmint_api`] type, map errors to statuses ([`error`]). It computes nothing
 //! about namespaces itself; a second front-end is a sibling of this module.
 //!
-//! Every error is a status that fits and `{"error": {"code": "snake_case", "message": "..."}}`,
-//! including unknown routes, wrong methods and malformed query strings; nothing panics on input.
+//! Invariants:
+//! - Every error axum lets us answer is a status that fits and
+//!   `{"error": {"code": "snake_case", "message": "..."}}`: unknown routes, wrong methods (405
+//!   with an `Allow` header naming that route's methods), malformed paths (invalid UTF-8 after
+//!   percent-decoding) and query strings, URIs longer than [`MAX_URI_BYTES`] (414). Nothing
+//!   panics on input. What hyper answers before the router runs (a URI over 64 KiB: 414; headers
+//!   over its buffer: 431; a request line it cannot parse: 400) has an empty body: hyper writes
+//!   those itself and offers no hook to change them.
+//! - Only `GET /v1/ids` and `POST /v1/blocks` may create a namespace or reserve ids; reads go
+//!   through [`Node::read_namespace`]. `HEAD` on those two routes is 405 (axum would otherwise
+//!   run the GET handler and hand out an id nobody sees). Their answers carry
+//!   `Cache-Control: no-store`, so no cache replays an id.
+//! - Query strings are percent-decoded; each parameter may appear once.
+//!
 //! Ids are written as decimal strings (JavaScript-safe) or canonical UUID/ULID text.
 
 pub mod encode;
@@ -12,8 +24,11 @@ pub mod error;
 use crate::error::IdError;
 use crate::metrics::ErrorLabels;
 use crate::registry::Node;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::{header, StatusCode};
+use axum::extract::path::ErrorKind;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -22,31 +37,81 @@ use idmint_api::{BlockResponse, ErrorCode, Health, NamespaceList, Ready};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The longest request target (path and query) the router answers; longer ones get a JSON 414.
+/// Nothing legitimate comes near: names are at most 128 bytes, ids at most 40.
+pub const MAX_URI_BYTES: usize = 8 * 1024;
+
+const IDS: &str = "/v1/ids/{namespace}";
+const BLOCKS: &str = "/v1/blocks/{namespace}";
+const DECODE: &str = "/v1/decode/{namespace}/{id}";
+const NAMESPACES: &str = "/v1/namespaces";
+const NAMESPACE: &str = "/v1/namespaces/{namespace}";
+/// The methods of the read-only routes: `HEAD` runs the GET handler without the body, which is
+/// harmless because reads never write.
+const READ: &str = "GET, HEAD";
+
 /// The router of the whole API over `node`.
 pub fn router(node: Arc<Node>) -> Router {
     Router::new()
-        .route("/v1/ids/{namespace}", get(get_ids))
-        .route("/v1/blocks/{namespace}", post(post_block))
-        .route("/v1/decode/{namespace}/{id}", get(decode))
-        .route("/v1/namespaces", get(list_namespaces))
-        .route("/v1/namespaces/{namespace}", get(get_namespace))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .route(
+            IDS,
+            get(get_ids)
+                .head(refuse(IDS, "GET"))
+                .fallback(refuse(IDS, "GET")),
+        )
+        .route(BLOCKS, post(post_block).fallback(refuse(BLOCKS, "POST")))
+        .route(DECODE, get(decode).fallback(refuse(DECODE, READ)))
+        .route(
+            NAMESPACES,
+            get(list_namespaces).fallback(refuse(NAMESPACES, READ)),
+        )
+        .route(
+            NAMESPACE,
+            get(get_namespace).fallback(refuse(NAMESPACE, READ)),
+        )
+        .route("/healthz", get(healthz).fallback(refuse("/healthz", READ)))
+        .route("/readyz", get(readyz).fallback(refuse("/readyz", READ)))
+        .route("/metrics", get(metrics).fallback(refuse("/metrics", READ)))
         .fallback(not_found)
+        // Every route above has its own; this one is for a route added without one.
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn(refuse_long_uri))
         .with_state(node)
 }
 
 /// Counts the error in the metrics and turns it into its answer.
 fn fail(node: &Node, e: IdError) -> Response {
+    count_error(node, e.code());
+    ApiError::from(e).into_response()
+}
+
+fn count_error(node: &Node, code: ErrorCode) {
     node.metrics()
         .errors
         .get_or_create(&ErrorLabels {
-            code: e.code().as_str(),
+            code: code.as_str(),
         })
         .inc();
-    ApiError::from(e).into_response()
+}
+
+/// [`fail`] for a read: an unknown namespace is not created by a read, and the message says so
+/// (the domain's message is about `auto_create`, which does not matter to a read).
+fn fail_read(node: &Node, e: IdError) -> Response {
+    match e {
+        IdError::UnknownNamespace(name) if node.config().auto_create => {
+            count_error(node, ErrorCode::UnknownNamespace);
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                ErrorCode::UnknownNamespace,
+                format!(
+                    "namespace {name:?} does not exist; reads do not create namespaces \
+                     (GET /v1/ids/{name} does)"
+                ),
+            )
+            .into_response()
+        }
+        other => fail(node, other),
+    }
 }
 
 async fn not_found() -> ApiError {
@@ -61,17 +126,91 @@ async fn method_not_allowed() -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         ErrorCode::MethodNotAllowed,
-        "method not allowed on this route (ids: GET, blocks: POST)",
+        "method not allowed on this route; the Allow header lists the allowed ones",
     )
 }
 
-/// Parses `count` (default 1, 1..=max) from a query string that may hold nothing else.
-fn parse_count(query: Option<&str>, max: u64) -> Result<u64, IdError> {
+/// The 405 handler of `route`, whose methods are `allow`: a JSON error naming them, and the
+/// `Allow` header (axum leaves a handler's own `Allow` alone).
+fn refuse(
+    route: &'static str,
+    allow: &'static str,
+) -> impl Fn(Method) -> std::future::Ready<Response> + Clone + Send + Sync + 'static {
+    move |method: Method| {
+        let why = if method == Method::HEAD && allow == "GET" {
+            " (it would hand out ids nobody sees)"
+        } else {
+            ""
+        };
+        let mut answer = ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::MethodNotAllowed,
+            format!("{method} is not allowed on {route}{why}; allowed: {allow}"),
+        )
+        .into_response();
+        answer
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(allow));
+        std::future::ready(answer)
+    }
+}
+
+/// Answers a JSON 414 to a request target longer than [`MAX_URI_BYTES`] before any route runs.
+async fn refuse_long_uri(request: Request, next: Next) -> Response {
+    let len = request
+        .uri()
+        .path_and_query()
+        .map_or(0, |pq| pq.as_str().len());
+    if len > MAX_URI_BYTES {
+        return ApiError::new(
+            StatusCode::URI_TOO_LONG,
+            ErrorCode::InvalidRequest,
+            format!("the request target is {len} bytes long; the limit is {MAX_URI_BYTES}"),
+        )
+        .into_response();
+    }
+    next.run(request).await
+}
+
+/// The path parameters, or `invalid_request` naming what is wrong with them (axum's own
+/// rejection answers plain text).
+fn path_params<T>(path: Result<Path<T>, PathRejection>) -> Result<T, IdError> {
+    match path {
+        Ok(Path(params)) => Ok(params),
+        Err(PathRejection::FailedToDeserializePathParams(e)) => match e.kind() {
+            ErrorKind::InvalidUtf8InPathParam { key } => Err(IdError::InvalidRequest(format!(
+                "the {key} in the path is not UTF-8 once percent-decoded"
+            ))),
+            _ => Err(IdError::InvalidRequest(
+                "the path's parameters could not be read".into(),
+            )),
+        },
+        Err(_) => Err(IdError::InvalidRequest(
+            "the path's parameters could not be read".into(),
+        )),
+    }
+}
+
+/// The query's `(name, value)` pairs, percent-decoded (`+` is a space), in order.
+fn query_pairs(
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Vec<(String, String)>, IdError> {
+    query.map(|Query(pairs)| pairs).map_err(|_| {
+        IdError::InvalidRequest("the query string is not a list of name=value pairs".into())
+    })
+}
+
+/// Parses `count` (default 1, 1..=max) from query pairs that may hold nothing else, once.
+fn parse_count(pairs: &[(String, String)], max: u64) -> Result<u64, IdError> {
     let mut count = None;
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        match k {
-            "count" => count = Some(v),
+    for (k, v) in pairs {
+        match k.as_str() {
+            "count" if count.is_some() => {
+                return Err(IdError::InvalidRequest(
+                    "query parameter \"count\" is given more than once; give it once".into(),
+                ))
+            }
+            "count" => count = Some(v.as_str()),
             other => {
                 return Err(IdError::InvalidRequest(format!(
                     "unknown query parameter {other:?}; only count is accepted"
@@ -96,39 +235,50 @@ fn parse_count(query: Option<&str>, max: u64) -> Result<u64, IdError> {
     Ok(n)
 }
 
+/// Marks an answer of the id routes as never to be stored by a cache: a replayed id is a
+/// duplicate.
+fn no_store(mut answer: Response) -> Response {
+    answer
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    answer
+}
+
 async fn get_ids(
     State(node): State<Arc<Node>>,
-    Path(name): Path<String>,
-    RawQuery(query): RawQuery,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Response {
     let result = async {
-        let count = parse_count(query.as_deref(), node.config().max_count)?;
+        let name = path_params(path)?;
+        let count = parse_count(&query_pairs(query)?, node.config().max_count)?;
         let ns = node.namespace(&name).await?;
         let ids = ns.ids(count).await?;
         Ok::<_, IdError>((ns, ids))
     }
     .await;
-    match result {
+    no_store(match result {
         Ok((ns, ids)) => (
             [(header::CONTENT_TYPE, "application/json")],
             encode::ids_json(ns.name().as_str(), &ids),
         )
             .into_response(),
         Err(e) => fail(&node, e),
-    }
+    })
 }
 
 async fn post_block(
     State(node): State<Arc<Node>>,
-    Path(name): Path<String>,
-    RawQuery(query): RawQuery,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Response {
     let result = async {
-        let count = parse_count(query.as_deref(), node.config().max_count.max(1_000_000))?;
+        let name = path_params(path)?;
+        let count = parse_count(&query_pairs(query)?, node.config().max_count.max(1_000_000))?;
         node.namespace(&name).await?.block(count).await
     }
     .await;
-    match result {
+    no_store(match result {
         Ok(b) => axum::Json(BlockResponse {
             start: b.start(),
             end: b.end(),
@@ -136,17 +286,21 @@ async fn post_block(
         })
         .into_response(),
         Err(e) => fail(&node, e),
-    }
+    })
 }
 
 async fn decode(
     State(node): State<Arc<Node>>,
-    Path((name, id)): Path<(String, String)>,
+    path: Result<Path<(String, String)>, PathRejection>,
 ) -> Response {
-    let result = async { node.namespace(&name).await?.decode(&id) }.await;
+    let result = async {
+        let (name, id) = path_params(path)?;
+        node.read_namespace(&name).await?.decode(&id)
+    }
+    .await;
     match result {
         Ok(d) => axum::Json(d).into_response(),
-        Err(e) => fail(&node, e),
+        Err(e) => fail_read(&node, e),
     }
 }
 
@@ -156,10 +310,18 @@ async fn list_namespaces(State(node): State<Arc<Node>>) -> Response {
     axum::Json(NamespaceList { namespaces }).into_response()
 }
 
-async fn get_namespace(State(node): State<Arc<Node>>, Path(name): Path<String>) -> Response {
-    match node.namespace(&name).await {
+async fn get_namespace(
+    State(node): State<Arc<Node>>,
+    path: Result<Path<String>, PathRejection>,
+) -> Response {
+    let result = async {
+        let name = path_params(path)?;
+        node.read_namespace(&name).await
+    }
+    .await;
+    match result {
         Ok(ns) => axum::Json(ns.info(node.now())).into_response(),
-        Err(e) => fail(&node, e),
+        Err(e) => fail_read(&node, e),
     }
 }
 
@@ -222,20 +384,36 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    fn pairs(q: &[(&str, &str)]) -> Vec<(String, String)> {
+        q.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     #[test]
     fn count_parsing() {
-        assert_eq!(parse_count(None, 10), Ok(1));
-        assert_eq!(parse_count(Some("count=7"), 10), Ok(7));
-        for bad in ["count=0", "count=11", "count=-1", "count=abc"] {
+        assert_eq!(parse_count(&[], 10), Ok(1));
+        assert_eq!(parse_count(&pairs(&[("count", "7")]), 10), Ok(7));
+        for bad in ["0", "11", "-1", "abc", ""] {
             assert_eq!(
-                parse_count(Some(bad), 10).unwrap_err().code(),
+                parse_count(&pairs(&[("count", bad)]), 10)
+                    .unwrap_err()
+                    .code(),
                 ErrorCode::InvalidCount,
                 "{bad}"
             );
         }
         assert_eq!(
-            parse_count(Some("cnt=1"), 10).unwrap_err().code(),
+            parse_count(&pairs(&[("cnt", "1")]), 10).unwrap_err().code(),
             ErrorCode::InvalidRequest
         );
+    }
+
+    /// Regression: `count=2&count=3` was accepted and gave 3 ids.
+    #[test]
+    fn a_repeated_count_is_refused() {
+        let e = parse_count(&pairs(&[("count", "2"), ("count", "3")]), 10).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidRequest);
+        assert!(e.to_string().contains("count"), "{e}");
     }
 }
