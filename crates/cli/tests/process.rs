@@ -627,14 +627,12 @@ fn user_errors_print_no_backtrace() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
 
-/// Regression: `--server 127.0.0.1:7979` (no scheme) failed as "is idmint serve running?", and
-/// `serve --http localhost:7878` was refused (only a socket address parsed). A server without a
-/// scheme is http://, `--http` takes host names, and a name that does not resolve says so.
+/// Regression: `--server 127.0.0.1:7979` (no scheme) failed as "is idmint serve running?". A
+/// server without a scheme is http://; a scheme other than http(s) is a usage error.
 #[test]
-fn servers_without_a_scheme_and_http_host_names() {
+fn servers_without_a_scheme_are_http() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_on(dir.path(), &dir.path().join("data"), "localhost:0", None);
-    assert!(server.addr.ip().is_loopback(), "{}", server.addr);
+    let server = Server::start(dir.path(), &dir.path().join("data"), None);
     let port = server.addr.port();
     for (expected, given) in [
         (1, server.addr.to_string()),
@@ -649,15 +647,25 @@ fn servers_without_a_scheme_and_http_host_names() {
         );
     }
     let out = run(idmint()
-        .args(["next", "photos"])
-        .env("IDMINT_SERVER", format!("localhost:{port}/")));
+        .args(["status"])
+        .env("IDMINT_SERVER", format!("127.0.0.1:{port}/")));
     assert!(out.status.success(), "{out:?}");
 
     let out = run(idmint().args(["next", "photos", "--server", "ftp://localhost:1"]));
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(text(&out.stderr).contains("ftp://"), "{out:?}");
+}
 
-    // A name that resolves to nothing: an error naming it, before the authority is touched.
+/// Regression: `serve --http localhost:7878` was refused (only a socket address parsed).
+/// `--http` takes host names; a name that does not resolve is an error naming it, found before
+/// the authority is set up.
+#[test]
+fn serve_http_takes_host_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_on(dir.path(), &dir.path().join("data"), "localhost:0", None);
+    assert!(server.addr.ip().is_loopback(), "{}", server.addr);
+    assert_eq!(ids(server.addr, "photos", 2), [1, 2]);
+
     let data = dir.path().join("unresolved");
     let out = run(idmint()
         .current_dir(dir.path())
