@@ -31,7 +31,7 @@ const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";
     name = "idmint",
     version,
     about = "Unique ids for sharded databases: sequences from leased blocks, snowflake, UUIDv7 and ULID.",
-    after_help = "Examples:\n  idmint serve --config idmint.toml\n  idmint next photos -n 5\n  idmint decode 1212161076890996736 --layout twitter\n  idmint status"
+    after_help = "Examples:\n  idmint serve --config idmint.toml\n  idmint next photos -n 5\n  idmint next photos -n 5 --server localhost:7878\n  idmint decode 1212161076890996736 --layout twitter\n  idmint next tweets -n 100 | idmint decode --namespace tweets\n  idmint status\n\nExit status: 0 on success (also when the reader of stdout stops early, as `| head`),\n1 on an error, 2 on a usage error."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -42,7 +42,7 @@ struct Cli {
 enum Command {
     /// Run a node: HTTP/JSON API over an embedded durable store.
     #[command(
-        after_help = "Examples:\n  idmint serve\n  idmint serve --config idmint.toml\n  idmint serve --data-dir /var/lib/idmint --http 0.0.0.0:7878\n\nWith no arguments: file authority in ./idmint-data, HTTP on 127.0.0.1:7878, 64-bit\nsequence namespaces created on first use. Stop with Ctrl-C or SIGTERM: requests in\nflight are answered and unused ids are handed back. Logs: RUST_LOG=debug for more."
+        after_help = "Examples:\n  idmint serve\n  idmint serve --config idmint.toml\n  idmint serve --data-dir /var/lib/idmint --http 0.0.0.0:7878\n  idmint serve --http localhost:7878\n\nWith no arguments: file authority in ./idmint-data, HTTP on 127.0.0.1:7878, 64-bit\nsequence namespaces created on first use. Stop with Ctrl-C or SIGTERM: requests in\nflight are answered and unused ids are handed back. Logs: RUST_LOG=debug for more."
     )]
     Serve {
         /// TOML configuration file (namespaces, authority, server settings); see docs/configuration.md.
@@ -58,7 +58,7 @@ enum Command {
     },
     /// Fetch ids from a running node.
     #[command(
-        after_help = "Examples:\n  idmint next photos\n  idmint next photos -n 5\n  idmint next tweets --server http://10.0.0.5:7878"
+        after_help = "Examples:\n  idmint next photos\n  idmint next photos -n 5\n  idmint next tweets --server http://10.0.0.5:7878\n  idmint next tweets --server 10.0.0.5:7878   (no scheme: http://)\n  idmint next photos -n 10000 > ids.txt"
     )]
     Next {
         /// Namespace name.
@@ -80,10 +80,11 @@ enum Command {
   idmint decode 1212161076890996736 --bits 41,10,12 --unit 1ms --epoch 1288834974657
 
 Layouts: twitter, instagram, sonyflake, discord, js53, uuid7, ulid; or --bits for a custom one
-(timestamp, node then sequence, node above sequence).
+(field widths from the top: timestamp, node, sequence).
 One ID prints one labelled line per field. Without an ID, ids are read from standard input,
-one per line, and each prints one line: the field values separated by tabs, in the order of
-the one-id output. --json prints one JSON object per id instead.")]
+one per line, and each prints one line: the values of the one-id output after kind and
+layout (or namespace), separated by tabs. --json prints one JSON object per id instead.
+The first id that cannot be decoded stops the command (exit 1), naming its line.")]
     Decode {
         /// The id (decimal, or UUID/ULID text). Without it: ids from standard input, one per line.
         id: Option<String>,

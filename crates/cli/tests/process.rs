@@ -506,7 +506,11 @@ fn run_with_input(cmd: &mut Command, input: String) -> Output {
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    let writer = thread::spawn(move || stdin.write_all(input.as_bytes()));
+    // A command that stops early (a bad line) closes its stdin: not this helper's failure.
+    let writer = thread::spawn(move || match stdin.write_all(input.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    });
     let mut stdout = Vec::new();
     let mut stderr = Vec::new();
     let mut err = child.stderr.take().unwrap();
