@@ -13,7 +13,7 @@ mod decode;
 mod output;
 mod serve;
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::{Parser, Subcommand};
 use client::{Client, ServerUrl};
 use decode::Decoder;
@@ -107,9 +107,10 @@ The first id that cannot be decoded stops the command (exit 1), naming its line.
         /// One JSON object per id (for --namespace, the node's answer).
         #[arg(long)]
         json: bool,
-        /// Node URL (with --namespace); without a scheme, http://.
-        #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]
-        server: ServerUrl,
+        /// Node URL (with --namespace); without a scheme, http:// [default: http://127.0.0.1:7878].
+        // Text until --namespace needs it: a stray $IDMINT_SERVER must not break offline decoding.
+        #[arg(long, env = "IDMINT_SERVER")]
+        server: Option<String>,
     },
     /// Print SQL: the authority's schema, Flickr ticket tables, Instagram's next_id() function.
     #[command(
@@ -263,10 +264,17 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
                         epoch.unwrap_or(0),
                     )?,
                 },
-                (None, None, Some(namespace)) => Decoder::Node {
-                    client: Client::new(server)?,
-                    namespace,
-                },
+                (None, None, Some(namespace)) => {
+                    let server: ServerUrl = server
+                        .as_deref()
+                        .unwrap_or(DEFAULT_SERVER)
+                        .parse()
+                        .map_err(|e| anyhow!("--server: {e}"))?;
+                    Decoder::Node {
+                        client: Client::new(server)?,
+                        namespace,
+                    }
+                }
                 // clap refuses these combinations first.
                 _ => bail!("give one of --layout, --bits or --namespace"),
             };

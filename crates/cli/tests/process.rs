@@ -658,6 +658,16 @@ fn servers_without_a_scheme_are_http() {
     let out = run(idmint().args(["next", "photos", "--server", "ftp://localhost:1"]));
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(text(&out.stderr).contains("ftp://"), "{out:?}");
+    // ... but a server that is not asked is not checked: offline decoding ignores it.
+    let out = run(idmint()
+        .args(["decode", "1212161076890996736", "--layout", "twitter"])
+        .env("IDMINT_SERVER", "ftp://localhost:1"));
+    assert!(out.status.success(), "{out:?}");
+    let out = run(idmint()
+        .args(["decode", "1", "--namespace", "photos"])
+        .env("IDMINT_SERVER", "ftp://localhost:1"));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(text(&out.stderr).contains("ftp://"), "{out:?}");
 }
 
 /// Regression: `serve --http localhost:7878` was refused (only a socket address parsed).
