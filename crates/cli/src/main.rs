@@ -1,15 +1,28 @@
 //! `idmint`: the command line of idmint. Argument parsing, file and environment reading, and
 //! printing; everything of substance is in the libraries (`idmint-node`, `idmint-store`,
 //! `idmint-core`).
+//!
+//! Modules: `serve` runs a node; `client` talks to one over HTTP (`next`, `status`,
+//! `decode --namespace`); `decode` decodes ids; `output` is the buffered stdout of the client
+//! commands and the error report. Exit codes: 0 on success (also when the reader of stdout
+//! goes away early, `| head`), 1 for an error (printed as `error:` and `caused by:` lines,
+//! never a backtrace), 2 for a usage error (clap's).
 
-use anyhow::{anyhow, bail, Context, Result};
+mod client;
+mod decode;
+mod output;
+mod serve;
+
+use anyhow::{anyhow, bail, Result};
 use clap::{Parser, Subcommand};
-use idmint_api::{Decoded, ErrorBody, IdsResponse, NamespaceInfo, NamespaceList};
-use idmint_core::{Layout, Ulid, Uuid7};
-use idmint_node::FileConfig;
-use serde::de::DeserializeOwned;
-use std::net::SocketAddr;
+use client::{Client, ServerUrl};
+use decode::Decoder;
+use idmint_api::{IdsResponse, NamespaceInfo, NamespaceList};
+use idmint_core::Layout;
+use output::Out;
 use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
 
 const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";
 
@@ -18,7 +31,7 @@ const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";
     name = "idmint",
     version,
     about = "Unique ids for sharded databases: sequences from leased blocks, snowflake, UUIDv7 and ULID.",
-    after_help = "Examples:\n  idmint serve --config idmint.toml\n  idmint next photos -n 5\n  idmint decode 1212161076890996736 --layout twitter\n  idmint status"
+    after_help = "Examples:\n  idmint serve --config idmint.toml\n  idmint next photos -n 5\n  idmint next photos -n 5 --server localhost:7878\n  idmint decode 1212161076890996736 --layout twitter\n  idmint next tweets -n 100 | idmint decode --namespace tweets\n  idmint status\n\nExit status: 0 on success (also when the reader of stdout stops early, as `| head`),\n1 on an error, 2 on a usage error."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -29,7 +42,7 @@ struct Cli {
 enum Command {
     /// Run a node: HTTP/JSON API over an embedded durable store.
     #[command(
-        after_help = "Examples:\n  idmint serve\n  idmint serve --config idmint.toml\n  idmint serve --data-dir /var/lib/idmint --http 0.0.0.0:7878\n\nWith no arguments: file authority in ./idmint-data, HTTP on 127.0.0.1:7878, 64-bit\nsequence namespaces created on first use. Stop with Ctrl-C or SIGTERM: requests in\nflight are answered and unused ids are handed back. Logs: RUST_LOG=debug for more."
+        after_help = "Examples:\n  idmint serve\n  idmint serve --config idmint.toml\n  idmint serve --data-dir /var/lib/idmint --http 0.0.0.0:7878\n  idmint serve --http localhost:7878\n\nWith no arguments: file authority in ./idmint-data, HTTP on 127.0.0.1:7878, 64-bit\nsequence namespaces created on first use. Stop with Ctrl-C or SIGTERM: requests in\nflight are answered and unused ids are handed back. Logs: RUST_LOG=debug for more."
     )]
     Serve {
         /// TOML configuration file (namespaces, authority, server settings); see docs/configuration.md.
@@ -38,13 +51,14 @@ enum Command {
         /// Directory of the embedded file authority [default: ./idmint-data].
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
-        /// HTTP listen address [default: 127.0.0.1:7878].
-        #[arg(long, value_name = "ADDR")]
-        http: Option<SocketAddr>,
+        /// HTTP listen address, HOST:PORT with a name or an address (localhost:7878,
+        /// 0.0.0.0:7878) [default: 127.0.0.1:7878].
+        #[arg(long, value_name = "HOST:PORT")]
+        http: Option<String>,
     },
     /// Fetch ids from a running node.
     #[command(
-        after_help = "Examples:\n  idmint next photos\n  idmint next photos -n 5\n  idmint next tweets --server http://10.0.0.5:7878"
+        after_help = "Examples:\n  idmint next photos\n  idmint next photos -n 5\n  idmint next tweets --server http://10.0.0.5:7878\n  idmint next tweets --server 10.0.0.5:7878   (no scheme: http://)\n  idmint next photos -n 10000 > ids.txt"
     )]
     Next {
         /// Namespace name.
@@ -52,30 +66,51 @@ enum Command {
         /// How many ids.
         #[arg(short = 'n', long, default_value_t = 1)]
         count: u64,
-        /// Node URL.
+        /// Node URL; without a scheme, http:// (127.0.0.1:7878, localhost:7878).
         #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]
-        server: String,
+        server: ServerUrl,
     },
-    /// Decode an id: offline for a layout, or by a node for one of its namespaces.
-    #[command(
-        after_help = "Examples:\n  idmint decode 1212161076890996736 --layout twitter\n  idmint decode 01ARZ3NDEKTSV4RRFFQ69G5FAV --layout ulid\n  idmint decode 3150021346451456 --namespace tweets\n\nLayouts: twitter, instagram, sonyflake, discord, js53, uuid7, ulid."
-    )]
+    /// Decode ids: offline for a layout, or by a node for one of its namespaces.
+    #[command(after_help = "Examples:
+  idmint decode 1212161076890996736 --layout twitter
+  idmint decode 01ARZ3NDEKTSV4RRFFQ69G5FAV --layout ulid
+  idmint decode 3150021346451456 --namespace tweets
+  idmint next tweets -n 1000 | idmint decode --namespace tweets --json
+  idmint decode --layout instagram --epoch 1314220021721 < ids.txt
+  idmint decode 1212161076890996736 --bits 41,10,12 --unit 1ms --epoch 1288834974657
+
+Layouts: twitter, instagram, sonyflake, discord, js53, uuid7, ulid; or --bits for a custom one
+(field widths from the top: timestamp, node, sequence).
+One ID prints one labelled line per field. Without an ID, ids are read from standard input,
+one per line, and each prints one line: the values of the one-id output after kind and
+layout (or namespace), separated by tabs. --json prints one JSON object per id instead.
+The first id that cannot be decoded stops the command (exit 1), naming its line.")]
     Decode {
-        /// The id (decimal, or UUID/ULID text).
-        id: String,
+        /// The id (decimal, or UUID/ULID text). Without it: ids from standard input, one per line.
+        id: Option<String>,
         /// Decode offline with this layout.
-        #[arg(
-            long,
-            conflicts_with = "namespace",
-            required_unless_present = "namespace"
-        )]
+        #[arg(long, conflicts_with_all = ["namespace", "bits"], required_unless_present_any = ["namespace", "bits"])]
         layout: Option<String>,
+        /// Decode offline with a custom layout: bits of timestamp, node and sequence.
+        #[arg(long, value_name = "TS,NODE,SEQ", conflicts_with = "namespace")]
+        bits: Option<String>,
+        /// Time unit of a --bits layout: us, ms or s, e.g. 10ms [default: 1ms].
+        #[arg(long, requires = "bits", value_parser = decode::parse_unit)]
+        unit: Option<Duration>,
+        /// Epoch in Unix milliseconds, replacing the layout's (e.g. the --epoch given to
+        /// `idmint sql postgres --instagram`) [default: the preset's; 0 with --bits].
+        #[arg(long, value_name = "MS", conflicts_with = "namespace")]
+        epoch: Option<u64>,
         /// Ask the node to decode it as an id of this namespace.
         #[arg(long)]
         namespace: Option<String>,
-        /// Node URL (with --namespace).
-        #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]
-        server: String,
+        /// One JSON object per id (for --namespace, the node's answer).
+        #[arg(long)]
+        json: bool,
+        /// Node URL (with --namespace); without a scheme, http:// [default: http://127.0.0.1:7878].
+        // Text until --namespace needs it: a stray $IDMINT_SERVER must not break offline decoding.
+        #[arg(long, env = "IDMINT_SERVER")]
+        server: Option<String>,
     },
     /// Print SQL: the authority's schema, Flickr ticket tables, Instagram's next_id() function.
     #[command(
@@ -86,9 +121,9 @@ enum Command {
     /// Show a node's namespaces and their state as a table.
     #[command(after_help = "Example:\n  idmint status --server http://127.0.0.1:7878")]
     Status {
-        /// Node URL.
+        /// Node URL; without a scheme, http:// (127.0.0.1:7878, localhost:7878).
         #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]
-        server: String,
+        server: ServerUrl,
     },
 }
 
@@ -132,7 +167,7 @@ enum SqlCommand {
     },
 }
 
-fn sql(command: SqlCommand) -> Result<()> {
+fn sql(out: &mut Out, command: SqlCommand) -> Result<()> {
     let text = match command {
         SqlCommand::Postgres {
             instagram: true,
@@ -161,217 +196,101 @@ fn sql(command: SqlCommand) -> Result<()> {
         }
         SqlCommand::Mysql { table, .. } => idmint_store::mysql::schema_sql(&table),
     };
-    println!("{}", text.trim_end());
+    out.line(format_args!("{}", text.trim_end()))?;
     Ok(())
 }
 
-fn main() -> Result<()> {
+fn main() -> ExitCode {
+    // Usage errors end here, with clap's message and exit code 2.
     let cli = Cli::parse();
-    match cli.command {
+    let result = match cli.command {
         Command::Serve {
             config,
             data_dir,
             http,
-        } => serve(config, data_dir, http),
+        } => serve::serve(config, data_dir, http),
+        command => {
+            let mut out = Out::new();
+            let result = client_command(&mut out, command);
+            // Whatever was decoded or fetched before an error is still printed.
+            let flushed = out.flush();
+            result.and_then(|()| Ok(flushed?))
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if output::is_closed_stdout(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            output::report(&e);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Every command but `serve`: they print through `out`.
+fn client_command(out: &mut Out, command: Command) -> Result<()> {
+    match command {
+        Command::Serve { .. } => bail!("serve is not a client command"),
         Command::Next {
             namespace,
             count,
             server,
         } => {
-            let answer: IdsResponse = get_json(&format!(
-                "{}/v1/ids/{}?count={}",
-                base(&server),
-                namespace,
-                count
-            ))?;
-            for id in answer.ids {
-                println!("{id}");
+            let client = Client::new(server)?;
+            let answer: IdsResponse =
+                client.get(&["v1", "ids", &namespace], &[("count", count.to_string())])?;
+            for id in &answer.ids {
+                out.line(format_args!("{id}"))?;
             }
             Ok(())
         }
         Command::Decode {
             id,
-            layout: Some(layout),
-            ..
-        } => decode_offline(&id, &layout),
-        Command::Decode {
-            id,
-            namespace: Some(ns),
+            layout,
+            bits,
+            unit,
+            epoch,
+            namespace,
+            json,
             server,
-            ..
         } => {
-            let decoded: Decoded = get_json(&format!("{}/v1/decode/{}/{}", base(&server), ns, id))?;
-            println!("{}", serde_json::to_string_pretty(&decoded)?);
-            Ok(())
+            let decoder = match (layout, bits, namespace) {
+                (Some(layout), None, None) => decode::preset_decoder(&layout, epoch)?,
+                (None, Some(bits), None) => Decoder::Snowflake {
+                    name: "custom".to_owned(),
+                    layout: decode::custom_layout(
+                        &bits,
+                        unit.unwrap_or(Duration::from_millis(1)),
+                        epoch.unwrap_or(0),
+                    )?,
+                },
+                (None, None, Some(namespace)) => {
+                    let server: ServerUrl = server
+                        .as_deref()
+                        .unwrap_or(DEFAULT_SERVER)
+                        .parse()
+                        .map_err(|e| anyhow!("--server: {e}"))?;
+                    Decoder::Node {
+                        client: Client::new(server)?,
+                        namespace,
+                    }
+                }
+                // clap refuses these combinations first.
+                _ => bail!("give one of --layout, --bits or --namespace"),
+            };
+            decode::run(out, &decoder, id.as_deref(), json)
         }
-        Command::Decode { .. } => bail!("give --layout or --namespace"),
-        Command::Status { server } => status(&server),
-        Command::Sql(command) => sql(command),
+        Command::Status { server } => status(out, server),
+        Command::Sql(command) => sql(out, command),
     }
 }
 
-fn base(server: &str) -> &str {
-    server.trim_end_matches('/')
-}
-
-fn serve(
-    config: Option<PathBuf>,
-    data_dir: Option<PathBuf>,
-    http: Option<SocketAddr>,
-) -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
-    let file = match &config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            FileConfig::parse(&text).with_context(|| format!("in {}", path.display()))?
-        }
-        None => FileConfig::parse("")?,
-    };
-    let http = http
-        .or(file.http)
-        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 7878)));
-    let data_dir = data_dir
-        .or(file.data_dir.clone())
-        .unwrap_or_else(|| PathBuf::from("idmint-data"));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async move {
-        if !file.authority.is_durable() {
-            tracing::warn!(
-                "memory authority: nothing survives a restart, ids WILL repeat after one"
-            );
-        }
-        tracing::info!(authority = %file.authority, "connecting the authority");
-        let authority = idmint_store::connect(&file.authority, &data_dir)
-            .await
-            .context("setting up the authority")?;
-        let listener = tokio::net::TcpListener::bind(http)
-            .await
-            .with_context(|| format!("binding HTTP on {http}"))?;
-        let addr = listener.local_addr()?;
-        tracing::info!(%addr, "idmint listening: HTTP http://{addr}/v1/ids/NAMESPACE");
-        println!("idmint listening on http://{addr}");
-        let report = idmint_node::run(listener, file.node, authority, shutdown_signal()).await?;
-        println!(
-            "idmint stopped: {} ids handed back, {} burned",
-            report.given_back, report.burned
-        );
-        Ok(())
-    })
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::error!(error = %e, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
-    }
-}
-
-/// GETs `url` and reads the answer as `T`, or the API's error body as an error.
-fn get_json<T: DeserializeOwned>(url: &str) -> Result<T> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let resp = reqwest::get(url)
-            .await
-            .with_context(|| format!("cannot reach {url}; is `idmint serve` running?"))?;
-        let status = resp.status();
-        let text = resp.text().await?;
-        if !status.is_success() {
-            match serde_json::from_str::<ErrorBody>(&text) {
-                Ok(body) => bail!("{status} {}: {}", body.error.code, body.error.message),
-                Err(_) => bail!("{url} answered {status}: {text}"),
-            }
-        }
-        serde_json::from_str(&text)
-            .with_context(|| format!("{url} answered {status} with an unexpected body: {text}"))
-    })
-}
-
-fn decode_offline(id: &str, layout: &str) -> Result<()> {
-    match layout {
-        "uuid7" => {
-            let u: Uuid7 = id
-                .parse()
-                .with_context(|| format!("{id:?} is not a UUIDv7"))?;
-            println!(
-                "uuid7 {u}\ntimestamp {} ({} ms)",
-                fmt_ms(u.unix_millis()),
-                u.unix_millis()
-            );
-        }
-        "ulid" => {
-            let u: Ulid = id
-                .parse()
-                .with_context(|| format!("{id:?} is not a ULID"))?;
-            println!(
-                "ulid {u}\ntimestamp {} ({} ms)",
-                fmt_ms(u.unix_millis()),
-                u.unix_millis()
-            );
-        }
-        name => {
-            let l = Layout::preset(name).map_err(|e| anyhow!("{e} (or uuid7, ulid)"))?;
-            let n: u64 = id
-                .parse()
-                .with_context(|| format!("{id:?} is not a decimal 64-bit id"))?;
-            let d = l.decode(n)?;
-            println!(
-                "layout    {name}\nid        {n}\ntimestamp {} ({} ms since 1970)\nnode      {}\nsequence  {}",
-                d.rfc3339(),
-                d.unix_millis(),
-                d.parts.node,
-                d.parts.sequence
-            );
-        }
-    }
-    Ok(())
-}
-
-fn fmt_ms(ms: u64) -> String {
-    idmint_core::layout::Decoded {
-        parts: idmint_core::Parts {
-            timestamp: 0,
-            node: 0,
-            sequence: 0,
-        },
-        unix_nanos: ms.saturating_mul(1_000_000),
-    }
-    .rfc3339()
-}
-
-fn status(server: &str) -> Result<()> {
-    let list: NamespaceList = get_json(&format!("{}/v1/namespaces", base(server)))?;
+fn status(out: &mut Out, server: ServerUrl) -> Result<()> {
+    let list: NamespaceList = Client::new(server)?.get(&["v1", "namespaces"], &[])?;
     if list.namespaces.is_empty() {
-        println!("no namespaces served yet (sequence namespaces appear on first use)");
+        out.line(format_args!(
+            "no namespaces served yet (sequence namespaces appear on first use)"
+        ))?;
         return Ok(());
     }
     let rows: Vec<[String; 6]> = list.namespaces.iter().map(status_row).collect();
@@ -399,9 +318,9 @@ fn status(server: &str) -> Result<()> {
             .trim_end()
             .to_owned()
     };
-    println!("{}", line(&header.map(String::from)));
+    out.line(format_args!("{}", line(&header.map(String::from))))?;
     for r in &rows {
-        println!("{}", line(r));
+        out.line(format_args!("{}", line(r)))?;
     }
     Ok(())
 }

@@ -495,3 +495,423 @@ fn next_and_status_talk_to_a_running_server() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("cannot reach"), "{out:?}");
 }
+
+/// Runs a client command with `input` on its stdin (written from a thread, so a large input
+/// cannot deadlock against a large output).
+fn run_with_input(cmd: &mut Command, input: String) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // A command that stops early (a bad line) closes its stdin: not this helper's failure.
+    let writer = thread::spawn(move || match stdin.write_all(input.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    });
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    let mut err = child.stderr.take().unwrap();
+    let reader = thread::spawn(move || err.read_to_end(&mut stderr).map(|_| stderr));
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut stdout)
+        .unwrap();
+    let status = wait_with_deadline(&mut child);
+    writer.join().unwrap().unwrap();
+    Output {
+        status,
+        stdout,
+        stderr: reader.join().unwrap().unwrap(),
+    }
+}
+
+/// Asserts a run ended quietly after its reader went away: exit 0 (the reader's choice is not
+/// our error; ripgrep does the same), no panic, nothing on stderr.
+fn assert_quiet_end(what: &str, status: std::process::ExitStatus, stderr: &[u8]) {
+    let stderr = text(stderr);
+    assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+    assert!(
+        status.success(),
+        "{what}: exit {status:?} after stdout closed; stderr: {stderr}"
+    );
+    assert!(stderr.trim().is_empty(), "{what}: {stderr}");
+}
+
+/// Regression: `idmint next photos -n 10000 | head -1` and `idmint sql mysql | head -1`
+/// panicked with "failed printing to stdout: Broken pipe" (exit 101). A closed stdout now ends
+/// the command quietly with exit 0.
+#[test]
+fn closed_stdout_ends_quietly() {
+    // `next`: the reader takes one line and goes. 10,000 ids of 20 bytes are 200 KB, more than
+    // a pipe holds (64 KB), so the writer is still writing when the pipe closes.
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        "[namespaces.wide]\nkind = \"sequence\"\nstart = 1000000000000000000\n",
+    );
+    let server = Server::start(dir.path(), &dir.path().join("data"), Some(&config));
+    let url = format!("http://{}", server.addr);
+    let mut child = idmint()
+        .args(["next", "wide", "-n", "10000", "--server", &url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    {
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+        // Dropping the reader closes the pipe, as `head -1` does.
+    }
+    assert_eq!(first.trim(), "1000000000000000000");
+    let status = wait_with_deadline(&mut child);
+    let mut stderr = Vec::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_end(&mut stderr)
+        .unwrap();
+    assert_quiet_end("next | head -1", status, &stderr);
+
+    // Short outputs fit in the pipe, so the pipe is closed before the command starts: every
+    // write fails, deterministically.
+    for args in [
+        &["sql", "mysql"][..],
+        &["sql", "postgres"],
+        &["decode", "1212161076890996736", "--layout", "twitter"],
+        &["status", "--server", &url],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = run(idmint().args(args).stdout(writer));
+        assert_quiet_end(&format!("{args:?}"), out.status, &out.stderr);
+    }
+}
+
+/// Regression: with `RUST_BACKTRACE=1`, every user error (a bad id, an unreachable server)
+/// printed a stack backtrace after its message. User errors print `error:` and `caused by:`
+/// lines and exit 1; usage errors exit 2.
+#[test]
+fn user_errors_print_no_backtrace() {
+    let refused = {
+        // A port that was just free: nothing listens there.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let refused = format!("http://{refused}");
+    for args in [
+        &["decode", "abc", "--layout", "twitter"][..],
+        &["decode", "1", "--layout", "no-such-layout"],
+        &["next", "photos", "--server", &refused],
+        &["status", "--server", &refused],
+    ] {
+        let out = run(idmint()
+            .args(args)
+            .env("RUST_BACKTRACE", "1")
+            .env_remove("RUST_LIB_BACKTRACE"));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+        assert!(
+            !stderr.to_ascii_lowercase().contains("backtrace"),
+            "{args:?} printed a backtrace:\n{stderr}"
+        );
+        for line in stderr.lines().skip(1) {
+            assert!(line.starts_with("caused by: "), "{args:?}: {stderr}");
+        }
+    }
+    // Usage errors are clap's: exit 2.
+    let out = run(idmint().args(["decode", "1"]).env("RUST_BACKTRACE", "1"));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+/// Regression: `--server 127.0.0.1:7979` (no scheme) failed as "is idmint serve running?". A
+/// server without a scheme is http://; a scheme other than http(s) is a usage error.
+#[test]
+fn servers_without_a_scheme_are_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &dir.path().join("data"), None);
+    let port = server.addr.port();
+    for (expected, given) in [
+        (1, server.addr.to_string()),
+        (2, format!("localhost:{port}")),
+    ] {
+        let out = run(idmint().args(["next", "photos", "--server", &given]));
+        assert!(out.status.success(), "--server {given}: {out:?}");
+        assert_eq!(
+            text(&out.stdout).trim(),
+            expected.to_string(),
+            "--server {given}"
+        );
+    }
+    let out = run(idmint()
+        .args(["status"])
+        .env("IDMINT_SERVER", format!("127.0.0.1:{port}/")));
+    assert!(out.status.success(), "{out:?}");
+
+    let out = run(idmint().args(["next", "photos", "--server", "ftp://localhost:1"]));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(text(&out.stderr).contains("ftp://"), "{out:?}");
+    // ... but a server that is not asked is not checked: offline decoding ignores it.
+    let out = run(idmint()
+        .args(["decode", "1212161076890996736", "--layout", "twitter"])
+        .env("IDMINT_SERVER", "ftp://localhost:1"));
+    assert!(out.status.success(), "{out:?}");
+    let out = run(idmint()
+        .args(["decode", "1", "--namespace", "photos"])
+        .env("IDMINT_SERVER", "ftp://localhost:1"));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(text(&out.stderr).contains("ftp://"), "{out:?}");
+}
+
+/// Regression: `serve --http localhost:7878` was refused (only a socket address parsed).
+/// `--http` takes host names; a name that does not resolve is an error naming it, found before
+/// the authority is set up.
+#[test]
+fn serve_http_takes_host_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_on(dir.path(), &dir.path().join("data"), "localhost:0", None);
+    assert!(server.addr.ip().is_loopback(), "{}", server.addr);
+    assert_eq!(ids(server.addr, "photos", 2), [1, 2]);
+
+    let data = dir.path().join("unresolved");
+    let out = run(idmint()
+        .current_dir(dir.path())
+        .args(["serve", "--http", "no-such-host.invalid:7878", "--data-dir"])
+        .arg(&data));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no-such-host.invalid:7878"), "{stderr}");
+    assert!(
+        !data.exists(),
+        "the authority was set up before --http was checked"
+    );
+}
+
+/// Ids of a snowflake layout at consecutive milliseconds from `unix_ms`, with `node`.
+fn compose(layout: &idmint_core::Layout, unix_ms: u64, node: u64, n: u64) -> Vec<u64> {
+    (0..n)
+        .map(|i| {
+            layout
+                .compose_at_unix_millis(unix_ms + i, node, i % 7)
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Regression: `decode` took one id per process (5,000 ids took 15 s). Without an ID it reads
+/// ids from stdin, one per line, skipping blank lines, and prints one row per id, in order; one
+/// bad line stops it with an error naming the line.
+#[test]
+fn decode_reads_ids_from_stdin() {
+    let layout = idmint_core::Layout::twitter();
+    let start = 1_700_000_000_000;
+    let ids = compose(&layout, start, 585, 5000);
+    let input: String = ids.iter().map(|id| format!("{id}\n\n")).collect();
+    let out = run_with_input(idmint().args(["decode", "--layout", "twitter"]), input);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = text(&out.stdout);
+    let rows: Vec<Vec<&str>> = stdout.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(rows.len(), ids.len());
+    for (i, (row, id)) in rows.iter().zip(&ids).enumerate() {
+        let i = i as u64;
+        let (ms, seq) = ((start + i).to_string(), (i % 7).to_string());
+        assert_eq!(row[..], [&id.to_string(), row[1], &ms, "585", &seq][..]);
+    }
+    assert_eq!(rows[0][1], "2023-11-14T22:13:20.000Z");
+
+    // JSON Lines.
+    let input: String = ids[..3].iter().map(|id| format!("{id}\n")).collect();
+    let out = run_with_input(
+        idmint().args(["decode", "--layout", "twitter", "--json"]),
+        input,
+    );
+    assert!(out.status.success(), "{out:?}");
+    let objects: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(objects.len(), 3);
+    assert_eq!(objects[2]["id"], ids[2].to_string());
+    assert_eq!(objects[2]["unix_ms"], start + 2);
+    assert_eq!(objects[2]["worker"], 585);
+
+    // A bad line: the rows before it, then an error naming it.
+    let input = format!("{}\nabc\n{}\n", ids[0], ids[1]);
+    let out = run_with_input(idmint().args(["decode", "--layout", "twitter"]), input);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(text(&out.stdout).lines().count(), 1, "{out:?}");
+    assert!(text(&out.stderr).contains("line 2"), "{out:?}");
+}
+
+/// Regression: an Instagram id made by `idmint sql postgres --instagram --epoch X` could not be
+/// decoded offline (the preset's epoch was fixed). `--epoch` replaces it.
+#[test]
+fn decode_with_the_epoch_of_the_instagram_function() {
+    let epoch = 1_600_000_000_000u64;
+    let out = run(idmint().args([
+        "sql",
+        "postgres",
+        "--instagram",
+        "--schema",
+        "shard_5",
+        "--shard",
+        "5",
+        "--epoch",
+        &epoch.to_string(),
+    ]));
+    assert!(out.status.success(), "{out:?}");
+    // The function computes (now_ms - epoch) << 23 | shard << 10 | seq: the instagram layout
+    // with this epoch, which is what the test composes below.
+    let sql = text(&out.stdout);
+    assert!(
+        sql.contains(&format!("our_epoch bigint := {epoch};")),
+        "{sql}"
+    );
+    assert!(sql.contains("<< 23"), "{sql}");
+    let preset = idmint_core::Layout::instagram();
+    let layout = idmint_core::Layout::new(idmint_core::LayoutSpec {
+        epoch_unix_ms: epoch,
+        ..*preset.spec()
+    })
+    .unwrap();
+    let at = 1_750_000_000_123u64;
+    let id = layout.compose_at_unix_millis(at, 5, 1023).unwrap();
+
+    let out = run(idmint().args([
+        "decode",
+        &id.to_string(),
+        "--layout",
+        "instagram",
+        "--epoch",
+        &epoch.to_string(),
+        "--json",
+    ]));
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(v["unix_ms"], at, "{v}");
+    assert_eq!(v["timestamp"], "2025-06-15T15:06:40.123Z", "{v}");
+    assert_eq!(v["shard"], 5, "{v}");
+    assert_eq!(v["sequence"], 1023, "{v}");
+
+    // The same id, given the same layout as custom bits.
+    let out = run(idmint().args([
+        "decode",
+        &id.to_string(),
+        "--bits",
+        "40,13,10",
+        "--unit",
+        "1ms",
+        "--epoch",
+        &epoch.to_string(),
+    ]));
+    assert!(out.status.success(), "{out:?}");
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("2025-06-15T15:06:40.123Z"), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.split_whitespace().eq(["node", "5"])),
+        "{stdout}"
+    );
+    // A custom unit: Sonyflake's bits and 10 ms unit, with the node field above the sequence.
+    let sony = idmint_core::Layout::new(idmint_core::LayoutSpec {
+        order: idmint_core::FieldOrder::NodeThenSequence,
+        ..*idmint_core::Layout::sonyflake().spec()
+    })
+    .unwrap();
+    let id = sony.compose_at_unix_millis(at, 300, 2).unwrap();
+    let out = run(idmint().args([
+        "decode",
+        &id.to_string(),
+        "--bits",
+        "39,16,8",
+        "--unit",
+        "10ms",
+        "--epoch",
+        "1409529600000",
+        "--json",
+    ]));
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(v["unix_ms"], at - at % 10, "{v}");
+    assert_eq!(v["node"], 300, "{v}");
+}
+
+/// Regression: a Discord id printed one 10-bit node; Discord's ids carry a 5-bit worker and a
+/// 5-bit process.
+#[test]
+fn decode_discord_shows_worker_and_process() {
+    let layout = idmint_core::Layout::discord();
+    let id = layout
+        .compose_at_unix_millis(1_700_000_000_000, (17 << 5) | 9, 42)
+        .unwrap();
+    let out = run(idmint().args(["decode", &id.to_string(), "--layout", "discord", "--json"]));
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(v["worker"], 17, "{v}");
+    assert_eq!(v["process"], 9, "{v}");
+    assert_eq!(v["sequence"], 42, "{v}");
+    assert!(v.get("node").is_none(), "{v}");
+    let out = run(idmint().args(["decode", &id.to_string(), "--layout", "discord"]));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.split_whitespace().eq(["worker", "17"])),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.split_whitespace().eq(["process", "9"])),
+        "{stdout}"
+    );
+}
+
+/// `next | decode --namespace`: the node decodes every id of stdin over one connection pool;
+/// `--json` prints its answers (`idmint_api::Decoded`).
+#[test]
+fn decode_by_the_node_reads_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &dir.path().join("data"), None);
+    let url = format!("http://{}", server.addr);
+    let out = run(idmint().args(["next", "photos", "-n", "3", "--server", &url]));
+    assert!(out.status.success(), "{out:?}");
+    let out = run_with_input(
+        idmint().args([
+            "decode",
+            "--namespace",
+            "photos",
+            "--json",
+            "--server",
+            &url,
+        ]),
+        text(&out.stdout),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let answers: Vec<idmint_api::Decoded> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(answers.len(), 3);
+    for (i, answer) in answers.iter().enumerate() {
+        let idmint_api::Decoded::Sequence {
+            id,
+            in_namespace,
+            issued,
+            ..
+        } = answer
+        else {
+            panic!("{answer:?}");
+        };
+        assert_eq!(*id, i as u64 + 1);
+        assert!(*in_namespace && *issued, "{answer:?}");
+    }
+}

@@ -40,12 +40,17 @@ impl Server {
     /// Starts `idmint serve --data-dir DIR --http 127.0.0.1:0 [--config FILE]` in `dir` and waits
     /// for its listening line.
     pub fn start(dir: &Path, data_dir: &Path, config: Option<&Path>) -> Server {
+        Server::start_on(dir, data_dir, "127.0.0.1:0", config)
+    }
+
+    /// [`Server::start`] with `--http http`.
+    pub fn start_on(dir: &Path, data_dir: &Path, http: &str, config: Option<&Path>) -> Server {
         let mut cmd = idmint();
         cmd.current_dir(dir)
             .arg("serve")
             .arg("--data-dir")
             .arg(data_dir)
-            .args(["--http", "127.0.0.1:0"]);
+            .args(["--http", http]);
         if let Some(config) = config {
             cmd.arg("--config").arg(config);
         }

@@ -1,0 +1,165 @@
+//! Talking to a running node over HTTP/JSON: the `--server` address and GET requests whose
+//! answers are read as `idmint_api` types (or the API's error body, as an error).
+//!
+//! A server may be given with or without a scheme: `127.0.0.1:7878` and `localhost:7878` mean
+//! `http://…`. Only `http` and `https` are accepted; a bad address is a usage error found while
+//! parsing the arguments, before any request.
+
+use anyhow::{bail, Context, Result};
+use idmint_api::ErrorBody;
+use reqwest::Url;
+use serde::de::DeserializeOwned;
+use std::fmt;
+use std::str::FromStr;
+
+/// A validated node address: an `http` or `https` URL with a host.
+#[derive(Debug, Clone)]
+pub struct ServerUrl(Url);
+
+impl FromStr for ServerUrl {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let text = text.trim();
+        // Without "://", `localhost:7878` would parse as a URL of scheme "localhost".
+        let url = if text.contains("://") {
+            Url::parse(text)
+        } else {
+            Url::parse(&format!("http://{text}"))
+        }
+        .map_err(|e| {
+            format!("{text:?} is not a server address ({e}); e.g. http://127.0.0.1:7878")
+        })?;
+        match url.scheme() {
+            "http" | "https" => {}
+            other => {
+                return Err(format!(
+                    "the scheme {other}:// is not supported; use http:// or https://"
+                ))
+            }
+        }
+        if url.host_str().is_none_or(str::is_empty) {
+            return Err(format!(
+                "{text:?} names no host; e.g. http://127.0.0.1:7878"
+            ));
+        }
+        Ok(ServerUrl(url))
+    }
+}
+
+impl fmt::Display for ServerUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.as_str().trim_end_matches('/'))
+    }
+}
+
+impl ServerUrl {
+    /// The URL of the API path `segments` (each percent-encoded as needed) with `query`.
+    fn endpoint(&self, segments: &[&str], query: &[(&str, String)]) -> Url {
+        let mut url = self.0.clone();
+        // A URL with a host can always be a base, so `path_segments_mut` succeeds.
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        if !query.is_empty() {
+            let mut pairs = url.query_pairs_mut();
+            for (key, value) in query {
+                pairs.append_pair(key, value);
+            }
+        }
+        url
+    }
+}
+
+/// A client of one node: one runtime and one connection pool for every request of a command.
+pub struct Client {
+    runtime: tokio::runtime::Runtime,
+    http: reqwest::Client,
+    server: ServerUrl,
+}
+
+impl Client {
+    /// A client of `server`; connects on the first request.
+    pub fn new(server: ServerUrl) -> Result<Client> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        let http = reqwest::Client::builder()
+            .build()
+            .context("setting up the HTTP client")?;
+        Ok(Client {
+            runtime,
+            http,
+            server,
+        })
+    }
+
+    /// GETs the API path `segments` with `query` and reads the answer as `T`, or the API's
+    /// error body as an error.
+    pub fn get<T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        query: &[(&str, String)],
+    ) -> Result<T> {
+        let url = self.server.endpoint(segments, query);
+        self.runtime.block_on(async {
+            let resp = self.http.get(url.clone()).send().await.with_context(|| {
+                format!(
+                    "cannot reach {}; is `idmint serve` running there?",
+                    self.server
+                )
+            })?;
+            let status = resp.status();
+            let text = resp
+                .text()
+                .await
+                .with_context(|| format!("reading the answer of {url}"))?;
+            if !status.is_success() {
+                match serde_json::from_str::<ErrorBody>(&text) {
+                    Ok(body) => bail!("{status} {}: {}", body.error.code, body.error.message),
+                    Err(_) => bail!("{url} answered {status}: {text}"),
+                }
+            }
+            serde_json::from_str(&text)
+                .with_context(|| format!("{url} answered {status} with an unexpected body: {text}"))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_server_without_a_scheme_is_http() {
+        for (given, meant) in [
+            ("127.0.0.1:7979", "http://127.0.0.1:7979"),
+            ("localhost:7878", "http://localhost:7878"),
+            ("http://10.0.0.5:7878/", "http://10.0.0.5:7878"),
+            ("https://ids.example.com", "https://ids.example.com"),
+            ("[::1]:7878", "http://[::1]:7878"),
+        ] {
+            assert_eq!(given.parse::<ServerUrl>().unwrap().to_string(), meant);
+        }
+    }
+
+    #[test]
+    fn other_schemes_and_hostless_servers_are_refused() {
+        let e = "ftp://x:1".parse::<ServerUrl>().unwrap_err();
+        assert!(e.contains("ftp://"), "{e}");
+        assert!("http://".parse::<ServerUrl>().is_err());
+        assert!("".parse::<ServerUrl>().is_err());
+    }
+
+    #[test]
+    fn endpoints_encode_their_segments() {
+        let s: ServerUrl = "http://h:1/prefix/".parse().unwrap();
+        let url = s.endpoint(&["v1", "decode", "a b", "1/2"], &[("count", "3".into())]);
+        assert_eq!(
+            url.as_str(),
+            "http://h:1/prefix/v1/decode/a%20b/1%2F2?count=3"
+        );
+    }
+}

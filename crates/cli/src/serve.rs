@@ -1,0 +1,147 @@
+//! `idmint serve`: reads the configuration file, connects the authority, binds the HTTP
+//! listener and runs the node until Ctrl-C or SIGTERM.
+//!
+//! `--http` takes `HOST:PORT` with a host name or an address (`localhost:7878`,
+//! `0.0.0.0:7878`, `[::1]:7878`); a name is resolved and the first of its addresses that can
+//! be bound is used. The node's two stdout lines (listening, stopped) are best effort: a closed
+//! stdout must not stop a server.
+
+use anyhow::{bail, Context, Result};
+use idmint_node::FileConfig;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use tokio::net::TcpListener;
+
+/// The HTTP address when neither `--http` nor the file gives one.
+const DEFAULT_HTTP: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    7878,
+));
+
+pub fn serve(
+    config: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+    http: Option<String>,
+) -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let file = match &config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            FileConfig::parse(&text).with_context(|| format!("in {}", path.display()))?
+        }
+        None => FileConfig::parse("")?,
+    };
+    let data_dir = data_dir
+        .or(file.data_dir.clone())
+        .unwrap_or_else(|| PathBuf::from("idmint-data"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        if !file.authority.is_durable() {
+            tracing::warn!(
+                "memory authority: nothing survives a restart, ids WILL repeat after one"
+            );
+        }
+        // A mistyped --http is reported before the authority is touched.
+        let http = match http {
+            Some(http) => {
+                let addrs = resolve(&http).await?;
+                Some((http, addrs))
+            }
+            None => None,
+        };
+        tracing::info!(authority = %file.authority, "connecting the authority");
+        let authority = idmint_store::connect(&file.authority, &data_dir)
+            .await
+            .context("setting up the authority")?;
+        let listener = match http {
+            Some((http, addrs)) => bind_first(&http, &addrs).await?,
+            None => {
+                let addr = file.http.unwrap_or(DEFAULT_HTTP);
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding HTTP on {addr}"))?
+            }
+        };
+        let addr = listener.local_addr()?;
+        tracing::info!(%addr, "idmint listening: HTTP http://{addr}/v1/ids/NAMESPACE");
+        say(format_args!("idmint listening on http://{addr}"));
+        let report = idmint_node::run(listener, file.node, authority, shutdown_signal()).await?;
+        say(format_args!(
+            "idmint stopped: {} ids handed back, {} burned",
+            report.given_back, report.burned
+        ));
+        Ok(())
+    })
+}
+
+/// The addresses of `--http HOST:PORT`, at least one.
+async fn resolve(http: &str) -> Result<Vec<SocketAddr>> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(http)
+        .await
+        .with_context(|| {
+            format!("--http {http}: cannot resolve it; give HOST:PORT, e.g. localhost:7878 or 0.0.0.0:7878")
+        })?
+        .collect();
+    if addrs.is_empty() {
+        bail!("--http {http}: the name resolves to no address");
+    }
+    Ok(addrs)
+}
+
+/// Binds the first of `addrs` (those of `--http http`) that accepts.
+async fn bind_first(http: &str, addrs: &[SocketAddr]) -> Result<TcpListener> {
+    let mut failures = Vec::new();
+    for addr in addrs {
+        match TcpListener::bind(addr).await {
+            Ok(listener) => return Ok(listener),
+            Err(e) => failures.push(format!("{addr}: {e}")),
+        }
+    }
+    bail!("binding HTTP on {http}: {}", failures.join("; "))
+}
+
+/// Prints a status line on stdout, now (the tests and scripts wait for it). Errors are
+/// ignored: nobody reading our stdout is no reason to stop serving.
+fn say(args: std::fmt::Arguments<'_>) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_fmt(args);
+    let _ = stdout.write_all(b"\n");
+    let _ = stdout.flush();
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
