@@ -6,7 +6,7 @@
 //!   `(timestamp, sequence)`, advanced only by compare-and-swap to a larger value;
 //! - it never issues a timestamp below one it issued before, nor below the `resume_after`
 //!   timestamp it was started with (the last one a previous holder of the worker id issued);
-//! - time comes from the monotonic clock anchored to wall time at start ([`AnchoredTime`]), so
+//! - time comes from the monotonic clock anchored to wall time at start (`AnchoredTime`), so
 //!   a wall clock stepping backwards does not move it back; [`SnowflakeGenerator::check_clock`]
 //!   reports such steps, and adopts forward steps;
 //! - when a time unit's sequence is used up it returns [`NextIdError::SequenceExhausted`] with

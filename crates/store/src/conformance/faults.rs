@@ -2,8 +2,8 @@
 //! [`FaultProxy`] between an authority and its server (a cut network, a server that stops
 //! answering, a reply lost after the commit), and several authorities on one server.
 //!
-//! Each scenario makes its own storage ([`Backend::create`]) and has two authorities on it: one
-//! through the proxy with the backend's short operation timeout ([`FaultProfile::op_timeout`]),
+//! Each scenario makes its own storage ([`Backend::create`](super::Backend::create)) and has two authorities on it: one
+//! through the proxy with the backend's short operation timeout ([`FaultProfile::op_timeout`](super::FaultProfile::op_timeout)),
 //! and a direct one that reads the durable state whatever the proxy does. What is checked
 //! (docs/design.md invariants 1, 2 and 5):
 //! - a cut is [`StoreError::Unavailable`] naming the backend (at once where the backend
