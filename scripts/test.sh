@@ -43,7 +43,8 @@ ensure_protoc() {
 
 # --- Backend servers the tests talk to (real servers, never mocks) -------------------------
 # PostgreSQL and MariaDB: started if installed but not running; installed from Debian as root if
-# missing. etcd: the tests start private etcd processes, so only the binary is needed.
+# missing. etcd: the tests start private etcd processes, so only the binary is needed. promtool:
+# only the binary, no server.
 apt_updated=0
 apt_install() {
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
@@ -110,6 +111,12 @@ if ! command -v etcd >/dev/null 2>&1; then
   apt_install "etcd" etcd-server
 fi
 echo "etcd: $(etcd --version 2>/dev/null | head -n1) (tests start private instances)"
+
+# promtool lints /metrics in crates/node/tests/metrics.rs; Debian ships it in `prometheus`.
+if ! command -v promtool >/dev/null 2>&1; then
+  apt_install "promtool (checks the /metrics exposition)" prometheus
+fi
+echo "promtool: $(promtool --version 2>/dev/null | head -n1)"
 
 ensure_protoc
 

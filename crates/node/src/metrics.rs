@@ -3,13 +3,19 @@
 //! Counters are updated on the request and refill paths; gauges that mirror buffer state
 //! (buffered ids, demand, burned ids) are refreshed from the namespaces at scrape time, so the
 //! hot path pays only for an atomic increment.
+//!
+//! Two text formats are served, chosen from the scraper's `Accept` header by [`Format::negotiate`]:
+//! OpenMetrics 1.0.0 when asked for, otherwise the Prometheus text format 0.0.4 (what
+//! `promtool check metrics`, older Prometheus servers and most other scrapers read).
+//! prometheus-client 0.25 writes only OpenMetrics text, so the 0.0.4 text is derived from it by
+//! [`openmetrics_to_prometheus`].
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Registry, Unit};
 use std::sync::atomic::AtomicU64;
 
 /// Labels of per-namespace series.
@@ -83,9 +89,10 @@ impl Metrics {
             "Block reservations from the authority, by outcome",
             refills.clone(),
         );
-        registry.register(
-            "refill_duration_seconds",
-            "Time of one reservation round trip",
+        registry.register_with_unit(
+            "refill_duration",
+            "Time of one block reservation round trip to the authority, successful or not",
+            Unit::Seconds,
             refill_seconds.clone(),
         );
         registry.register("errors", "Error responses, by code", errors.clone());
@@ -104,9 +111,10 @@ impl Metrics {
             "Average demand the buffer is sized for",
             demand.clone(),
         );
-        registry.register(
-            "clock_behind_seconds",
+        registry.register_with_unit(
+            "clock_behind",
             "How far the wall clock is behind a snowflake generator's monotonic time",
+            Unit::Seconds,
             clock_behind.clone(),
         );
         Metrics {
@@ -122,13 +130,134 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition.
-    pub fn encode(&self) -> String {
+    /// The exposition in `format`.
+    pub fn encode(&self, format: Format) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        match format {
+            Format::OpenMetrics => out,
+            Format::Prometheus => openmetrics_to_prometheus(&out),
+        }
     }
+}
+
+/// A text exposition format of `/metrics`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// The Prometheus text format 0.0.4: the default.
+    Prometheus,
+    /// OpenMetrics 1.0.0 text, only to a client that asks for it.
+    OpenMetrics,
+}
+
+impl Format {
+    /// The `Content-Type` of an answer in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Prometheus => "text/plain; version=0.0.4; charset=utf-8",
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+
+    /// The format to answer a request with this `Accept` header (`None`: no header).
+    ///
+    /// OpenMetrics only when `application/openmetrics-text` (without a version, or version
+    /// 1.0.0) is accepted with a quality at least that of every acceptable 0.0.4 range
+    /// (`text/plain` without a version or with 0.0.4, `text/*`, `*/*`); everything else,
+    /// including a missing, unparsable or unsatisfiable header, gets the 0.0.4 text, which every
+    /// Prometheus scraper reads. Prometheus 2.x and 3.x ask for OpenMetrics first, so they get it.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        let (mut openmetrics, mut prometheus) = (0.0_f64, 0.0_f64);
+        for range in accept.unwrap_or("").split(',') {
+            let mut parts = range.split(';');
+            let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            let (mut q, mut version) = (1.0_f64, None);
+            for param in parts {
+                let Some((key, value)) = param.split_once('=') else {
+                    continue;
+                };
+                let value = value.trim().trim_matches('"');
+                match key.trim().to_ascii_lowercase().as_str() {
+                    "q" => q = value.parse().unwrap_or(0.0),
+                    "version" => version = Some(value.to_owned()),
+                    _ => {}
+                }
+            }
+            if q.is_nan() || q <= 0.0 {
+                continue;
+            }
+            let version = version.as_deref();
+            match media.as_str() {
+                "application/openmetrics-text" if matches!(version, None | Some("1.0.0")) => {
+                    openmetrics = openmetrics.max(q);
+                }
+                "text/plain" if matches!(version, None | Some("0.0.4")) => {
+                    prometheus = prometheus.max(q);
+                }
+                "text/*" | "*/*" => prometheus = prometheus.max(q),
+                _ => {}
+            }
+        }
+        if openmetrics > 0.0 && openmetrics >= prometheus {
+            Format::OpenMetrics
+        } else {
+            Format::Prometheus
+        }
+    }
+}
+
+/// The Prometheus text format 0.0.4 of an OpenMetrics text exposition as prometheus-client
+/// writes it (HELP, TYPE, optional UNIT, then the samples of each family; `# EOF` last).
+///
+/// What differs: a counter family `x` is `# HELP x_total` / `# TYPE x_total counter` in 0.0.4
+/// (its samples are already `x_total`), and its `x_created` samples are dropped; an info family
+/// `x` becomes the gauge `x_info`; `# UNIT` and `# EOF` lines and exemplars do not exist in
+/// 0.0.4; the other OpenMetrics-only types (`stateset`, `gaugehistogram`, `unknown`) become
+/// `untyped` (none of these is registered today).
+/// Help text, label and value syntax are the same in both formats for what is written here.
+pub fn openmetrics_to_prometheus(openmetrics: &str) -> String {
+    // The families whose samples carry a suffix, which 0.0.4 puts in the family's name.
+    let suffixes: std::collections::HashMap<&str, &str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| match l.split_once(' ') {
+            Some((name, "counter")) => Some((name, "_total")),
+            Some((name, "info")) => Some((name, "_info")),
+            _ => None,
+        })
+        .collect();
+    let suffix = |name: &str| suffixes.get(name).copied().unwrap_or("");
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            out.push_str(&format!("# HELP {name}{} {help}\n", suffix(name)));
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
+            let kind = match kind {
+                "counter" | "gauge" | "histogram" | "summary" => kind,
+                "info" => "gauge",
+                _ => "untyped",
+            };
+            out.push_str(&format!("# TYPE {name}{} {kind}\n", suffix(name)));
+        } else if line.starts_with('#') {
+            // `# UNIT`, `# EOF`: OpenMetrics only.
+        } else if !line.is_empty() {
+            let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+            let created = line[..name_end]
+                .strip_suffix("_created")
+                .is_some_and(|family| suffix(family) == "_total");
+            if created {
+                continue;
+            }
+            // An exemplar follows the value after ` # ` (label values here never hold `#`).
+            let sample = line.split_once(" # ").map_or(line, |(sample, _)| sample);
+            out.push_str(sample);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 impl Default for Metrics {
@@ -185,5 +314,169 @@ impl crate::supply::SupplyEvents for SupplyMetrics {
         }
         .inc();
         self.refill_seconds.observe(took.as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::supply::SupplyEvents;
+
+    #[test]
+    fn openmetrics_only_when_asked_for() {
+        use Format::{OpenMetrics, Prometheus};
+        for (accept, want) in [
+            (None, Prometheus),
+            (Some(""), Prometheus),
+            (Some("*/*"), Prometheus),
+            (Some("text/plain"), Prometheus),
+            (Some("text/plain;version=0.0.4"), Prometheus),
+            (Some("text/plain; version=0.0.4; charset=utf-8"), Prometheus),
+            (Some("application/json"), Prometheus),
+            (Some("application/openmetrics-text"), OpenMetrics),
+            (
+                Some("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+                OpenMetrics,
+            ),
+            (
+                Some("Application/OpenMetrics-Text;Version=\"1.0.0\""),
+                OpenMetrics,
+            ),
+            // What Prometheus 2.x sends.
+            (
+                Some(
+                    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                     version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+                ),
+                OpenMetrics,
+            ),
+            // A version this node does not write.
+            (
+                Some("application/openmetrics-text;version=0.0.1"),
+                Prometheus,
+            ),
+            (
+                Some("application/openmetrics-text;version=2.0.0"),
+                Prometheus,
+            ),
+            (Some("application/openmetrics-text;q=0"), Prometheus),
+            (Some("application/openmetrics-text;q=nonsense"), Prometheus),
+            (
+                Some("application/openmetrics-text;q=0.5, text/plain;version=0.0.4"),
+                Prometheus,
+            ),
+            (
+                Some("text/plain;version=0.0.4;q=0.5, application/openmetrics-text"),
+                OpenMetrics,
+            ),
+        ] {
+            assert_eq!(Format::negotiate(accept), want, "Accept: {accept:?}");
+        }
+    }
+
+    /// Every family with one series of each kind of label.
+    fn populated() -> Metrics {
+        let metrics = Metrics::new();
+        let supply = SupplyMetrics::new(&metrics, "orders");
+        supply.served(3);
+        supply.refilled(true, std::time::Duration::from_millis(2));
+        supply.refilled(false, std::time::Duration::from_millis(7));
+        let ns = NamespaceLabels {
+            namespace: "orders".into(),
+        };
+        metrics
+            .errors
+            .get_or_create(&ErrorLabels {
+                code: "unknown_namespace",
+            })
+            .inc();
+        metrics.buffered.get_or_create(&ns).set(5);
+        metrics.burned.get_or_create(&ns).set(1);
+        metrics.demand.get_or_create(&ns).set(2.5);
+        metrics.clock_behind.get_or_create(&ns).set(0.0);
+        metrics
+    }
+
+    #[test]
+    fn counters_are_named_by_their_samples_in_the_0_0_4_format() {
+        let text = populated().encode(Format::Prometheus);
+        for family in [
+            "idmint_ids_served_total",
+            "idmint_refills_total",
+            "idmint_errors_total",
+        ] {
+            assert!(
+                text.contains(&format!("# HELP {family} ")),
+                "{family}:\n{text}"
+            );
+            assert!(
+                text.contains(&format!("# TYPE {family} counter\n")),
+                "{family}:\n{text}"
+            );
+        }
+        assert!(
+            text.contains("idmint_errors_total{code=\"unknown_namespace\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE idmint_refill_duration_seconds histogram\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP idmint_refill_duration_seconds Time of one block"),
+            "{text}"
+        );
+        for openmetrics_only in ["# EOF", "# UNIT", "_created"] {
+            assert!(
+                !text.contains(openmetrics_only),
+                "{openmetrics_only}:\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn both_formats_carry_the_same_samples_and_every_family_has_help() {
+        let metrics = populated();
+        let openmetrics = metrics.encode(Format::OpenMetrics);
+        let prometheus = metrics.encode(Format::Prometheus);
+        assert!(openmetrics.ends_with("# EOF\n"), "{openmetrics}");
+        assert!(
+            openmetrics.contains("# UNIT idmint_refill_duration_seconds seconds\n"),
+            "{openmetrics}"
+        );
+        let samples = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .map(str::to_owned)
+                .collect()
+        };
+        assert_eq!(samples(&openmetrics), samples(&prometheus));
+        for text in [&openmetrics, &prometheus] {
+            let typed: Vec<&str> = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("# TYPE "))
+                .filter_map(|l| l.split(' ').next())
+                .collect();
+            assert_eq!(typed.len(), 8, "{text}");
+            for name in typed {
+                let help = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix(&format!("# HELP {name} ")))
+                    .unwrap_or_else(|| panic!("{name} has no help:\n{text}"));
+                assert!(help.len() > 10, "{name}: {help}");
+            }
+        }
+    }
+
+    #[test]
+    fn created_samples_units_and_exemplars_are_dropped() {
+        let openmetrics = "# HELP a_seconds A.\n# TYPE a_seconds gauge\n# UNIT a_seconds seconds\n\
+                           a_seconds 1.5\n# HELP c C.\n# TYPE c counter\nc_total{x=\"y\"} 2 # {t=\"1\"} 1.0\n\
+                           c_created{x=\"y\"} 1700000000.0\n# HELP i I.\n# TYPE i info\ni_info 1\n# EOF\n";
+        assert_eq!(
+            openmetrics_to_prometheus(openmetrics),
+            "# HELP a_seconds A.\n# TYPE a_seconds gauge\na_seconds 1.5\n# HELP c_total C.\n\
+             # TYPE c_total counter\nc_total{x=\"y\"} 2\n# HELP i_info I.\n# TYPE i_info gauge\ni_info 1\n"
+        );
     }
 }

@@ -367,14 +367,23 @@ async fn readyz(State(node): State<Arc<Node>>) -> Response {
     }
 }
 
-async fn metrics(State(node): State<Arc<Node>>) -> Response {
+/// The metrics in the format the `Accept` header asks for ([`crate::metrics::Format::negotiate`]):
+/// OpenMetrics only when asked for, otherwise the Prometheus text format 0.0.4.
+async fn metrics(State(node): State<Arc<Node>>, headers: axum::http::HeaderMap) -> Response {
+    let accept = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",");
+    let format = crate::metrics::Format::negotiate(Some(&accept));
     node.refresh_gauges();
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        node.metrics().encode(),
+        [
+            (header::CONTENT_TYPE, format.content_type()),
+            (header::VARY, "Accept"),
+        ],
+        node.metrics().encode(format),
     )
         .into_response()
 }
