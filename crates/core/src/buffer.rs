@@ -17,6 +17,21 @@
 //! - every id that entered the buffer is either served, handed back as the unused tail, or
 //!   counted as burned: `received == served + buffered + burned + given_back`.
 //!
+//! Putting ids back. A request that takes ids and then fails (its source is down, it is
+//! dropped) must not lose them. It takes through a [`Taken`] record ([`Buffer::take_for`],
+//! [`Buffer::take_block_for`]) and, on failure, hands the record to [`Buffer::put_back`]. The
+//! buffer restores the ids to its front, exactly as they were before the request's first take,
+//! **only if nothing else took from (or emptied) the buffer since that first take**: every
+//! operation that removes ids from the front bumps a generation counter, and a record remembers
+//! the generation after each of its own takes. Otherwise the ids are counted as burned (never
+//! served again). Either way they leave `served`. Guarantee: the ids of successful takes, in
+//! the order they were taken, are exactly what a buffer that never saw the failed request would
+//! have handed out, so they stay strictly increasing per residue class across requests, and an
+//! id put back comes out again before anything above it. Blocks pushed in the meantime only go
+//! to the back, above every id held, so they do not interfere. Refused put-backs are rare (two
+//! requests draining an almost empty buffer at once while the source fails) and cost id
+//! space, never uniqueness or order.
+//!
 //! The hot path ([`Buffer::next_id`], [`Buffer::take`]) reads no clock; demand is folded into
 //! the average when the caller calls [`Buffer::observe`] (the node does on every refill check).
 //! [`SharedBlock`] is the lock-free variant for many threads carving chunks from one block.
@@ -163,9 +178,10 @@ pub enum BufferError {
 pub struct BufferStats {
     /// Ids received from the source.
     pub received: u64,
-    /// Ids handed out.
+    /// Ids handed out (taken and not put back).
     pub served: u64,
-    /// Ids abandoned (lost in a crash of the holder, or not returnable at shutdown).
+    /// Ids abandoned (lost in a crash of the holder, not returnable at shutdown, or taken by a
+    /// request that failed when they could not be put back in front).
     pub burned: u64,
     /// Ids handed back to the source at shutdown.
     pub given_back: u64,
@@ -189,6 +205,9 @@ pub struct Buffer {
     highest: Vec<(u64, u64, u64)>,
     refill_in_flight: bool,
     stats: BufferStats,
+    /// Bumped by every operation that removes ids from the front or puts them back: a
+    /// [`Taken`] may be put back only if it saw every bump since its first take.
+    generation: u64,
     // Demand average.
     rate_per_sec: f64,
     /// Demand over the latest observed interval of at least [`RECENT_MIN_NANOS`]: lets sizing
@@ -221,6 +240,7 @@ impl Buffer {
             highest: Vec::new(),
             refill_in_flight: false,
             stats: BufferStats::default(),
+            generation: 0,
             rate_per_sec,
             recent_rate: 0.0,
             served_at_last_observe: 0,
@@ -302,7 +322,11 @@ impl Buffer {
             return;
         }
         let dt = dt_nanos as f64 / 1e9;
-        let served = (self.stats.served - self.served_at_last_observe) as f64;
+        // A put-back lowers `served`; ids taken and put back within the interval do not count.
+        let served = self
+            .stats
+            .served
+            .saturating_sub(self.served_at_last_observe) as f64;
         let rate = served / dt;
         let alpha = 1.0 - (-dt / self.policy.0.demand_window.as_secs_f64()).exp();
         self.rate_per_sec += alpha * (rate - self.rate_per_sec);
@@ -432,6 +456,7 @@ impl Buffer {
         self.cursor = self.cursor.saturating_add(self.step);
         self.buffered -= 1;
         self.stats.served += 1;
+        self.generation += 1;
         Some(id)
     }
 
@@ -465,7 +490,76 @@ impl Buffer {
         }
         self.buffered -= head.len();
         self.stats.served += head.len();
+        self.generation += 1;
         Some(head)
+    }
+
+    /// Like [`Buffer::take`], recording what was taken in `taken` (so the request can
+    /// [`Buffer::put_back`] it if it fails) instead of copying ids out; returns how many.
+    pub fn take_for(&mut self, taken: &mut Taken, max: u64) -> u64 {
+        let mut n = 0;
+        while n < max {
+            let Some(block) = self.take_block_for(taken, max - n) else {
+                break;
+            };
+            n += block.len();
+        }
+        n
+    }
+
+    /// Like [`Buffer::take_block`], recording the block in `taken`.
+    pub fn take_block_for(&mut self, taken: &mut Taken, max: u64) -> Option<Block> {
+        let before = self.generation;
+        let block = self.take_block(max)?;
+        if taken.at.is_some_and(|at| at != before) {
+            // Someone else took between two of this request's takes.
+            taken.interleaved = true;
+        }
+        taken.at = Some(self.generation);
+        taken.len += block.len();
+        taken.blocks.push(block);
+        Some(block)
+    }
+
+    /// Gives back what a failed request took: back to the front of the buffer, in the same
+    /// order, if nothing else took from the buffer since the request's first take; otherwise
+    /// counted as burned. Either way the ids no longer count as served. `taken` must come from
+    /// this buffer's [`Buffer::take_for`]/[`Buffer::take_block_for`].
+    pub fn put_back(&mut self, taken: Taken) -> PutBack {
+        let n = taken.len;
+        if n == 0 {
+            return PutBack::Restored(0);
+        }
+        self.stats.served -= n;
+        if taken.interleaved || taken.at != Some(self.generation) {
+            self.stats.burned += n;
+            return PutBack::Burned(n);
+        }
+        self.generation += 1;
+        for block in taken.blocks.into_iter().rev() {
+            self.push_front(block);
+        }
+        self.buffered += n;
+        PutBack::Restored(n)
+    }
+
+    /// Puts `block`, whose ids all come just before the buffer's next id, in front.
+    fn push_front(&mut self, block: Block) {
+        let current = Block::new(self.cursor, self.end, self.step);
+        match current {
+            Some(_)
+                if block.step() == self.step
+                    && block.last().checked_add(self.step) == Some(self.cursor) =>
+            {
+                // It was split off the current block: rejoin.
+                self.cursor = block.start();
+            }
+            Some(current) => {
+                self.ahead.push_front(current);
+                self.load(block);
+            }
+            None => self.load(block),
+        }
     }
 
     /// Empties the buffer for a graceful shutdown. Returns the unused ids of the newest block
@@ -482,6 +576,7 @@ impl Buffer {
         };
         let older = self.buffered - newest.len();
         self.stats.burned += older;
+        self.generation += 1;
         self.ahead.clear();
         self.cursor = self.end;
         self.buffered = 0;
@@ -503,11 +598,61 @@ impl Buffer {
     pub fn abandon(&mut self) -> u64 {
         let n = self.buffered;
         self.stats.burned += n;
+        self.generation += 1;
         self.ahead.clear();
         self.cursor = self.end;
         self.buffered = 0;
         n
     }
+}
+
+/// What one request took from a [`Buffer`] ([`Buffer::take_for`], [`Buffer::take_block_for`]),
+/// kept so that the request can [`Buffer::put_back`] it if it fails. Dropping it keeps the ids
+/// served.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Taken {
+    blocks: Vec<Block>,
+    len: u64,
+    /// The buffer's generation right after this request's latest take.
+    at: Option<u64>,
+    /// Set once another operation took from the buffer between two of this request's takes.
+    interleaved: bool,
+}
+
+impl Taken {
+    /// Nothing taken yet.
+    pub fn new() -> Self {
+        Taken::default()
+    }
+
+    /// The blocks taken, in the order taken (increasing within a residue class).
+    pub fn blocks(&self) -> &[Block] {
+        &self.blocks
+    }
+
+    /// The ids taken, in the order taken.
+    pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.blocks.iter().flat_map(|b| b.ids())
+    }
+
+    /// How many ids were taken.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether nothing was taken.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// What [`Buffer::put_back`] did with a failed request's ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutBack {
+    /// This many ids are back in front of the buffer and will be served next.
+    Restored(u64),
+    /// This many ids could not go back (something was taken after them) and count as burned.
+    Burned(u64),
 }
 
 /// One block shared by many threads, carved into chunks without a lock: each
@@ -807,7 +952,187 @@ mod tests {
         assert_eq!(all, block.ids().collect::<Vec<_>>());
     }
 
+    #[test]
+    fn a_put_back_restores_the_front_exactly() {
+        let mut b = Buffer::new(fixed(10));
+        b.push(Block::new(1, 11, 1).unwrap()).unwrap();
+        b.push(Block::new(20, 30, 1).unwrap()).unwrap();
+        let mut t = Taken::new();
+        assert_eq!(b.take_for(&mut t, 3), 3);
+        assert_eq!(b.take_for(&mut t, 12), 12);
+        assert_eq!(
+            t.ids().collect::<Vec<_>>(),
+            [(1..=10).collect::<Vec<_>>(), (20..=24).collect()].concat()
+        );
+        assert_eq!((b.buffered(), b.stats().served), (5, 15));
+        // A refill arriving meanwhile goes to the back and does not prevent the put-back.
+        b.push(Block::new(30, 35, 1).unwrap()).unwrap();
+        assert_eq!(b.put_back(t), PutBack::Restored(15));
+        let s = b.stats();
+        assert_eq!((b.buffered(), s.served, s.burned), (25, 0, 0));
+        let mut again = vec![];
+        b.take(16, &mut again);
+        assert_eq!(
+            again,
+            [(1..=10).collect::<Vec<_>>(), (20..=25).collect()].concat()
+        );
+        // The block structure is as before: the newest block is still whole and returnable.
+        let tail = b.take_unused_tail().unwrap();
+        assert_eq!((tail.start(), tail.end()), (26, 35));
+    }
+
+    #[test]
+    fn ids_cannot_go_back_once_later_ids_were_taken() {
+        let mut b = Buffer::new(fixed(10));
+        b.push(Block::new(1, 11, 1).unwrap()).unwrap();
+        let (mut first, mut second) = (Taken::new(), Taken::new());
+        b.take_for(&mut first, 3); // 1..=3
+        b.take_for(&mut second, 2); // 4, 5
+        assert_eq!(b.put_back(first), PutBack::Burned(3), "4 and 5 are out");
+        // The later request is still on top: it may go back.
+        assert_eq!(b.put_back(second), PutBack::Restored(2));
+        assert_eq!(b.next_id(), Some(4));
+        let s = b.stats();
+        assert_eq!((s.served, s.burned, b.buffered()), (1, 3, 6));
+        assert_eq!(s.received, s.served + s.burned + b.buffered());
+    }
+
+    #[test]
+    fn a_request_whose_takes_interleave_with_others_cannot_go_back() {
+        let mut b = Buffer::new(fixed(10));
+        b.push(Block::new(1, 11, 1).unwrap()).unwrap();
+        let mut t = Taken::new();
+        b.take_for(&mut t, 2); // 1, 2
+        assert_eq!(b.next_id(), Some(3));
+        b.take_for(&mut t, 2); // 4, 5
+        assert_eq!(b.put_back(t), PutBack::Burned(4));
+        assert_eq!(b.next_id(), Some(6));
+        // Nor after a shutdown emptied the buffer.
+        let mut t = Taken::new();
+        b.take_block_for(&mut t, 2).unwrap();
+        b.take_unused_tail().unwrap();
+        assert_eq!(b.put_back(t), PutBack::Burned(2));
+        assert_eq!(b.next_id(), None);
+        assert_eq!(b.put_back(Taken::new()), PutBack::Restored(0));
+    }
+
+    #[test]
+    fn put_back_keeps_each_residue_class_in_order() {
+        let mut b = Buffer::new(fixed(4));
+        b.push(Block::new(1001, 1006, 2).unwrap()).unwrap(); // 1001, 1003, 1005
+        b.push(Block::new(10, 15, 2).unwrap()).unwrap(); // 10, 12, 14
+        let mut t = Taken::new();
+        assert_eq!(b.take_for(&mut t, 4), 4);
+        assert_eq!(b.put_back(t), PutBack::Restored(4));
+        let mut ids = vec![];
+        while let Some(id) = b.next_id() {
+            ids.push(id);
+        }
+        assert_eq!(ids, vec![1001, 1003, 1005, 10, 12, 14]);
+        assert!(b.push(Block::new(1005, 1010, 2).unwrap()).is_err());
+    }
+
     proptest! {
+        /// Any interleaving of refills, plain takes, and takes, put-backs and completions of
+        /// several concurrent requests: no id is handed out twice, the ids of successful takes
+        /// stay strictly increasing in the order taken (put-back ids come out again before
+        /// anything above them), a put-back succeeds exactly when nothing else took since the
+        /// request's first take, and `received == served + buffered + burned + given_back`
+        /// holds after every step.
+        #[test]
+        fn put_back_keeps_ids_unique_ordered_and_accounted(
+            ops in prop::collection::vec((0u8..6, 0usize..3, 1u64..30, 0u64..4), 1..250),
+            step in 1u64..4,
+        ) {
+            let spec = SequenceSpec::new(Width::Bits32, 1, step, 0).unwrap();
+            let mut wm = spec.initial_watermark();
+            let mut b = Buffer::new(fixed(16));
+            let mut received = std::collections::BTreeSet::new();
+            // Ids taken and not put back, in take order, with the request that took them
+            // (0: a plain take).
+            let mut stream: Vec<(u64, u64)> = vec![];
+            let mut burned = std::collections::BTreeSet::new();
+            // Requests in flight: (tag, record, index into `events` of their first take).
+            let mut open: Vec<Option<(u64, Taken, usize)>> = vec![None, None, None];
+            // Who took from or put back into the buffer's front, in order.
+            let mut events: Vec<u64> = vec![];
+            let mut next_tag = 1u64;
+            for (op, slot, n, gap) in ops {
+                match op {
+                    0 => {
+                        wm += gap * step;
+                        let blk = spec.reserve(wm, n).unwrap();
+                        wm = blk.end();
+                        received.extend(blk.ids());
+                        b.push(blk).unwrap();
+                    }
+                    1 => {
+                        let mut out = vec![];
+                        b.take(n, &mut out);
+                        if !out.is_empty() { events.push(0) }
+                        stream.extend(out.into_iter().map(|id| (0, id)));
+                    }
+                    2 | 3 => {
+                        let (tag, t, first) = open[slot].get_or_insert_with(|| {
+                            next_tag += 1;
+                            (next_tag, Taken::new(), usize::MAX)
+                        });
+                        let before = t.len();
+                        let got = if op == 2 {
+                            b.take_for(t, n)
+                        } else {
+                            b.take_block_for(t, n).map_or(0, |blk| blk.len())
+                        };
+                        prop_assert_eq!(t.len(), before + got);
+                        if got > 0 {
+                            if *first == usize::MAX { *first = events.len() }
+                            events.push(*tag);
+                            let new: Vec<u64> = t.ids().skip(before as usize).collect();
+                            stream.extend(new.into_iter().map(|id| (*tag, id)));
+                        }
+                    }
+                    4 => {
+                        if let Some((tag, t, first)) = open[slot].take() {
+                            let len = t.len();
+                            let sole = first == usize::MAX
+                                || events[first..].iter().all(|e| *e == tag);
+                            let mine: Vec<u64> =
+                                stream.iter().filter(|(w, _)| *w == tag).map(|(_, id)| *id).collect();
+                            stream.retain(|(w, _)| *w != tag);
+                            match b.put_back(t) {
+                                PutBack::Restored(k) => {
+                                    prop_assert!(sole, "restored over someone else's take");
+                                    prop_assert_eq!(k, len);
+                                    if k > 0 { events.push(u64::MAX) }
+                                }
+                                PutBack::Burned(k) => {
+                                    prop_assert!(!sole, "burned though nothing was taken since");
+                                    prop_assert_eq!(k, len);
+                                    burned.extend(mine);
+                                }
+                            }
+                        }
+                    }
+                    _ => { open[slot] = None; } // the request succeeded: its ids stay served
+                }
+                let s = b.stats();
+                prop_assert_eq!(s.received, s.served + b.buffered() + s.burned + s.given_back);
+                prop_assert_eq!(s.served, stream.len() as u64);
+                prop_assert_eq!(s.burned, burned.len() as u64);
+            }
+            while let Some(id) = b.next_id() { stream.push((0, id)) }
+            let ids: Vec<u64> = stream.iter().map(|(_, id)| *id).collect();
+            prop_assert!(ids.windows(2).all(|w| w[0] < w[1]), "{:?}", ids);
+            // Every id received was handed out exactly once or burned, never both.
+            let handed: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
+            prop_assert!(handed.is_disjoint(&burned));
+            prop_assert_eq!(handed.len() + burned.len(), received.len());
+            prop_assert_eq!(
+                handed.union(&burned).copied().collect::<Vec<_>>(),
+                received.into_iter().collect::<Vec<_>>()
+            );
+        }
+
         /// Whatever the sequence of blocks and takes, ids come out strictly increasing, each once,
         /// and the accounting identity holds.
         #[test]

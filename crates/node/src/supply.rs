@@ -23,12 +23,25 @@
 //! flight before it stops, so the shutdown hand-back sees every block (invariant 3); the
 //! hand-back is the source's compare-and-swap (invariant 2).
 //!
+//! A failed request loses nothing silently: the ids it took from the buffer (before the source
+//! failed, `refill_wait` passed, the node began shutting down, or the request's future was
+//! dropped) go back to the front of the buffer, to be the first ids of the next answer, when
+//! nothing was taken from the buffer since the request's first take; otherwise they count as
+//! burned ([`Buffer::put_back`] states the guarantee). So no id is handed out twice, and the
+//! ids of returned answers, in the order they were taken from the buffer, still strictly
+//! increase (per residue class): a put-back never lets a lower id follow a higher one. The
+//! supply's `served` counts only ids of answers actually returned; the buffer's own counters
+//! keep `received = served + buffered + burned + given back` at every moment (their `served`
+//! includes ids of requests still in flight), so per namespace reserved = served + buffered +
+//! burned + given back whenever no request is in flight.
+//!
 //! What it does not do: create namespaces, decide the spec, or export metrics (it reports to a
 //! [`SupplyEvents`]).
 
 use crate::config::CacheMode;
 use crate::error::IdError;
 use crate::time::SharedClock;
+use idmint_core::buffer::{PutBack, Taken};
 use idmint_core::{Block, Buffer, BufferPolicy, BufferStats, Clock, NamespaceName};
 use idmint_store::{BlockSource, GiveBack, StoreError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -269,8 +282,8 @@ impl Supply {
             self.count_served(out.len() as u64);
             return Ok(out);
         }
-        self.fill(count, bits, |buf, want| buf.take(want, &mut out))
-            .await?;
+        let taken = self.fill(count, bits, Buffer::take_for).await?;
+        out.extend(taken.ids());
         Ok(out)
     }
 
@@ -287,53 +300,56 @@ impl Supply {
             self.count_served(r.block.len());
             return Ok(r.block);
         }
-        let mut got = None;
-        self.fill(count, bits, |buf, want| match buf.take_block(want) {
-            Some(b) => {
-                got = Some(b);
-                // One block only: report the request as complete.
-                want
-            }
-            None => 0,
-        })
-        .await?;
-        got.ok_or_else(|| self.exhausted(bits))
+        // One block only: the request is complete as soon as anything was taken.
+        let taken = self
+            .fill(count, bits, |buf, taken, want| {
+                buf.take_block_for(taken, want).map_or(0, |_| want)
+            })
+            .await?;
+        taken
+            .blocks()
+            .first()
+            .copied()
+            .ok_or_else(|| self.exhausted(bits))
     }
 
-    /// Takes from the buffer with `take(buffer, wanted) -> taken` until `count` are taken,
-    /// waiting for refills when the buffer runs dry. Returns early (short) only on exhaustion
-    /// after something was taken.
+    /// Takes from the buffer with `take(buffer, record, wanted) -> progress` until `count` is
+    /// reached, waiting for refills when the buffer runs dry. Returns early (short) only on
+    /// exhaustion after something was taken. On an error, or if the future is dropped, what
+    /// was taken goes back ([`Request`]); only the returned ids count as served.
     async fn fill(
         &self,
         count: u64,
         bits: u32,
-        mut take: impl FnMut(&mut Buffer, u64) -> u64,
-    ) -> Result<(), IdError> {
+        mut take: impl FnMut(&mut Buffer, &mut Taken, u64) -> u64,
+    ) -> Result<Taken, IdError> {
+        let mut request = Request {
+            supply: self,
+            taken: Taken::new(),
+        };
         // Fast path: the buffer has enough, nothing to wait for.
-        let (mut taken, wants_refill) = self.with_buffer(|b| (take(b, count), b.wants_refill()));
-        self.count_served(taken);
+        let (mut taken, wants_refill) =
+            self.with_buffer(|b| (take(b, &mut request.taken, count), b.wants_refill()));
         if wants_refill || taken < count {
             self.wake_refill.notify_one();
         }
         if taken >= count {
-            return Ok(());
+            return Ok(request.done());
         }
         let mut outcomes = self.outcome.subscribe();
         let deadline = tokio::time::Instant::now() + self.refill_wait;
         loop {
             outcomes.borrow_and_update();
-            let got = self.with_buffer(|b| take(b, count - taken));
-            taken += got;
-            self.count_served(got);
+            taken += self.with_buffer(|b| take(b, &mut request.taken, count - taken));
             if taken >= count {
                 self.wake_refill.notify_one();
-                return Ok(());
+                return Ok(request.done());
             }
             // The buffer is empty. If the latest refill found the namespace exhausted, say so
             // now: waiting would outlast the refill task's backoff and answer a misleading 503.
             if let Some(StoreError::Exhausted { .. }) = &outcomes.borrow().error {
                 return if taken > 0 {
-                    Ok(())
+                    Ok(request.done())
                 } else {
                     Err(self.exhausted(bits))
                 };
@@ -362,7 +378,7 @@ impl Supply {
                 let empty = self.with_buffer(|b| b.buffered() == 0);
                 if empty {
                     if matches!(e, StoreError::Exhausted { .. }) && taken > 0 {
-                        return Ok(());
+                        return Ok(request.done());
                     }
                     return Err(self.map_store_error(&e));
                 }
@@ -466,6 +482,40 @@ impl Supply {
     }
 }
 
+/// The ids one request took while it is being answered. Dropped without [`Request::done`]
+/// (an error, or the request's future dropped) it puts them back into the buffer, or has them
+/// counted as burned when that is not possible: never counted as served.
+struct Request<'a> {
+    supply: &'a Supply,
+    taken: Taken,
+}
+
+impl Request<'_> {
+    /// The request is answered with what it took: count it as served.
+    fn done(mut self) -> Taken {
+        let taken = std::mem::take(&mut self.taken);
+        self.supply.count_served(taken.len());
+        taken
+    }
+}
+
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        if self.taken.is_empty() {
+            return;
+        }
+        let taken = std::mem::take(&mut self.taken);
+        match self.supply.with_buffer(|b| b.put_back(taken)) {
+            PutBack::Restored(ids) => {
+                tracing::debug!(namespace = %self.supply.name, ids, "request failed; its ids went back to the buffer");
+            }
+            PutBack::Burned(ids) => {
+                tracing::info!(namespace = %self.supply.name, ids, "request failed after later ids were taken; its ids are burned");
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! The supply on tokio's paused time: every wait, timeout and backoff is virtual, so these
@@ -482,6 +532,8 @@ mod tests {
     struct Switched {
         inner: MemoryAuthority,
         down: AtomicBool,
+        /// Each reservation takes 5 (virtual) seconds.
+        slow: AtomicBool,
         attempts: AtomicU64,
     }
 
@@ -496,6 +548,9 @@ mod tests {
             count: u64,
         ) -> Result<Reservation, StoreError> {
             self.attempts.fetch_add(1, Ordering::Relaxed);
+            if self.slow.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
             if self.down.load(Ordering::Relaxed) {
                 return Err(StoreError::Unavailable {
                     backend: "memory",
@@ -640,5 +695,109 @@ mod tests {
         let tried = source.attempts.load(Ordering::Relaxed) - at_start;
         // 0.05+0.1+0.2+0.4+0.8+1.6 s, then every 2 s: about 13 attempts in 20 s.
         assert!((8..=16).contains(&tried), "{tried} attempts in 20 s");
+    }
+
+    /// Waits (virtually) until the refill task filled the buffer to `n` ids.
+    async fn buffered(s: &Supply, n: u64) {
+        for _ in 0..100 {
+            if s.snapshot().buffered == n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("buffer never held {n} ids: {:?}", s.snapshot());
+    }
+
+    /// Ids reserved from the source so far (the memory authority's spec starts at 1).
+    async fn reserved(s: &Supply, source: &Switched) -> u64 {
+        Authority::state(&source.inner, s.name())
+            .await
+            .unwrap()
+            .unwrap()
+            .watermark
+            - 1
+    }
+
+    /// Every id reserved is served, buffered, burned or given back.
+    async fn assert_accounted(s: &Supply, source: &Switched) {
+        let snap = s.snapshot();
+        let st = snap.stats;
+        assert_eq!(
+            reserved(s, source).await,
+            snap.served + snap.buffered + st.burned + st.given_back,
+            "{snap:?}"
+        );
+        assert_eq!(
+            st.received,
+            st.served + snap.buffered + st.burned + st.given_back
+        );
+    }
+
+    /// Regression (issue "Every rough edge a new user hit"): a `count=60` request that met 38
+    /// buffered ids and an unreachable authority answered 503 and the 38 ids vanished, counted
+    /// as served, never handed out. They must go back to the front of the buffer and be the
+    /// first ids of the next answer.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_request_puts_its_ids_back_in_front() {
+        let (s, source, _running) = supply(38).await;
+        buffered(&s, 38).await;
+        source.down.store(true, Ordering::Relaxed);
+        let err = s.ids(60, 64).await.unwrap_err();
+        assert!(matches!(err, IdError::Unavailable { .. }), "{err:?}");
+        let snap = s.snapshot();
+        assert_eq!(snap.buffered, 38, "{snap:?}");
+        assert_eq!(snap.served, 0, "{snap:?}");
+        assert_eq!(snap.stats.served, 0, "{snap:?}");
+        assert_eq!(snap.stats.burned, 0, "{snap:?}");
+        assert_accounted(&s, &source).await;
+        source.down.store(false, Ordering::Relaxed);
+        let ids = loop {
+            match s.ids(60, 64).await {
+                Ok(ids) => break ids,
+                Err(IdError::Unavailable { .. }) => continue,
+                Err(e) => panic!("{e:?}"),
+            }
+        };
+        assert_eq!(ids.len(), 60);
+        assert_eq!(ids[..38], (1..=38).collect::<Vec<u64>>()[..], "{ids:?}");
+        assert_increasing(&ids);
+        let more = s.ids(100, 64).await.unwrap();
+        assert!(more[0] > ids[59]);
+        assert_increasing(&more);
+        assert_eq!(s.snapshot().served, 160);
+        assert_accounted(&s, &source).await;
+    }
+
+    /// A request abandoned while it waits (the client went away, a handler timeout dropped the
+    /// future) loses nothing either: its ids go back when the future is dropped.
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_request_puts_its_ids_back() {
+        let (s, source, _running) = supply(38).await;
+        buffered(&s, 38).await;
+        source.slow.store(true, Ordering::Relaxed);
+        let gone = tokio::time::timeout(Duration::from_millis(20), s.ids(60, 64)).await;
+        assert!(gone.is_err(), "the request should still be waiting");
+        let snap = s.snapshot();
+        assert_eq!((snap.buffered, snap.served), (38, 0), "{snap:?}");
+        assert_accounted(&s, &source).await;
+        assert_eq!(s.ids(5, 64).await.unwrap(), vec![1, 2, 3, 4, 5]);
+    }
+
+    /// The block path counts as served the ids of the block it returns, not the count asked
+    /// for (it used to count `count`, overstating `served` whenever the block was shorter).
+    #[tokio::test(start_paused = true)]
+    async fn a_short_block_counts_only_its_ids_as_served() {
+        let (s, source, _running) = supply(38).await;
+        buffered(&s, 38).await;
+        source.down.store(true, Ordering::Relaxed);
+        let block = s.block(1000, 64).await.unwrap();
+        assert_eq!((block.start(), block.len()), (1, 38));
+        assert_eq!(s.snapshot().served, 38);
+        assert_accounted(&s, &source).await;
+        // Nothing left and the source down: the failure takes nothing and counts nothing.
+        let err = s.block(10, 64).await.unwrap_err();
+        assert!(matches!(err, IdError::Unavailable { .. }), "{err:?}");
+        assert_eq!(s.snapshot().served, 38);
+        assert_accounted(&s, &source).await;
     }
 }
