@@ -26,6 +26,7 @@ use idmint_core::{
     Block, Layout, NamespaceName, NextIdError, SequenceSpec, Sizing, SnowflakeGenerator,
     SystemClock, Ulid, UlidGenerator, Uuid7, Uuid7Generator,
 };
+use prometheus_client::metrics::counter::Counter;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -63,10 +64,10 @@ pub enum Namespace {
     Sequence(SequenceNamespace),
     /// Snowflake ids.
     Snowflake(SnowflakeNamespace),
-    /// UUIDv7.
-    Uuid7(NamespaceName, Uuid7Generator),
-    /// ULID.
-    Ulid(NamespaceName, UlidGenerator),
+    /// UUIDv7, with its `ids_served` series.
+    Uuid7(NamespaceName, Uuid7Generator, Counter),
+    /// ULID, with its `ids_served` series.
+    Ulid(NamespaceName, UlidGenerator, Counter),
 }
 
 impl Namespace {
@@ -75,7 +76,7 @@ impl Namespace {
         match self {
             Namespace::Sequence(s) => s.supply.name(),
             Namespace::Snowflake(s) => &s.name,
-            Namespace::Uuid7(n, _) | Namespace::Ulid(n, _) => n,
+            Namespace::Uuid7(n, ..) | Namespace::Ulid(n, ..) => n,
         }
     }
 
@@ -94,8 +95,14 @@ impl Namespace {
         match self {
             Namespace::Sequence(s) => s.ids(count).await.map(Ids::U64),
             Namespace::Snowflake(s) => s.ids(count).await.map(Ids::U64),
-            Namespace::Uuid7(_, g) => Ok(Ids::Uuid7((0..count).map(|_| g.next_uuid()).collect())),
-            Namespace::Ulid(_, g) => Ok(Ids::Ulid((0..count).map(|_| g.next_ulid()).collect())),
+            Namespace::Uuid7(_, g, served) => {
+                served.inc_by(count);
+                Ok(Ids::Uuid7((0..count).map(|_| g.next_uuid()).collect()))
+            }
+            Namespace::Ulid(_, g, served) => {
+                served.inc_by(count);
+                Ok(Ids::Ulid((0..count).map(|_| g.next_ulid()).collect()))
+            }
         }
     }
 

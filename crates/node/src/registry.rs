@@ -247,8 +247,16 @@ impl Node {
                 SnowflakeNamespace::new(name.clone(), *layout, *worker, self.metrics.clone())
                     .map_err(|e| IdError::Conflict(format!("namespace {name}: {e}")))?,
             ),
-            KindConfig::Uuid7 => Namespace::Uuid7(name.clone(), Uuid7Generator::default()),
-            KindConfig::Ulid => Namespace::Ulid(name.clone(), UlidGenerator::default()),
+            KindConfig::Uuid7 => Namespace::Uuid7(
+                name.clone(),
+                Uuid7Generator::default(),
+                self.served_counter(name),
+            ),
+            KindConfig::Ulid => Namespace::Ulid(
+                name.clone(),
+                UlidGenerator::default(),
+                self.served_counter(name),
+            ),
         };
         let ns = Arc::new(ns);
         self.namespaces
@@ -257,6 +265,15 @@ impl Node {
             .insert(name.clone(), ns.clone());
         tracing::info!(namespace = %name, kind = ns.kind(), "serving namespace");
         Ok(ns)
+    }
+
+    /// The `ids_served` series of `name` (one lookup, then an atomic increment per answer).
+    fn served_counter(&self, name: &NamespaceName) -> prometheus_client::metrics::counter::Counter {
+        let labels = NamespaceLabels {
+            namespace: name.to_string(),
+        };
+        let counter = self.metrics.ids_served.get_or_create(&labels).clone();
+        counter
     }
 
     async fn sequence(

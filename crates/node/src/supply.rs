@@ -253,6 +253,15 @@ impl Supply {
         Ok(())
     }
 
+    /// A reservation straight from the source (cache `off`), reported to the events like a
+    /// refill: with no buffer, every request is a round trip to the authority.
+    async fn reserve_direct(&self, count: u64) -> Result<idmint_store::Reservation, StoreError> {
+        let started = tokio::time::Instant::now();
+        let result = self.source.reserve(&self.name, count).await;
+        self.events.refilled(result.is_ok(), started.elapsed());
+        result
+    }
+
     /// `count` ids, increasing; fewer only when the namespace runs out (`bits` is its width,
     /// for the error).
     pub async fn ids(&self, count: u64, bits: u32) -> Result<Vec<u64>, IdError> {
@@ -263,17 +272,21 @@ impl Supply {
             // grants one id per reservation (fewer than asked), so reserve until `count` ids are
             // in hand; short only when the namespace runs out.
             while (out.len() as u64) < count {
-                match self
-                    .source
-                    .reserve(&self.name, count - out.len() as u64)
-                    .await
-                {
+                match self.reserve_direct(count - out.len() as u64).await {
                     Ok(r) => {
                         self.note_watermark(r.watermark);
                         out.extend(r.block.ids());
                     }
                     Err(StoreError::Exhausted { .. }) if !out.is_empty() => break,
-                    Err(e) => return Err(self.map_store_error(&e)),
+                    Err(e) => {
+                        // Reserved for this answer, which now fails: nobody will see them, and
+                        // without a buffer they cannot go back anywhere. Counted, not lost.
+                        let n = out.len() as u64;
+                        if n > 0 {
+                            self.with_buffer(|b| b.record_burned(n));
+                        }
+                        return Err(self.map_store_error(&e));
+                    }
                 }
             }
             // Several reservations (several authorities) may interleave: one answer is still
@@ -292,8 +305,7 @@ impl Supply {
         self.check_poisoned()?;
         if let CacheMode::Off = self.cache {
             let r = self
-                .source
-                .reserve(&self.name, count)
+                .reserve_direct(count)
                 .await
                 .map_err(|e| self.map_store_error(&e))?;
             self.note_watermark(r.watermark);

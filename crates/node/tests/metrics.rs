@@ -269,6 +269,16 @@ async fn both_formats_pass_promtool_and_carry_every_family() {
     assert_eq!(served("orders"), 5.0);
     assert_eq!(served("tickets"), 3.0);
     assert_eq!(served("tweets"), 2.0);
+    assert_eq!(served("sessions"), 2.0);
+    assert_eq!(served("codes"), 2.0);
+    // Cache off: every request is a round trip to the authority, counted as one.
+    assert!(
+        value(
+            &prometheus,
+            "idmint_refills_total{namespace=\"tickets\",outcome=\"ok\"}"
+        ) >= 1.0,
+        "{prometheus}"
+    );
     assert_eq!(
         value(&prometheus, "idmint_errors_total{code=\"invalid_count\"}"),
         1.0
