@@ -188,19 +188,18 @@ pub enum StoreError {
         /// The namespace asked for.
         name: NamespaceName,
     },
-    /// The namespace exists with another spec.
-    #[error(
-        "namespace {name} exists with {} but {} was requested",
-        describe_spec(existing),
-        describe_spec(requested)
-    )]
+    /// The namespace exists with another spec, or (Flickr ticket mode) the server's
+    /// auto-increment settings issue another residue class than the namespace's.
+    #[error("{}", describe_conflict(name, existing, requested, server.as_ref()))]
     SpecConflict {
         /// The namespace.
         name: NamespaceName,
-        /// The spec it was created with.
+        /// The spec it was created with, or the one the ticket server issues.
         existing: SequenceSpec,
         /// The spec asked for.
         requested: SequenceSpec,
+        /// With a ticket server: its settings, which the message turns into the lines to set.
+        server: Option<AutoIncrementSettings>,
     },
     /// No id of the namespace is left at or above the watermark.
     #[error("namespace {name} is exhausted: no {bits}-bit id left at or above {watermark}")]
@@ -273,6 +272,55 @@ impl StoreError {
     /// Whether the namespace has no id left.
     pub fn is_exhausted(&self) -> bool {
         matches!(self, StoreError::Exhausted { .. })
+    }
+}
+
+/// A ticket server's `auto_increment_increment` and `auto_increment_offset`, as the server
+/// reported them (MySQL's offset counts from 1; idmint's `offset` is it modulo the increment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AutoIncrementSettings {
+    /// `auto_increment_increment`.
+    pub increment: u64,
+    /// `auto_increment_offset`.
+    pub offset: u64,
+}
+
+/// The message of [`StoreError::SpecConflict`]: for a ticket server, the server variables it
+/// has and the `my.cnf` lines that would make it issue the namespace's class.
+fn describe_conflict(
+    name: &NamespaceName,
+    existing: &SequenceSpec,
+    requested: &SequenceSpec,
+    server: Option<&AutoIncrementSettings>,
+) -> String {
+    match server {
+        None => format!(
+            "namespace {name} exists with {} but {} was requested",
+            describe_spec(existing),
+            describe_spec(requested)
+        ),
+        Some(a) => {
+            // MySQL's offset of the class `offset` (mod step) is `offset`, or `step` for 0.
+            let mysql_offset = if requested.offset() == 0 {
+                requested.step()
+            } else {
+                requested.offset()
+            };
+            format!(
+                "namespace {name} needs step {}, offset {}, but this MySQL server has \
+                 auto_increment_increment = {} and auto_increment_offset = {} (step {}, offset {}): \
+                 set `auto_increment_increment = {}` and `auto_increment_offset = {mysql_offset}` \
+                 under [mysqld] in its my.cnf and restart it (or SET GLOBAL both and reconnect), \
+                 or give the namespace the server's step and offset",
+                requested.step(),
+                requested.offset(),
+                a.increment,
+                a.offset,
+                existing.step(),
+                existing.offset(),
+                requested.step(),
+            )
+        }
     }
 }
 
@@ -420,6 +468,7 @@ pub(crate) mod ops {
                 name: name.clone(),
                 existing: state.spec,
                 requested: spec,
+                server: None,
             }),
         }
     }
@@ -477,6 +526,7 @@ mod tests {
             name: name("photos"),
             existing: SequenceSpec::default_64(),
             requested: SequenceSpec::new(Width::Bits32, 1, 1, 0).unwrap(),
+            server: None,
         };
         assert_eq!(
             e.to_string(),

@@ -191,6 +191,7 @@ impl Authority for MultiAuthority {
                         name: name.clone(),
                         existing: self.namespace_spec(&existing)?,
                         requested: spec,
+                        server: None,
                     })
                 }
                 Err(other) => return Err(other),

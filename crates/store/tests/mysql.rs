@@ -245,7 +245,9 @@ async fn ticket_mode_issues_increasing_single_ids() {
     }
 }
 
-/// A namespace whose step/offset are not the server's auto-increment settings is refused.
+/// A namespace whose step/offset are not the server's auto-increment settings is refused, and
+/// the message names the server variables and the my.cnf lines to set (it used to say only
+/// "exists with step 1, offset 0", as if the namespace had been created with them).
 #[tokio::test]
 async fn ticket_mode_refuses_specs_the_server_does_not_issue() {
     let db = TempDatabase::new();
@@ -253,13 +255,25 @@ async fn ticket_mode_refuses_specs_the_server_does_not_issue() {
     let ns = name("odd");
     let spec = SequenceSpec::new(Width::Bits64, 1, 2, 1).unwrap();
     match a.ensure_namespace(&ns, spec).await {
-        Err(StoreError::SpecConflict {
-            existing,
-            requested,
-            ..
-        }) => {
+        Err(e @ StoreError::SpecConflict { .. }) => {
+            let message = e.to_string();
+            let StoreError::SpecConflict {
+                existing,
+                requested,
+                ..
+            } = e
+            else {
+                unreachable!()
+            };
             assert_eq!((existing.step(), existing.offset()), (1, 0), "the server's");
             assert_eq!(requested, spec);
+            for part in [
+                "auto_increment_increment = 1 and auto_increment_offset = 1",
+                "`auto_increment_increment = 2` and `auto_increment_offset = 1`",
+                "my.cnf",
+            ] {
+                assert!(message.contains(part), "{part:?} missing from: {message}");
+            }
         }
         got => panic!("step 2 on an increment-1 server must be SpecConflict, got {got:?}"),
     }

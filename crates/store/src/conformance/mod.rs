@@ -489,6 +489,7 @@ pub async fn ensure_namespace_is_idempotent(a: Arc<dyn Authority>) {
             name: n,
             existing,
             requested,
+            ..
         }) => {
             assert_eq!(
                 (n, existing, requested),

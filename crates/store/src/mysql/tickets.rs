@@ -20,7 +20,7 @@ use super::{
 };
 use crate::config::MysqlConfig;
 use crate::ops;
-use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
+use crate::{Authority, AutoIncrementSettings, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec};
 use mysql_async::prelude::Queryable;
@@ -69,6 +69,10 @@ fn check_server(
             name: name.clone(),
             existing: server,
             requested: *spec,
+            server: Some(AutoIncrementSettings {
+                increment: auto.increment,
+                offset: auto.offset,
+            }),
         })
     }
 }
