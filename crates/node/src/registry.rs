@@ -363,3 +363,88 @@ impl Node {
         report
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use idmint_api::NamespaceInfo;
+    use idmint_store::MemoryAuthority;
+
+    fn name(s: &str) -> NamespaceName {
+        NamespaceName::new(s).unwrap()
+    }
+
+    fn auto_created(ns: &Namespace) -> bool {
+        match ns.info(std::time::UNIX_EPOCH) {
+            NamespaceInfo::Sequence { auto_created, .. } => auto_created,
+            other => panic!("not a sequence: {other:?}"),
+        }
+    }
+
+    /// Past `max_namespaces` auto-created namespaces, a new name is refused with
+    /// `too_many_namespaces`; those already served keep serving, declared ones do not count,
+    /// and listings tell the auto-created ones apart.
+    #[tokio::test]
+    async fn auto_create_stops_at_max_namespaces() {
+        let mut config = NodeConfig {
+            max_namespaces: 2,
+            ..NodeConfig::default()
+        };
+        let (spec, cache) = config.default_sequence;
+        config
+            .namespaces
+            .insert(name("declared"), KindConfig::Sequence { spec, cache });
+        config.namespaces.insert(name("sessions"), KindConfig::Uuid7);
+        let node = Node::start(config, Arc::new(MemoryAuthority::new()))
+            .await
+            .unwrap();
+        let a = node.namespace("a").await.unwrap();
+        node.namespace("b").await.unwrap();
+        assert_eq!(node.auto_created_count(), 2);
+        let refused = node.namespace("c").await.unwrap_err();
+        assert_eq!(
+            refused,
+            IdError::TooManyNamespaces {
+                name: "c".into(),
+                limit: 2
+            }
+        );
+        assert_eq!(refused.code(), idmint_api::ErrorCode::TooManyNamespaces);
+        let message = refused.to_string();
+        assert!(message.contains("server.max_namespaces"), "{message}");
+        // Nothing of "c" was installed; served and declared namespaces still answer.
+        assert_eq!(node.all().len(), 4);
+        assert_eq!(a.ids(3).await.unwrap().len(), 3);
+        assert!(node.namespace("a").await.is_ok());
+        assert!(node.namespace("declared").await.is_ok());
+        assert!(auto_created(&a));
+        assert!(!auto_created(&node.namespace("declared").await.unwrap()));
+        node.shutdown().await;
+    }
+
+    /// A declared namespace that cannot be set up names itself once in the error, not as
+    /// "namespace e: namespace e …".
+    #[tokio::test]
+    async fn a_failed_declared_namespace_is_named_once() {
+        let authority: Arc<dyn Authority> = Arc::new(MemoryAuthority::new());
+        authority
+            .ensure_namespace(&name("e"), SequenceSpec::default_64())
+            .await
+            .unwrap();
+        let mut config = NodeConfig::default();
+        let (_, cache) = config.default_sequence;
+        let other = SequenceSpec::new(idmint_core::Width::Bits64, 1, 2, 1).unwrap();
+        config.namespaces.insert(
+            name("e"),
+            KindConfig::Sequence {
+                spec: other,
+                cache,
+            },
+        );
+        let err = Node::start(config, authority).await.unwrap_err();
+        let message = err.to_string();
+        assert_eq!(message.matches("namespace e").count(), 1, "{message}");
+        assert!(message.contains("exists with"), "{message}");
+    }
+}
