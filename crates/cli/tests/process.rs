@@ -937,8 +937,14 @@ fn logs_on_a_pipe_have_no_colour() {
     let (status, stdout, stderr) = server.terminate_apart();
     assert!(status.success(), "{stderr}");
     assert!(stderr.contains("serving namespace"), "{stderr}");
-    assert!(!stderr.contains('\u{1b}'), "colour codes on a pipe: {stderr:?}");
-    assert!(!stderr.contains("listening"), "listening logged too: {stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "colour codes on a pipe: {stderr:?}"
+    );
+    assert!(
+        !stderr.contains("listening"),
+        "listening logged too: {stderr}"
+    );
     assert!(
         !stdout.iter().any(|l| l.contains("listening")),
         "a second listening line: {stdout:?}"
@@ -964,8 +970,8 @@ fn json_logs_are_one_object_per_line() {
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(lines.len() >= 2, "{stderr}");
     for line in lines {
-        let v: Value = serde_json::from_str(line)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"));
+        let v: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"));
         assert!(v["level"].is_string(), "{line}");
         assert!(v["fields"]["message"].is_string(), "{line}");
     }

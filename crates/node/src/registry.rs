@@ -395,7 +395,9 @@ mod tests {
         config
             .namespaces
             .insert(name("declared"), KindConfig::Sequence { spec, cache });
-        config.namespaces.insert(name("sessions"), KindConfig::Uuid7);
+        config
+            .namespaces
+            .insert(name("sessions"), KindConfig::Uuid7);
         let node = Node::start(config, Arc::new(MemoryAuthority::new()))
             .await
             .unwrap();
@@ -435,13 +437,9 @@ mod tests {
         let mut config = NodeConfig::default();
         let (_, cache) = config.default_sequence;
         let other = SequenceSpec::new(idmint_core::Width::Bits64, 1, 2, 1).unwrap();
-        config.namespaces.insert(
-            name("e"),
-            KindConfig::Sequence {
-                spec: other,
-                cache,
-            },
-        );
+        config
+            .namespaces
+            .insert(name("e"), KindConfig::Sequence { spec: other, cache });
         let err = Node::start(config, authority).await.unwrap_err();
         let message = err.to_string();
         assert_eq!(message.matches("namespace e").count(), 1, "{message}");

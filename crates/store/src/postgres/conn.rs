@@ -185,9 +185,7 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    while let Some(Ok(_message)) =
-        std::future::poll_fn(|cx| connection.poll_message(cx)).await
-    {}
+    while let Some(Ok(_message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {}
 }
 
 /// An error and its causes, `a: b: c`.
