@@ -60,6 +60,9 @@ pub enum ErrorCode {
     ShuttingDown,
     /// A consistency check failed; the namespace stopped serving (500).
     InternalError,
+    /// The node already serves `server.max_namespaces` namespaces created on first use and
+    /// creates no more (409).
+    TooManyNamespaces,
     /// No such route (404).
     NotFound,
     /// The route exists, not with this method (405).
@@ -85,6 +88,7 @@ impl ErrorCode {
             ErrorCode::SettingsConflict => "settings_conflict",
             ErrorCode::ShuttingDown => "shutting_down",
             ErrorCode::InternalError => "internal_error",
+            ErrorCode::TooManyNamespaces => "too_many_namespaces",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::Unknown => "unknown",

@@ -18,6 +18,11 @@ pub enum NamespaceInfo {
     Sequence {
         /// The name.
         namespace: String,
+        /// Whether the node created it on first use (auto-create) rather than from its
+        /// configuration; false for a namespace the node does not serve, and from servers
+        /// older than this field.
+        #[serde(default)]
+        auto_created: bool,
         /// What the namespace may hand out and how it caches.
         settings: SequenceSettings,
         /// Live state on this node.
@@ -201,6 +206,7 @@ mod tests {
     fn sequence_info_round_trips() {
         let info = NamespaceInfo::Sequence {
             namespace: "photos".into(),
+            auto_created: true,
             settings: SequenceSettings {
                 width: 64,
                 start: 1,
@@ -233,7 +239,21 @@ mod tests {
         assert_eq!(v["settings"]["cache"]["mode"], "adaptive");
         assert_eq!(v["state"]["watermark"], "1001");
         assert_eq!(v["state"]["ids_buffered"], 998);
-        assert_eq!(serde_json::from_value::<NamespaceInfo>(v).unwrap(), info);
+        assert_eq!(v["auto_created"], true);
+        assert_eq!(
+            serde_json::from_value::<NamespaceInfo>(v.clone()).unwrap(),
+            info
+        );
+        // An older server does not send the flag: not auto-created.
+        let mut old = v;
+        old.as_object_mut().unwrap().remove("auto_created");
+        assert!(matches!(
+            serde_json::from_value::<NamespaceInfo>(old).unwrap(),
+            NamespaceInfo::Sequence {
+                auto_created: false,
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -26,6 +26,10 @@ use std::time::Duration;
 
 const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";
 
+/// The most ticket servers `idmint sql mysql --servers` takes: MySQL's largest
+/// `auto_increment_increment` (each server steps by the number of servers).
+const MAX_TICKET_SERVERS: i64 = 65_535;
+
 #[derive(Parser)]
 #[command(
     name = "idmint",
@@ -55,6 +59,10 @@ enum Command {
         /// 0.0.0.0:7878) [default: 127.0.0.1:7878].
         #[arg(long, value_name = "HOST:PORT")]
         http: Option<String>,
+        /// Log lines on stderr: text (coloured only on a terminal) or json (one object per line,
+        /// for log shippers).
+        #[arg(long, value_enum, default_value_t = serve::LogFormat::Text)]
+        log_format: serve::LogFormat,
     },
     /// Fetch ids from a running node.
     #[command(
@@ -161,8 +169,9 @@ enum SqlCommand {
         /// Print the Flickr ticket table of this namespace and each server's my.cnf lines.
         #[arg(long, value_name = "NAMESPACE")]
         tickets: Option<String>,
-        /// Number of ticket servers sharing the namespace.
-        #[arg(long, default_value_t = 2, requires = "tickets")]
+        /// Number of ticket servers sharing the namespace, 1 to 65535 (MySQL's largest
+        /// auto_increment_increment).
+        #[arg(long, default_value_t = 2, requires = "tickets", value_parser = clap::value_parser!(u32).range(1..=MAX_TICKET_SERVERS))]
         servers: u32,
     },
 }
@@ -188,9 +197,7 @@ fn sql(out: &mut Out, command: SqlCommand) -> Result<()> {
             servers,
             ..
         } => {
-            if servers == 0 {
-                bail!("--servers must be at least 1");
-            }
+            // clap keeps it in 1..=MAX_TICKET_SERVERS.
             let ns = idmint_core::NamespaceName::new(&ns)?;
             idmint_store::mysql::ticket_sql(&ns, servers)
         }
@@ -208,7 +215,8 @@ fn main() -> ExitCode {
             config,
             data_dir,
             http,
-        } => serve::serve(config, data_dir, http),
+            log_format,
+        } => serve::serve(config, data_dir, http, log_format),
         command => {
             let mut out = Out::new();
             let result = client_command(&mut out, command);
@@ -331,11 +339,16 @@ fn status_row(ns: &NamespaceInfo) -> [String; 6] {
     match ns {
         NamespaceInfo::Sequence {
             namespace,
+            auto_created,
             settings,
             state,
         } => [
             namespace.clone(),
-            format!("sequence/{}", settings.width),
+            format!(
+                "sequence/{}{}",
+                settings.width,
+                if *auto_created { " (auto)" } else { "" }
+            ),
             state.watermark.to_string(),
             state.ids_buffered.to_string(),
             format!("{:.0}/s", state.demand_per_second),

@@ -4,10 +4,15 @@
 //! `--http` takes `HOST:PORT` with a host name or an address (`localhost:7878`,
 //! `0.0.0.0:7878`, `[::1]:7878`); a name is resolved and the first of its addresses that can
 //! be bound is used. The node's two stdout lines (listening, stopped) are best effort: a closed
-//! stdout must not stop a server.
+//! stdout must not stop a server. The listening line is printed once, after the declared
+//! namespaces are set up: a node that fails to start never claims to listen.
+//!
+//! Logs go to stderr: `--log-format text` (the default) colours them only when stderr is a
+//! terminal; `--log-format json` writes one JSON object per line for log shippers.
 
 use anyhow::{bail, Context, Result};
-use idmint_node::FileConfig;
+use idmint_node::{FileConfig, Node};
+use std::io::IsTerminal;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,17 +24,36 @@ const DEFAULT_HTTP: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
     7878,
 ));
 
+/// How `idmint serve` writes its log lines (on stderr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines, coloured when stderr is a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+/// Installs the log subscriber: `RUST_LOG` (default `info`), on stderr, in `format`.
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => builder.json().with_ansi(false).init(),
+    }
+}
+
 pub fn serve(
     config: Option<PathBuf>,
     data_dir: Option<PathBuf>,
     http: Option<String>,
+    log_format: LogFormat,
 ) -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    init_logs(log_format);
     let file = match &config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -73,9 +97,12 @@ pub fn serve(
             }
         };
         let addr = listener.local_addr()?;
-        tracing::info!(%addr, "idmint listening: HTTP http://{addr}/v1/ids/NAMESPACE");
+        // Sets up the declared namespaces; an error here ends the process before it claims to
+        // listen.
+        let node = Node::start(file.node, authority).await?;
+        // Once, on stdout, where scripts and tests wait for it (not also as a log line).
         say(format_args!("idmint listening on http://{addr}"));
-        let report = idmint_node::run(listener, file.node, authority, shutdown_signal()).await?;
+        let report = idmint_node::serve(node, listener, shutdown_signal()).await?;
         say(format_args!(
             "idmint stopped: {} ids handed back, {} burned",
             report.given_back, report.burned

@@ -426,6 +426,8 @@ fn bad_config_names_the_key() {
             "[namespaces.t]\nkind = \"snowflake\"\n",
             "namespaces.t.worker",
         ),
+        ("[server]\nrefill_wait_ms = 0\n", "server.refill_wait_ms"),
+        ("[server]\nmax_namespaces = 0\n", "server.max_namespaces"),
     ] {
         let path = write_config(dir.path(), config);
         let out = run(idmint()
@@ -914,4 +916,173 @@ fn decode_by_the_node_reads_stdin() {
         assert_eq!(*id, i as u64 + 1);
         assert!(*in_namespace && *issued, "{answer:?}");
     }
+}
+
+/// `idmint serve` with stderr on a pipe writes no colour codes, even with colour allowed by the
+/// environment; the listening line is on stdout once and not repeated in the log.
+#[test]
+fn logs_on_a_pipe_have_no_colour() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        dir.path(),
+        &dir.path().join("data"),
+        "127.0.0.1:0",
+        None,
+        |cmd| {
+            cmd.env_remove("NO_COLOR").env("TERM", "xterm-256color");
+        },
+    );
+    // Something to log: the namespace set up on first use.
+    assert_eq!(ids(server.addr, "photos", 2), [1, 2]);
+    let (status, stdout, stderr) = server.terminate_apart();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("serving namespace"), "{stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "colour codes on a pipe: {stderr:?}"
+    );
+    assert!(
+        !stderr.contains("listening"),
+        "listening logged too: {stderr}"
+    );
+    assert!(
+        !stdout.iter().any(|l| l.contains("listening")),
+        "a second listening line: {stdout:?}"
+    );
+}
+
+/// `--log-format json`: every log line is one JSON object with a level and a message.
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        dir.path(),
+        &dir.path().join("data"),
+        "127.0.0.1:0",
+        None,
+        |cmd| {
+            cmd.args(["--log-format", "json"]);
+        },
+    );
+    assert_eq!(ids(server.addr, "photos", 1), [1]);
+    let (status, _, stderr) = server.terminate_apart();
+    assert!(status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines.len() >= 2, "{stderr}");
+    for line in lines {
+        let v: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"));
+        assert!(v["level"].is_string(), "{line}");
+        assert!(v["fields"]["message"].is_string(), "{line}");
+    }
+    assert!(stderr.contains("serving namespace"), "{stderr}");
+}
+
+/// A declared namespace that cannot be set up (here: stored with another step) ends
+/// `idmint serve` with exit 1 before it claims to listen, and the error names the namespace
+/// once.
+#[test]
+fn a_conflicting_declared_namespace_exits_without_listening() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start(dir.path(), &data, None);
+    assert_eq!(ids(server.addr, "e", 1), [1]);
+    let (status, _) = server.terminate();
+    assert!(status.success());
+    let path = write_config(
+        dir.path(),
+        "[namespaces.e]\nkind = \"sequence\"\nstep = 2\noffset = 1\n",
+    );
+    let out = run(idmint()
+        .current_dir(dir.path())
+        .args(["serve", "--http", "127.0.0.1:0", "--config"])
+        .arg(&path)
+        .arg("--data-dir")
+        .arg(&data));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(!stdout.contains("listening"), "{stdout}");
+    assert!(!stderr.contains("listening"), "{stderr}");
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_else(|| panic!("no error line: {stderr}"));
+    assert!(error.contains("exists with"), "{error}");
+    assert_eq!(error.matches("namespace e").count(), 1, "{error}");
+}
+
+/// Past `server.max_namespaces`, a new name answers 409 `too_many_namespaces`; `status` marks
+/// the auto-created namespaces.
+#[test]
+fn auto_create_stops_at_max_namespaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        "[server]\nmax_namespaces = 1\n[namespaces.declared]\nkind = \"sequence\"\n",
+    );
+    let server = Server::start(dir.path(), &dir.path().join("data"), Some(&path));
+    assert_eq!(ids(server.addr, "a", 1), [1]);
+    let (status, body) = http(server.addr, "GET", "/v1/ids/b?count=1").unwrap();
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "too_many_namespaces", "{body}");
+    assert_eq!(ids(server.addr, "declared", 1), [1]);
+    let out = run(idmint()
+        .args(["status", "--server"])
+        .arg(server.addr.to_string()));
+    let table = text(&out.stdout);
+    assert!(out.status.success(), "{table}{}", text(&out.stderr));
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {table}"))
+            .to_owned()
+    };
+    assert!(row("a").contains("(auto)"), "{table}");
+    assert!(!row("declared").contains("(auto)"), "{table}");
+    let (status, _) = server.terminate();
+    assert!(status.success());
+}
+
+/// `idmint sql mysql --servers` stays within MySQL's auto_increment_increment (1 to 65535).
+#[test]
+fn sql_mysql_servers_is_bounded() {
+    for bad in ["0", "65536", "100000"] {
+        let out = run(idmint().args(["sql", "mysql", "--tickets", "t", "--servers", bad]));
+        assert_eq!(out.status.code(), Some(2), "--servers {bad} was accepted");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("1..=65535"), "{stderr}");
+    }
+    // 65535 servers print a lot: into the void, not into a pipe nobody reads yet.
+    let mut child = idmint()
+        .args(["sql", "mysql", "--tickets", "t", "--servers", "65535"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_with_deadline(&mut child).success());
+}
+
+/// On a PostgreSQL authority, restarting (the table exists) logs none of the server's notices
+/// (`relation … already exists, skipping`).
+#[test]
+fn postgres_notices_stay_out_of_the_log() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let db = runtime.block_on(idmint_testkit::postgres::TempDatabase::create());
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &format!("[authority]\nkind = \"postgres\"\nurl = \"{}\"\n", db.url()),
+    );
+    for run in 0..2 {
+        let server = Server::start(dir.path(), &dir.path().join("data"), Some(&path));
+        assert_eq!(ids(server.addr, "photos", 1).len(), 1);
+        let (status, _, stderr) = server.terminate_apart();
+        assert!(status.success(), "{stderr}");
+        assert!(!stderr.contains("already exists"), "run {run}: {stderr}");
+        assert!(!stderr.contains("NOTICE"), "run {run}: {stderr}");
+    }
+    runtime.block_on(db.drop_now());
 }

@@ -22,6 +22,9 @@ use thiserror::Error;
 /// Default largest `count` of one request.
 pub const DEFAULT_MAX_COUNT: u64 = 10_000;
 
+/// Default most namespaces a node creates on first use (`server.max_namespaces`).
+pub const DEFAULT_MAX_NAMESPACES: usize = 1000;
+
 /// How a sequence namespace caches blocks.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum CacheMode {
@@ -74,11 +77,17 @@ pub struct NodeConfig {
     pub auto_create: bool,
     /// Settings of auto-created namespaces.
     pub default_sequence: (SequenceSpec, CacheMode),
+    /// Most namespaces this node sets up on first use (auto-create), at least 1. Each one holds a
+    /// buffer and a refill task, and a new one durably reserves a block: without a bound any
+    /// client could grow the node and the authority without end. Declared namespaces do not
+    /// count and are always served.
+    pub max_namespaces: usize,
     /// Largest `count` one request may ask for.
     pub max_count: u64,
     /// How often refill tasks fold demand into their averages and check the low-water mark.
     pub refill_tick: Duration,
-    /// How long a request waits for a refill before answering 503.
+    /// How long a request on an empty buffer waits for a refill before answering 503; at least
+    /// 1 ms.
     pub refill_wait: Duration,
     /// Declared namespaces.
     pub namespaces: BTreeMap<NamespaceName, KindConfig>,
@@ -94,6 +103,7 @@ impl Default for NodeConfig {
                 SequenceSpec::default_64(),
                 CacheMode::Buffered(BufferPolicy::default()),
             ),
+            max_namespaces: DEFAULT_MAX_NAMESPACES,
             max_count: DEFAULT_MAX_COUNT,
             refill_tick: Duration::from_millis(100),
             refill_wait: Duration::from_secs(2),
@@ -159,6 +169,7 @@ struct RawServer {
     data_dir: Option<PathBuf>,
     auto_create: Option<bool>,
     max_count: Option<u64>,
+    max_namespaces: Option<usize>,
     refill_wait_ms: Option<u64>,
 }
 
@@ -308,7 +319,22 @@ impl FileConfig {
             }
             node.max_count = max;
         }
+        if let Some(max) = raw.server.max_namespaces {
+            if max == 0 {
+                return Err(invalid(
+                    "server.max_namespaces",
+                    "must be at least 1 (to serve declared namespaces only, set auto_create = false)",
+                ));
+            }
+            node.max_namespaces = max;
+        }
         if let Some(ms) = raw.server.refill_wait_ms {
+            if ms == 0 {
+                return Err(invalid(
+                    "server.refill_wait_ms",
+                    "must be at least 1: it is how long a request on an empty buffer waits for a refill before answering 503, and 0 would fail every such request at once",
+                ));
+            }
             node.refill_wait = Duration::from_millis(ms);
         }
         node.default_sequence =
@@ -539,6 +565,8 @@ mod tests {
             http = "127.0.0.1:9000"
             auto_create = false
             max_count = 500
+            max_namespaces = 20
+            refill_wait_ms = 1
 
             [authority]
             kind = "file"
@@ -574,6 +602,8 @@ mod tests {
         assert_eq!(cfg.http, Some("127.0.0.1:9000".parse().unwrap()));
         assert!(!cfg.node.auto_create);
         assert_eq!(cfg.node.max_count, 500);
+        assert_eq!(cfg.node.max_namespaces, 20);
+        assert_eq!(cfg.node.refill_wait, Duration::from_millis(1));
         let photos = &cfg.node.namespaces[&NamespaceName::new("photos").unwrap()];
         assert!(
             matches!(photos, KindConfig::Sequence { cache: CacheMode::Off, spec } if spec.step() == 2 && spec.width() == Width::Bits32)
@@ -602,6 +632,8 @@ mod tests {
         assert!(err("[namespaces.x]\nkind = \"blob\"\n").contains("unknown kind"));
         assert!(err("[server]\nhttp = \"nowhere\"\n").contains("server.http"));
         assert!(err("[server]\nhttpp = \"x\"\n").contains("unknown field"));
+        assert!(err("[server]\nrefill_wait_ms = 0\n").starts_with("server.refill_wait_ms:"));
+        assert!(err("[server]\nmax_namespaces = 0\n").starts_with("server.max_namespaces:"));
         assert!(
             err("[namespaces.\"bad/name\"]\nkind = \"uuid7\"\n").contains("namespaces.bad/name")
         );

@@ -51,6 +51,14 @@ pub enum IdError {
     /// The stored namespace's settings differ from the configured ones.
     #[error("{0}")]
     Conflict(String),
+    /// Creating the namespace on first use would exceed `server.max_namespaces`.
+    #[error("namespace {name:?} is not served and this node creates no more namespaces on first use: it already serves {limit} (server.max_namespaces); declare it in the configuration or raise the limit")]
+    TooManyNamespaces {
+        /// The namespace asked for.
+        name: String,
+        /// `server.max_namespaces`.
+        limit: usize,
+    },
     /// The node is shutting down.
     #[error("the node is shutting down")]
     ShuttingDown,
@@ -74,6 +82,7 @@ impl IdError {
             IdError::TimeExhausted(_) => ErrorCode::TimeExhausted,
             IdError::Unavailable { .. } => ErrorCode::AuthorityUnavailable,
             IdError::Conflict(_) => ErrorCode::SettingsConflict,
+            IdError::TooManyNamespaces { .. } => ErrorCode::TooManyNamespaces,
             IdError::ShuttingDown => ErrorCode::ShuttingDown,
             IdError::Internal(_) => ErrorCode::InternalError,
         }
@@ -84,13 +93,13 @@ impl IdError {
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum NodeError {
-    /// A declared namespace could not be set up.
-    #[error("namespace {name}: {message}")]
+    /// A declared namespace could not be set up. The error names the namespace itself.
+    #[error("setting up a declared namespace: {source}")]
     Namespace {
         /// Namespace.
         name: String,
         /// What went wrong.
-        message: String,
+        source: IdError,
     },
     /// Serving failed.
     #[error("serving HTTP failed: {0}")]

@@ -5,7 +5,8 @@
 //! low-water mark so that in steady state no request waits on the authority; snowflake, UUIDv7
 //! and ULID namespaces generate ids locally. The domain ([`namespace::Namespace`]: ids, blocks,
 //! `info()`, `decode()`) is protocol-free; [`http::router`] is the HTTP/JSON front-end over it,
-//! answering with [`idmint_api`] types; [`run`] ties it together with graceful shutdown.
+//! answering with [`idmint_api`] types; [`serve`] (and [`run`], which starts the node first) ties
+//! it together with graceful shutdown.
 //!
 //! Invariants (docs/design.md, 1-3 and 6): an id is handed out only from a block the authority returned
 //! after making its watermark durable; a restarted node asks for new blocks and never reuses old
@@ -36,7 +37,9 @@ use std::sync::Arc;
 
 /// Serves `config`'s namespaces from `authority` on `listener` until `shutdown` resolves, then
 /// stops accepting, answers the requests in flight, stops the refill tasks and hands back the
-/// unused tails. Returns what the hand-back did.
+/// unused tails. Returns what the hand-back did. [`Node::start`] then [`serve`]; call those two
+/// to act between them (a binary announcing that it listens once the declared namespaces are set
+/// up, say).
 pub async fn run(
     listener: tokio::net::TcpListener,
     config: NodeConfig,
@@ -44,20 +47,33 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<ShutdownReport, NodeError> {
     let node = Node::start(config, authority).await?;
+    serve(node, listener, shutdown).await
+}
+
+/// Serves a started `node` on `listener` until `shutdown` resolves, then stops accepting, answers
+/// the requests in flight, and shuts the node down ([`Node::shutdown`]). Returns what the
+/// hand-back did. If serving fails, the node is shut down all the same (its unused ids are
+/// handed back) before the error returns.
+pub async fn serve(
+    node: Arc<Node>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<ShutdownReport, NodeError> {
     let app = http::router(node.clone());
     let draining = node.clone();
-    axum::serve(listener, app)
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
             draining.begin_drain();
             tracing::info!("shutting down: finishing requests in flight");
         })
-        .await?;
+        .await;
     let report = node.shutdown().await;
     tracing::info!(
         given_back = report.given_back,
         burned = report.burned,
         "stopped"
     );
+    served?;
     Ok(report)
 }

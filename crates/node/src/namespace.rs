@@ -277,6 +277,7 @@ impl StoredSequence {
         // No demand: no projected exhaustion, so `now` is not needed.
         sequence_info(
             self.name.to_string(),
+            false,
             self.spec,
             self.cache,
             snapshot,
@@ -291,12 +292,30 @@ impl StoredSequence {
 pub struct SequenceNamespace {
     spec: SequenceSpec,
     supply: Arc<Supply>,
+    auto_created: bool,
 }
 
 impl SequenceNamespace {
     /// A namespace of `spec` served from `supply`.
     pub fn new(spec: SequenceSpec, supply: Arc<Supply>) -> Self {
-        SequenceNamespace { spec, supply }
+        SequenceNamespace {
+            spec,
+            supply,
+            auto_created: false,
+        }
+    }
+
+    /// Marks it as created on first use (auto-create), not declared: listings say so.
+    pub fn auto_created(self, auto_created: bool) -> Self {
+        SequenceNamespace {
+            auto_created,
+            ..self
+        }
+    }
+
+    /// Whether it was created on first use rather than declared.
+    pub fn is_auto_created(&self) -> bool {
+        self.auto_created
     }
 
     /// The spec.
@@ -327,6 +346,7 @@ impl SequenceNamespace {
     fn info(&self, namespace: String, now: SystemTime) -> api::NamespaceInfo {
         sequence_info(
             namespace,
+            self.auto_created,
             self.spec,
             self.supply.cache(),
             self.supply.snapshot(),
@@ -339,6 +359,7 @@ impl SequenceNamespace {
 /// The info of a sequence namespace of `spec` served with `cache`, in the state `snapshot`.
 fn sequence_info(
     namespace: String,
+    auto_created: bool,
     spec: SequenceSpec,
     cache: CacheMode,
     snapshot: SupplySnapshot,
@@ -389,6 +410,7 @@ fn sequence_info(
         .and_then(rfc3339);
     api::NamespaceInfo::Sequence {
         namespace,
+        auto_created,
         settings: api::SequenceSettings {
             width: spec.width().bits(),
             start: spec.first(),

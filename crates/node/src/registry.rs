@@ -10,6 +10,11 @@
 //! through [`Node::read_namespace`], which answers from the served namespace or from the
 //! authority's stored state and never installs, creates or reserves anything.
 //!
+//! Creation on first use is bounded: at most `server.max_namespaces` namespaces are set up by
+//! auto-create (each holds a buffer and a refill task, and a new one durably reserves a block);
+//! past that, [`IdError::TooManyNamespaces`]. Declared namespaces do not count toward the bound
+//! and are always served; the listing marks auto-created ones (`auto_created`).
+//!
 //! Shutdown order matters for uniqueness: stop the refill tasks and wait for them (an in-flight
 //! reservation completes and lands in the buffer), then hand back each buffer's unused tail.
 
@@ -24,7 +29,7 @@ use crate::time::{SharedClock, TokioClock};
 use idmint_core::{Clock, NamespaceName, SequenceSpec, UlidGenerator, Uuid7Generator};
 use idmint_store::{Authority, BlockSource, StoreError};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -48,6 +53,8 @@ pub struct Node {
     metrics: Arc<Metrics>,
     namespaces: RwLock<HashMap<NamespaceName, Arc<Namespace>>>,
     creating: tokio::sync::Mutex<()>,
+    /// Namespaces set up by auto-create; written under `creating` only.
+    auto_created: AtomicUsize,
     stop: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     draining: AtomicBool,
@@ -79,6 +86,7 @@ impl Node {
             metrics: Arc::new(Metrics::new()),
             namespaces: RwLock::new(HashMap::new()),
             creating: tokio::sync::Mutex::new(()),
+            auto_created: AtomicUsize::new(0),
             stop,
             tasks: Mutex::new(Vec::new()),
             draining: AtomicBool::new(false),
@@ -90,11 +98,11 @@ impl Node {
             .map(|(n, k)| (n.clone(), k.clone()))
             .collect();
         for (name, kind) in declared {
-            node.install(&name, &kind)
+            node.install(&name, &kind, false)
                 .await
-                .map_err(|e| NodeError::Namespace {
+                .map_err(|source| NodeError::Namespace {
                     name: name.to_string(),
-                    message: e.to_string(),
+                    source,
                 })?;
         }
         // Snowflake clock watch: report wall-clock steps once a second.
@@ -174,6 +182,13 @@ impl Node {
         if let Some(ns) = self.lookup(&name) {
             return Ok(ns);
         }
+        let limit = self.config.max_namespaces;
+        if self.auto_created.load(Ordering::Relaxed) >= limit {
+            return Err(IdError::TooManyNamespaces {
+                name: name.to_string(),
+                limit,
+            });
+        }
         // A namespace created earlier (by auto-create) keeps its stored spec.
         let (default_spec, cache) = self.config.default_sequence;
         let spec = match self.authority.state(&name).await {
@@ -186,8 +201,16 @@ impl Node {
                 })
             }
         };
-        self.install(&name, &KindConfig::Sequence { spec, cache })
-            .await
+        let ns = self
+            .install(&name, &KindConfig::Sequence { spec, cache }, true)
+            .await?;
+        self.auto_created.fetch_add(1, Ordering::Relaxed);
+        Ok(ns)
+    }
+
+    /// How many namespaces were set up by auto-create (at most `max_namespaces`).
+    pub fn auto_created_count(&self) -> usize {
+        self.auto_created.load(Ordering::Relaxed)
     }
 
     /// The namespace called `name` for a read (`info`, `decode`): the served one, or else a
@@ -231,10 +254,14 @@ impl Node {
         &self,
         name: &NamespaceName,
         kind: &KindConfig,
+        auto_created: bool,
     ) -> Result<Arc<Namespace>, IdError> {
         let ns = match kind {
             KindConfig::Sequence { spec, cache } => {
-                let seq = self.sequence(name, *spec, *cache).await?;
+                let seq = self
+                    .sequence(name, *spec, *cache)
+                    .await?
+                    .auto_created(auto_created);
                 let task = tokio::spawn(
                     seq.supply()
                         .clone()
@@ -263,7 +290,7 @@ impl Node {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .insert(name.clone(), ns.clone());
-        tracing::info!(namespace = %name, kind = ns.kind(), "serving namespace");
+        tracing::info!(namespace = %name, kind = ns.kind(), auto_created, "serving namespace");
         Ok(ns)
     }
 
@@ -351,5 +378,88 @@ impl Node {
             }
         }
         report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use idmint_api::NamespaceInfo;
+    use idmint_store::MemoryAuthority;
+
+    fn name(s: &str) -> NamespaceName {
+        NamespaceName::new(s).unwrap()
+    }
+
+    fn auto_created(ns: &Namespace) -> bool {
+        match ns.info(std::time::UNIX_EPOCH) {
+            NamespaceInfo::Sequence { auto_created, .. } => auto_created,
+            other => panic!("not a sequence: {other:?}"),
+        }
+    }
+
+    /// Past `max_namespaces` auto-created namespaces, a new name is refused with
+    /// `too_many_namespaces`; those already served keep serving, declared ones do not count,
+    /// and listings tell the auto-created ones apart.
+    #[tokio::test]
+    async fn auto_create_stops_at_max_namespaces() {
+        let mut config = NodeConfig {
+            max_namespaces: 2,
+            ..NodeConfig::default()
+        };
+        let (spec, cache) = config.default_sequence;
+        config
+            .namespaces
+            .insert(name("declared"), KindConfig::Sequence { spec, cache });
+        config
+            .namespaces
+            .insert(name("sessions"), KindConfig::Uuid7);
+        let node = Node::start(config, Arc::new(MemoryAuthority::new()))
+            .await
+            .unwrap();
+        let a = node.namespace("a").await.unwrap();
+        node.namespace("b").await.unwrap();
+        assert_eq!(node.auto_created_count(), 2);
+        let refused = node.namespace("c").await.unwrap_err();
+        assert_eq!(
+            refused,
+            IdError::TooManyNamespaces {
+                name: "c".into(),
+                limit: 2
+            }
+        );
+        assert_eq!(refused.code(), idmint_api::ErrorCode::TooManyNamespaces);
+        let message = refused.to_string();
+        assert!(message.contains("server.max_namespaces"), "{message}");
+        // Nothing of "c" was installed; served and declared namespaces still answer.
+        assert_eq!(node.all().len(), 4);
+        assert_eq!(a.ids(3).await.unwrap().len(), 3);
+        assert!(node.namespace("a").await.is_ok());
+        assert!(node.namespace("declared").await.is_ok());
+        assert!(auto_created(&a));
+        assert!(!auto_created(&node.namespace("declared").await.unwrap()));
+        node.shutdown().await;
+    }
+
+    /// A declared namespace that cannot be set up names itself once in the error, not as
+    /// "namespace e: namespace e …".
+    #[tokio::test]
+    async fn a_failed_declared_namespace_is_named_once() {
+        let authority: Arc<dyn Authority> = Arc::new(MemoryAuthority::new());
+        authority
+            .ensure_namespace(&name("e"), SequenceSpec::default_64())
+            .await
+            .unwrap();
+        let mut config = NodeConfig::default();
+        let (_, cache) = config.default_sequence;
+        let other = SequenceSpec::new(idmint_core::Width::Bits64, 1, 2, 1).unwrap();
+        config
+            .namespaces
+            .insert(name("e"), KindConfig::Sequence { spec: other, cache });
+        let err = Node::start(config, authority).await.unwrap_err();
+        let message = err.to_string();
+        assert_eq!(message.matches("namespace e").count(), 1, "{message}");
+        assert!(message.contains("exists with"), "{message}");
     }
 }

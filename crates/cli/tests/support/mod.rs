@@ -45,6 +45,18 @@ impl Server {
 
     /// [`Server::start`] with `--http http`.
     pub fn start_on(dir: &Path, data_dir: &Path, http: &str, config: Option<&Path>) -> Server {
+        Server::start_with(dir, data_dir, http, config, |_| {})
+    }
+
+    /// [`Server::start_on`], with `adjust` changing the command (more arguments, environment)
+    /// before it runs.
+    pub fn start_with(
+        dir: &Path,
+        data_dir: &Path,
+        http: &str,
+        config: Option<&Path>,
+        adjust: impl FnOnce(&mut Command),
+    ) -> Server {
         let mut cmd = idmint();
         cmd.current_dir(dir)
             .arg("serve")
@@ -54,6 +66,7 @@ impl Server {
         if let Some(config) = config {
             cmd.arg("--config").arg(config);
         }
+        adjust(&mut cmd);
         let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -108,6 +121,27 @@ impl Server {
     pub fn kill9(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
+    }
+
+    /// SIGTERM, then waits for the exit; returns the status, the rest of stdout and all of
+    /// stderr, apart.
+    pub fn terminate_apart(mut self) -> (ExitStatus, Vec<String>, String) {
+        let pid = self.child.id().to_string();
+        let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(killed.success());
+        let status = wait_with_deadline(&mut self.child);
+        let mut rest = Vec::new();
+        // The reader threads end at EOF, which the exit brings.
+        while let Ok(line) = self.stdout.recv_timeout(DEADLINE) {
+            rest.push(line);
+        }
+        let deadline = Instant::now() + DEADLINE;
+        // The stderr thread appends everything at EOF; wait for it to have done so.
+        while Arc::strong_count(&self.stderr) > 1 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        let stderr = self.stderr.lock().unwrap().clone();
+        (status, rest, stderr)
     }
 
     /// SIGTERM, then waits for the exit; returns the status and the rest of stdout (with

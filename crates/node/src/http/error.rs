@@ -43,7 +43,8 @@ pub fn status_of(e: &IdError) -> StatusCode {
         IdError::WrongKind(_)
         | IdError::Exhausted { .. }
         | IdError::TimeExhausted(_)
-        | IdError::Conflict(_) => StatusCode::CONFLICT,
+        | IdError::Conflict(_)
+        | IdError::TooManyNamespaces { .. } => StatusCode::CONFLICT,
         IdError::Unavailable { .. } | IdError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         // `IdError` is non_exhaustive for other crates only; a new variant is a compile error
         // here, so each gets a deliberate status.

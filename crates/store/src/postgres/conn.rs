@@ -30,11 +30,7 @@ impl Connector for PgConnector {
 
     async fn connect(&self) -> Result<PgConn, StoreError> {
         let (client, connection) = self.pg.connect(NoTls).await.map_err(|e| pg_error(&e))?;
-        let task = tokio::spawn(async move {
-            // The connection's end (closed, reset) shows on the client as `is_closed` and as
-            // errors of the queries in flight; nothing to do with it here.
-            let _ = connection.await;
-        });
+        let task = tokio::spawn(drive(connection));
         let mut conn = PgConn {
             client,
             statements: None,
@@ -177,6 +173,19 @@ impl PgConn {
             other => other,
         }
     }
+}
+
+/// Drives a connection to its end, dropping the server's asynchronous messages. Awaiting the
+/// connection itself would log each notice at INFO through the `log` crate, among them
+/// `relation "…" already exists, skipping` from the idempotent DDL on every start: nothing an
+/// operator acts on (errors come back on the statements). The connection's end (closed, reset)
+/// shows on the client as `is_closed` and as errors of the statements in flight.
+async fn drive<S, T>(mut connection: tokio_postgres::Connection<S, T>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    while let Some(Ok(_message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {}
 }
 
 /// An error and its causes, `a: b: c`.
