@@ -81,6 +81,13 @@ mod tests {
                 },
                 409,
             ),
+            (
+                IdError::TooManyNamespaces {
+                    name: "x".into(),
+                    limit: 1,
+                },
+                409,
+            ),
             (IdError::ShuttingDown, 503),
             (IdError::Internal("x".into()), 500),
         ];
