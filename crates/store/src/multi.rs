@@ -710,4 +710,157 @@ mod tests {
         );
         assert!(residues.contains(&0), "a answered again: {residues:?}");
     }
+
+    /// Records every transition it hears.
+    #[derive(Debug, Default)]
+    struct Seen(Mutex<Vec<(usize, bool)>>);
+
+    impl MemberEvents for Seen {
+        fn changed(&self, m: &MemberHealth) {
+            self.0.lock().unwrap().push((m.number, m.up));
+        }
+    }
+
+    impl Seen {
+        fn got(&self) -> Vec<(usize, bool)> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    /// Regression (a member outage left no trace): the outage shows in `members()` and is
+    /// reported once when the member goes down and once when it is back, however many
+    /// reservations pass meanwhile.
+    #[tokio::test]
+    async fn member_transitions_are_reported_once_each_way() {
+        let clock = Arc::new(ManualClock::at_unix_millis(1_000));
+        let a = Arc::new(Switchable::default());
+        let b = Arc::new(Switchable::default());
+        let seen = Arc::new(Seen::default());
+        let multi = MultiAuthority::with_clock(
+            vec![(a.clone() as Arc<dyn Authority>, 0), (b.clone(), 1)],
+            clock.clone(),
+        )
+        .unwrap()
+        .with_events(seen.clone());
+        let n = NamespaceName::new("photos").unwrap();
+        multi
+            .ensure_namespace(&n, SequenceSpec::new(Width::Bits64, 1, 2, 0).unwrap())
+            .await
+            .unwrap();
+        assert!(multi.members().iter().all(|m| m.up && m.last_error.is_none()));
+        assert_eq!(seen.got(), vec![]);
+
+        a.down.store(true, Ordering::SeqCst);
+        let backoff_ms = u64::try_from(DOWN_BACKOFF.as_millis()).unwrap();
+        for _ in 0..5 {
+            for _ in 0..4 {
+                multi.reserve(&n, 10).await.unwrap();
+            }
+            clock.advance_millis(backoff_ms);
+        }
+        assert!(a.calls() > 2, "a was retried: {}", a.calls());
+        let members = multi.members();
+        assert_eq!(
+            (members[0].number, members[0].kind, members[0].offset, members[0].up),
+            (1, "test", 0, false)
+        );
+        assert!(
+            members[0].last_error.as_deref().unwrap().contains("switched off"),
+            "{members:?}"
+        );
+        assert!(members[1].up, "{members:?}");
+        assert_eq!(seen.got(), vec![(1, false)], "one report of the outage");
+
+        a.down.store(false, Ordering::SeqCst);
+        for _ in 0..4 {
+            multi.reserve(&n, 10).await.unwrap();
+        }
+        assert!(multi.members()[0].up);
+        assert_eq!(seen.got(), vec![(1, false), (1, true)], "one report of the recovery");
+    }
+
+    /// Regression (a member down at start-up stopped the node): a pending member is not asked
+    /// to connect during its back-off, is tried once it passes, stays down while the connector
+    /// fails, and serves its class once it connects.
+    #[tokio::test]
+    async fn a_pending_member_connects_after_its_backoff() {
+        let clock = Arc::new(ManualClock::at_unix_millis(1_000));
+        let b = Arc::new(Switchable::default());
+        let late = Arc::new(Switchable::default());
+        let reachable = Arc::new(AtomicBool::new(false));
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let connector: Connector = {
+            let (late, reachable, attempts) = (late.clone(), reachable.clone(), attempts.clone());
+            Arc::new(move || {
+                attempts.fetch_add(1, Ordering::SeqCst);
+                let result = if reachable.load(Ordering::SeqCst) {
+                    Ok(late.clone() as Arc<dyn Authority>)
+                } else {
+                    Err("connection refused".to_owned())
+                };
+                Box::pin(async move { result })
+            })
+        };
+        let seen = Arc::new(Seen::default());
+        let multi = MultiAuthority::with_slots(
+            vec![
+                MemberSlot::pending("test", 0, "connection refused".into(), connector),
+                MemberSlot::connected(b.clone(), 1),
+            ],
+            clock.clone(),
+        )
+        .unwrap()
+        .with_events(seen.clone());
+        assert_eq!(seen.got(), vec![(1, false)], "reported down at start");
+        let n = NamespaceName::new("photos").unwrap();
+        multi
+            .ensure_namespace(&n, SequenceSpec::new(Width::Bits64, 1, 2, 0).unwrap())
+            .await
+            .unwrap();
+        for _ in 0..4 {
+            let r = multi.reserve(&n, 10).await.unwrap();
+            assert_eq!(r.block.start() % 2, 1, "{r:?}");
+        }
+        assert_eq!(attempts.load(Ordering::SeqCst), 0, "tried during its back-off");
+
+        let backoff_ms = u64::try_from(DOWN_BACKOFF.as_millis()).unwrap();
+        clock.advance_millis(backoff_ms);
+        for _ in 0..4 {
+            let r = multi.reserve(&n, 10).await.unwrap();
+            assert_eq!(r.block.start() % 2, 1, "{r:?}");
+        }
+        assert_eq!(attempts.load(Ordering::SeqCst), 1, "one attempt per back-off");
+        assert!(!multi.members()[0].up);
+
+        reachable.store(true, Ordering::SeqCst);
+        clock.advance_millis(backoff_ms);
+        let mut classes = Vec::new();
+        for _ in 0..4 {
+            classes.push(multi.reserve(&n, 10).await.unwrap().block.start() % 2);
+        }
+        assert!(classes.contains(&0), "the late member serves: {classes:?}");
+        assert_eq!(attempts.load(Ordering::SeqCst), 2, "connected once, kept");
+        assert!(multi.members()[0].up);
+        assert_eq!(seen.got(), vec![(1, false), (1, true)]);
+        assert_eq!(
+            late.inner.state(&n).await.unwrap().unwrap().spec.offset(),
+            0,
+            "the namespace was set up on the late member with its offset"
+        );
+    }
+
+    /// A multi authority needs one connected member to start.
+    #[test]
+    fn all_pending_is_refused() {
+        let connector: Connector = Arc::new(|| Box::pin(async { Err("down".to_owned()) }));
+        let err = MultiAuthority::with_slots(
+            vec![
+                MemberSlot::pending("test", 0, "down".into(), connector.clone()),
+                MemberSlot::pending("test", 1, "down".into(), connector),
+            ],
+            Arc::new(ManualClock::at_unix_millis(0)),
+        )
+        .unwrap_err();
+        assert!(matches!(err, StoreError::InvalidSetup { .. }), "{err}");
+    }
 }
