@@ -747,7 +747,10 @@ mod tests {
             .ensure_namespace(&n, SequenceSpec::new(Width::Bits64, 1, 2, 0).unwrap())
             .await
             .unwrap();
-        assert!(multi.members().iter().all(|m| m.up && m.last_error.is_none()));
+        assert!(multi
+            .members()
+            .iter()
+            .all(|m| m.up && m.last_error.is_none()));
         assert_eq!(seen.got(), vec![]);
 
         a.down.store(true, Ordering::SeqCst);
@@ -761,11 +764,20 @@ mod tests {
         assert!(a.calls() > 2, "a was retried: {}", a.calls());
         let members = multi.members();
         assert_eq!(
-            (members[0].number, members[0].kind, members[0].offset, members[0].up),
+            (
+                members[0].number,
+                members[0].kind,
+                members[0].offset,
+                members[0].up
+            ),
             (1, "test", 0, false)
         );
         assert!(
-            members[0].last_error.as_deref().unwrap().contains("switched off"),
+            members[0]
+                .last_error
+                .as_deref()
+                .unwrap()
+                .contains("switched off"),
             "{members:?}"
         );
         assert!(members[1].up, "{members:?}");
@@ -776,7 +788,11 @@ mod tests {
             multi.reserve(&n, 10).await.unwrap();
         }
         assert!(multi.members()[0].up);
-        assert_eq!(seen.got(), vec![(1, false), (1, true)], "one report of the recovery");
+        assert_eq!(
+            seen.got(),
+            vec![(1, false), (1, true)],
+            "one report of the recovery"
+        );
     }
 
     /// Regression (a member down at start-up stopped the node): a pending member is not asked
@@ -821,7 +837,11 @@ mod tests {
             let r = multi.reserve(&n, 10).await.unwrap();
             assert_eq!(r.block.start() % 2, 1, "{r:?}");
         }
-        assert_eq!(attempts.load(Ordering::SeqCst), 0, "tried during its back-off");
+        assert_eq!(
+            attempts.load(Ordering::SeqCst),
+            0,
+            "tried during its back-off"
+        );
 
         let backoff_ms = u64::try_from(DOWN_BACKOFF.as_millis()).unwrap();
         clock.advance_millis(backoff_ms);
@@ -829,7 +849,11 @@ mod tests {
             let r = multi.reserve(&n, 10).await.unwrap();
             assert_eq!(r.block.start() % 2, 1, "{r:?}");
         }
-        assert_eq!(attempts.load(Ordering::SeqCst), 1, "one attempt per back-off");
+        assert_eq!(
+            attempts.load(Ordering::SeqCst),
+            1,
+            "one attempt per back-off"
+        );
         assert!(!multi.members()[0].up);
 
         reachable.store(true, Ordering::SeqCst);

@@ -520,7 +520,10 @@ async fn member_down_at_start_is_connected_once_it_answers() {
         (1, "postgres", false),
         "{members:?}"
     );
-    assert!(members[0].last_error.is_some() && members[1].up, "{members:?}");
+    assert!(
+        members[0].last_error.is_some() && members[1].up,
+        "{members:?}"
+    );
 
     let ns = name("orders");
     multi.ensure_namespace(&ns, odd_even_spec()).await.unwrap();
