@@ -2,7 +2,11 @@
 //!
 //! Counters are updated on the request and refill paths; gauges that mirror buffer state
 //! (buffered ids, demand, burned ids) are refreshed from the namespaces at scrape time, so the
-//! hot path pays only for an atomic increment.
+//! hot path pays only for an atomic increment. So is `idmint_authority_member_up`, one series per
+//! member of a multi authority ([`Metrics::refresh_members`], from [`Authority::members`]: no
+//! I/O at scrape time); a single authority has none.
+//!
+//! [`Authority::members`]: idmint_store::Authority::members
 //!
 //! Two text formats are served, chosen from the scraper's `Accept` header by [`Format::negotiate`]:
 //! OpenMetrics 1.0.0 when asked for, otherwise the Prometheus text format 0.0.4 (what
@@ -34,6 +38,17 @@ pub struct RefillLabels {
     pub outcome: &'static str,
 }
 
+/// Labels of a multi authority's members.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberLabels {
+    /// The member's place in the config, counted from 1.
+    pub member: String,
+    /// The member's kind.
+    pub kind: String,
+    /// The residue class it owns.
+    pub offset: String,
+}
+
 /// Labels of errors.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
@@ -61,6 +76,10 @@ pub struct Metrics {
     pub demand: Family<NamespaceLabels, Gauge<f64, AtomicU64>>,
     /// Wall clock behind a snowflake generator's time, seconds.
     pub clock_behind: Family<NamespaceLabels, Gauge<f64, AtomicU64>>,
+    /// Requests that found the buffer short and waited for a refill.
+    pub refill_waits: Family<NamespaceLabels, Counter>,
+    /// 1 while a multi authority's member answers, 0 while it is down.
+    pub member_up: Family<MemberLabels, Gauge>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -83,6 +102,8 @@ impl Metrics {
         let burned = Family::<NamespaceLabels, Gauge>::default();
         let demand = Family::<NamespaceLabels, Gauge<f64, AtomicU64>>::default();
         let clock_behind = Family::<NamespaceLabels, Gauge<f64, AtomicU64>>::default();
+        let refill_waits = Family::<NamespaceLabels, Counter>::default();
+        let member_up = Family::<MemberLabels, Gauge>::default();
         registry.register("ids_served", "Ids handed out", ids_served.clone());
         registry.register(
             "refills",
@@ -117,6 +138,16 @@ impl Metrics {
             Unit::Seconds,
             clock_behind.clone(),
         );
+        registry.register(
+            "refill_waits",
+            "Requests the buffer could not serve at once, which waited for a block from the authority",
+            refill_waits.clone(),
+        );
+        registry.register(
+            "authority_member_up",
+            "Whether a multi authority's member answered its latest operation (1) or not (0)",
+            member_up.clone(),
+        );
         Metrics {
             registry,
             ids_served,
@@ -127,6 +158,20 @@ impl Metrics {
             burned,
             demand,
             clock_behind,
+            refill_waits,
+            member_up,
+        }
+    }
+
+    /// Sets `idmint_authority_member_up` from the members' health as last seen.
+    pub fn refresh_members(&self, members: &[idmint_store::MemberHealth]) {
+        for m in members {
+            let labels = MemberLabels {
+                member: m.number.to_string(),
+                kind: m.kind.to_owned(),
+                offset: m.offset.to_string(),
+            };
+            self.member_up.get_or_create(&labels).set(i64::from(m.up));
         }
     }
 
@@ -274,6 +319,7 @@ pub struct SupplyMetrics {
     refill_ok: Counter,
     refill_error: Counter,
     refill_seconds: Histogram,
+    waits: Counter,
 }
 
 impl SupplyMetrics {
@@ -293,11 +339,13 @@ impl SupplyMetrics {
         let refill_ok = metrics.refills.get_or_create(&outcome("ok")).clone();
         let refill_error = metrics.refills.get_or_create(&outcome("error")).clone();
         let refill_seconds = metrics.refill_seconds.get_or_create(&labels).clone();
+        let waits = metrics.refill_waits.get_or_create(&labels).clone();
         SupplyMetrics {
             served,
             refill_ok,
             refill_error,
             refill_seconds,
+            waits,
         }
     }
 }
@@ -314,6 +362,9 @@ impl crate::supply::SupplyEvents for SupplyMetrics {
         }
         .inc();
         self.refill_seconds.observe(took.as_secs_f64());
+    }
+    fn waited(&self) {
+        self.waits.inc();
     }
 }
 
@@ -381,6 +432,14 @@ mod tests {
         supply.served(3);
         supply.refilled(true, std::time::Duration::from_millis(2));
         supply.refilled(false, std::time::Duration::from_millis(7));
+        supply.waited();
+        metrics.refresh_members(&[idmint_store::MemberHealth {
+            number: 1,
+            kind: "postgres",
+            offset: 1,
+            up: false,
+            last_error: Some("connection refused".into()),
+        }]);
         let ns = NamespaceLabels {
             namespace: "orders".into(),
         };
@@ -404,6 +463,7 @@ mod tests {
             "idmint_ids_served_total",
             "idmint_refills_total",
             "idmint_errors_total",
+            "idmint_refill_waits_total",
         ] {
             assert!(
                 text.contains(&format!("# HELP {family} ")),
@@ -416,6 +476,16 @@ mod tests {
         }
         assert!(
             text.contains("idmint_errors_total{code=\"unknown_namespace\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("idmint_refill_waits_total{namespace=\"orders\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "idmint_authority_member_up{member=\"1\",kind=\"postgres\",offset=\"1\"} 0\n"
+            ),
             "{text}"
         );
         assert!(
@@ -457,7 +527,7 @@ mod tests {
                 .filter_map(|l| l.strip_prefix("# TYPE "))
                 .filter_map(|l| l.split(' ').next())
                 .collect();
-            assert_eq!(typed.len(), 8, "{text}");
+            assert_eq!(typed.len(), 10, "{text}");
             for name in typed {
                 let help = text
                     .lines()

@@ -62,6 +62,9 @@ pub trait SupplyEvents: Send + Sync + std::fmt::Debug {
     fn served(&self, ids: u64);
     /// A reservation from the source finished after `took`, successfully or not.
     fn refilled(&self, ok: bool, took: Duration);
+    /// A request could not be served from the buffer and starts waiting for a refill (once per
+    /// request, however many refills it waits for).
+    fn waited(&self) {}
 }
 
 /// Reports nothing.
@@ -350,6 +353,7 @@ impl Supply {
         }
         let mut outcomes = self.outcome.subscribe();
         let deadline = tokio::time::Instant::now() + self.refill_wait;
+        let mut waited = false;
         loop {
             outcomes.borrow_and_update();
             taken += self.with_buffer(|b| take(b, &mut request.taken, count - taken));
@@ -368,6 +372,10 @@ impl Supply {
             }
             self.shortfall.fetch_add(count - taken, Ordering::Relaxed);
             self.wake_refill.notify_one();
+            if !waited {
+                waited = true;
+                self.events.waited();
+            }
             match tokio::time::timeout_at(deadline, outcomes.changed()).await {
                 Err(_) => {
                     // The refill task may be backing off after a failure (up to 2 s, longer
@@ -596,6 +604,13 @@ mod tests {
     }
 
     async fn supply(block: u64) -> (Arc<Supply>, Arc<Switched>, Running) {
+        supply_with(block, Arc::new(NoEvents)).await
+    }
+
+    async fn supply_with(
+        block: u64,
+        events: Arc<dyn SupplyEvents>,
+    ) -> (Arc<Supply>, Arc<Switched>, Running) {
         let source = Arc::new(Switched::default());
         let name = NamespaceName::new("orders").unwrap();
         let state = source
@@ -617,7 +632,7 @@ mod tests {
             },
             source.clone(),
             Arc::new(TokioClock::new()),
-            Arc::new(NoEvents),
+            events,
         );
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(s.clone().refill_loop(TICK, stopped));
@@ -811,5 +826,34 @@ mod tests {
         assert!(matches!(err, IdError::Unavailable { .. }), "{err:?}");
         assert_eq!(s.snapshot().served, 38);
         assert_accounted(&s, &source).await;
+    }
+
+    /// Counts requests that waited for a refill.
+    #[derive(Debug, Default)]
+    struct Waits(AtomicU64);
+
+    impl SupplyEvents for Waits {
+        fn served(&self, _: u64) {}
+        fn refilled(&self, _: bool, _: Duration) {}
+        fn waited(&self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Regression (nothing showed requests that waited on the authority): `waited` is reported
+    /// once per request that the buffer could not serve, however many refills it waits for, and
+    /// never for a request served from the buffer.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_waits_for_a_refill_is_reported_once() {
+        let waits = Arc::new(Waits::default());
+        let (s, _source, running) = supply_with(100, waits.clone()).await;
+        let waited = || waits.0.load(Ordering::Relaxed);
+        s.ids(1, 64).await.unwrap();
+        assert_eq!(waited(), 1, "the first request found the buffer empty");
+        s.ids(5, 64).await.unwrap();
+        assert_eq!(waited(), 1, "served from the buffer");
+        assert_eq!(s.ids(250, 64).await.unwrap().len(), 250);
+        assert_eq!(waited(), 2, "one request, however many refills");
+        running.stop().await;
     }
 }

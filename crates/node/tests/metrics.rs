@@ -236,6 +236,7 @@ async fn both_formats_pass_promtool_and_carry_every_family() {
             "idmint_ids_burned{namespace=\"orders\"}",
             "idmint_demand_ids_per_second{namespace=\"orders\"}",
             "idmint_clock_behind_seconds{namespace=\"tweets\"}",
+            "idmint_refill_waits_total{namespace=\"orders\"}",
         ] {
             value(body, series);
         }
@@ -244,6 +245,7 @@ async fn both_formats_pass_promtool_and_carry_every_family() {
         ("idmint_ids_served_total", "counter"),
         ("idmint_refills_total", "counter"),
         ("idmint_errors_total", "counter"),
+        ("idmint_refill_waits_total", "counter"),
         ("idmint_refill_duration_seconds", "histogram"),
         ("idmint_buffer_ids", "gauge"),
         ("idmint_ids_burned", "gauge"),

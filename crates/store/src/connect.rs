@@ -5,20 +5,25 @@
 //! Invariants:
 //! - every kind of [`AuthorityConfig`] is handled in every build: a backend whose cargo feature
 //!   is off is [`ConnectError::NotBuilt`], naming the feature to rebuild with;
-//! - a multi authority's members are connected in order, and the first failure is reported
-//!   with the member's number (counted from 1) and kind;
+//! - a multi authority's members are connected in order; one that is unavailable does not stop
+//!   the start (it is kept pending and connected on use, see [`crate::multi`]) unless no member
+//!   connects; every failure is reported with the member's number (counted from 1) and kind;
 //! - nothing secret reaches an error: connection URLs are never part of a message (backends name
 //!   host, port and database only).
 //!
 //! What it does not do: log (the crate has no logging; the binary logs the config's
-//! [`Display`](std::fmt::Display), which holds no secret, and whether it
-//! [is durable](AuthorityConfig::is_durable)), retry a failed connection, or validate
+//! [`Display`](std::fmt::Display), which holds no secret, whether it
+//! [is durable](AuthorityConfig::is_durable), and the multi members that are down, from
+//! [`Authority::members`] or a [`MemberEvents`] given to [`connect_observed`]), retry a failed
+//! connection of a single authority, or validate
 //! namespaces against a multi authority's offsets (the node's job).
 
-use crate::config::AuthorityConfig;
 #[cfg(feature = "mysql")]
 use crate::config::MysqlMode;
-use crate::{Authority, MemoryAuthority, MultiAuthority, StoreError};
+use crate::config::{AuthorityConfig, MultiConfig};
+use crate::multi::{Connector, MemberSlot};
+use crate::{Authority, MemberEvents, MemoryAuthority, MultiAuthority, StoreError};
+use idmint_core::SystemClock;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use thiserror::Error;
@@ -66,6 +71,9 @@ pub enum ConnectError {
         /// Why.
         source: Box<ConnectError>,
     },
+    /// No member of a multi authority could be connected: each member's failure, in order.
+    #[error("no authority member could be connected: {}", join(.0))]
+    NoMember(Vec<ConnectError>),
     /// The connected authorities cannot be combined (e.g. a multi authority's members).
     #[error("{0}")]
     Setup(StoreError),
@@ -80,18 +88,41 @@ impl ConnectError {
                 source.is_unavailable()
             }
             ConnectError::Member { source, .. } => source.is_unavailable(),
+            ConnectError::NoMember(failures) => failures.iter().all(ConnectError::is_unavailable),
             _ => false,
         }
     }
+}
+
+fn join(errors: &[ConnectError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Connects the authority `config` describes; `data_dir` is the file authority's directory
 /// when the config sets no `path`. Opening the file store runs on tokio's blocking pool.
 ///
 /// Each backend's `connect`/`open` documents what it checks before it answers (the PostgreSQL
-/// and MySQL block tables are created if absent; etcd is probed with one read); a multi
-/// authority connects every member, and fails if any member fails.
+/// and MySQL block tables are created if absent; etcd is probed with one read). A multi
+/// authority starts on the members that connect: a member that is unavailable is kept pending
+/// and connected on use once it answers ([`crate::multi`]; [`Authority::members`] shows it down
+/// with its error, [`connect_observed`] reports it); it fails if a member fails otherwise, or if
+/// no member connects ([`ConnectError::NoMember`], naming each member's failure).
 pub async fn connect(
+    config: &AuthorityConfig,
+    data_dir: &Path,
+) -> Result<Arc<dyn Authority>, ConnectError> {
+    match config {
+        AuthorityConfig::Multi(multi) => connect_multi(multi, data_dir, None).await,
+        single => connect_single(single, data_dir).await,
+    }
+}
+
+/// Connects an authority that is not `multi` (a multi authority's member).
+async fn connect_single(
     config: &AuthorityConfig,
     data_dir: &Path,
 ) -> Result<Arc<dyn Authority>, ConnectError> {
@@ -104,22 +135,82 @@ pub async fn connect(
         AuthorityConfig::Postgres(c) => connect_postgres(c).await,
         AuthorityConfig::Mysql(c) => connect_mysql(c).await,
         AuthorityConfig::Etcd(c) => connect_etcd(c).await,
-        AuthorityConfig::Multi(multi) => {
-            let mut built = Vec::with_capacity(multi.members().len());
-            for (i, member) in multi.members().iter().enumerate() {
-                let authority = Box::pin(connect(&member.authority, data_dir))
-                    .await
-                    .map_err(|e| ConnectError::Member {
-                        number: i + 1,
-                        kind: member.authority.kind(),
-                        source: Box::new(e),
-                    })?;
-                built.push((authority, member.offset));
+        AuthorityConfig::Multi(_) => Err(ConnectError::Setup(StoreError::InvalidSetup {
+            message: "a multi authority cannot be a member of another".into(),
+        })),
+    }
+}
+
+/// [`connect`], reporting a multi authority's member transitions (members pending at start-up
+/// at once, as down) to `events`, for the binary to log. Other kinds have no members: `events`
+/// is not used.
+pub async fn connect_observed(
+    config: &AuthorityConfig,
+    data_dir: &Path,
+    events: Arc<dyn MemberEvents>,
+) -> Result<Arc<dyn Authority>, ConnectError> {
+    match config {
+        AuthorityConfig::Multi(multi) => connect_multi(multi, data_dir, Some(events)).await,
+        other => connect(other, data_dir).await,
+    }
+}
+
+/// Connects every member; one that is unavailable becomes a pending slot retried on use (see
+/// [`crate::multi`]). An error if a member fails otherwise (a build or configuration that must
+/// change) or if no member connects (then naming every member's failure).
+async fn connect_multi(
+    multi: &MultiConfig,
+    data_dir: &Path,
+    events: Option<Arc<dyn MemberEvents>>,
+) -> Result<Arc<dyn Authority>, ConnectError> {
+    let mut slots = Vec::with_capacity(multi.members().len());
+    let mut failures = Vec::new();
+    for (i, member) in multi.members().iter().enumerate() {
+        let kind = member.authority.kind();
+        match connect_single(&member.authority, data_dir).await {
+            Ok(authority) => slots.push(MemberSlot::connected(authority, member.offset)),
+            Err(e) if e.is_unavailable() => {
+                let config = member.authority.clone();
+                let dir = data_dir.to_path_buf();
+                let connector: Connector = Arc::new(move || {
+                    let config = config.clone();
+                    let dir = dir.clone();
+                    Box::pin(async move {
+                        connect_single(&config, &dir)
+                            .await
+                            .map_err(|e| e.to_string())
+                    })
+                });
+                slots.push(MemberSlot::pending(
+                    kind,
+                    member.offset,
+                    e.to_string(),
+                    connector,
+                ));
+                failures.push(ConnectError::Member {
+                    number: i + 1,
+                    kind,
+                    source: Box::new(e),
+                });
             }
-            let multi = MultiAuthority::new(built).map_err(ConnectError::Setup)?;
-            Ok(Arc::new(multi))
+            Err(e) => {
+                return Err(ConnectError::Member {
+                    number: i + 1,
+                    kind,
+                    source: Box::new(e),
+                })
+            }
         }
     }
+    if failures.len() == slots.len() {
+        return Err(ConnectError::NoMember(failures));
+    }
+    let mut authority = MultiAuthority::with_slots(slots, Arc::new(SystemClock::new()))
+        .map_err(ConnectError::Setup)?;
+    if let Some(events) = events {
+        authority = authority.with_events(events);
+    }
+    Ok(Arc::new(authority))
 }
 
 #[cfg(feature = "file")]
@@ -244,10 +335,7 @@ mod tests {
         assert!(dir.path().join(crate::FILE_NAME).exists());
     }
 
-    /// A failing member is named by its number from 1 and its kind; its password is not shown.
-    #[tokio::test]
-    async fn a_failing_member_is_named() {
-        let dir = tempfile::tempdir().unwrap();
+    fn dead_postgres() -> AuthorityConfig {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -255,6 +343,23 @@ mod tests {
             .port();
         let mut pg = PostgresConfig::new(format!("postgres://u:hunter2@127.0.0.1:{port}/x"));
         pg.op_timeout = std::time::Duration::from_secs(2);
+        AuthorityConfig::Postgres(pg)
+    }
+
+    /// Regression ("authority member 2 … Connection refused" stopped the node): a member that
+    /// is down at start-up no longer fails the start; it is kept pending, shown down with its
+    /// error (number from 1, kind, no password), and reported to the observer once.
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn a_member_down_at_start_is_kept_pending() {
+        #[derive(Debug, Default)]
+        struct Seen(std::sync::Mutex<Vec<crate::MemberHealth>>);
+        impl MemberEvents for Seen {
+            fn changed(&self, member: &crate::MemberHealth) {
+                self.0.lock().unwrap().push(member.clone());
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
         let multi = MultiConfig::new(vec![
             MemberConfig {
                 offset: 0,
@@ -262,7 +367,41 @@ mod tests {
             },
             MemberConfig {
                 offset: 1,
-                authority: AuthorityConfig::Postgres(pg),
+                authority: dead_postgres(),
+            },
+        ])
+        .unwrap();
+        let seen = Arc::new(Seen::default());
+        let a = connect_observed(&AuthorityConfig::Multi(multi), dir.path(), seen.clone())
+            .await
+            .unwrap();
+        let members = a.members();
+        assert_eq!(members.len(), 2, "{members:?}");
+        assert!(members[0].up && members[0].kind == "file", "{members:?}");
+        let down = &members[1];
+        assert_eq!(
+            (down.number, down.kind, down.offset, down.up),
+            (2, "postgres", 1, false)
+        );
+        let error = down.last_error.clone().unwrap();
+        assert!(error.contains("postgres"), "{error}");
+        assert!(!error.contains("hunter2"), "{error}");
+        assert_eq!(*seen.0.lock().unwrap(), vec![down.clone()]);
+    }
+
+    /// With no member answering, the error names every member by number and kind.
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn no_member_answering_names_each_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let multi = MultiConfig::new(vec![
+            MemberConfig {
+                offset: 0,
+                authority: dead_postgres(),
+            },
+            MemberConfig {
+                offset: 1,
+                authority: dead_postgres(),
             },
         ])
         .unwrap();
@@ -270,11 +409,15 @@ mod tests {
             .await
             .err()
             .unwrap();
+        assert!(err.is_unavailable(), "{err}");
         let text = err.to_string();
         assert!(
-            text.starts_with("authority member 2 (postgres): "),
+            text.starts_with(
+                "no authority member could be connected: authority member 1 (postgres): "
+            ),
             "{text}"
         );
+        assert!(text.contains("; authority member 2 (postgres): "), "{text}");
         assert!(!format!("{text} {err:?}").contains("hunter2"), "{text}");
     }
 }

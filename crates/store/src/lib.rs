@@ -60,11 +60,11 @@ pub mod postgres;
 mod source;
 
 pub use config::AuthorityConfig;
-pub use connect::{connect, ConnectError};
+pub use connect::{connect, connect_observed, ConnectError};
 #[cfg(feature = "file")]
 pub use file::{FileAuthority, FILE_NAME};
 pub use memory::MemoryAuthority;
-pub use multi::MultiAuthority;
+pub use multi::{MemberEvents, MemberHealth, MemberSlot, MultiAuthority};
 pub use source::BlockSource;
 
 /// The durable home of sequence namespaces' watermarks.
@@ -76,6 +76,13 @@ pub use source::BlockSource;
 pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
     /// Short backend name for logs/metrics: "file", "memory", ...
     fn kind(&self) -> &'static str;
+
+    /// The health of each member of an authority made of several ([`MultiAuthority`]), in
+    /// config order, as last seen (no I/O). Empty for a single authority, whose health is the
+    /// outcome of its operations.
+    fn members(&self) -> Vec<MemberHealth> {
+        Vec::new()
+    }
 
     /// Creates the namespace with `spec` if absent (watermark = `spec.initial_watermark()`).
     /// If present with the same spec, returns its state unchanged. If present with a different

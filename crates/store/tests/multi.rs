@@ -9,6 +9,8 @@
 //! - a member that is cut off (proxy) or killed (SIGKILL) is skipped: reservations keep
 //!   succeeding from the other member, and the cut member is used again, by itself, once it is
 //!   back, also when it was down while the namespace was set up;
+//! - a member that cannot be reached when `connect` starts the multi authority does not stop
+//!   it: the other member serves, and the first is connected and used once it answers;
 //! - a tail is handed back to the member owning its class, and only there;
 //! - set-ups whose members could collide are refused.
 //!
@@ -483,6 +485,71 @@ async fn member_down_at_setup_gets_the_namespace_on_first_use() {
 
 // ---------------------------------------------------------------------------------------------
 // Give-back and set-up
+
+/// Regression ("authority member 1 … Connection refused" stopped the node): `connect` starts a
+/// multi authority with one member unreachable (its proxy cut), shows it down with its error,
+/// serves from the other, and uses the first again, by itself, once it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_down_at_start_is_connected_once_it_answers() {
+    use idmint_store::config::{AuthorityConfig, MemberConfig, MultiConfig};
+    let (odd_db, even_db) = tokio::join!(TempDatabase::create(), TempDatabase::create());
+    let odd_proxy = FaultProxy::start(odd_db.server_addr()).await.unwrap();
+    odd_proxy.set_fault(Fault::Cut);
+    let member = |url: String, offset| {
+        let mut config = PostgresConfig::new(url);
+        config.op_timeout = OP_TIMEOUT;
+        MemberConfig {
+            offset,
+            authority: AuthorityConfig::Postgres(config),
+        }
+    };
+    let config = AuthorityConfig::Multi(
+        MultiConfig::new(vec![
+            member(odd_db.url_via(odd_proxy.addr()), 1),
+            member(even_db.url(), 0),
+        ])
+        .unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let multi = idmint_store::connect(&config, dir.path())
+        .await
+        .unwrap_or_else(|e| panic!("a multi authority with one member down did not start: {e}"));
+    let members = multi.members();
+    assert_eq!(
+        (members[0].number, members[0].kind, members[0].up),
+        (1, "postgres", false),
+        "{members:?}"
+    );
+    assert!(
+        members[0].last_error.is_some() && members[1].up,
+        "{members:?}"
+    );
+
+    let ns = name("orders");
+    multi.ensure_namespace(&ns, odd_even_spec()).await.unwrap();
+    let mut all = Vec::new();
+    for _ in 0..10 {
+        let r = multi.reserve(&ns, 10).await.unwrap();
+        assert_eq!(r.block.start() % 2, 0, "{:?} from the cut member", r.block);
+        all.push(r.block);
+    }
+
+    odd_proxy.set_fault(Fault::None);
+    let came_back = Instant::now();
+    all.extend(reserve_until_class(&*multi, &ns, 2, 1).await);
+    println!("the odd member served after {:?}", came_back.elapsed());
+    let members = multi.members();
+    assert!(members.iter().all(|m| m.up), "{members:?}");
+    check_blocks(
+        "down at start, then back",
+        &[all.iter().map(|b| (0, *b)).collect()],
+        2,
+        &[1, 0],
+    );
+    let odd = postgres(odd_db.url()).await;
+    let odd_blocks: Vec<Block> = all.iter().filter(|b| b.start() % 2 == 1).copied().collect();
+    assert_member_used_exactly("odd member", &*odd, &ns, &odd_blocks).await;
+}
 
 /// A tail goes back to the member owning its class (verified on that member's own state), the
 /// other member is untouched, and a tail no member owns is refused.

@@ -332,6 +332,32 @@ async fn healthz() -> Response {
     .into_response()
 }
 
+/// The `/readyz` answer: [`Ready`]'s fields, plus each member's health for an authority made of
+/// several (omitted for a single authority, so its body is exactly [`Ready`]). Local to this
+/// handler until `idmint_api::Ready` has a `members` field.
+#[derive(serde::Serialize)]
+struct ReadyBody {
+    status: &'static str,
+    authority: &'static str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    members: Vec<MemberBody>,
+}
+
+/// One member in [`ReadyBody`].
+#[derive(serde::Serialize)]
+struct MemberBody {
+    number: usize,
+    kind: &'static str,
+    offset: u64,
+    up: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_error: Option<String>,
+}
+
+/// 200 when the authority answers within 2 s. An authority of several members is probed (its
+/// `list` tries every member, and connects a pending one whose back-off has passed), then is
+/// ready while at least one member is up: the answer lists every member, the down ones with
+/// their latest error; 503 only when none is up.
 async fn readyz(State(node): State<Arc<Node>>) -> Response {
     if node.is_draining() {
         return ApiError::new(
@@ -350,7 +376,46 @@ async fn readyz(State(node): State<Arc<Node>>) -> Response {
         )
         .into_response()
     };
-    match tokio::time::timeout(Duration::from_secs(2), authority.list()).await {
+    let probe = tokio::time::timeout(Duration::from_secs(2), authority.list()).await;
+    let members = authority.members();
+    if !members.is_empty() {
+        // Whatever the probe said, the members' recorded health decides (a probe cut short by
+        // the timeout has still recorded the members it reached).
+        if !members.iter().any(|m| m.up) {
+            let why: Vec<String> = members
+                .iter()
+                .map(|m| {
+                    format!(
+                        "member {} ({}): {}",
+                        m.number,
+                        m.kind,
+                        m.last_error.as_deref().unwrap_or("down")
+                    )
+                })
+                .collect();
+            return unavailable(format!(
+                "no member of the {} authority is up: {}",
+                authority.kind(),
+                why.join("; ")
+            ));
+        }
+        return axum::Json(ReadyBody {
+            status: "ready",
+            authority: authority.kind(),
+            members: members
+                .into_iter()
+                .map(|m| MemberBody {
+                    number: m.number,
+                    kind: m.kind,
+                    offset: m.offset,
+                    up: m.up,
+                    last_error: if m.up { None } else { m.last_error },
+                })
+                .collect(),
+        })
+        .into_response();
+    }
+    match probe {
         Ok(Ok(_)) => axum::Json(Ready {
             status: "ready".into(),
             authority: authority.kind().into(),
@@ -378,6 +443,7 @@ async fn metrics(State(node): State<Arc<Node>>, headers: axum::http::HeaderMap) 
         .join(",");
     let format = crate::metrics::Format::negotiate(Some(&accept));
     node.refresh_gauges();
+    node.metrics().refresh_members(&node.authority().members());
     (
         [
             (header::CONTENT_TYPE, format.content_type()),
