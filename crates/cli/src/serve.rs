@@ -16,6 +16,7 @@ use std::io::IsTerminal;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use tokio::net::TcpListener;
 
 /// The HTTP address when neither `--http` nor the file gives one.
@@ -84,9 +85,10 @@ pub fn serve(
             None => None,
         };
         tracing::info!(authority = %file.authority, "connecting the authority");
-        let authority = idmint_store::connect(&file.authority, &data_dir)
-            .await
-            .context("setting up the authority")?;
+        let authority =
+            idmint_store::connect_observed(&file.authority, &data_dir, Arc::new(LogMembers))
+                .await
+                .context("setting up the authority")?;
         let listener = match http {
             Some((http, addrs)) => bind_first(&http, &addrs).await?,
             None => {
@@ -170,5 +172,30 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {}
         _ = term => {}
+    }
+}
+
+/// Logs each multi-authority member's transitions, once each way (never once per request).
+#[derive(Debug)]
+struct LogMembers;
+
+impl idmint_store::MemberEvents for LogMembers {
+    fn changed(&self, m: &idmint_store::MemberHealth) {
+        if m.up {
+            tracing::info!(
+                member = m.number,
+                kind = m.kind,
+                offset = m.offset,
+                "authority member is back; serving its residue class again"
+            );
+        } else {
+            tracing::warn!(
+                member = m.number,
+                kind = m.kind,
+                offset = m.offset,
+                error = m.last_error.as_deref().unwrap_or("unknown"),
+                "authority member is down; the others serve meanwhile, it is retried"
+            );
+        }
     }
 }

@@ -300,6 +300,12 @@ impl Supply {
         }
         let taken = self.fill(count, bits, Buffer::take_for).await?;
         out.extend(taken.ids());
+        // With several authorities (multi) one answer may span two members' blocks, taken in
+        // buffer order (e.g. …47, 49 then 2, 4): every answer is strictly increasing, as
+        // documented. The ids are distinct, so sorting keeps it strict.
+        if !out.is_sorted() {
+            out.sort_unstable();
+        }
         Ok(out)
     }
 
