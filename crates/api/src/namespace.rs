@@ -131,6 +131,13 @@ pub struct SequenceState {
     pub ids_served: u64,
     /// Ids reserved but never handed out nor returned (lost to restarts and refusals).
     pub ids_burned: u64,
+    /// Ids this node reserved from the authority (in blocks, or per request with cache `off`).
+    /// At rest: reserved = served + buffered + burned + given back.
+    #[serde(default)]
+    pub ids_reserved: u64,
+    /// Ids this node handed back to the authority (unused tails at a clean shutdown).
+    #[serde(default)]
+    pub ids_given_back: u64,
     /// Refills completed.
     pub refills: u64,
     /// Ids of the namespace below the watermark.
@@ -226,6 +233,8 @@ mod tests {
                 block_size: 1000,
                 ids_served: 2,
                 ids_burned: 0,
+                ids_reserved: 1000,
+                ids_given_back: 0,
                 refills: 1,
                 ids_used: 1000,
                 capacity: (1 << 63) - 1,

@@ -72,6 +72,10 @@ pub struct Metrics {
     pub buffered: Family<NamespaceLabels, Gauge>,
     /// Ids burned so far in this process's life.
     pub burned: Family<NamespaceLabels, Gauge>,
+    /// Ids reserved from the authority so far in this process's life.
+    pub reserved: Family<NamespaceLabels, Gauge>,
+    /// Ids handed back to the authority so far in this process's life.
+    pub given_back: Family<NamespaceLabels, Gauge>,
     /// Demand average, ids per second.
     pub demand: Family<NamespaceLabels, Gauge<f64, AtomicU64>>,
     /// Wall clock behind a snowflake generator's time, seconds.
@@ -100,6 +104,8 @@ impl Metrics {
         let errors = Family::<ErrorLabels, Counter>::default();
         let buffered = Family::<NamespaceLabels, Gauge>::default();
         let burned = Family::<NamespaceLabels, Gauge>::default();
+        let reserved = Family::<NamespaceLabels, Gauge>::default();
+        let given_back = Family::<NamespaceLabels, Gauge>::default();
         let demand = Family::<NamespaceLabels, Gauge<f64, AtomicU64>>::default();
         let clock_behind = Family::<NamespaceLabels, Gauge<f64, AtomicU64>>::default();
         let refill_waits = Family::<NamespaceLabels, Counter>::default();
@@ -126,6 +132,17 @@ impl Metrics {
             "ids_burned",
             "Ids abandoned (not handed out, not returned)",
             burned.clone(),
+        );
+        registry.register(
+            "ids_reserved",
+            "Ids reserved from the authority in this process's life; at rest equal to \
+             served + buffered + burned + given back",
+            reserved.clone(),
+        );
+        registry.register(
+            "ids_given_back",
+            "Ids handed back to the authority (unused tails at a clean shutdown)",
+            given_back.clone(),
         );
         registry.register(
             "demand_ids_per_second",
@@ -156,6 +173,8 @@ impl Metrics {
             errors,
             buffered,
             burned,
+            reserved,
+            given_back,
             demand,
             clock_behind,
             refill_waits,

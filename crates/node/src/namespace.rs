@@ -272,6 +272,7 @@ impl StoredSequence {
             demand_per_sec: 0.0,
             target_block: 0,
             served: 0,
+            reserved: 0,
             watermark: self.watermark,
         };
         // No demand: no projected exhaustion, so `now` is not needed.
@@ -391,6 +392,7 @@ fn sequence_info(
         demand_per_sec,
         target_block,
         served,
+        reserved,
         watermark,
     } = snapshot;
     let capacity = spec.capacity();
@@ -425,6 +427,8 @@ fn sequence_info(
             block_size: target_block,
             ids_served: served,
             ids_burned: stats.burned,
+            ids_reserved: reserved,
+            ids_given_back: stats.given_back,
             refills: stats.refills,
             ids_used: used,
             capacity,

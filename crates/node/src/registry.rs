@@ -354,6 +354,15 @@ impl Node {
                     .get_or_create(&labels)
                     .set(i64::try_from(burned).unwrap_or(i64::MAX));
                 self.metrics.demand.get_or_create(&labels).set(demand);
+                let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+                self.metrics
+                    .reserved
+                    .get_or_create(&labels)
+                    .set(gauge(snap.reserved));
+                self.metrics
+                    .given_back
+                    .get_or_create(&labels)
+                    .set(gauge(snap.stats.given_back));
             }
         }
     }

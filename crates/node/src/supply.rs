@@ -105,6 +105,9 @@ pub struct SupplySnapshot {
     pub target_block: u64,
     /// Ids handed out.
     pub served: u64,
+    /// Ids this supply reserved from its source: received in blocks, or reserved per request
+    /// with cache `off`. At rest, reserved = served + buffered + burned + given back.
+    pub reserved: u64,
     /// The highest watermark the source reported.
     pub watermark: u64,
 }
@@ -126,6 +129,8 @@ pub struct Supply {
     watermark: AtomicU64,
     /// Ids handed out.
     served: AtomicU64,
+    /// Ids reserved by requests straight from the source (cache `off`).
+    reserved_direct: AtomicU64,
     /// Set when a consistency check failed: the supply serves nothing more.
     poisoned: AtomicBool,
     refill_wait: Duration,
@@ -168,6 +173,7 @@ impl Supply {
             shortfall: AtomicU64::new(0),
             watermark: AtomicU64::new(config.watermark),
             served: AtomicU64::new(0),
+            reserved_direct: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
             refill_wait: config.refill_wait,
         })
@@ -203,6 +209,7 @@ impl Supply {
             demand_per_sec: if buffered_cache { demand } else { 0.0 },
             target_block: if buffered_cache { target } else { 0 },
             served: self.served.load(Ordering::Relaxed),
+            reserved: stats.received + self.reserved_direct.load(Ordering::Relaxed),
             watermark: self.watermark.load(Ordering::Relaxed),
         }
     }
@@ -262,6 +269,10 @@ impl Supply {
         let started = tokio::time::Instant::now();
         let result = self.source.reserve(&self.name, count).await;
         self.events.refilled(result.is_ok(), started.elapsed());
+        if let Ok(r) = &result {
+            self.reserved_direct
+                .fetch_add(r.block.len(), Ordering::Relaxed);
+        }
         result
     }
 
