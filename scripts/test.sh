@@ -4,7 +4,7 @@
 # It installs what it needs that is missing and says clearly what it cannot provide.
 #
 #   bash scripts/test.sh           everything (what CI runs)
-#   bash scripts/test.sh --quick   fmt, clippy and the tests that need no server: a fast loop
+#   bash scripts/test.sh --quick   fmt, clippy, docs and the tests that need no server: a fast loop
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -76,6 +76,8 @@ if [ "$quick" -eq 1 ]; then
   cargo fmt --all -- --check
   step "cargo clippy (warnings denied)"
   cargo clippy --workspace --all-targets --all-features -- -D warnings
+  step "cargo doc (warnings denied)"
+  RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quiet
   step "tests that need no server"
   cargo test --all-features -p idmint-core -p idmint-api -p idmint-client
   cargo test --all-features -p idmint-store --lib --test authorities

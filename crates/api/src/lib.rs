@@ -39,11 +39,31 @@ pub struct Health {
     pub status: String,
 }
 
-/// `GET /readyz` when the node can serve: it is not shutting down and its authority answered.
+/// `GET /readyz` when the node can serve: it is not shutting down and its authority answered
+/// (with several members: at least one is up).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ready {
     /// Always `"ready"`.
     pub status: String,
     /// The authority's kind: `file`, `postgres`, `mysql`, `etcd`, `multi`, `memory`.
     pub authority: String,
+    /// With a `multi` authority, every member's state; absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberState>,
+}
+
+/// One member of a `multi` authority, as `/readyz` and the namespace detail show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberState {
+    /// Its place in the configuration, counted from 1.
+    pub number: usize,
+    /// Its kind: `postgres`, `mysql`, `etcd`, `file`.
+    pub kind: String,
+    /// The residue class it owns.
+    pub offset: u64,
+    /// Whether its latest operation (or connection attempt) succeeded.
+    pub up: bool,
+    /// Its latest failure, while it is down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }

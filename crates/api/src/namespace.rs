@@ -153,6 +153,10 @@ pub struct SequenceState {
     pub projected_exhaustion: Option<String>,
     /// The latest refill's error, if the latest refill failed.
     pub last_error: Option<String>,
+    /// With a `multi` authority, the state of each member (each owns a residue class of this
+    /// namespace); absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<crate::MemberState>,
 }
 
 /// Layout and worker of a snowflake namespace.
@@ -241,6 +245,7 @@ mod tests {
                 used_fraction: 0.0,
                 projected_exhaustion: None,
                 last_error: None,
+                members: Vec::new(),
             },
         };
         let v = serde_json::to_value(&info).unwrap();

@@ -435,6 +435,7 @@ fn sequence_info(
             used_fraction,
             projected_exhaustion,
             last_error,
+            members: Vec::new(),
         },
     }
 }

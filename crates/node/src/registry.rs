@@ -335,6 +335,43 @@ impl Node {
         Ok(SequenceNamespace::new(spec, supply))
     }
 
+    /// The state of each member of a multi authority (empty for a single authority).
+    pub fn members(&self) -> Vec<idmint_api::MemberState> {
+        self.authority
+            .members()
+            .into_iter()
+            .map(|m| idmint_api::MemberState {
+                number: m.number,
+                kind: m.kind.to_owned(),
+                offset: m.offset,
+                up: m.up,
+                last_error: if m.up { None } else { m.last_error },
+            })
+            .collect()
+    }
+
+    /// A namespace's settings and state as of now, with the authority's members (which own
+    /// its residue classes) for a sequence namespace on a multi authority.
+    pub fn describe(&self, info: idmint_api::NamespaceInfo) -> idmint_api::NamespaceInfo {
+        match info {
+            idmint_api::NamespaceInfo::Sequence {
+                namespace,
+                auto_created,
+                settings,
+                mut state,
+            } => {
+                state.members = self.members();
+                idmint_api::NamespaceInfo::Sequence {
+                    namespace,
+                    auto_created,
+                    settings,
+                    state,
+                }
+            }
+            other => other,
+        }
+    }
+
     /// Refreshes the gauges mirrored from namespace state, for a scrape.
     pub fn refresh_gauges(&self) {
         for ns in self.all() {

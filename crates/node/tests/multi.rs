@@ -99,6 +99,8 @@ async fn readyz_and_metrics_show_each_member() {
     assert_eq!(ready["members"][0]["offset"], 1, "{ready}");
     assert_eq!(ready["members"][0]["up"], true, "{ready}");
     assert_eq!(ready["members"][1]["up"], true, "{ready}");
+    let (status, body) = node.get("/v1/ids/orders?count=2").await;
+    assert_eq!(status, 200, "{body}");
 
     a.down.store(true, Ordering::SeqCst);
     let (status, ready) = node.get("/readyz").await;
@@ -114,6 +116,13 @@ async fn readyz_and_metrics_show_each_member() {
     ] {
         assert!(metrics.contains(line), "{line}{metrics}");
     }
+    // The namespace detail says which member (which residue class) is down, too.
+    let (status, detail) = node.get("/v1/namespaces/orders").await;
+    assert_eq!(status, 200, "{detail}");
+    let members = &detail["state"]["members"];
+    assert_eq!(members[0]["up"], false, "{detail}");
+    assert_eq!(members[0]["offset"], 1, "{detail}");
+    assert_eq!(members[1]["up"], true, "{detail}");
 
     b.down.store(true, Ordering::SeqCst);
     let (status, body) = node.get("/readyz").await;

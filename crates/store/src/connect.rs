@@ -108,7 +108,7 @@ fn join(errors: &[ConnectError]) -> String {
 /// Each backend's `connect`/`open` documents what it checks before it answers (the PostgreSQL
 /// and MySQL block tables are created if absent; etcd is probed with one read). A multi
 /// authority starts on the members that connect: a member that is unavailable is kept pending
-/// and connected on use once it answers ([`crate::multi`]; [`Authority::members`] shows it down
+/// and connected on use once it answers ([`MultiAuthority`]; [`Authority::members`] shows it down
 /// with its error, [`connect_observed`] reports it); it fails if a member fails otherwise, or if
 /// no member connects ([`ConnectError::NoMember`], naming each member's failure).
 pub async fn connect(

@@ -306,7 +306,11 @@ async fn decode(
 
 async fn list_namespaces(State(node): State<Arc<Node>>) -> Response {
     let now = node.now();
-    let namespaces = node.all().iter().map(|ns| ns.info(now)).collect();
+    let namespaces = node
+        .all()
+        .iter()
+        .map(|ns| node.describe(ns.info(now)))
+        .collect();
     axum::Json(NamespaceList { namespaces }).into_response()
 }
 
@@ -320,7 +324,7 @@ async fn get_namespace(
     }
     .await;
     match result {
-        Ok(ns) => axum::Json(ns.info(node.now())).into_response(),
+        Ok(ns) => axum::Json(node.describe(ns.info(node.now()))).into_response(),
         Err(e) => fail_read(&node, e),
     }
 }
@@ -330,28 +334,6 @@ async fn healthz() -> Response {
         status: "ok".into(),
     })
     .into_response()
-}
-
-/// The `/readyz` answer: [`Ready`]'s fields, plus each member's health for an authority made of
-/// several (omitted for a single authority, so its body is exactly [`Ready`]). Local to this
-/// handler until `idmint_api::Ready` has a `members` field.
-#[derive(serde::Serialize)]
-struct ReadyBody {
-    status: &'static str,
-    authority: &'static str,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    members: Vec<MemberBody>,
-}
-
-/// One member in [`ReadyBody`].
-#[derive(serde::Serialize)]
-struct MemberBody {
-    number: usize,
-    kind: &'static str,
-    offset: u64,
-    up: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    last_error: Option<String>,
 }
 
 /// 200 when the authority answers within 2 s. An authority of several members is probed (its
@@ -377,7 +359,7 @@ async fn readyz(State(node): State<Arc<Node>>) -> Response {
         .into_response()
     };
     let probe = tokio::time::timeout(Duration::from_secs(2), authority.list()).await;
-    let members = authority.members();
+    let members = node.members();
     if !members.is_empty() {
         // Whatever the probe said, the members' recorded health decides (a probe cut short by
         // the timeout has still recorded the members it reached).
@@ -399,24 +381,16 @@ async fn readyz(State(node): State<Arc<Node>>) -> Response {
                 why.join("; ")
             ));
         }
-        return axum::Json(ReadyBody {
-            status: "ready",
-            authority: authority.kind(),
-            members: members
-                .into_iter()
-                .map(|m| MemberBody {
-                    number: m.number,
-                    kind: m.kind,
-                    offset: m.offset,
-                    up: m.up,
-                    last_error: if m.up { None } else { m.last_error },
-                })
-                .collect(),
+        return axum::Json(Ready {
+            status: "ready".into(),
+            authority: authority.kind().into(),
+            members,
         })
         .into_response();
     }
     match probe {
         Ok(Ok(_)) => axum::Json(Ready {
+            members: Vec::new(),
             status: "ready".into(),
             authority: authority.kind().into(),
         })
