@@ -15,15 +15,13 @@
 
 mod support;
 
-use async_trait::async_trait;
-use idmint_core::{Block, Layout, NamespaceName, SequenceSpec, Ulid, Uuid7};
+// The outage switch: a real memory authority answering `Unavailable` while switched off.
+use idmint_core::{Layout, NamespaceName, Ulid, Uuid7};
 use idmint_node::{Authority, FileConfig, NodeConfig};
-use idmint_store::{
-    FileAuthority, GiveBack, MemoryAuthority, NamespaceState, Reservation, StoreError,
-};
+use idmint_store::conformance::SwitchedAuthority as FlakyAuthority;
+use idmint_store::{FileAuthority, MemoryAuthority};
 use serde_json::Value;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use support::{poll_until, TestNode, DEADLINE};
@@ -535,58 +533,6 @@ async fn exhausted_32_bit_namespace_hands_out_the_rest_then_says_so() {
     node.stop().await;
 }
 
-/// A fault injector: a [`MemoryAuthority`] that answers `Unavailable` to everything while
-/// `failing` is set. Stands in for a real backend outage in process.
-#[derive(Debug, Default)]
-struct FlakyAuthority {
-    inner: MemoryAuthority,
-    failing: AtomicBool,
-}
-
-impl FlakyAuthority {
-    fn check(&self) -> Result<(), StoreError> {
-        if self.failing.load(Ordering::SeqCst) {
-            Err(StoreError::Unavailable {
-                backend: "flaky",
-                message: "injected outage".into(),
-            })
-        } else {
-            Ok(())
-        }
-    }
-}
-
-#[async_trait]
-impl Authority for FlakyAuthority {
-    fn kind(&self) -> &'static str {
-        "flaky"
-    }
-    async fn ensure_namespace(
-        &self,
-        name: &NamespaceName,
-        spec: SequenceSpec,
-    ) -> Result<NamespaceState, StoreError> {
-        self.check()?;
-        self.inner.ensure_namespace(name, spec).await
-    }
-    async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError> {
-        self.check()?;
-        self.inner.reserve(name, count).await
-    }
-    async fn state(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError> {
-        self.check()?;
-        self.inner.state(name).await
-    }
-    async fn list(&self) -> Result<Vec<NamespaceState>, StoreError> {
-        self.check()?;
-        self.inner.list().await
-    }
-    async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
-        self.check()?;
-        self.inner.give_back(name, tail).await
-    }
-}
-
 /// Buffered ids outlive an authority outage: every request succeeds while they last (zero
 /// failures), then 503 `authority_unavailable`; when the authority is back the node recovers
 /// by itself, and no id is ever repeated across the outage.
@@ -615,7 +561,7 @@ async fn authority_outage_is_bridged_by_the_buffer_then_503_then_recovery() {
         info["state"]["ids_buffered"].as_u64().unwrap() >= 100
     })
     .await;
-    authority.failing.store(true, Ordering::SeqCst);
+    authority.set_down(true);
     let (_, info) = node.get("/v1/namespaces/orders").await;
     let buffered = info["state"]["ids_buffered"].as_u64().unwrap();
     assert!(buffered >= 100, "{info}");
@@ -646,7 +592,7 @@ async fn authority_outage_is_bridged_by_the_buffer_then_503_then_recovery() {
     let (_, info) = node.get("/v1/namespaces/orders").await;
     assert!(info["state"]["last_error"].is_string(), "{info}");
 
-    authority.failing.store(false, Ordering::SeqCst);
+    authority.set_down(false);
     // The refill task retries with a backoff of at most 2 s: poll until a request succeeds.
     let deadline = tokio::time::Instant::now() + DEADLINE;
     loop {

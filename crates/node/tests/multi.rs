@@ -12,65 +12,13 @@
 
 mod support;
 
-use async_trait::async_trait;
-use idmint_core::{Block, ManualClock, NamespaceName, SequenceSpec};
+use idmint_core::ManualClock;
 use idmint_node::{Authority, FileConfig};
-use idmint_store::StoreError;
-use idmint_store::{GiveBack, MemoryAuthority, MultiAuthority, NamespaceState, Reservation};
-use std::sync::atomic::{AtomicBool, Ordering};
+use idmint_store::{MemoryAuthority, MultiAuthority};
 use std::sync::Arc;
 use support::TestNode;
 
-/// A member that can be switched off.
-#[derive(Debug, Default)]
-struct Switchable {
-    inner: MemoryAuthority,
-    down: AtomicBool,
-}
-
-impl Switchable {
-    fn check(&self) -> Result<(), StoreError> {
-        if self.down.load(Ordering::SeqCst) {
-            Err(StoreError::Unavailable {
-                backend: "memory",
-                message: "switched off by the test".into(),
-            })
-        } else {
-            Ok(())
-        }
-    }
-}
-
-#[async_trait]
-impl Authority for Switchable {
-    fn kind(&self) -> &'static str {
-        "memory"
-    }
-    async fn ensure_namespace(
-        &self,
-        name: &NamespaceName,
-        spec: SequenceSpec,
-    ) -> Result<NamespaceState, StoreError> {
-        self.check()?;
-        self.inner.ensure_namespace(name, spec).await
-    }
-    async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError> {
-        self.check()?;
-        self.inner.reserve(name, count).await
-    }
-    async fn state(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError> {
-        self.check()?;
-        self.inner.state(name).await
-    }
-    async fn list(&self) -> Result<Vec<NamespaceState>, StoreError> {
-        self.check()?;
-        self.inner.list().await
-    }
-    async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
-        self.check()?;
-        self.inner.give_back(name, tail).await
-    }
-}
+use idmint_store::conformance::SwitchedAuthority as Switchable;
 
 /// Regression (a member outage left no trace, and `/readyz` could not say which member was
 /// down): with one member down the node stays ready and names it, in `/readyz` and in
@@ -102,7 +50,7 @@ async fn readyz_and_metrics_show_each_member() {
     let (status, body) = node.get("/v1/ids/orders?count=2").await;
     assert_eq!(status, 200, "{body}");
 
-    a.down.store(true, Ordering::SeqCst);
+    a.set_down(true);
     let (status, ready) = node.get("/readyz").await;
     assert_eq!(status, 200, "one member up is ready: {ready}");
     assert_eq!(ready["members"][0]["up"], false, "{ready}");
@@ -124,7 +72,7 @@ async fn readyz_and_metrics_show_each_member() {
     assert_eq!(members[0]["offset"], 1, "{detail}");
     assert_eq!(members[1]["up"], true, "{detail}");
 
-    b.down.store(true, Ordering::SeqCst);
+    b.set_down(true);
     let (status, body) = node.get("/readyz").await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["code"], "authority_unavailable", "{body}");
@@ -134,8 +82,8 @@ async fn readyz_and_metrics_show_each_member() {
         "{message}"
     );
 
-    a.down.store(false, Ordering::SeqCst);
-    b.down.store(false, Ordering::SeqCst);
+    a.set_down(false);
+    b.set_down(false);
     clock.advance_millis(1_000);
     let (status, ready) = node.get("/readyz").await;
     assert_eq!(status, 200, "{ready}");
@@ -213,7 +161,7 @@ async fn accounting_identity_holds_through_an_outage() {
     let node = TestNode::start(config, authority.clone()).await;
     let (status, body) = node.get("/v1/ids/orders?count=12").await;
     assert_eq!(status, 200, "{body}");
-    authority.down.store(true, Ordering::SeqCst);
+    authority.set_down(true);
     // More than the buffer can hold: fails once the buffer is drained, taking nothing.
     let (status, body) = node.get("/v1/ids/orders?count=5000").await;
     assert_eq!(status, 503, "{body}");
@@ -248,7 +196,7 @@ async fn accounting_identity_holds_through_an_outage() {
         "the failed request counted ids as served"
     );
 
-    authority.down.store(false, Ordering::SeqCst);
+    authority.set_down(false);
     let deadline = tokio::time::Instant::now() + support::DEADLINE;
     let ids = loop {
         let (status, body) = node.get("/v1/ids/orders?count=3").await;

@@ -591,73 +591,10 @@ impl Authority for MultiAuthority {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::MemoryAuthority;
     use idmint_core::{ManualClock, Width};
     use std::sync::atomic::AtomicBool;
 
-    /// An in-memory member that can be switched off, counting the reservations it is asked for.
-    #[derive(Debug, Default)]
-    struct Switchable {
-        inner: MemoryAuthority,
-        down: AtomicBool,
-        reserve_calls: AtomicUsize,
-    }
-
-    impl Switchable {
-        fn check(&self) -> Result<(), StoreError> {
-            if self.down.load(Ordering::SeqCst) {
-                Err(StoreError::Unavailable {
-                    backend: "test",
-                    message: "switched off".into(),
-                })
-            } else {
-                Ok(())
-            }
-        }
-        fn calls(&self) -> usize {
-            self.reserve_calls.load(Ordering::SeqCst)
-        }
-    }
-
-    #[async_trait]
-    impl Authority for Switchable {
-        fn kind(&self) -> &'static str {
-            "test"
-        }
-        async fn ensure_namespace(
-            &self,
-            name: &NamespaceName,
-            spec: SequenceSpec,
-        ) -> Result<NamespaceState, StoreError> {
-            self.check()?;
-            self.inner.ensure_namespace(name, spec).await
-        }
-        async fn reserve(
-            &self,
-            name: &NamespaceName,
-            count: u64,
-        ) -> Result<Reservation, StoreError> {
-            self.reserve_calls.fetch_add(1, Ordering::SeqCst);
-            self.check()?;
-            self.inner.reserve(name, count).await
-        }
-        async fn state(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError> {
-            self.check()?;
-            self.inner.state(name).await
-        }
-        async fn list(&self) -> Result<Vec<NamespaceState>, StoreError> {
-            self.check()?;
-            self.inner.list().await
-        }
-        async fn give_back(
-            &self,
-            name: &NamespaceName,
-            tail: Block,
-        ) -> Result<GiveBack, StoreError> {
-            self.check()?;
-            self.inner.give_back(name, tail).await
-        }
-    }
+    use crate::conformance::SwitchedAuthority as Switchable;
 
     /// A member that failed is skipped (not even asked) until `DOWN_BACKOFF` has passed on the
     /// injected clock, then asked again; no test sleeps.
@@ -677,7 +614,7 @@ mod tests {
             .await
             .unwrap();
 
-        a.down.store(true, Ordering::SeqCst);
+        a.set_down(true);
         // Round-robin reaches `a` within two reservations; it fails and `b` answers.
         for _ in 0..2 {
             let r = multi.reserve(&n, 10).await.unwrap();
@@ -687,7 +624,7 @@ mod tests {
                 "only b's residue class while a is down"
             );
         }
-        let asked = a.calls();
+        let asked = a.reserve_calls();
         assert_eq!(asked, 1, "a was asked once, failed, and is now marked down");
 
         // Within the back-off, `a` is tried only after `b`, so never while `b` answers.
@@ -696,17 +633,17 @@ mod tests {
         for _ in 0..6 {
             multi.reserve(&n, 10).await.unwrap();
         }
-        assert_eq!(a.calls(), asked, "a was asked during its back-off");
+        assert_eq!(a.reserve_calls(), asked, "a was asked during its back-off");
 
         // The back-off has passed: round-robin asks `a` again, and it is back.
         clock.advance_millis(1);
-        a.down.store(false, Ordering::SeqCst);
+        a.set_down(false);
         let mut residues = Vec::new();
         for _ in 0..2 {
             residues.push(multi.reserve(&n, 10).await.unwrap().block.start() % 2);
         }
         assert!(
-            a.calls() > asked,
+            a.reserve_calls() > asked,
             "a was not asked again after its back-off"
         );
         assert!(residues.contains(&0), "a answered again: {residues:?}");
@@ -754,7 +691,7 @@ mod tests {
             .all(|m| m.up && m.last_error.is_none()));
         assert_eq!(seen.got(), vec![]);
 
-        a.down.store(true, Ordering::SeqCst);
+        a.set_down(true);
         let backoff_ms = u64::try_from(DOWN_BACKOFF.as_millis()).unwrap();
         for _ in 0..5 {
             for _ in 0..4 {
@@ -762,7 +699,11 @@ mod tests {
             }
             clock.advance_millis(backoff_ms);
         }
-        assert!(a.calls() > 2, "a was retried: {}", a.calls());
+        assert!(
+            a.reserve_calls() > 2,
+            "a was retried: {}",
+            a.reserve_calls()
+        );
         let members = multi.members();
         assert_eq!(
             (
@@ -771,7 +712,7 @@ mod tests {
                 members[0].offset,
                 members[0].up
             ),
-            (1, "test", 0, false)
+            (1, "memory", 0, false)
         );
         assert!(
             members[0]
@@ -784,7 +725,7 @@ mod tests {
         assert!(members[1].up, "{members:?}");
         assert_eq!(seen.got(), vec![(1, false)], "one report of the outage");
 
-        a.down.store(false, Ordering::SeqCst);
+        a.set_down(false);
         for _ in 0..4 {
             multi.reserve(&n, 10).await.unwrap();
         }
@@ -868,7 +809,12 @@ mod tests {
         assert!(multi.members()[0].up);
         assert_eq!(seen.got(), vec![(1, false), (1, true)]);
         assert_eq!(
-            late.inner.state(&n).await.unwrap().unwrap().spec.offset(),
+            Authority::state(&*late, &n)
+                .await
+                .unwrap()
+                .unwrap()
+                .spec
+                .offset(),
             0,
             "the namespace was set up on the late member with its offset"
         );

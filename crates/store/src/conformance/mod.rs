@@ -55,6 +55,8 @@ use std::sync::Arc;
 mod backend;
 #[cfg(feature = "conformance")]
 pub mod faults;
+mod switched;
+pub use switched::SwitchedAuthority;
 
 #[cfg(all(feature = "conformance", feature = "etcd"))]
 pub use backend::EtcdBackend;
