@@ -188,6 +188,19 @@ struct RawSequence {
     low_water: Option<f64>,
 }
 
+/// One of `choices` by its name, or an error listing them all (serde's own message for an
+/// unknown variant says "variant", which a config file's reader has no reason to know).
+fn choose<T: Copy>(what: &str, text: &str, choices: &[(&str, T)]) -> Result<T, String> {
+    choices
+        .iter()
+        .find(|(name, _)| *name == text)
+        .map(|(_, v)| *v)
+        .ok_or_else(|| {
+            let known: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
+            format!("unknown {what} {text:?}; known: {}", known.join(", "))
+        })
+}
+
 /// `cache = "adaptive" | "fixed" | "off"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
@@ -200,14 +213,12 @@ enum RawCache {
 impl TryFrom<String> for RawCache {
     type Error = String;
     fn try_from(s: String) -> Result<Self, String> {
-        match s.as_str() {
-            "adaptive" => Ok(RawCache::Adaptive),
-            "fixed" => Ok(RawCache::Fixed),
-            "off" => Ok(RawCache::Off),
-            other => Err(format!(
-                "unknown cache mode {other:?}; known: adaptive, fixed, off"
-            )),
-        }
+        use RawCache::*;
+        choose(
+            "cache mode",
+            &s,
+            &[("adaptive", Adaptive), ("fixed", Fixed), ("off", Off)],
+        )
     }
 }
 
@@ -224,15 +235,17 @@ enum RawKind {
 impl TryFrom<String> for RawKind {
     type Error = String;
     fn try_from(s: String) -> Result<Self, String> {
-        match s.as_str() {
-            "sequence" => Ok(RawKind::Sequence),
-            "snowflake" => Ok(RawKind::Snowflake),
-            "uuid7" => Ok(RawKind::Uuid7),
-            "ulid" => Ok(RawKind::Ulid),
-            other => Err(format!(
-                "unknown kind {other:?}; known: sequence, snowflake, uuid7, ulid"
-            )),
-        }
+        use RawKind::*;
+        choose(
+            "kind",
+            &s,
+            &[
+                ("sequence", Sequence),
+                ("snowflake", Snowflake),
+                ("uuid7", Uuid7),
+                ("ulid", Ulid),
+            ],
+        )
     }
 }
 
