@@ -21,7 +21,7 @@
 //!   background reconnection: connections are opened on demand.
 //! - **Retries.** Writes are never retried here: a write whose reply was lost may have
 //!   committed, and the backends' safety argument needs the next write to start from whatever
-//!   is durable (see each backend's docs). Reads ([`Pool::read`]) run at most twice, the second
+//!   is durable (see each backend's docs). Reads ([`Pool::read_on_conn`]) run at most twice, the second
 //!   time after a connection failure, on a freshly opened connection, within the same timeout:
 //!   running a read twice changes nothing.
 //! - **Timeouts.** Every operation, waiting for a connection, opening it (connecting and session
@@ -167,7 +167,7 @@ impl<C: Connector> Pool<C> {
     }
 
     /// A connection: a healthy idle one, else a new one (see the module docs). Call it inside
-    /// [`Pool::run`] or [`Pool::read`], which bound it.
+    /// [`Pool::run`], which bounds it ([`Pool::on_conn`] and [`Pool::read_on_conn`] do).
     pub(crate) async fn get(&self) -> Result<Lease<'_, C>, StoreError> {
         match self.inner.get().await {
             Ok(mut object) => {
@@ -221,18 +221,43 @@ impl<C: Connector> Pool<C> {
         })
     }
 
-    /// [`Pool::run`] for a read-only `op`: after a connection failure it runs once more, on a
-    /// new connection (the idle ones were dropped), within the same timeout.
-    pub(crate) async fn read<T, F, Fut>(&self, what: &str, op: F) -> Result<T, StoreError>
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = Result<T, StoreError>>,
-    {
+    /// `op` on one pooled connection, within the operation timeout ([`Pool::run`]): takes a
+    /// connection, runs `op` on it and hands it back with [`Lease::finish`] (detached after
+    /// `Unavailable`). The one shape of every write.
+    pub(crate) async fn on_conn<T>(
+        &self,
+        what: &str,
+        op: impl AsyncFnOnce(&mut C::Conn) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         self.run(what, async {
-            match op().await {
+            let mut lease = self.get().await?;
+            let out = op(lease.conn()).await;
+            lease.finish(out)
+        })
+        .await
+    }
+
+    /// [`Pool::on_conn`] for a read-only `op`: after a connection failure it runs once more, on
+    /// a new connection (the idle ones were dropped), within the same timeout. `op` is cloned
+    /// for the first try (a closure that only borrows is `Clone`): an `AsyncFn` called twice
+    /// would meet the compiler's higher-ranked `Send` limitation inside `#[async_trait]`.
+    pub(crate) async fn read_on_conn<T>(
+        &self,
+        what: &str,
+        op: impl AsyncFnOnce(&mut C::Conn) -> Result<T, StoreError> + Clone,
+    ) -> Result<T, StoreError> {
+        self.run(what, async {
+            let first = {
+                let mut lease = self.get().await?;
+                let out = op.clone()(lease.conn()).await;
+                lease.finish(out)
+            };
+            match first {
                 Err(e) if e.is_unavailable() => {
                     self.drop_idle();
-                    op().await
+                    let mut lease = self.get().await?;
+                    let out = op(lease.conn()).await;
+                    lease.finish(out)
                 }
                 other => other,
             }
@@ -420,7 +445,7 @@ mod tests {
         let (_, pool) = pool(Duration::from_secs(5));
         let calls = AtomicUsize::new(0);
         let read = pool
-            .read("read", || async {
+            .read_on_conn("read", async |_| {
                 match calls.fetch_add(1, Ordering::SeqCst) {
                     0 => Err(down()),
                     _ => Ok(()),
@@ -431,7 +456,7 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 2);
         calls.store(0, Ordering::SeqCst);
         let read: Result<(), _> = pool
-            .read("read", || async {
+            .read_on_conn("read", async |_| {
                 calls.fetch_add(1, Ordering::SeqCst);
                 Err(down())
             })

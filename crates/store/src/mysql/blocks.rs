@@ -59,19 +59,14 @@ impl MysqlAuthority {
         );
         let ddl = schema_sql(&config.table);
         client
-            .run("creating the schema", async {
-                let mut lease = client.get().await?;
-                let s = lease.conn();
+            .on_conn("creating the schema", async |s| {
                 // Create only when absent: a user without the CREATE privilege can still use
                 // a table made for it.
-                let out = match query(&mut s.conn, &exists).await {
-                    Ok(rows) => match rows.first().map(|row| col::<u64>(row, 0, "COUNT(*)")) {
-                        Some(Ok(n)) if n > 0 => Ok(()),
-                        _ => execute(&mut s.conn, &ddl).await.map(drop),
-                    },
-                    Err(e) => Err(e),
-                };
-                lease.finish(out)
+                let rows = query(&mut s.conn, &exists).await?;
+                match rows.first().map(|row| col::<u64>(row, 0, "COUNT(*)")) {
+                    Some(Ok(n)) if n > 0 => Ok(()),
+                    _ => execute(&mut s.conn, &ddl).await.map(drop),
+                }
             })
             .await?;
         Ok(MysqlAuthority {
@@ -298,11 +293,8 @@ impl Authority for MysqlAuthority {
     ) -> Result<NamespaceState, StoreError> {
         let name = name.clone();
         self.client
-            .run("ensure_namespace", async {
-                let mut lease = self.client.get().await?;
-                let s = lease.conn();
-                let out = self.ensure_on(&mut s.conn, &name, spec).await;
-                lease.finish(out)
+            .on_conn("ensure_namespace", async |s| {
+                self.ensure_on(&mut s.conn, &name, spec).await
             })
             .await
     }
@@ -313,36 +305,29 @@ impl Authority for MysqlAuthority {
         }
         let name = name.clone();
         self.client
-            .run("reserve", async {
-                let mut lease = self.client.get().await?;
-                let s = lease.conn();
-                let out = self.reserve_on(&mut s.conn, &name, count).await;
-                lease.finish(out)
+            .on_conn("reserve", async |s| {
+                self.reserve_on(&mut s.conn, &name, count).await
             })
             .await
     }
 
     async fn state(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError> {
-        let pool = &self.client;
-        pool.read("state", || async move {
-            let mut lease = pool.get().await?;
-            let out = self.read_state(&mut lease.conn().conn, name).await;
-            lease.finish(out)
-        })
-        .await
+        self.client
+            .read_on_conn("state", async |s| self.read_state(&mut s.conn, name).await)
+            .await
     }
 
     async fn list(&self) -> Result<Vec<NamespaceState>, StoreError> {
         let sql = self.select_sql(None);
-        let (pool, sql) = (&self.client, &sql);
-        let mut all: Vec<NamespaceState> = pool
-            .read("list", || async move {
-                let mut lease = pool.get().await?;
-                let out = match query(&mut lease.conn().conn, sql).await {
-                    Ok(rows) => rows.iter().map(decode_block_row).collect(),
-                    Err(e) => Err(e),
-                };
-                lease.finish(out)
+        let sql = &sql;
+        let mut all: Vec<NamespaceState> = self
+            .client
+            .read_on_conn("list", async |s| {
+                query(&mut s.conn, sql)
+                    .await?
+                    .iter()
+                    .map(decode_block_row)
+                    .collect()
             })
             .await?;
         // ascii_bin orders like Rust's strings already; sorting again does not depend on it.
@@ -353,11 +338,8 @@ impl Authority for MysqlAuthority {
     async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
         let name = name.clone();
         self.client
-            .run("give_back", async {
-                let mut lease = self.client.get().await?;
-                let s = lease.conn();
-                let out = self.give_back_on(&mut s.conn, &name, tail).await;
-                lease.finish(out)
+            .on_conn("give_back", async |s| {
+                self.give_back_on(&mut s.conn, &name, tail).await
             })
             .await
     }

@@ -109,14 +109,10 @@ impl MysqlTicketAuthority {
     pub async fn connect(config: MysqlConfig) -> Result<Self, StoreError> {
         let client = conn::client(&config, true)?;
         client
-            .run("connecting", async {
-                let mut lease = client.get().await?;
-                let s = lease.conn();
-                let out = s
-                    .auto_increment
+            .on_conn("connecting", async |s| {
+                s.auto_increment
                     .map(drop)
-                    .ok_or_else(|| unavailable("auto-increment settings not read".into()));
-                lease.finish(out)
+                    .ok_or_else(|| unavailable("auto-increment settings not read".into()))
             })
             .await?;
         Ok(MysqlTicketAuthority {
@@ -128,14 +124,10 @@ impl MysqlTicketAuthority {
     /// The server's auto-increment settings, as (increment, offset), read on a connection.
     pub async fn server_auto_increment(&self) -> Result<(u64, u64), StoreError> {
         self.client
-            .run("reading auto-increment settings", async {
-                let mut lease = self.client.get().await?;
-                let s = lease.conn();
-                let out = s
-                    .auto_increment
+            .on_conn("reading auto-increment settings", async |s| {
+                s.auto_increment
                     .map(|auto| (auto.increment, auto.offset))
-                    .ok_or_else(|| unavailable("auto-increment settings not read".into()));
-                lease.finish(out)
+                    .ok_or_else(|| unavailable("auto-increment settings not read".into()))
             })
             .await
     }
@@ -367,11 +359,8 @@ impl Authority for MysqlTicketAuthority {
     ) -> Result<NamespaceState, StoreError> {
         let name = name.clone();
         self.client
-            .run("ensure_namespace", async {
-                let mut lease = self.client.get().await?;
-                let s = lease.conn();
-                let out = self.ensure_on(s, &name, spec).await;
-                lease.finish(out)
+            .on_conn("ensure_namespace", async |s| {
+                self.ensure_on(s, &name, spec).await
             })
             .await
     }
@@ -383,33 +372,20 @@ impl Authority for MysqlTicketAuthority {
         }
         let name = name.clone();
         self.client
-            .run("reserve", async {
-                let mut lease = self.client.get().await?;
-                let s = lease.conn();
-                let out = self.reserve_on(s, &name).await;
-                lease.finish(out)
-            })
+            .on_conn("reserve", async |s| self.reserve_on(s, &name).await)
             .await
     }
 
     async fn state(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError> {
-        let pool = &self.client;
-        pool.read("state", || async move {
-            let mut lease = pool.get().await?;
-            let out = self.read_state(&mut lease.conn().conn, name).await;
-            lease.finish(out)
-        })
-        .await
+        self.client
+            .read_on_conn("state", async |s| self.read_state(&mut s.conn, name).await)
+            .await
     }
 
     async fn list(&self) -> Result<Vec<NamespaceState>, StoreError> {
-        let pool = &self.client;
-        let mut all = pool
-            .read("list", || async move {
-                let mut lease = pool.get().await?;
-                let out = self.list_on(&mut lease.conn().conn).await;
-                lease.finish(out)
-            })
+        let mut all = self
+            .client
+            .read_on_conn("list", async |s| self.list_on(&mut s.conn).await)
             .await?;
         all.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(all)
@@ -420,11 +396,8 @@ impl Authority for MysqlTicketAuthority {
     async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
         let name = name.clone();
         self.client
-            .run("give_back", async {
-                let mut lease = self.client.get().await?;
-                let s = lease.conn();
-                let out = self.refuse_tail(&mut s.conn, &name, tail).await;
-                lease.finish(out)
+            .on_conn("give_back", async |s| {
+                self.refuse_tail(&mut s.conn, &name, tail).await
             })
             .await
     }

@@ -171,29 +171,14 @@ impl PostgresAuthority {
             table,
         };
         let ddl = schema_sql_quoted(&authority.table);
-        let pool = &authority.pool;
-        pool.run("connect", async {
-            let mut lease = pool.get().await?;
-            let conn = lease.conn();
-            let out = match conn.create_schema(&ddl).await {
-                Ok(()) => conn.prepare().await.map(drop),
-                Err(e) => Err(e),
-            };
-            lease.finish(out)
-        })
-        .await?;
+        authority
+            .pool
+            .on_conn("connect", async |conn| {
+                conn.create_schema(&ddl).await?;
+                conn.prepare().await.map(drop)
+            })
+            .await?;
         Ok(authority)
-    }
-
-    /// One statement on a pooled connection, not bounded (the caller runs it in the pool).
-    async fn query_once(
-        &self,
-        pick: fn(&Statements) -> &Statement,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<Row>, StoreError> {
-        let mut lease = self.pool.get().await?;
-        let out = lease.conn().query(pick, params).await;
-        lease.finish(out)
     }
 
     /// A statement that writes: run once, never retried (see the module docs).
@@ -203,7 +188,9 @@ impl PostgresAuthority {
         pick: fn(&Statements) -> &Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
-        self.pool.run(what, self.query_once(pick, params)).await
+        self.pool
+            .on_conn(what, async |c| c.query(pick, params).await)
+            .await
     }
 
     /// A compare-and-swap `UPDATE`: run once, never retried; the number of rows it changed.
@@ -214,11 +201,7 @@ impl PostgresAuthority {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64, StoreError> {
         self.pool
-            .run(what, async {
-                let mut lease = self.pool.get().await?;
-                let out = lease.conn().execute(pick, params).await;
-                lease.finish(out)
-            })
+            .on_conn(what, async |c| c.execute(pick, params).await)
             .await
     }
 
@@ -230,7 +213,9 @@ impl PostgresAuthority {
         pick: fn(&Statements) -> &Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
-        self.pool.read(what, || self.query_once(pick, params)).await
+        self.pool
+            .read_on_conn(what, async |c| c.query(pick, params).await)
+            .await
     }
 
     async fn select_one(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError> {
