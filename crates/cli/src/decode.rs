@@ -187,7 +187,11 @@ fn time_record(kind: &str, id: String, unix_ms: u64) -> Record {
         vec![("kind", json!(kind))],
         vec![
             ("id", json!(id)),
-            ("timestamp", json!(fmt_ms(unix_ms))),
+            // After 9999-12-31 RFC 3339 has no form: JSON null, text says so, unix_ms stays.
+            (
+                "timestamp",
+                json!(idmint_core::layout::rfc3339_millis(unix_ms)),
+            ),
             ("unix_ms", json!(unix_ms)),
         ],
     )
@@ -261,21 +265,11 @@ fn node_record(decoded: idmint_api::Decoded) -> Record {
     }
 }
 
-fn fmt_ms(ms: u64) -> String {
-    idmint_core::layout::Decoded {
-        parts: idmint_core::Parts {
-            timestamp: 0,
-            node: 0,
-            sequence: 0,
-        },
-        unix_nanos: ms.saturating_mul(1_000_000),
-    }
-    .rfc3339()
-}
-
 fn print(out: &mut Out, record: &Record, format: Format) -> Result<()> {
     let text = |v: &Value| match v {
         Value::String(s) => s.clone(),
+        // Only a time past what RFC 3339 can write is null (see `time_record`).
+        Value::Null => "after 9999-12-31T23:59:59.999Z (beyond RFC 3339; see unix_ms)".to_owned(),
         other => other.to_string(),
     };
     match format {

@@ -1086,3 +1086,24 @@ fn postgres_notices_stay_out_of_the_log() {
     }
     runtime.block_on(db.drop_now());
 }
+
+/// Regression: a ULID or UUIDv7 whose time lies after 9999 decoded offline to a saturated,
+/// wrong date (2554-07-21) without a word. RFC 3339 cannot write such a time: the text says so,
+/// `--json` gives `null`, and `unix_ms` is exact.
+#[test]
+fn decode_of_a_time_past_9999_says_so() {
+    for (id, layout) in [
+        ("7ZZZZZZZZZZZZZZZZZZZZZZZZZ", "ulid"),
+        ("ffffffff-ffff-7fff-bfff-ffffffffffff", "uuid7"),
+    ] {
+        let out = run(idmint().args(["decode", id, "--layout", layout]));
+        assert!(out.status.success(), "{out:?}");
+        let stdout = text(&out.stdout);
+        assert!(stdout.contains("after 9999-12-31"), "{stdout}");
+        assert!(!stdout.contains("2554"), "{stdout}");
+        let out = run(idmint().args(["decode", id, "--layout", layout, "--json"]));
+        let v: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+        assert!(v["timestamp"].is_null(), "{v}");
+        assert_eq!(v["unix_ms"], 281_474_976_710_655u64, "{v}");
+    }
+}
