@@ -17,18 +17,15 @@
 
 use idmint_core::instagram::{instagram_id, shard_of, ShardCounterGenerator};
 use idmint_core::{Layout, NamespaceName, SequenceSpec, SystemClock, Width};
+use idmint_store::conformance::faults::until_ok;
 use idmint_store::conformance::PostgresBackend;
 use idmint_store::postgres::{instagram_sql, schema_sql, PostgresAuthority, PostgresConfig};
 use idmint_store::{Authority, GiveBack, StoreError};
 use idmint_testkit::postgres::TempDatabase;
 use std::collections::HashSet;
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 idmint_store::conformance_tests!(postgres => PostgresBackend, with faults);
-
-/// How long a fault test waits for the authority to recover after the fault is lifted.
-const RECOVERY_DEADLINE: Duration = Duration::from_secs(10);
 
 fn config(url: String, op_timeout: Duration, pool_size: usize) -> PostgresConfig {
     PostgresConfig {
@@ -54,28 +51,6 @@ fn name(s: &str) -> NamespaceName {
 
 async fn watermark(a: &dyn Authority, n: &NamespaceName) -> u64 {
     a.state(n).await.unwrap().unwrap().watermark
-}
-
-/// Retries `op` until it succeeds or `RECOVERY_DEADLINE` passes; returns the value and the
-/// number of failed attempts.
-async fn until_ok<T, F, Fut>(what: &str, op: F) -> (T, usize)
-where
-    F: Fn() -> Fut,
-    Fut: Future<Output = Result<T, StoreError>>,
-{
-    let deadline = Instant::now() + RECOVERY_DEADLINE;
-    let mut failures = 0;
-    loop {
-        match op().await {
-            Ok(v) => return (v, failures),
-            Err(e) if Instant::now() < deadline => {
-                assert!(e.is_unavailable(), "{what}: unexpected error {e:?}");
-                failures += 1;
-                tokio::task::yield_now().await;
-            }
-            Err(e) => panic!("{what}: still failing after {RECOVERY_DEADLINE:?}: {e}"),
-        }
-    }
 }
 
 /// The server kills the authority's backend processes (`pg_terminate_backend`, as a restart or

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a scenario waits for an authority to recover, or for a commit to show.
-const RECOVERY_DEADLINE: Duration = Duration::from_secs(10);
+pub const RECOVERY_DEADLINE: Duration = Duration::from_secs(10);
 
 /// A backend's storage, a proxy in front of its server, and two authorities on it.
 struct Faulty<B: NetworkBackend> {
@@ -101,7 +101,7 @@ impl<B: NetworkBackend> Faulty<B> {
 
 /// Retries `op` until it succeeds or [`RECOVERY_DEADLINE`] passes; returns the value and the
 /// number of failed attempts, each of which must have been `Unavailable`.
-async fn until_ok<T, F, Fut>(what: &str, op: F) -> (T, usize)
+pub async fn until_ok<T, F, Fut>(what: &str, op: F) -> (T, usize)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<T, StoreError>>,
