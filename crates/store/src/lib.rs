@@ -84,6 +84,14 @@ pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
         Vec::new()
     }
 
+    /// The residue classes (ids modulo `spec.step()`) of the ids this authority may grant for a
+    /// namespace of `spec`: the spec's own offset for a single authority, every member's offset
+    /// for a [`MultiAuthority`] (whose namespace-level spec has offset 0). The node checks every
+    /// block against them before handing out an id of it, and decode uses them.
+    fn residues(&self, spec: &SequenceSpec) -> Vec<u64> {
+        vec![spec.offset()]
+    }
+
     /// Creates the namespace with `spec` if absent (watermark = `spec.initial_watermark()`).
     /// If present with the same spec, returns its state unchanged. If present with a different
     /// spec: `Err(StoreError::SpecConflict{..})`.
@@ -249,6 +257,18 @@ pub enum StoreError {
         /// What is wrong.
         message: String,
     },
+    /// A namespace known to exist is missing from its store, or its store went back in time:
+    /// the store lost data (a restored backup, a replaced or wiped server, a moved data
+    /// directory, a changed `path`/`table`/`prefix`). Re-creating it would re-issue ids, so it
+    /// is never re-created automatically: an operator re-seeds it above every id ever handed out
+    /// (`idmint admin reseed`, docs/uniqueness.md).
+    #[error("namespace {name} lost: {message}")]
+    Lost {
+        /// The namespace.
+        name: NamespaceName,
+        /// What was found, where, and what to do.
+        message: String,
+    },
     /// [`Authority::give_back`] was given a tail that no reservation of the namespace returns.
     #[error("cannot give back [{start}, {end}) step {step} to namespace {name}: {reason}")]
     InvalidTail {
@@ -274,6 +294,11 @@ impl StoreError {
     /// Whether the namespace does not exist.
     pub fn is_unknown_namespace(&self) -> bool {
         matches!(self, StoreError::UnknownNamespace { .. })
+    }
+
+    /// Whether the store lost the namespace ([`StoreError::Lost`]).
+    pub fn is_lost(&self) -> bool {
+        matches!(self, StoreError::Lost { .. })
     }
 
     /// Whether the namespace has no id left.

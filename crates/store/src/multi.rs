@@ -5,8 +5,21 @@
 //! `offset`, so member `k` only ever grants ids `≡ offset_k (mod step)` (invariant 5): ids from
 //! different members never collide, whatever each member's watermark. Reservations go
 //! round-robin; a member that fails with [`StoreError::Unavailable`] is skipped for a back-off
-//! period and tried again after it, so the node comes back to it when it recovers. A member that
-//! was down when a namespace was set up gets it on first use.
+//! period and tried again after it, so the node comes back to it when it recovers.
+//!
+//! **Every namespace exists on every member** (docs/uniqueness.md, "Lost and stale members"):
+//! a namespace is created only while every member answers, on all of them; a namespace some
+//! member has is never created on another. So a member that answers "unknown namespace" for a
+//! namespace that exists (on another member, or set up by this process) has lost its data (a
+//! restored backup, a wiped or replaced server) or was added to a running deployment: its
+//! residue class may already have been handed out, and re-creating the namespace there would
+//! re-issue it. Such a member is **taken out of service** until the process restarts, with a
+//! loud error, and at the next start it is found missing again: only an operator's re-seed
+//! (`idmint admin reseed`) brings it back. The same happens to a member whose stored spec
+//! disagrees with the configuration while others agree (a stale member), and to a member that
+//! answers a hard error (corrupt data, an invalid setup): one member's fault never stops the
+//! others. A member is checked against every namespace this process set up before it is used,
+//! at start and each time it comes back from being down or pending.
 //!
 //! A member may start **pending**: [`crate::connect`] could not reach it at start-up, so its slot
 //! holds a [`Connector`] instead of an authority. A pending member is treated as a member that is
@@ -26,8 +39,11 @@
 //! fields, never across `.await`; observers are called after it is released.
 //!
 //! What it does not do: make ids increase across members (as with Flickr's pair, each member's
-//! stream increases; the interleaving does not), move a namespace between members, or retry a
-//! pending member while nothing uses the authority (a reservation, a read, `/readyz`).
+//! stream increases; the interleaving does not; the node sorts each answer), move a namespace
+//! between members, bring back a member taken out of service, or retry a pending member while
+//! nothing uses the authority (a reservation, a read, `/readyz`). A process that crashed in the
+//! middle of creating a namespace leaves it on some members only; the next start takes the
+//! others out of service (safe, and an operator re-seeds them).
 
 use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
@@ -57,6 +73,9 @@ pub struct MemberHealth {
     /// The latest failure, kept after it recovers (no connection URL: backends name host and
     /// port only).
     pub last_error: Option<String>,
+    /// Why the member is out of service (lost data, a stale spec, a hard error); `None` while it
+    /// serves. A member out of service stays out until the process restarts.
+    pub out_of_service: Option<String>,
 }
 
 /// Hears each member's transitions: called once when a member goes down (or starts pending) and
@@ -129,6 +148,11 @@ struct MemberState {
     down_until: Option<u64>,
     up: bool,
     last_error: Option<String>,
+    /// Set when the member was taken out of service, with why; never cleared.
+    out_of_service: Option<String>,
+    /// Whether the member was checked against every namespace set up so far since it last
+    /// connected or came back.
+    verified: bool,
 }
 
 struct Member {
@@ -178,7 +202,12 @@ impl Member {
             offset: self.offset,
             up: state.up,
             last_error: state.last_error.clone(),
+            out_of_service: state.out_of_service.clone(),
         }
+    }
+
+    fn is_out_of_service(&self) -> bool {
+        self.lock().out_of_service.is_some()
     }
 
     fn unavailable(&self, message: String) -> StoreError {
@@ -222,12 +251,24 @@ impl Member {
     }
 }
 
+/// A namespace this process set up.
+#[derive(Debug, Clone)]
+struct Setup {
+    /// The namespace-level spec (offset 0).
+    spec: SequenceSpec,
+    /// Whether this process created it (no member had it): then a member it could not create
+    /// it on is still to be created, not lost.
+    created_here: bool,
+    /// Per member (config order), whether it is known to hold the namespace.
+    on: Vec<bool>,
+}
+
 /// Authorities each owning a residue class of every namespace. See the module docs.
 pub struct MultiAuthority {
     members: Vec<Member>,
     next: AtomicUsize,
-    /// Namespace-level specs (offset 0) seen by `ensure_namespace`, to set up late members.
-    specs: Mutex<HashMap<NamespaceName, SequenceSpec>>,
+    /// The namespaces `ensure_namespace` set up in this process, and where.
+    specs: Mutex<HashMap<NamespaceName, Setup>>,
     /// Measures the back-off of members that failed.
     clock: Arc<dyn Clock>,
     /// Hears members' transitions.
@@ -299,6 +340,8 @@ impl MultiAuthority {
                             down_until: (!up).then(|| now.saturating_add(backoff)),
                             up,
                             last_error: slot.error,
+                            out_of_service: None,
+                            verified: false,
                         }),
                         connector: slot.connector,
                         connecting: AtomicBool::new(false),
@@ -340,6 +383,7 @@ impl MultiAuthority {
                 Err(e) if e.is_unavailable() => {
                     let backoff = u64::try_from(DOWN_BACKOFF.as_nanos()).unwrap_or(u64::MAX);
                     state.up = false;
+                    state.verified = false;
                     state.down_until = Some(self.clock.monotonic_nanos().saturating_add(backoff));
                     state.last_error = Some(e.to_string());
                 }
@@ -352,6 +396,105 @@ impl MultiAuthority {
                 events.changed(&m.health());
             }
         }
+    }
+
+    /// Takes `m` out of service for good (this process): it is skipped by every operation.
+    /// Reported once to the observer.
+    fn take_out(&self, m: &Member, reason: String) {
+        {
+            let mut state = m.lock();
+            if state.out_of_service.is_some() {
+                return;
+            }
+            state.up = false;
+            state.last_error = Some(reason.clone());
+            state.out_of_service = Some(reason);
+        }
+        if let Some(events) = &self.events {
+            events.changed(&m.health());
+        }
+    }
+
+    /// Why `m` cannot serve a namespace that exists elsewhere but not on it.
+    fn lost_reason(&self, m: &Member, name: &NamespaceName) -> String {
+        format!(
+            "member {} ({}) has no record of namespace {name}, which exists on the other members: \
+             it lost its data (a restored backup, a wiped or replaced server) or was added to a \
+             running deployment, and its residue class {} may already have been handed out; it \
+             stays out of service until an operator re-seeds it above every id it ever granted \
+             (`idmint admin reseed`, docs/uniqueness.md)",
+            m.number, m.kind, m.offset
+        )
+    }
+
+    /// The authority of a member that may serve: not out of service, connected (a pending one
+    /// is connected if its back-off has passed), and checked against every namespace set up so
+    /// far. A member found to have lost a namespace, or to hold another spec, is taken out of
+    /// service here.
+    async fn usable(&self, m: &Member) -> Result<Arc<dyn Authority>, StoreError> {
+        if let Some(reason) = m.lock().out_of_service.clone() {
+            return Err(StoreError::Unavailable {
+                backend: m.kind,
+                message: format!(
+                    "member {} ({}) is out of service: {reason}",
+                    m.number, m.kind
+                ),
+            });
+        }
+        let a = m.authority(self).await?;
+        if m.lock().verified {
+            return Ok(a);
+        }
+        let known: Vec<(NamespaceName, Setup)> = self
+            .specs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(n, s)| (n.clone(), s.clone()))
+            .collect();
+        for (name, setup) in known {
+            let expected = self.member_spec(setup.spec, m.offset)?;
+            let found = a.state(&name).await;
+            self.record(m, found.as_ref().map(|_| ()));
+            let reason = match found {
+                Ok(Some(state)) if state.spec == expected => {
+                    self.note_on(&name, m);
+                    continue;
+                }
+                Ok(Some(state)) => format!(
+                    "member {} ({}) holds namespace {name} with {} but the configuration \
+                     gives it {}: a stale member, refused so that it never serves ids of \
+                     another spec",
+                    m.number,
+                    m.kind,
+                    crate::describe_spec(&state.spec),
+                    crate::describe_spec(&expected)
+                ),
+                Ok(None) if setup.created_here && !setup.on[m.number - 1] => {
+                    // This process created the namespace while this member failed: finish.
+                    let created = a.ensure_namespace(&name, expected).await;
+                    self.record(m, created.as_ref().map(|_| ()));
+                    match created {
+                        Ok(_) => {
+                            self.note_on(&name, m);
+                            continue;
+                        }
+                        Err(e) if e.is_unavailable() => return Err(e),
+                        Err(e) => format!("member {} ({}) failed: {e}", m.number, m.kind),
+                    }
+                }
+                Ok(None) => self.lost_reason(m, &name),
+                Err(e) if e.is_unavailable() => return Err(e),
+                Err(e) => format!("member {} ({}) failed: {e}", m.number, m.kind),
+            };
+            self.take_out(m, reason.clone());
+            return Err(StoreError::Unavailable {
+                backend: m.kind,
+                message: reason,
+            });
+        }
+        m.lock().verified = true;
+        Ok(a)
     }
 
     fn member_spec(&self, spec: SequenceSpec, offset: u64) -> Result<SequenceSpec, StoreError> {
@@ -393,7 +536,10 @@ impl MultiAuthority {
         let n = self.members.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
         let now = self.clock.monotonic_nanos();
-        let mut order: Vec<usize> = (0..n).map(|i| (start + i) % n).collect();
+        let mut order: Vec<usize> = (0..n)
+            .map(|i| (start + i) % n)
+            .filter(|i| !self.members[*i].is_out_of_service())
+            .collect();
         order.sort_by_key(|i| self.members[*i].is_down(now));
         order
     }
@@ -403,7 +549,29 @@ impl MultiAuthority {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(name)
-            .copied()
+            .map(|s| s.spec)
+    }
+
+    fn setup(&self, name: &NamespaceName) -> Option<Setup> {
+        self.specs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Records that member `m` holds `name`.
+    fn note_on(&self, name: &NamespaceName, m: &Member) {
+        if let Some(setup) = self
+            .specs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(name)
+        {
+            if let Some(on) = setup.on.get_mut(m.number - 1) {
+                *on = true;
+            }
+        }
     }
 }
 
@@ -418,84 +586,209 @@ impl Authority for MultiAuthority {
         self.members.iter().map(Member::health).collect()
     }
 
-    /// Ensures the namespace on every reachable member with that member's offset. `Ok` once at
-    /// least one member has it durably; members that were down get it on first use.
+    /// The residue classes of the members, in config order.
+    fn residues(&self, _spec: &SequenceSpec) -> Vec<u64> {
+        self.members.iter().map(|m| m.offset).collect()
+    }
+
+    /// Sets the namespace up on every member, each with its own offset, keeping "every
+    /// namespace exists on every member" (module docs):
+    /// - no member has it: it is created on all of them, only if every member answers (else
+    ///   `Unavailable`, naming the member that did not);
+    /// - some members have it: members that answer without it have lost it (or were added) and
+    ///   are taken out of service; members that hold another spec are taken out if some member
+    ///   holds the configured one, and the whole call is a `SpecConflict` if none does (the
+    ///   configuration changed the namespace, e.g. by adding a member);
+    /// - `Ok` once at least one member serving it has it durably; members that were down are
+    ///   checked when they come back.
     async fn ensure_namespace(
         &self,
         name: &NamespaceName,
         spec: SequenceSpec,
     ) -> Result<NamespaceState, StoreError> {
-        let mut states = Vec::new();
-        let mut last_unavailable = None;
+        let earlier = self.setup(name);
+        // A retry of a creation this process started (some member failed it): finish it.
+        let creating_here = earlier.as_ref().is_some_and(|s| s.created_here);
+        let mut present: Vec<(&Member, NamespaceState)> = Vec::new();
+        let mut missing: Vec<(&Member, Arc<dyn Authority>)> = Vec::new();
+        let mut disagreeing: Vec<(&Member, NamespaceState)> = Vec::new();
+        let mut unreachable: Vec<(&Member, StoreError)> = Vec::new();
         for m in &self.members {
-            let member_spec = self.member_spec(spec, m.offset)?;
-            let result = match m.authority(self).await {
-                Ok(a) => a.ensure_namespace(name, member_spec).await,
-                Err(e) => Err(e),
-            };
-            self.record(m, result.as_ref().map(|_| ()));
-            match result {
-                Ok(s) => states.push(s),
-                Err(e @ StoreError::Unavailable { .. }) => last_unavailable = Some(e),
-                Err(StoreError::SpecConflict { existing, .. }) => {
-                    return Err(StoreError::SpecConflict {
-                        name: name.clone(),
-                        existing: self.namespace_spec(&existing)?,
-                        requested: spec,
-                        server: None,
-                    })
+            let expected = self.member_spec(spec, m.offset)?;
+            let a = match self.usable(m).await {
+                Ok(a) => a,
+                Err(e) => {
+                    unreachable.push((m, e));
+                    continue;
                 }
-                Err(other) => return Err(other),
+            };
+            let found = a.state(name).await;
+            self.record(m, found.as_ref().map(|_| ()));
+            match found {
+                Ok(Some(state)) if state.spec == expected => present.push((m, state)),
+                Ok(Some(state)) => disagreeing.push((m, state)),
+                Ok(None) => missing.push((m, a)),
+                Err(e) if e.is_unavailable() => unreachable.push((m, e)),
+                Err(e) => {
+                    self.take_out(m, format!("member {} ({}) failed: {e}", m.number, m.kind));
+                    unreachable.push((m, e));
+                }
             }
         }
+        if present.is_empty() && !disagreeing.is_empty() {
+            let (m, state) = &disagreeing[0];
+            return Err(StoreError::InvalidSetup {
+                message: format!(
+                    "namespace {name} exists on member {} ({}) with {} but the configuration asks \
+                     {}: a namespace's step and start cannot change, and a multi authority's \
+                     members cannot be added or removed for an existing namespace, because that \
+                     would re-issue ids; keep the [authority] members and the namespace's step as \
+                     they were, or give the new setting to a new namespace",
+                    m.number,
+                    m.kind,
+                    crate::describe_spec(&self.namespace_spec(&state.spec)?),
+                    crate::describe_spec(&spec),
+                ),
+            });
+        }
+        for (m, state) in &disagreeing {
+            self.take_out(
+                m,
+                format!(
+                    "member {} ({}) holds namespace {name} with {}, the other members with the \
+                     configured {}: a stale member, refused so that it never serves ids of another \
+                     spec",
+                    m.number,
+                    m.kind,
+                    crate::describe_spec(&state.spec),
+                    crate::describe_spec(&self.member_spec(spec, m.offset)?),
+                ),
+            );
+        }
+        if present.is_empty() && !creating_here {
+            // A new namespace: on every member at once, or not at all.
+            if let Some((m, e)) = unreachable.first() {
+                return Err(StoreError::Unavailable {
+                    backend: "multi",
+                    message: format!(
+                        "cannot create namespace {name} while member {} ({}) does not answer \
+                         ({e}): a namespace is created on every member at once, so that a member \
+                         without it is known to have lost it",
+                        m.number, m.kind
+                    ),
+                });
+            }
+        } else if !creating_here {
+            for (m, _) in &missing {
+                self.take_out(m, self.lost_reason(m, name));
+            }
+            missing.clear();
+        }
+        // From here on this process has set the namespace up: a member without it is created
+        // only if this process is the one creating it (no member had it).
+        let created_here = creating_here || present.is_empty();
         self.specs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(name.clone(), spec);
+            .entry(name.clone())
+            .or_insert_with(|| Setup {
+                spec,
+                created_here,
+                on: vec![false; self.members.len()],
+            });
+        for (m, _) in &present {
+            self.note_on(name, m);
+        }
+        let mut states: Vec<NamespaceState> = present.into_iter().map(|(_, s)| s).collect();
+        for (m, a) in missing {
+            let created = a
+                .ensure_namespace(name, self.member_spec(spec, m.offset)?)
+                .await;
+            self.record(m, created.as_ref().map(|_| ()));
+            match created {
+                Ok(s) => {
+                    self.note_on(name, m);
+                    states.push(s)
+                }
+                Err(e) if e.is_unavailable() => unreachable.push((m, e)),
+                Err(e) => {
+                    self.take_out(m, format!("member {} ({}) failed: {e}", m.number, m.kind));
+                    unreachable.push((m, e));
+                }
+            }
+        }
         match self.combined(states)? {
             Some(state) => Ok(state),
-            None => Err(last_unavailable.unwrap_or(StoreError::Unavailable {
-                backend: "multi",
-                message: "no member".into(),
-            })),
+            None => Err(unreachable
+                .pop()
+                .map(|(_, e)| e)
+                .unwrap_or(StoreError::Unavailable {
+                    backend: "multi",
+                    message: "no member serves".into(),
+                })),
         }
     }
 
     /// Reserves from the next member in turn, skipping members that fail. The block is the
-    /// member's alone (its residue class), durable as that member guarantees.
+    /// member's alone (its residue class), durable as that member guarantees. A member that
+    /// answers "unknown namespace" for a namespace set up here, a block outside its class, or
+    /// a hard error is taken out of service and the next member is asked.
     async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError> {
         let mut last_error = None;
+        let spec = self.known_spec(name);
         for i in self.order() {
             let m = &self.members[i];
-            let result = match m.authority(self).await {
-                Ok(a) => {
-                    let mut result = a.reserve(name, count).await;
-                    if let Err(StoreError::UnknownNamespace { .. }) = result {
-                        // A member that was down at set-up: create it there now.
-                        if let Some(spec) = self.known_spec(name) {
-                            let member_spec = self.member_spec(spec, m.offset)?;
-                            result = match a.ensure_namespace(name, member_spec).await {
-                                Ok(_) => a.reserve(name, count).await,
-                                Err(e) => Err(e),
-                            };
-                        }
-                    }
-                    result
-                }
+            let result = match self.usable(m).await {
+                Ok(a) => a.reserve(name, count).await,
                 Err(e) => Err(e),
             };
             self.record(m, result.as_ref().map(|_| ()));
             match result {
-                Ok(r) => return Ok(r),
+                Ok(r) => {
+                    let fits = spec.is_none_or(|s| {
+                        r.block.step() == s.step() && r.block.start() % s.step() == m.offset
+                    });
+                    if fits {
+                        return Ok(r);
+                    }
+                    let reason = format!(
+                        "member {} ({}) granted [{}, {}) step {}, outside its residue class {}",
+                        m.number,
+                        m.kind,
+                        r.block.start(),
+                        r.block.end(),
+                        r.block.step(),
+                        m.offset
+                    );
+                    self.take_out(m, reason.clone());
+                    last_error = Some(StoreError::Corrupt { message: reason });
+                }
                 Err(e @ StoreError::Unavailable { .. }) => last_error = Some(e),
                 Err(e @ StoreError::Exhausted { .. }) => last_error = Some(e),
-                Err(e @ StoreError::UnknownNamespace { .. }) => last_error = Some(e),
-                Err(other) => return Err(other),
+                Err(e @ StoreError::InvalidCount) => return Err(e),
+                Err(e @ StoreError::UnknownNamespace { .. }) if spec.is_none() => {
+                    last_error = Some(e)
+                }
+                Err(StoreError::UnknownNamespace { .. }) => {
+                    let reason = self.lost_reason(m, name);
+                    self.take_out(m, reason.clone());
+                    last_error = Some(StoreError::Lost {
+                        name: name.clone(),
+                        message: reason,
+                    });
+                }
+                Err(other) => {
+                    self.take_out(
+                        m,
+                        format!("member {} ({}) failed: {other}", m.number, m.kind),
+                    );
+                    last_error = Some(other);
+                }
             }
         }
         Err(last_error.unwrap_or(StoreError::Unavailable {
             backend: "multi",
-            message: "no member".into(),
+            message: "no member in service".into(),
         }))
     }
 
@@ -506,7 +799,10 @@ impl Authority for MultiAuthority {
         let mut reached = false;
         let mut last_error = None;
         for m in &self.members {
-            let result = match m.authority(self).await {
+            if m.is_out_of_service() {
+                continue;
+            }
+            let result = match self.usable(m).await {
                 Ok(a) => a.state(name).await,
                 Err(e) => Err(e),
             };
@@ -535,7 +831,10 @@ impl Authority for MultiAuthority {
         let mut reached = false;
         let mut last_error = None;
         for m in &self.members {
-            let result = match m.authority(self).await {
+            if m.is_out_of_service() {
+                continue;
+            }
+            let result = match self.usable(m).await {
                 Ok(a) => a.list().await,
                 Err(e) => Err(e),
             };
@@ -569,7 +868,7 @@ impl Authority for MultiAuthority {
         let residue = tail.start() % tail.step();
         match self.members.iter().find(|m| m.offset == residue) {
             Some(m) => {
-                let result = match m.authority(self).await {
+                let result = match self.usable(m).await {
                     Ok(a) => a.give_back(name, tail).await,
                     Err(e) => Err(e),
                 };
@@ -615,6 +914,7 @@ mod tests {
             .unwrap();
 
         a.set_down(true);
+        let before = a.calls();
         // Round-robin reaches `a` within two reservations; it fails and `b` answers.
         for _ in 0..2 {
             let r = multi.reserve(&n, 10).await.unwrap();
@@ -624,8 +924,12 @@ mod tests {
                 "only b's residue class while a is down"
             );
         }
-        let asked = a.reserve_calls();
-        assert_eq!(asked, 1, "a was asked once, failed, and is now marked down");
+        let asked = a.calls();
+        assert_eq!(
+            asked - before,
+            1,
+            "a was asked once, failed, and is now marked down"
+        );
 
         // Within the back-off, `a` is tried only after `b`, so never while `b` answers.
         let backoff_ms = u64::try_from(DOWN_BACKOFF.as_millis()).unwrap();
@@ -633,7 +937,7 @@ mod tests {
         for _ in 0..6 {
             multi.reserve(&n, 10).await.unwrap();
         }
-        assert_eq!(a.reserve_calls(), asked, "a was asked during its back-off");
+        assert_eq!(a.calls(), asked, "a was asked during its back-off");
 
         // The back-off has passed: round-robin asks `a` again, and it is back.
         clock.advance_millis(1);
@@ -643,10 +947,170 @@ mod tests {
             residues.push(multi.reserve(&n, 10).await.unwrap().block.start() % 2);
         }
         assert!(
-            a.reserve_calls() > asked,
+            a.calls() > asked,
             "a was not asked again after its back-off"
         );
         assert!(residues.contains(&0), "a answered again: {residues:?}");
+    }
+
+    fn spec(step: u64, offset: u64) -> SequenceSpec {
+        SequenceSpec::new(Width::Bits64, 1, step, offset).unwrap()
+    }
+
+    fn multi_of(members: &[&Arc<Switchable>]) -> MultiAuthority {
+        MultiAuthority::new(
+            members
+                .iter()
+                .enumerate()
+                .map(|(i, m)| ((*m).clone() as Arc<dyn Authority>, i as u64))
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    /// Issue 8, finding 1: a member that lost its namespace (its row deleted, an empty backup
+    /// restored, the server replaced) is taken out of service, never re-created, at run time
+    /// and at the next start; the other member keeps serving and no id repeats.
+    #[tokio::test]
+    async fn a_member_that_lost_its_data_is_taken_out_and_never_recreated() {
+        let (a, b) = (
+            Arc::new(Switchable::default()),
+            Arc::new(Switchable::default()),
+        );
+        let n = NamespaceName::new("photos").unwrap();
+        let mut seen = std::collections::HashSet::new();
+        {
+            let multi = multi_of(&[&a, &b]);
+            multi.ensure_namespace(&n, spec(2, 0)).await.unwrap();
+            for _ in 0..4 {
+                let r = multi.reserve(&n, 10).await.unwrap();
+                assert!(r.block.ids().all(|id| seen.insert(id)));
+            }
+            a.wipe();
+            for _ in 0..8 {
+                let r = multi.reserve(&n, 10).await.unwrap();
+                assert_eq!(r.block.start() % 2, 1, "only b serves: {r:?}");
+                assert!(r.block.ids().all(|id| seen.insert(id)), "repeated: {r:?}");
+            }
+            let members = multi.members();
+            let why = members[0].out_of_service.as_deref().unwrap();
+            assert!(why.contains("no record of namespace photos"), "{why}");
+            assert!(!members[0].up && members[1].out_of_service.is_none());
+        }
+        assert_eq!(Authority::state(&*a, &n).await.unwrap(), None, "re-created");
+        // The next start finds it missing again.
+        let multi = multi_of(&[&a, &b]);
+        multi.ensure_namespace(&n, spec(2, 0)).await.unwrap();
+        for _ in 0..8 {
+            let r = multi.reserve(&n, 10).await.unwrap();
+            assert!(r.block.ids().all(|id| seen.insert(id)), "repeated: {r:?}");
+        }
+        assert!(multi.members()[0].out_of_service.is_some());
+        assert_eq!(Authority::state(&*a, &n).await.unwrap(), None, "re-created");
+    }
+
+    /// A new namespace is created on every member at once, or not at all.
+    #[tokio::test]
+    async fn a_new_namespace_needs_every_member() {
+        let (a, b) = (
+            Arc::new(Switchable::default()),
+            Arc::new(Switchable::default()),
+        );
+        let multi = multi_of(&[&a, &b]);
+        let n = NamespaceName::new("photos").unwrap();
+        a.set_down(true);
+        let err = multi.ensure_namespace(&n, spec(2, 0)).await.unwrap_err();
+        assert!(err.is_unavailable(), "{err}");
+        assert!(err.to_string().contains("every member at once"), "{err}");
+        assert_eq!(Authority::state(&*b, &n).await.unwrap(), None);
+    }
+
+    /// Issue 8, finding 2: members set up with step 2 by an earlier run, and a third member
+    /// added with step 3: a configuration error naming what to do, not a silent mix.
+    #[tokio::test]
+    async fn adding_a_member_to_an_existing_namespace_is_a_configuration_error() {
+        let (a, b, c) = (
+            Arc::new(Switchable::default()),
+            Arc::new(Switchable::default()),
+            Arc::new(Switchable::default()),
+        );
+        let n = NamespaceName::new("photos").unwrap();
+        multi_of(&[&a, &b])
+            .ensure_namespace(&n, spec(2, 0))
+            .await
+            .unwrap();
+        let err = multi_of(&[&a, &b, &c])
+            .ensure_namespace(&n, spec(3, 0))
+            .await
+            .unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains("step 2") && message.contains("cannot be added or removed"),
+            "{message}"
+        );
+        assert_eq!(Authority::state(&*c, &n).await.unwrap(), None);
+    }
+
+    /// Issue 8, finding 2: a member that was unreachable while the others moved on holds a
+    /// stale spec; when it comes back it is refused, and no block of it is ever returned.
+    #[tokio::test]
+    async fn a_member_returning_with_a_stale_spec_is_refused() {
+        let clock = Arc::new(ManualClock::at_unix_millis(1_000));
+        let (a, b, c) = (
+            Arc::new(Switchable::default()),
+            Arc::new(Switchable::default()),
+            Arc::new(Switchable::default()),
+        );
+        let n = NamespaceName::new("photos").unwrap();
+        Authority::ensure_namespace(&*a, &n, spec(2, 0))
+            .await
+            .unwrap();
+        Authority::ensure_namespace(&*b, &n, spec(3, 1))
+            .await
+            .unwrap();
+        Authority::ensure_namespace(&*c, &n, spec(3, 2))
+            .await
+            .unwrap();
+        a.set_down(true);
+        let multi = MultiAuthority::with_clock(
+            vec![
+                (a.clone() as Arc<dyn Authority>, 0),
+                (b.clone(), 1),
+                (c.clone(), 2),
+            ],
+            clock.clone(),
+        )
+        .unwrap();
+        multi.ensure_namespace(&n, spec(3, 0)).await.unwrap();
+        a.set_down(false);
+        clock.advance_millis(u64::try_from(DOWN_BACKOFF.as_millis()).unwrap());
+        for _ in 0..9 {
+            let r = multi.reserve(&n, 10).await.unwrap();
+            assert_eq!(r.block.step(), 3, "{r:?}");
+            assert_ne!(r.block.start() % 3, 0, "the stale member served: {r:?}");
+        }
+        let why = multi.members()[0].out_of_service.clone().unwrap();
+        assert!(why.contains("stale member"), "{why}");
+    }
+
+    /// Issue 8, finding 8: one member's hard error takes that member out; the others serve.
+    #[tokio::test]
+    async fn a_members_hard_error_takes_only_that_member_out() {
+        let (a, b) = (
+            Arc::new(Switchable::default()),
+            Arc::new(Switchable::default()),
+        );
+        let multi = multi_of(&[&a, &b]);
+        let n = NamespaceName::new("photos").unwrap();
+        multi.ensure_namespace(&n, spec(2, 0)).await.unwrap();
+        a.set_corrupt(true);
+        for _ in 0..6 {
+            let r = multi.reserve(&n, 10).await.unwrap();
+            assert_eq!(r.block.start() % 2, 1, "{r:?}");
+        }
+        let why = multi.members()[0].out_of_service.clone().unwrap();
+        assert!(why.contains("made corrupt by the test"), "{why}");
+        assert_eq!(multi.residues(&spec(2, 0)), vec![0, 1]);
     }
 
     /// Records every transition it hears.
@@ -699,11 +1163,7 @@ mod tests {
             }
             clock.advance_millis(backoff_ms);
         }
-        assert!(
-            a.reserve_calls() > 2,
-            "a was retried: {}",
-            a.reserve_calls()
-        );
+        assert!(a.calls() > 2, "a was retried: {}", a.calls());
         let members = multi.members();
         assert_eq!(
             (
@@ -771,6 +1231,18 @@ mod tests {
         .with_events(seen.clone());
         assert_eq!(seen.got(), vec![(1, false)], "reported down at start");
         let n = NamespaceName::new("photos").unwrap();
+        // The namespace was set up on both members by an earlier run: a namespace is only
+        // created while every member answers.
+        Authority::ensure_namespace(
+            &*late,
+            &n,
+            SequenceSpec::new(Width::Bits64, 1, 2, 0).unwrap(),
+        )
+        .await
+        .unwrap();
+        Authority::ensure_namespace(&*b, &n, SequenceSpec::new(Width::Bits64, 1, 2, 1).unwrap())
+            .await
+            .unwrap();
         multi
             .ensure_namespace(&n, SequenceSpec::new(Width::Bits64, 1, 2, 0).unwrap())
             .await
@@ -816,7 +1288,7 @@ mod tests {
                 .spec
                 .offset(),
             0,
-            "the namespace was set up on the late member with its offset"
+            "the late member keeps its offset"
         );
     }
 

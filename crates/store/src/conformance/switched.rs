@@ -4,20 +4,23 @@
 //! For tests of what sits above an authority (a multi authority's members, a node's buffer, its
 //! readiness and metrics) where the outage must be turned on and off at an exact point without
 //! a server or a proxy. Faults of real backends come from the test kit's proxy instead
-//! ([`super::faults`]). It counts the reservations it is asked for, so a test can see that a
-//! down member is skipped rather than hammered.
+//! ([`super::faults`]). It counts the operations it is asked for, so a test can see that a
+//! down member is skipped rather than hammered, and it can lose all its data at once
+//! ([`SwitchedAuthority::wipe`]: a restored empty backup, a replaced server).
 
 use crate::{Authority, GiveBack, MemoryAuthority, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// See the module docs. Its kind is `memory`; its error says "switched off by the test".
 #[derive(Debug, Default)]
 pub struct SwitchedAuthority {
-    inner: MemoryAuthority,
+    inner: Mutex<Arc<MemoryAuthority>>,
     down: AtomicBool,
-    reserve_calls: AtomicUsize,
+    corrupt: AtomicBool,
+    calls: AtomicUsize,
 }
 
 impl SwitchedAuthority {
@@ -26,19 +29,35 @@ impl SwitchedAuthority {
         self.down.store(down, Ordering::SeqCst);
     }
 
-    /// How many reservations it was asked for, answered or not.
-    pub fn reserve_calls(&self) -> usize {
-        self.reserve_calls.load(Ordering::SeqCst)
+    /// Answers [`StoreError::Corrupt`] to everything (`true`) or not: a hard error, not an
+    /// outage.
+    pub fn set_corrupt(&self, corrupt: bool) {
+        self.corrupt.store(corrupt, Ordering::SeqCst);
     }
 
-    fn check(&self) -> Result<(), StoreError> {
-        if self.down.load(Ordering::SeqCst) {
+    /// How many operations it was asked for, answered or not.
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// Loses every namespace at once, as a server replaced by an empty one.
+    pub fn wipe(&self) {
+        *self.inner.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(MemoryAuthority::new());
+    }
+
+    fn check(&self) -> Result<Arc<MemoryAuthority>, StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.corrupt.load(Ordering::SeqCst) {
+            Err(StoreError::Corrupt {
+                message: "made corrupt by the test".into(),
+            })
+        } else if self.down.load(Ordering::SeqCst) {
             Err(StoreError::Unavailable {
                 backend: "memory",
                 message: "switched off by the test".into(),
             })
         } else {
-            Ok(())
+            Ok(self.inner.lock().unwrap_or_else(|p| p.into_inner()).clone())
         }
     }
 }
@@ -53,24 +72,18 @@ impl Authority for SwitchedAuthority {
         name: &NamespaceName,
         spec: SequenceSpec,
     ) -> Result<NamespaceState, StoreError> {
-        self.check()?;
-        self.inner.ensure_namespace(name, spec).await
+        self.check()?.ensure_namespace(name, spec).await
     }
     async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError> {
-        self.reserve_calls.fetch_add(1, Ordering::SeqCst);
-        self.check()?;
-        self.inner.reserve(name, count).await
+        self.check()?.reserve(name, count).await
     }
     async fn state(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError> {
-        self.check()?;
-        self.inner.state(name).await
+        self.check()?.state(name).await
     }
     async fn list(&self) -> Result<Vec<NamespaceState>, StoreError> {
-        self.check()?;
-        self.inner.list().await
+        self.check()?.list().await
     }
     async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
-        self.check()?;
-        self.inner.give_back(name, tail).await
+        self.check()?.give_back(name, tail).await
     }
 }
