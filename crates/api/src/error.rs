@@ -60,6 +60,9 @@ pub enum ErrorCode {
     ShuttingDown,
     /// A consistency check failed; the namespace stopped serving (500).
     InternalError,
+    /// The namespace existed and its store lost it (or went back in time); it is never
+    /// re-created: an operator re-seeds it (500).
+    NamespaceLost,
     /// The node already serves `server.max_namespaces` namespaces created on first use and
     /// creates no more (409).
     TooManyNamespaces,
@@ -88,6 +91,7 @@ impl ErrorCode {
             ErrorCode::SettingsConflict => "settings_conflict",
             ErrorCode::ShuttingDown => "shutting_down",
             ErrorCode::InternalError => "internal_error",
+            ErrorCode::NamespaceLost => "namespace_lost",
             ErrorCode::TooManyNamespaces => "too_many_namespaces",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",

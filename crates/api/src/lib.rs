@@ -66,4 +66,8 @@ pub struct MemberState {
     /// Its latest failure, while it is down.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// Why it is out of service (lost data, a stale spec, a hard error): it serves nothing
+    /// until the node restarts, and a member that lost data until an operator re-seeds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_of_service: Option<String>,
 }

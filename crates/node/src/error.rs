@@ -59,6 +59,15 @@ pub enum IdError {
         /// `server.max_namespaces`.
         limit: usize,
     },
+    /// The namespace existed and its store no longer has it, or went back in time: never
+    /// re-created (docs/uniqueness.md); an operator re-seeds it.
+    #[error("namespace {name:?} cannot be served: {reason}")]
+    Lost {
+        /// The namespace.
+        name: String,
+        /// What the store answered.
+        reason: String,
+    },
     /// The node is shutting down.
     #[error("the node is shutting down")]
     ShuttingDown,
@@ -83,6 +92,7 @@ impl IdError {
             IdError::Unavailable { .. } => ErrorCode::AuthorityUnavailable,
             IdError::Conflict(_) => ErrorCode::SettingsConflict,
             IdError::TooManyNamespaces { .. } => ErrorCode::TooManyNamespaces,
+            IdError::Lost { .. } => ErrorCode::NamespaceLost,
             IdError::ShuttingDown => ErrorCode::ShuttingDown,
             IdError::Internal(_) => ErrorCode::InternalError,
         }

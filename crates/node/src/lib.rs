@@ -26,6 +26,7 @@ pub mod namespace;
 pub mod registry;
 pub mod supply;
 pub mod time;
+pub mod verify;
 
 pub use config::{CacheMode, ConfigError, FileConfig, KindConfig, NodeConfig};
 pub use error::{IdError, NodeError};

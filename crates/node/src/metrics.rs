@@ -458,6 +458,7 @@ mod tests {
             offset: 1,
             up: false,
             last_error: Some("connection refused".into()),
+            out_of_service: None,
         }]);
         let ns = NamespaceLabels {
             namespace: "orders".into(),

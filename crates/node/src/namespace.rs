@@ -20,6 +20,7 @@ use crate::config::CacheMode;
 use crate::error::IdError;
 use crate::metrics::{Metrics, NamespaceLabels};
 use crate::supply::{Supply, SupplySnapshot};
+use crate::verify::IdSpace;
 use idmint_api as api;
 use idmint_core::snowflake::ClockCheck;
 use idmint_core::{
@@ -134,9 +135,12 @@ impl Namespace {
     pub fn decode(&self, text: &str) -> Result<api::Decoded, IdError> {
         let namespace = self.name().to_string();
         match self {
-            Namespace::Sequence(s) => {
-                decode_sequence(namespace, s.spec, s.supply.snapshot().watermark, text)
-            }
+            Namespace::Sequence(s) => decode_sequence(
+                namespace,
+                s.supply.space(),
+                s.supply.snapshot().watermark,
+                text,
+            ),
             Namespace::Snowflake(s) => {
                 let id = parse_u64_id(text)?;
                 let d = s
@@ -184,15 +188,16 @@ fn parse_u64_id(id: &str) -> Result<u64, IdError> {
         .map_err(|_| IdError::InvalidId(format!("{id:?} is not a decimal 64-bit id")))
 }
 
-/// `text` read as an id of a sequence namespace of `spec` whose watermark is `watermark`.
+/// `text` read as an id of a sequence namespace of `space` whose watermark is `watermark` (with a
+/// multi authority, an id of any member's residue class is in the namespace).
 fn decode_sequence(
     namespace: String,
-    spec: SequenceSpec,
+    space: &IdSpace,
     watermark: u64,
     text: &str,
 ) -> Result<api::Decoded, IdError> {
     let id = parse_u64_id(text)?;
-    let in_namespace = spec.contains(id);
+    let in_namespace = space.contains(id);
     Ok(api::Decoded::Sequence {
         namespace,
         id,
@@ -238,7 +243,7 @@ impl NamespaceView {
         match self {
             NamespaceView::Served(ns) => ns.decode(text),
             NamespaceView::Stored(s) => {
-                decode_sequence(s.name.to_string(), s.spec, s.watermark, text)
+                decode_sequence(s.name.to_string(), &s.space, s.watermark, text)
             }
         }
     }
@@ -250,16 +255,19 @@ impl NamespaceView {
 pub struct StoredSequence {
     name: NamespaceName,
     spec: SequenceSpec,
+    space: IdSpace,
     watermark: u64,
     cache: CacheMode,
 }
 
 impl StoredSequence {
-    /// The stored `spec` and `watermark` of `name`; `cache` is what the node would serve it with.
-    pub fn new(name: NamespaceName, spec: SequenceSpec, watermark: u64, cache: CacheMode) -> Self {
+    /// The stored ids (`space`) and `watermark` of `name`; `cache` is what the node would serve
+    /// it with.
+    pub fn new(name: NamespaceName, space: IdSpace, watermark: u64, cache: CacheMode) -> Self {
         StoredSequence {
             name,
-            spec,
+            spec: space.spec(),
+            space,
             watermark,
             cache,
         }
@@ -331,7 +339,7 @@ impl SequenceNamespace {
 
     /// Whether `id` is one this namespace may ever hand out.
     pub fn contains(&self, id: u64) -> bool {
-        self.spec.contains(id)
+        self.supply.space().contains(id)
     }
 
     /// `count` ids, increasing; fewer only when the namespace runs out.

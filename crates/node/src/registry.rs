@@ -26,6 +26,7 @@ use crate::namespace::{
 };
 use crate::supply::{Supply, SupplyConfig};
 use crate::time::{SharedClock, TokioClock};
+use crate::verify::IdSpace;
 use idmint_core::{Clock, NamespaceName, SequenceSpec, UlidGenerator, Uuid7Generator};
 use idmint_store::{Authority, BlockSource, StoreError};
 use std::collections::HashMap;
@@ -230,7 +231,7 @@ impl Node {
         match self.authority.state(&name).await {
             Ok(Some(state)) => Ok(NamespaceView::Stored(StoredSequence::new(
                 name,
-                state.spec,
+                IdSpace::new(state.spec, self.authority.residues(&state.spec)),
                 state.watermark,
                 self.config.default_sequence.1,
             ))),
@@ -314,7 +315,13 @@ impl Node {
             .ensure_namespace(name, spec)
             .await
             .map_err(|e| match e {
-                StoreError::SpecConflict { .. } => IdError::Conflict(e.to_string()),
+                StoreError::SpecConflict { .. } | StoreError::InvalidSetup { .. } => {
+                    IdError::Conflict(e.to_string())
+                }
+                StoreError::Lost { .. } => IdError::Lost {
+                    name: name.to_string(),
+                    reason: e.to_string(),
+                },
                 other => IdError::Unavailable {
                     name: name.to_string(),
                     reason: other.to_string(),
@@ -327,6 +334,7 @@ impl Node {
                 cache,
                 refill_wait: self.config.refill_wait,
                 watermark: state.watermark,
+                space: IdSpace::new(spec, self.authority.residues(&spec)),
             },
             source,
             self.clock.0.clone(),
@@ -346,6 +354,7 @@ impl Node {
                 offset: m.offset,
                 up: m.up,
                 last_error: if m.up { None } else { m.last_error },
+                out_of_service: m.out_of_service,
             })
             .collect()
     }

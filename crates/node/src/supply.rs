@@ -41,6 +41,7 @@
 use crate::config::CacheMode;
 use crate::error::IdError;
 use crate::time::SharedClock;
+use crate::verify::{BlockGate, IdSpace};
 use idmint_core::buffer::{PutBack, Taken};
 use idmint_core::{Block, Buffer, BufferPolicy, BufferStats, Clock, NamespaceName};
 use idmint_store::{BlockSource, GiveBack, StoreError};
@@ -134,6 +135,8 @@ pub struct Supply {
     /// Set when a consistency check failed: the supply serves nothing more.
     poisoned: AtomicBool,
     refill_wait: Duration,
+    /// Checks every block from the source.
+    gate: BlockGate,
 }
 
 /// How a [`Supply`] is set up.
@@ -145,6 +148,9 @@ pub struct SupplyConfig {
     pub refill_wait: Duration,
     /// The watermark the source reported when the namespace was set up.
     pub watermark: u64,
+    /// The namespace's ids: every block from the source is checked against them
+    /// ([`BlockGate`]) before any id of it is buffered or answered.
+    pub space: IdSpace,
 }
 
 impl Supply {
@@ -176,12 +182,17 @@ impl Supply {
             reserved_direct: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
             refill_wait: config.refill_wait,
+            gate: BlockGate::new(config.space),
         })
     }
 
     /// The namespace.
     pub fn name(&self) -> &NamespaceName {
         &self.name
+    }
+    /// The namespace's ids, against which every block is checked.
+    pub fn space(&self) -> &IdSpace {
+        self.gate.space()
     }
     /// The cache mode.
     pub fn cache(&self) -> CacheMode {
@@ -236,8 +247,15 @@ impl Supply {
     }
 
     fn map_store_error(&self, e: &StoreError) -> IdError {
+        if self.poisoned.load(Ordering::Relaxed) {
+            return IdError::Internal(self.name.to_string());
+        }
         match e {
             StoreError::Exhausted { bits, .. } => self.exhausted(*bits),
+            StoreError::Lost { .. } => IdError::Lost {
+                name: self.name.to_string(),
+                reason: e.to_string(),
+            },
             other => IdError::Unavailable {
                 name: self.name.to_string(),
                 reason: other.to_string(),
@@ -272,8 +290,27 @@ impl Supply {
         if let Ok(r) = &result {
             self.reserved_direct
                 .fetch_add(r.block.len(), Ordering::Relaxed);
+            self.admit(&r.block)?;
         }
         result
+    }
+
+    /// Passes `block` through the gate; a refused block stops the namespace for good (the
+    /// source cannot be trusted any more) and is burned, never served.
+    fn admit(&self, block: &Block) -> Result<(), StoreError> {
+        self.gate.admit(block).map_err(|e| {
+            tracing::error!(
+                namespace = %self.name,
+                block = %format_args!("[{}, {}) step {}", block.start(), block.end(), block.step()),
+                error = %e,
+                "refusing a block from the authority; the namespace stops serving"
+            );
+            self.poisoned.store(true, Ordering::Relaxed);
+            self.with_buffer(|b| b.record_burned(block.len()));
+            StoreError::Corrupt {
+                message: format!("block refused: {e}"),
+            }
+        })
     }
 
     /// `count` ids, increasing; fewer only when the namespace runs out (`bits` is its width,
@@ -461,6 +498,11 @@ impl Supply {
             let result = self.source.reserve(&self.name, count).await;
             self.events.refilled(result.is_ok(), started.elapsed());
             match result {
+                Ok(r) if self.admit(&r.block).is_err() => {
+                    self.with_buffer(|b| b.refill_failed());
+                    self.outcome.send_replace(RefillOutcome { error: None });
+                    return;
+                }
                 Ok(r) => {
                     self.note_watermark(r.watermark);
                     if let Err(e) = self.with_buffer(|b| b.refill_done(r.block)) {
@@ -628,6 +670,16 @@ mod tests {
         block: u64,
         events: Arc<dyn SupplyEvents>,
     ) -> (Arc<Supply>, Arc<Switched>, Running) {
+        supply_of(block, events, IdSpace::single(SequenceSpec::default_64())).await
+    }
+
+    /// A supply whose namespace is `space`, from a source whose stored namespace is
+    /// `SequenceSpec::default_64()`.
+    async fn supply_of(
+        block: u64,
+        events: Arc<dyn SupplyEvents>,
+        space: IdSpace,
+    ) -> (Arc<Supply>, Arc<Switched>, Running) {
         let source = Arc::new(Switched::default());
         let name = NamespaceName::new("orders").unwrap();
         let state = source
@@ -646,6 +698,7 @@ mod tests {
                 cache: CacheMode::Buffered(policy),
                 refill_wait: WAIT,
                 watermark: state.watermark,
+                space,
             },
             source.clone(),
             Arc::new(TokioClock::new()),
@@ -661,6 +714,20 @@ mod tests {
             ids.windows(2).all(|w| w[0] < w[1]),
             "ids not strictly increasing: {ids:?}"
         );
+    }
+
+    /// Issue 8, finding 2: a source that grants blocks of another shape than the namespace's
+    /// (a stale member's step) is refused before any id of it is served, with a refill or with
+    /// the cache off, and the namespace stops serving.
+    #[tokio::test(start_paused = true)]
+    async fn a_block_that_does_not_fit_the_namespace_is_never_served() {
+        let step3 =
+            IdSpace::single(SequenceSpec::new(idmint_core::Width::Bits64, 1, 3, 0).unwrap());
+        let (s, _source, running) = supply_of(100, Arc::new(NoEvents), step3).await;
+        let err = s.ids(5, 64).await.unwrap_err();
+        assert_eq!(err, IdError::Internal("orders".into()));
+        assert_eq!(s.snapshot().served, 0);
+        running.stop().await;
     }
 
     /// Steady demand below the block size is served from the buffer: the refill task keeps

@@ -48,7 +48,7 @@ pub fn status_of(e: &IdError) -> StatusCode {
         IdError::Unavailable { .. } | IdError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         // `IdError` is non_exhaustive for other crates only; a new variant is a compile error
         // here, so each gets a deliberate status.
-        IdError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        IdError::Internal(_) | IdError::Lost { .. } => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
