@@ -46,15 +46,20 @@ struct Cli {
 enum Command {
     /// Run a node: HTTP/JSON API over an embedded durable store.
     #[command(
-        after_help = "Examples:\n  idmint serve\n  idmint serve --config idmint.toml\n  idmint serve --data-dir /var/lib/idmint --http 0.0.0.0:7878\n  idmint serve --http localhost:7878\n\nWith no arguments: file authority in ./idmint-data, HTTP on 127.0.0.1:7878, 64-bit\nsequence namespaces created on first use. Stop with Ctrl-C or SIGTERM: requests in\nflight are answered and unused ids are handed back. Logs: RUST_LOG=debug for more."
+        after_help = "Examples:\n  idmint serve\n  idmint serve --config idmint.toml\n  idmint serve --data-dir /var/lib/idmint --http 0.0.0.0:7878\n  idmint serve --http localhost:7878\n\nWith no arguments: file authority in $XDG_DATA_HOME/idmint (else ~/.local/share/idmint),\nHTTP on 127.0.0.1:7878, 64-bit sequence namespaces created on first use. Stop with Ctrl-C or SIGTERM: requests in\nflight are answered and unused ids are handed back. Logs: RUST_LOG=debug for more."
     )]
     Serve {
         /// TOML configuration file (namespaces, authority, server settings); see docs/configuration.md.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
-        /// Directory of the embedded file authority [default: ./idmint-data].
+        /// Data directory: the embedded file authority and the node's ledger
+        /// [default: $XDG_DATA_HOME/idmint, else ~/.local/share/idmint].
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
+        /// This is a new deployment: start although the store is empty and the configuration
+        /// declares namespaces (without it, that is refused as a store that moved).
+        #[arg(long)]
+        init: bool,
         /// HTTP listen address, HOST:PORT with a name or an address (localhost:7878,
         /// 0.0.0.0:7878) [default: 127.0.0.1:7878].
         #[arg(long, value_name = "HOST:PORT")]
@@ -216,7 +221,8 @@ fn main() -> ExitCode {
             data_dir,
             http,
             log_format,
-        } => serve::serve(config, data_dir, http, log_format),
+            init,
+        } => serve::serve(config, data_dir, http, log_format, init),
         command => {
             let mut out = Out::new();
             let result = client_command(&mut out, command);

@@ -12,6 +12,7 @@
 
 use anyhow::{bail, Context, Result};
 use idmint_node::{FileConfig, Node};
+use idmint_store::{Ledger, LedgerAuthority};
 use std::io::IsTerminal;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -48,11 +49,69 @@ fn init_logs(format: LogFormat) {
     }
 }
 
+/// The data directory when neither `--data-dir` nor the file gives one: the user's data
+/// directory (XDG), absolute, so that where the command runs from never changes the store.
+fn default_data_dir() -> Result<PathBuf> {
+    let absolute = |v: std::ffi::OsString| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
+    if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").and_then(absolute) {
+        return Ok(xdg.join("idmint"));
+    }
+    match std::env::var_os("HOME").and_then(absolute) {
+        Some(home) => Ok(home.join(".local").join("share").join("idmint")),
+        None => bail!(
+            "no data directory: pass --data-dir DIR (or set server.data_dir); neither \
+             XDG_DATA_HOME nor HOME names an absolute directory to put the default under"
+        ),
+    }
+}
+
+/// Refuses to start on an empty store when the configuration declares sequence namespaces and
+/// the ledger records none, unless `--init` says this is a new deployment: that is what a store
+/// that moved looks like (docs/uniqueness.md).
+async fn check_new_deployment(
+    file: &FileConfig,
+    authority: &dyn idmint_store::Authority,
+    ledger: &Ledger,
+    data_dir: &std::path::Path,
+    init: bool,
+) -> Result<()> {
+    let declared: Vec<String> = file
+        .node
+        .namespaces
+        .iter()
+        .filter(|(_, k)| matches!(k, idmint_node::KindConfig::Sequence { .. }))
+        .map(|(n, _)| n.to_string())
+        .collect();
+    if init || declared.is_empty() || !ledger.is_empty() {
+        return Ok(());
+    }
+    match authority.list().await {
+        Ok(stored) if stored.is_empty() => bail!(
+            "the {} authority ({}) holds no namespace and this node's ledger {} records none, \
+             but the configuration declares {}: if this is a new deployment, start once with \
+             --init; if not, the configuration points at another store than before (authority \
+             path, table, prefix or database) or the data directory {} is not the one used \
+             before",
+            authority.kind(),
+            file.authority,
+            ledger.path().display(),
+            declared.join(", "),
+            data_dir.display()
+        ),
+        Ok(_) => Ok(()),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the store's namespaces to check it is the one used before");
+            Ok(())
+        }
+    }
+}
+
 pub fn serve(
     config: Option<PathBuf>,
     data_dir: Option<PathBuf>,
     http: Option<String>,
     log_format: LogFormat,
+    init: bool,
 ) -> Result<()> {
     init_logs(log_format);
     let file = match &config {
@@ -63,9 +122,12 @@ pub fn serve(
         }
         None => FileConfig::parse("")?,
     };
-    let data_dir = data_dir
-        .or(file.data_dir.clone())
-        .unwrap_or_else(|| PathBuf::from("idmint-data"));
+    let data_dir = match data_dir.or(file.data_dir.clone()) {
+        Some(dir) => dir,
+        None => default_data_dir()?,
+    };
+    let data_dir = std::path::absolute(&data_dir)
+        .with_context(|| format!("resolving the data directory {}", data_dir.display()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -85,10 +147,27 @@ pub fn serve(
             None => None,
         };
         tracing::info!(authority = %file.authority, "connecting the authority");
+        tracing::info!(data_dir = %data_dir.display(), "data directory");
         let authority =
             idmint_store::connect_observed(&file.authority, &data_dir, Arc::new(LogMembers))
                 .await
                 .context("setting up the authority")?;
+        // The ledger: what this node set up, checked against the store (docs/uniqueness.md).
+        let authority: Arc<dyn idmint_store::Authority> = if file.authority.is_durable() {
+            let ledger = Arc::new(
+                Ledger::open(&data_dir, file.authority.to_string())
+                    .context("opening the node's ledger")?,
+            );
+            tracing::info!(
+                ledger = %ledger.path().display(),
+                namespaces = ledger.len(),
+                "ledger"
+            );
+            check_new_deployment(&file, &*authority, &ledger, &data_dir, init).await?;
+            Arc::new(LedgerAuthority::new(authority, ledger))
+        } else {
+            authority
+        };
         let listener = match http {
             Some((http, addrs)) => bind_first(&http, &addrs).await?,
             None => {

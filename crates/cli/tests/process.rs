@@ -1107,3 +1107,118 @@ fn decode_of_a_time_past_9999_says_so() {
         assert_eq!(v["unix_ms"], 281_474_976_710_655u64, "{v}");
     }
 }
+
+/// Issue 8, finding 3: `idmint serve` run from two working directories used one store per
+/// directory (`./idmint-data`) and handed out 1, 2, 3 twice. Now the default data directory is
+/// absolute (under the user's data directory), and a store that moved (here: the file
+/// authority's `path` changed) is refused as lost, by a declared namespace at start and by an
+/// auto-created one at its first request, never started fresh.
+#[test]
+fn a_store_that_moved_is_refused_not_started_fresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    let serve_in = |cwd: &Path, extra: &[&str]| {
+        let mut cmd = idmint();
+        cmd.current_dir(cwd)
+            .env("HOME", &home)
+            .env_remove("XDG_DATA_HOME")
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .args(extra);
+        cmd
+    };
+    let first = Server::spawn(serve_in(&a, &[]));
+    assert_eq!(ids(first.addr, "orders", 3), [1, 2, 3]);
+    let (status, _) = first.terminate();
+    assert!(status.success());
+    let second = Server::spawn(serve_in(&b, &[]));
+    let next = ids(second.addr, "orders", 3);
+    assert!(
+        next[0] > 3,
+        "a second working directory started fresh: {next:?}"
+    );
+    let (status, _) = second.terminate();
+    assert!(status.success());
+    let data = home.join(".local/share/idmint");
+    assert!(
+        data.join("ledger.toml").is_file(),
+        "no ledger in {}",
+        data.display()
+    );
+
+    // The authority's path changed: the ledger knows `orders` and the new store does not.
+    let moved = write_config(
+        dir.path(),
+        &format!(
+            "[authority]\nkind = \"file\"\npath = \"{}\"\n",
+            dir.path().join("elsewhere").display()
+        ),
+    );
+    let moved = moved.to_str().unwrap();
+    let server = Server::spawn(serve_in(&a, &["--config", moved]));
+    let out = run(idmint().args([
+        "next",
+        "orders",
+        "--server",
+        &format!("http://{}", server.addr),
+    ]));
+    assert!(!out.status.success(), "a moved store served: {out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("namespace_lost") || stderr.contains("ledger"),
+        "{stderr}"
+    );
+    drop(server);
+
+    // Declared in the configuration: the node refuses to start.
+    let declared = write_config(
+        dir.path(),
+        &format!(
+            "[authority]\nkind = \"file\"\npath = \"{}\"\n\n[namespaces.orders]\nkind = \"sequence\"\n",
+            dir.path().join("elsewhere2").display()
+        ),
+    );
+    let out = run(&mut serve_in(&a, &["--config", declared.to_str().unwrap()]));
+    assert!(!out.status.success(), "started on a moved store");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("lost") && stderr.contains("ledger"),
+        "{stderr}"
+    );
+}
+
+/// A first start on an empty store whose configuration declares namespaces needs `--init`.
+#[test]
+fn a_new_deployment_with_declared_namespaces_needs_init() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "[namespaces.orders]\nkind = \"sequence\"\n");
+    let data = dir.path().join("data");
+    let out = run(idmint()
+        .current_dir(dir.path())
+        .args(["serve", "--http", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(&data));
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("--init") && stderr.contains("orders"),
+        "{stderr}"
+    );
+    let server = Server::start(dir.path(), &data, Some(&config));
+    assert_eq!(ids(server.addr, "orders", 2), [1, 2]);
+    let (status, _) = server.terminate();
+    assert!(status.success());
+    // A restart needs nothing more: the ledger records the namespace.
+    let mut restart = idmint();
+    restart
+        .current_dir(dir.path())
+        .args(["serve", "--http", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(&data);
+    let server = Server::spawn(restart);
+    assert!(ids(server.addr, "orders", 1)[0] > 2);
+}

@@ -217,3 +217,44 @@ async fn accounting_identity_holds_through_an_outage() {
     let (_, detail) = node.get("/v1/namespaces/orders").await;
     check(&metrics, &detail);
 }
+
+/// Issue 8, finding 8: decode knows every member's residue class (an id of the odd member was
+/// reported `in_namespace: false`), and a member that lost its data shows as out of service in
+/// `/readyz` while the other serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decode_knows_every_member_and_readyz_shows_a_lost_member() {
+    let (a, b) = (
+        Arc::new(Switchable::default()),
+        Arc::new(Switchable::default()),
+    );
+    let multi =
+        MultiAuthority::new(vec![(a.clone() as Arc<dyn Authority>, 1), (b.clone(), 0)]).unwrap();
+    let config = FileConfig::parse(
+        "[defaults]\nstep = 2\n\n[namespaces.orders]\nkind = \"sequence\"\ncache = \"off\"\n",
+    )
+    .unwrap()
+    .node;
+    let node = TestNode::start(config, Arc::new(multi)).await;
+    let (status, body) = node.get("/v1/ids/orders?count=4").await;
+    assert_eq!(status, 200, "{body}");
+    for id in ["1", "2", "3", "4"] {
+        let (status, decoded) = node.get(&format!("/v1/decode/orders/{id}")).await;
+        assert_eq!(status, 200, "{decoded}");
+        assert_eq!(decoded["in_namespace"], true, "{id}: {decoded}");
+    }
+    a.wipe();
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..10 {
+        let (status, body) = node.get("/v1/ids/orders?count=3").await;
+        assert_eq!(status, 200, "{body}");
+        for id in body["ids"].as_array().unwrap() {
+            let id: u64 = id.as_str().unwrap().parse().unwrap();
+            assert_eq!(id % 2, 0, "the lost member served {id}");
+            assert!(seen.insert(id), "{id} twice");
+        }
+    }
+    let (status, ready) = node.get("/readyz").await;
+    assert_eq!(status, 200, "{ready}");
+    let why = ready["members"][0]["out_of_service"].as_str().unwrap_or("");
+    assert!(why.contains("no record of namespace orders"), "{ready}");
+}

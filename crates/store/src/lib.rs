@@ -49,6 +49,7 @@ mod connect;
 pub mod etcd;
 #[cfg(feature = "file")]
 mod file;
+pub mod ledger;
 mod memory;
 mod multi;
 #[cfg(feature = "mysql")]
@@ -63,6 +64,7 @@ pub use config::AuthorityConfig;
 pub use connect::{connect, connect_observed, ConnectError};
 #[cfg(feature = "file")]
 pub use file::{FileAuthority, FILE_NAME};
+pub use ledger::{Ledger, LedgerAuthority, LedgerError};
 pub use memory::MemoryAuthority;
 pub use multi::{MemberEvents, MemberHealth, MemberSlot, MultiAuthority};
 pub use source::BlockSource;

@@ -37,7 +37,7 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts `idmint serve --data-dir DIR --http 127.0.0.1:0 [--config FILE]` in `dir` and waits
+    /// Starts `idmint serve --data-dir DIR --http 127.0.0.1:0 --init [--config FILE]` in `dir` and waits
     /// for its listening line.
     pub fn start(dir: &Path, data_dir: &Path, config: Option<&Path>) -> Server {
         Server::start_on(dir, data_dir, "127.0.0.1:0", config)
@@ -62,11 +62,19 @@ impl Server {
             .arg("serve")
             .arg("--data-dir")
             .arg(data_dir)
-            .args(["--http", http]);
+            .args(["--http", http])
+            // Each test's store starts empty: a new deployment (a no-op once the store holds
+            // namespaces). Tests of the refusal without it build their own command.
+            .arg("--init");
         if let Some(config) = config {
             cmd.arg("--config").arg(config);
         }
         adjust(&mut cmd);
+        Server::spawn(cmd)
+    }
+
+    /// Runs `cmd` (an `idmint serve` command line) and waits for its listening line.
+    pub fn spawn(mut cmd: Command) -> Server {
         let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

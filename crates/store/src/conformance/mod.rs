@@ -597,6 +597,48 @@ pub async fn list_is_sorted(a: Arc<dyn Authority>) {
     }
 }
 
+/// A node's ledger over `store` records a namespace; over `other` (a store that moved, an empty
+/// backup, another database) the namespace is refused as lost, by `ensure_namespace` and by
+/// `reserve`, and never created there; over `store` again it serves on (issue 8, finding 3).
+pub async fn a_ledger_refuses_a_store_that_lost_a_namespace(
+    store: Arc<dyn Authority>,
+    other: Arc<dyn Authority>,
+) {
+    use crate::ledger::{Ledger, LedgerAuthority};
+    let kind = store.kind();
+    let dir = std::env::temp_dir().join(format!(
+        "idmint-ledger-{}-{}",
+        std::process::id(),
+        unique_name("ledger").as_str()
+    ));
+    let ledger = || Arc::new(Ledger::open(&dir, format!("{kind} under test")).unwrap());
+    let name = unique_name("ledger");
+    let spec = SequenceSpec::default_64();
+    {
+        let a = LedgerAuthority::new(store.clone(), ledger());
+        ensure(&a, &name, spec).await;
+        reserve(&a, &name, 10).await;
+    }
+    let moved = LedgerAuthority::new(other.clone(), ledger());
+    let err = moved.ensure_namespace(&name, spec).await.unwrap_err();
+    assert!(
+        err.is_lost(),
+        "[{kind}] a moved store was not refused: {err}"
+    );
+    let err = moved.reserve(&name, 1).await.unwrap_err();
+    assert!(err.is_lost(), "[{kind}] reserve on a moved store: {err}");
+    assert_eq!(
+        other.state(&name).await.unwrap(),
+        None,
+        "[{kind}] the lost namespace was created on the other store"
+    );
+    let back = LedgerAuthority::new(store, ledger());
+    ensure(&back, &name, spec).await;
+    let r = reserve(&back, &name, 5).await;
+    assert!(r.block.start() >= 11, "[{kind}] {r:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Runs every check. `open` returns the authority under test; it is called several times, and
 /// each call after the first must see what the previous ones wrote (for a file store: open the
 /// same directory; for a memory store: return the same authority). Authorities it returned are
@@ -693,6 +735,17 @@ pub mod cases {
         super::unknown_namespace_and_bad_count_are_errors(storage.open().await).await;
     }
 
+    /// [`super::a_ledger_refuses_a_store_that_lost_a_namespace`] on two independent stores.
+    pub async fn a_ledger_refuses_a_store_that_lost_a_namespace<B: Backend>() {
+        let store = B::create().await;
+        let other = store.independent().await;
+        super::a_ledger_refuses_a_store_that_lost_a_namespace(
+            store.open().await,
+            other.open().await,
+        )
+        .await;
+    }
+
     /// [`super::list_is_sorted`].
     pub async fn list_is_sorted<B: Backend>() {
         let storage = B::create().await;
@@ -744,6 +797,7 @@ macro_rules! conformance_tests {
             ensure_namespace_is_idempotent,
             unknown_namespace_and_bad_count_are_errors,
             list_is_sorted,
+            a_ledger_refuses_a_store_that_lost_a_namespace,
             $($more,)*
         ]);
     };
