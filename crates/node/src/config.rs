@@ -109,6 +109,46 @@ impl KindConfig {
     }
 }
 
+/// How the node's listeners treat connections (`[server]` keys); every duration at least 1 ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenConfig {
+    /// `header_read_timeout_ms`: how long a connection may take to send a request's headers,
+    /// counted from when the server starts waiting for them (on a new connection, and between
+    /// the requests of a kept-alive one). Past it the connection is closed.
+    pub header_read_timeout: Duration,
+    /// `idle_timeout_ms`: how long a connection may go without a byte read or written while no
+    /// request of it is being handled (a client that stopped mid-request or stopped reading
+    /// its answer). Past it the connection is closed. A request being handled (waiting for a
+    /// refill, say) is never idle.
+    pub idle_timeout: Duration,
+    /// `max_connections`: most connections served at once; the next one waits in the
+    /// operating system's listen backlog until one closes (and, once that is full, the system
+    /// refuses connections).
+    pub max_connections: usize,
+    /// `drain_timeout_ms`: on shutdown, how long requests in flight may take to finish; past it
+    /// they are cut, and the node hands back its buffers all the same.
+    pub drain_timeout: Duration,
+}
+
+impl Default for ListenConfig {
+    /// Headers within 10 s, idle 60 s, 1024 connections, 10 s to drain.
+    fn default() -> Self {
+        ListenConfig {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 1024,
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Most `server.max_connections`: far above what one process serves, far below the
+/// semaphore's own limit.
+pub const MAX_CONNECTIONS: usize = 1_000_000;
+
+/// Longest of the `[server]` timeouts (`*_timeout_ms`): an hour.
+pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
+
 /// The validated settings of the node library.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeConfig {
@@ -133,6 +173,8 @@ pub struct NodeConfig {
     pub refill_wait: Duration,
     /// Declared namespaces.
     pub namespaces: BTreeMap<NamespaceName, KindConfig>,
+    /// How listeners treat connections and how long shutdown waits for them.
+    pub listen: ListenConfig,
 }
 
 impl Default for NodeConfig {
@@ -151,6 +193,7 @@ impl Default for NodeConfig {
             refill_tick: Duration::from_millis(100),
             refill_wait: Duration::from_secs(2),
             namespaces: BTreeMap::new(),
+            listen: ListenConfig::default(),
         }
     }
 }
@@ -215,6 +258,10 @@ struct RawServer {
     max_block_request: Option<u64>,
     max_namespaces: Option<usize>,
     refill_wait_ms: Option<u64>,
+    header_read_timeout_ms: Option<u64>,
+    idle_timeout_ms: Option<u64>,
+    max_connections: Option<usize>,
+    drain_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]
@@ -418,6 +465,7 @@ impl FileConfig {
             }
             node.refill_wait = Duration::from_millis(ms);
         }
+        node.listen = listen_settings(&raw.server)?;
         node.default_sequence =
             sequence_settings("defaults", &raw.defaults, &RawSequence::default())?;
         for (name, ns) in &raw.namespaces {
@@ -440,6 +488,40 @@ impl FileConfig {
             node,
         })
     }
+}
+
+/// The `[server]` connection settings: each timeout 1 ms to an hour, 1 to [`MAX_CONNECTIONS`]
+/// connections.
+fn listen_settings(raw: &RawServer) -> Result<ListenConfig, ConfigError> {
+    let d = ListenConfig::default();
+    let timeout = |key: &str, value: Option<u64>, default: Duration| match value {
+        None => Ok(default),
+        Some(ms) if (1..=MAX_TIMEOUT_MS).contains(&ms) => Ok(Duration::from_millis(ms)),
+        Some(ms) => Err(invalid(
+            format!("server.{key}"),
+            format!("{ms}: must be from 1 to {MAX_TIMEOUT_MS} (an hour)"),
+        )),
+    };
+    let max_connections = match raw.max_connections {
+        None => d.max_connections,
+        Some(n) if (1..=MAX_CONNECTIONS).contains(&n) => n,
+        Some(n) => {
+            return Err(invalid(
+                "server.max_connections",
+                format!("{n}: must be from 1 to {MAX_CONNECTIONS}"),
+            ))
+        }
+    };
+    Ok(ListenConfig {
+        header_read_timeout: timeout(
+            "header_read_timeout_ms",
+            raw.header_read_timeout_ms,
+            d.header_read_timeout,
+        )?,
+        idle_timeout: timeout("idle_timeout_ms", raw.idle_timeout_ms, d.idle_timeout)?,
+        max_connections,
+        drain_timeout: timeout("drain_timeout_ms", raw.drain_timeout_ms, d.drain_timeout)?,
+    })
 }
 
 /// An explicit `server.max_count` fits every 32-bit sequence namespace's [`block_cap`]: one
@@ -859,6 +941,34 @@ mod tests {
         };
         FileConfig::parse(&small(1000)).unwrap();
         assert!(err(&small(1001)).contains("at most 1000"));
+    }
+
+    /// The connection settings of issue 8, finding 6: parsed, bounded, errors naming the key.
+    #[test]
+    fn connection_settings_parse_and_are_bounded() {
+        let cfg = FileConfig::parse("[server]\nheader_read_timeout_ms = 500\nidle_timeout_ms = 700\nmax_connections = 3\ndrain_timeout_ms = 200\n").unwrap();
+        assert_eq!(
+            cfg.node.listen,
+            ListenConfig {
+                header_read_timeout: Duration::from_millis(500),
+                idle_timeout: Duration::from_millis(700),
+                max_connections: 3,
+                drain_timeout: Duration::from_millis(200),
+            }
+        );
+        let err = |t: &str| FileConfig::parse(t).unwrap_err().to_string();
+        for key in [
+            "header_read_timeout_ms",
+            "idle_timeout_ms",
+            "drain_timeout_ms",
+        ] {
+            assert!(err(&format!("[server]\n{key} = 0\n")).starts_with(&format!("server.{key}:")));
+            assert!(
+                err(&format!("[server]\n{key} = 3600001\n")).starts_with(&format!("server.{key}:"))
+            );
+        }
+        assert!(err("[server]\nmax_connections = 0\n").starts_with("server.max_connections:"));
+        assert!(err("[server]\nmax_connections = 1000001\n").starts_with("server.max_connections:"));
     }
 
     /// `max_count`, `max_block_request` and `refill_wait_ms` have upper bounds too.

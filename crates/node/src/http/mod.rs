@@ -20,6 +20,9 @@
 
 pub mod encode;
 pub mod error;
+pub mod listen;
+
+pub use listen::listen;
 
 use crate::error::IdError;
 use crate::metrics::ErrorLabels;
