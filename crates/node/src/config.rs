@@ -692,6 +692,31 @@ fn custom_layout(key: &str, c: &RawCustomLayout) -> Result<Layout, ConfigError> 
     .map_err(|e| invalid(key, e))
 }
 
+/// `cache` with its block sizes lowered to `spec`'s [`block_cap`]: for an auto-created namespace
+/// whose stored spec is not the `[defaults]` one the sizes were checked against (a 32-bit
+/// namespace created by an earlier configuration, say).
+pub fn fit_cache(cache: CacheMode, spec: &SequenceSpec) -> CacheMode {
+    let CacheMode::Buffered(policy) = cache else {
+        return cache;
+    };
+    let cap = block_cap(spec);
+    let mut config = *policy.config();
+    config.sizing = match config.sizing {
+        Sizing::Fixed(n) => Sizing::Fixed(n.min(cap)),
+        Sizing::Adaptive {
+            buffer_seconds,
+            min_block,
+            max_block,
+        } => Sizing::Adaptive {
+            buffer_seconds,
+            min_block: min_block.min(cap),
+            max_block: max_block.min(cap),
+        },
+    };
+    // Lowering both bounds to one cap keeps min <= max and sizes >= 1: still valid.
+    BufferPolicy::new(config).map_or(cache, CacheMode::Buffered)
+}
+
 /// Why a block of `n` ids is too large for a namespace of `spec` whose cap is `cap`.
 fn block_too_large(n: u64, cap: u64, spec: &SequenceSpec) -> String {
     if cap == MAX_REFILL {
