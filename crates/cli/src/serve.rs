@@ -1,6 +1,12 @@
 //! `idmint serve`: reads the configuration file, connects the authority, binds the HTTP
 //! listener and runs the node until Ctrl-C or SIGTERM.
 //!
+//! Shutdown has two stages ([`idmint_node::Shutdown`]): the first Ctrl-C or SIGTERM drains
+//! (stop accepting, finish requests in flight for at most `server.drain_timeout_ms`); a second
+//! one stops at once (cuts the requests in flight). Either way the node then hands back its
+//! unused ids before the process exits, so an operator never needs kill -9 (which burns every
+//! buffer).
+//!
 //! `--http` takes `HOST:PORT` with a host name or an address (`localhost:7878`,
 //! `0.0.0.0:7878`, `[::1]:7878`); a name is resolved and the first of its addresses that can
 //! be bound is used. The node's two stdout lines (listening, stopped) are best effort: a closed
@@ -11,7 +17,7 @@
 //! terminal; `--log-format json` writes one JSON object per line for log shippers.
 
 use anyhow::{bail, Context, Result};
-use idmint_node::{FileConfig, Node};
+use idmint_node::{FileConfig, Node, Shutdown};
 use idmint_store::{Ledger, LedgerAuthority};
 use std::io::IsTerminal;
 use std::io::Write;
@@ -183,7 +189,11 @@ pub fn serve(
         let node = Node::start(file.node, authority).await?;
         // Once, on stdout, where scripts and tests wait for it (not also as a log line).
         say(format_args!("idmint listening on http://{addr}"));
-        let report = idmint_node::serve(node, listener, shutdown_signal()).await?;
+        let shutdown = Shutdown::new();
+        let signals = tokio::spawn(signal_stages(shutdown.clone()));
+        let served = idmint_node::serve_with(node, listener, shutdown).await;
+        signals.abort();
+        let report = served?;
         say(format_args!(
             "idmint stopped: {} ids handed back, {} burned",
             report.given_back, report.burned
@@ -227,30 +237,61 @@ fn say(args: std::fmt::Arguments<'_>) {
     let _ = stdout.flush();
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
+/// Moves `shutdown` on at each Ctrl-C or SIGTERM: the first drains, the second stops at once.
+async fn signal_stages(shutdown: Shutdown) {
+    let mut signals = match Signals::new() {
+        Ok(signals) => signals,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C and SIGTERM");
+            return;
+        }
+    };
+    signals.next().await;
+    tracing::info!(
+        "signal received: draining (a second Ctrl-C or SIGTERM stops at once, still handing back)"
+    );
+    shutdown.drain();
+    signals.next().await;
+    tracing::warn!("second signal: stopping now");
+    shutdown.stop_now();
+}
+
+/// Ctrl-C (SIGINT) and SIGTERM, as one stream of signals.
+struct Signals {
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Registers the handlers now and keeps them, so a signal arriving between two waits is
+    /// not lost.
+    fn new() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Signals {
+                int: signal(SignalKind::interrupt())?,
+                term: signal(SignalKind::terminate())?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Signals {})
+    }
+
+    /// The next Ctrl-C or SIGTERM.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+        #[cfg(not(unix))]
         if let Err(e) = tokio::signal::ctrl_c().await {
             tracing::error!(error = %e, "cannot listen for Ctrl-C");
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
     }
 }
 

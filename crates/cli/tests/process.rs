@@ -20,7 +20,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
-use support::{assert_strictly_increasing, idmint, wait_with_deadline, Server, DEADLINE};
+use support::{
+    assert_strictly_increasing, idmint, stop_counts, wait_with_deadline, Server, DEADLINE,
+};
 
 /// Runs a client command to completion (it must not hang).
 fn run(cmd: &mut Command) -> Output {
@@ -348,6 +350,39 @@ fn sigterm_hands_back_the_tail_and_restart_continues_exactly() {
     assert_eq!(ids(server.addr, "photos", 1), [last + 1], "ids were burned");
     let (status, _) = server.terminate();
     assert!(status.success());
+}
+
+/// Issue 8, finding 6, through the binary: a client that sent half a request header no longer
+/// holds the process after SIGTERM. With a drain deadline of an hour, a second SIGTERM stops at
+/// once (no kill -9 needed), and the unused tail is still handed back.
+#[test]
+fn a_second_sigterm_stops_at_once_and_still_hands_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        "[server]\ndrain_timeout_ms = 3600000\nheader_read_timeout_ms = 3600000\nidle_timeout_ms = 3600000\n",
+    );
+    let server = Server::start(dir.path(), &dir.path().join("data"), Some(&config));
+    assert_eq!(ids(server.addr, "photos", 3).len(), 3);
+    let mut slow = TcpStream::connect(server.addr).unwrap();
+    slow.write_all(b"GET /v1/ids/photos HTTP/1.1\r\nHost: t\r\n")
+        .unwrap();
+    server.send_term();
+    // Draining closes the listening socket: wait for that, so the second signal is a second one.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(server.addr).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "the first SIGTERM did not begin the drain"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "exit {status:?}: {rest:?}");
+    let (given_back, burned) = stop_counts(&rest);
+    assert!(given_back > 0, "{rest:?}");
+    assert_eq!(burned, 0, "{rest:?}");
+    drop(slow);
 }
 
 /// Invariant 6 through the binary: a 32-bit namespace hands out exactly its last ids, then

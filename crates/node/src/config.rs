@@ -6,6 +6,17 @@
 //! default). Reading the file and the environment is the binary's job, not this module's.
 //!
 //! The format is documented key by key in `docs/configuration.md`.
+//!
+//! Bounds on how much a node may hold (issue 8, finding 5; docs/design.md invariant 6): a crash
+//! burns what a node buffered, about `(1 + low_water)` blocks per sequence namespace, and a
+//! refill never asks for more than [`MAX_REFILL`]. So `block_size`, `min_block` and `max_block`
+//! are at most [`block_cap`] of their namespace: 1/[`SPACE_FRACTION`] of the ids its spec can
+//! ever hand out (a 32-bit namespace from 1: 2,097,151; never below [`MIN_BLOCK_CAP`]), and
+//! never above [`MAX_REFILL`] (a
+//! larger block could never be reached, and the buffer would refill on every tick). An explicit
+//! value above the cap is an error naming the key; a default above it is lowered to it.
+//! `server.max_count` and `server.max_block_request` are at most [`MAX_REFILL`], and an
+//! explicit `max_count` at most the cap of every 32-bit sequence namespace.
 
 use idmint_core::{
     BufferConfig, BufferPolicy, FieldOrder, Layout, LayoutSpec, NamespaceName, SequenceSpec,
@@ -24,6 +35,34 @@ pub const DEFAULT_MAX_COUNT: u64 = 10_000;
 
 /// Default most namespaces a node creates on first use (`server.max_namespaces`).
 pub const DEFAULT_MAX_NAMESPACES: usize = 1000;
+
+/// Default largest `count` of one `POST /v1/blocks` (`server.max_block_request`): the default
+/// `max_block`, so a lower tier may ask for what a node's own buffer would hold.
+pub const DEFAULT_MAX_BLOCK_REQUEST: u64 = 1_000_000;
+
+/// Longest `server.refill_wait_ms`: a request held longer than a minute on an empty buffer has
+/// been given up by any client, and it holds a connection the drain deadline then has to cut.
+pub const MAX_REFILL_WAIT_MS: u64 = 60_000;
+
+/// A namespace's block (and a 32-bit namespace's request) may hold at most
+/// `1 / SPACE_FRACTION` of the ids its spec can ever hand out. A crash burns about
+/// `(1 + low_water) <= 2` blocks, so at most 2/1024 (0.2%) of the space per crash: a 32-bit
+/// namespace survives hundreds of crashes, and still refills only about every 2 million ids.
+pub const SPACE_FRACTION: u64 = 1024;
+
+pub use crate::supply::MAX_REFILL;
+
+/// The floor of [`block_cap`]: the default `min_block`, so the default sizing fits every spec.
+/// A namespace this small (fewer than about a million ids) is better served by small blocks
+/// anyway, and one crash costs it at most two such blocks.
+pub const MIN_BLOCK_CAP: u64 = 1_000;
+
+/// The largest block a sequence namespace of `spec` may be configured to buffer (and, for a
+/// 32-bit namespace, the largest explicit `server.max_count`): `1/SPACE_FRACTION` of its
+/// capacity, at least [`MIN_BLOCK_CAP`], at most [`MAX_REFILL`].
+pub fn block_cap(spec: &SequenceSpec) -> u64 {
+    (spec.capacity() / SPACE_FRACTION).clamp(MIN_BLOCK_CAP, MAX_REFILL)
+}
 
 /// How a sequence namespace caches blocks.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -70,6 +109,46 @@ impl KindConfig {
     }
 }
 
+/// How the node's listeners treat connections (`[server]` keys); every duration at least 1 ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenConfig {
+    /// `header_read_timeout_ms`: how long a connection may take to send a request's headers,
+    /// counted from when the server starts waiting for them (on a new connection, and between
+    /// the requests of a kept-alive one). Past it the connection is closed.
+    pub header_read_timeout: Duration,
+    /// `idle_timeout_ms`: how long a connection may go without a byte read or written while no
+    /// request of it is being handled (a client that stopped mid-request or stopped reading
+    /// its answer). Past it the connection is closed. A request being handled (waiting for a
+    /// refill, say) is never idle.
+    pub idle_timeout: Duration,
+    /// `max_connections`: most connections served at once; the next one waits in the
+    /// operating system's listen backlog until one closes (and, once that is full, the system
+    /// refuses connections).
+    pub max_connections: usize,
+    /// `drain_timeout_ms`: on shutdown, how long requests in flight may take to finish; past it
+    /// they are cut, and the node hands back its buffers all the same.
+    pub drain_timeout: Duration,
+}
+
+impl Default for ListenConfig {
+    /// Headers within 10 s, idle 60 s, 1024 connections, 10 s to drain.
+    fn default() -> Self {
+        ListenConfig {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 1024,
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Most `server.max_connections`: far above what one process serves, far below the
+/// semaphore's own limit.
+pub const MAX_CONNECTIONS: usize = 1_000_000;
+
+/// Longest of the `[server]` timeouts (`*_timeout_ms`): an hour.
+pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
+
 /// The validated settings of the node library.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeConfig {
@@ -82,15 +161,20 @@ pub struct NodeConfig {
     /// client could grow the node and the authority without end. Declared namespaces do not
     /// count and are always served.
     pub max_namespaces: usize,
-    /// Largest `count` one request may ask for.
+    /// Largest `count` one request of ids may ask for; at most [`MAX_REFILL`].
     pub max_count: u64,
+    /// Largest `count` of one `POST /v1/blocks` (`server.max_block_request`); at most
+    /// [`MAX_REFILL`].
+    pub max_block_request: u64,
     /// How often refill tasks fold demand into their averages and check the low-water mark.
     pub refill_tick: Duration,
-    /// How long a request on an empty buffer waits for a refill before answering 503; at least
-    /// 1 ms.
+    /// How long a request on an empty buffer waits for a refill before answering 503; 1 ms to
+    /// [`MAX_REFILL_WAIT_MS`].
     pub refill_wait: Duration,
     /// Declared namespaces.
     pub namespaces: BTreeMap<NamespaceName, KindConfig>,
+    /// How listeners treat connections and how long shutdown waits for them.
+    pub listen: ListenConfig,
 }
 
 impl Default for NodeConfig {
@@ -105,9 +189,11 @@ impl Default for NodeConfig {
             ),
             max_namespaces: DEFAULT_MAX_NAMESPACES,
             max_count: DEFAULT_MAX_COUNT,
+            max_block_request: DEFAULT_MAX_BLOCK_REQUEST,
             refill_tick: Duration::from_millis(100),
             refill_wait: Duration::from_secs(2),
             namespaces: BTreeMap::new(),
+            listen: ListenConfig::default(),
         }
     }
 }
@@ -169,8 +255,13 @@ struct RawServer {
     data_dir: Option<PathBuf>,
     auto_create: Option<bool>,
     max_count: Option<u64>,
+    max_block_request: Option<u64>,
     max_namespaces: Option<usize>,
     refill_wait_ms: Option<u64>,
+    header_read_timeout_ms: Option<u64>,
+    idle_timeout_ms: Option<u64>,
+    max_connections: Option<usize>,
+    drain_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]
@@ -330,7 +421,25 @@ impl FileConfig {
             if max == 0 {
                 return Err(invalid("server.max_count", "must be at least 1"));
             }
+            if max > MAX_REFILL {
+                return Err(invalid(
+                    "server.max_count",
+                    format!("{max} is more than one refill brings ({MAX_REFILL}); a request that large would wait through several refills"),
+                ));
+            }
             node.max_count = max;
+        }
+        if let Some(max) = raw.server.max_block_request {
+            if max == 0 {
+                return Err(invalid("server.max_block_request", "must be at least 1"));
+            }
+            if max > MAX_REFILL {
+                return Err(invalid(
+                    "server.max_block_request",
+                    format!("{max} is more than one refill brings ({MAX_REFILL})"),
+                ));
+            }
+            node.max_block_request = max;
         }
         if let Some(max) = raw.server.max_namespaces {
             if max == 0 {
@@ -348,8 +457,15 @@ impl FileConfig {
                     "must be at least 1: it is how long a request on an empty buffer waits for a refill before answering 503, and 0 would fail every such request at once",
                 ));
             }
+            if ms > MAX_REFILL_WAIT_MS {
+                return Err(invalid(
+                    "server.refill_wait_ms",
+                    format!("{ms} is more than {MAX_REFILL_WAIT_MS} (a minute): no client waits that long for an answer, and the held connection would only delay shutdown"),
+                ));
+            }
             node.refill_wait = Duration::from_millis(ms);
         }
+        node.listen = listen_settings(&raw.server)?;
         node.default_sequence =
             sequence_settings("defaults", &raw.defaults, &RawSequence::default())?;
         for (name, ns) in &raw.namespaces {
@@ -357,6 +473,9 @@ impl FileConfig {
             let parsed = NamespaceName::new(name).map_err(|e| invalid(&key, e))?;
             let kind = namespace_kind(&key, ns, &raw.defaults)?;
             node.namespaces.insert(parsed, kind);
+        }
+        if raw.server.max_count.is_some() {
+            check_max_count(&node)?;
         }
         let authority = raw.authority.unwrap_or_default();
         if let Some(offsets) = authority.residue_offsets() {
@@ -369,6 +488,66 @@ impl FileConfig {
             node,
         })
     }
+}
+
+/// The `[server]` connection settings: each timeout 1 ms to an hour, 1 to [`MAX_CONNECTIONS`]
+/// connections.
+fn listen_settings(raw: &RawServer) -> Result<ListenConfig, ConfigError> {
+    let d = ListenConfig::default();
+    let timeout = |key: &str, value: Option<u64>, default: Duration| match value {
+        None => Ok(default),
+        Some(ms) if (1..=MAX_TIMEOUT_MS).contains(&ms) => Ok(Duration::from_millis(ms)),
+        Some(ms) => Err(invalid(
+            format!("server.{key}"),
+            format!("{ms}: must be from 1 to {MAX_TIMEOUT_MS} (an hour)"),
+        )),
+    };
+    let max_connections = match raw.max_connections {
+        None => d.max_connections,
+        Some(n) if (1..=MAX_CONNECTIONS).contains(&n) => n,
+        Some(n) => {
+            return Err(invalid(
+                "server.max_connections",
+                format!("{n}: must be from 1 to {MAX_CONNECTIONS}"),
+            ))
+        }
+    };
+    Ok(ListenConfig {
+        header_read_timeout: timeout(
+            "header_read_timeout_ms",
+            raw.header_read_timeout_ms,
+            d.header_read_timeout,
+        )?,
+        idle_timeout: timeout("idle_timeout_ms", raw.idle_timeout_ms, d.idle_timeout)?,
+        max_connections,
+        drain_timeout: timeout("drain_timeout_ms", raw.drain_timeout_ms, d.drain_timeout)?,
+    })
+}
+
+/// An explicit `server.max_count` fits every 32-bit sequence namespace's [`block_cap`]: one
+/// request's shortfall is reserved in one refill, on top of the block.
+fn check_max_count(node: &NodeConfig) -> Result<(), ConfigError> {
+    let declared = node
+        .namespaces
+        .iter()
+        .filter_map(|(name, kind)| match kind {
+            KindConfig::Sequence { spec, .. } => Some((format!("namespaces.{name}"), spec)),
+            _ => None,
+        });
+    let defaults = std::iter::once(("defaults".to_owned(), &node.default_sequence.0));
+    for (key, spec) in defaults.chain(declared) {
+        let cap = block_cap(spec);
+        if spec.width() == Width::Bits32 && node.max_count > cap {
+            return Err(invalid(
+                "server.max_count",
+                format!(
+                    "{} is more than {key} may take in one request: at most {cap} (1/{SPACE_FRACTION} of its 32-bit space, at least {MIN_BLOCK_CAP})",
+                    node.max_count
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// With several authorities, every sequence namespace's step must leave each member its own
@@ -513,6 +692,46 @@ fn custom_layout(key: &str, c: &RawCustomLayout) -> Result<Layout, ConfigError> 
     .map_err(|e| invalid(key, e))
 }
 
+/// `cache` with its block sizes lowered to `spec`'s [`block_cap`]: for an auto-created namespace
+/// whose stored spec is not the `[defaults]` one the sizes were checked against (a 32-bit
+/// namespace created by an earlier configuration, say).
+pub fn fit_cache(cache: CacheMode, spec: &SequenceSpec) -> CacheMode {
+    let CacheMode::Buffered(policy) = cache else {
+        return cache;
+    };
+    let cap = block_cap(spec);
+    let mut config = *policy.config();
+    config.sizing = match config.sizing {
+        Sizing::Fixed(n) => Sizing::Fixed(n.min(cap)),
+        Sizing::Adaptive {
+            buffer_seconds,
+            min_block,
+            max_block,
+        } => Sizing::Adaptive {
+            buffer_seconds,
+            min_block: min_block.min(cap),
+            max_block: max_block.min(cap),
+        },
+    };
+    // Lowering both bounds to one cap keeps min <= max and sizes >= 1: still valid.
+    BufferPolicy::new(config).map_or(cache, CacheMode::Buffered)
+}
+
+/// Why a block of `n` ids is too large for a namespace of `spec` whose cap is `cap`.
+fn block_too_large(n: u64, cap: u64, spec: &SequenceSpec) -> String {
+    if cap == MAX_REFILL {
+        format!(
+            "{n} is more than one refill may reserve ({MAX_REFILL}); a larger block is never reached, so the node would refill on every tick"
+        )
+    } else {
+        format!(
+            "{n} is more than a {}-bit namespace of {} ids may buffer: at most {cap} (1/{SPACE_FRACTION} of its space, at least {MIN_BLOCK_CAP}), since a crash burns about two blocks",
+            spec.width().bits(),
+            spec.capacity()
+        )
+    }
+}
+
 fn sequence_settings(
     key: &str,
     s: &RawSequence,
@@ -542,19 +761,32 @@ fn sequence_settings(
         Sizing::Fixed(n) => (10.0, n, n),
     };
     let low_water = s.low_water.or(d.low_water).unwrap_or(defaults.low_water);
+    let cap = block_cap(&spec);
+    // An explicit size above the cap is an error naming the key; a default is lowered to it.
+    let bounded = |name: &str, explicit: Option<u64>, default: u64| match explicit {
+        Some(n) if n > cap => Err(invalid(
+            format!("{key}.{name}"),
+            block_too_large(n, cap, &spec),
+        )),
+        Some(n) => Ok(n),
+        None => Ok(default.min(cap)),
+    };
     let sizing = match s.cache.or(d.cache).unwrap_or(RawCache::Adaptive) {
         RawCache::Off => return Ok((spec, CacheMode::Off)),
         RawCache::Adaptive => Sizing::Adaptive {
             buffer_seconds: s.buffer_seconds.or(d.buffer_seconds).unwrap_or(d_secs),
-            min_block: s.min_block.or(d.min_block).unwrap_or(d_min),
-            max_block: s.max_block.or(d.max_block).unwrap_or(d_max),
+            min_block: bounded("min_block", s.min_block.or(d.min_block), d_min)?,
+            max_block: bounded("max_block", s.max_block.or(d.max_block), d_max)?,
         },
-        RawCache::Fixed => Sizing::Fixed(s.block_size.or(d.block_size).ok_or_else(|| {
-            invalid(
-                format!("{key}.block_size"),
-                "cache = \"fixed\" needs block_size",
-            )
-        })?),
+        RawCache::Fixed => {
+            let n = s.block_size.or(d.block_size).ok_or_else(|| {
+                invalid(
+                    format!("{key}.block_size"),
+                    "cache = \"fixed\" needs block_size",
+                )
+            })?;
+            Sizing::Fixed(bounded("block_size", Some(n), n)?)
+        }
     };
     let policy = BufferPolicy::new(BufferConfig {
         sizing,
@@ -668,6 +900,122 @@ mod tests {
         );
         let e = err("[defaults]\ncache = \"lru\"\n");
         assert!(e.contains("unknown cache mode"), "{e}");
+    }
+
+    /// Issue 8, finding 5: `block_size = 4000000000` on a 32-bit namespace was accepted, and the
+    /// node reserved 14% of the space in 3 s (the buffer never reached its low-water mark, so it
+    /// refilled on every tick) and a crash would burn all of it. Sizes are bounded by the
+    /// namespace's space and by one refill, with errors naming the key.
+    #[test]
+    fn block_sizes_are_bounded_by_the_space_and_the_refill() {
+        let err = |t: &str| FileConfig::parse(t).unwrap_err().to_string();
+        let e = err("[namespaces.orders]\nkind = \"sequence\"\nwidth = 32\ncache = \"fixed\"\nblock_size = 4000000000\n");
+        assert!(
+            e.starts_with(
+                "namespaces.orders.block_size: 4000000000 is more than a 32-bit namespace"
+            ),
+            "{e}"
+        );
+        assert!(e.contains("at most 2097151"), "{e}");
+        // The cap itself is allowed; one more is not.
+        let fixed = |n: u64| {
+            format!("[namespaces.o]\nkind = \"sequence\"\nwidth = 32\ncache = \"fixed\"\nblock_size = {n}\n")
+        };
+        FileConfig::parse(&fixed(2_097_151)).unwrap();
+        assert!(err(&fixed(2_097_152)).starts_with("namespaces.o.block_size:"));
+        // The space is the spec's: step 4 leaves a quarter.
+        let e =
+            err("[namespaces.o]\nkind = \"sequence\"\nwidth = 32\nstep = 4\nmax_block = 600000\n");
+        assert!(
+            e.starts_with("namespaces.o.max_block:") && e.contains("at most 524287"),
+            "{e}"
+        );
+        let e = err("[defaults]\nwidth = 32\nmin_block = 3000000\nmax_block = 3000000\n");
+        assert!(e.starts_with("defaults.min_block:"), "{e}");
+        // 64-bit: one refill is the bound.
+        let e =
+            err("[namespaces.o]\nkind = \"sequence\"\ncache = \"fixed\"\nblock_size = 10000001\n");
+        assert!(
+            e.starts_with("namespaces.o.block_size:") && e.contains("one refill"),
+            "{e}"
+        );
+        assert!(err("[defaults]\nmax_block = 20000000\n").starts_with("defaults.max_block:"));
+        // Defaults above a small namespace's cap are lowered to it, not an error.
+        let cfg =
+            FileConfig::parse("[namespaces.o]\nkind = \"sequence\"\nwidth = 32\nstep = 1000000\n")
+                .unwrap();
+        let o = &cfg.node.namespaces[&NamespaceName::new("o").unwrap()];
+        let KindConfig::Sequence {
+            cache: CacheMode::Buffered(p),
+            ..
+        } = o
+        else {
+            panic!("{o:?}")
+        };
+        assert_eq!(
+            p.config().sizing,
+            Sizing::Adaptive {
+                buffer_seconds: 10.0,
+                min_block: 1000,
+                max_block: 1000
+            }
+        );
+        // A small namespace still takes blocks of MIN_BLOCK_CAP.
+        let small = |n: u64| {
+            format!("[namespaces.o]\nkind = \"sequence\"\nwidth = 32\nstart = 2147483000\ncache = \"fixed\"\nblock_size = {n}\n")
+        };
+        FileConfig::parse(&small(1000)).unwrap();
+        assert!(err(&small(1001)).contains("at most 1000"));
+    }
+
+    /// The connection settings of issue 8, finding 6: parsed, bounded, errors naming the key.
+    #[test]
+    fn connection_settings_parse_and_are_bounded() {
+        let cfg = FileConfig::parse("[server]\nheader_read_timeout_ms = 500\nidle_timeout_ms = 700\nmax_connections = 3\ndrain_timeout_ms = 200\n").unwrap();
+        assert_eq!(
+            cfg.node.listen,
+            ListenConfig {
+                header_read_timeout: Duration::from_millis(500),
+                idle_timeout: Duration::from_millis(700),
+                max_connections: 3,
+                drain_timeout: Duration::from_millis(200),
+            }
+        );
+        let err = |t: &str| FileConfig::parse(t).unwrap_err().to_string();
+        for key in [
+            "header_read_timeout_ms",
+            "idle_timeout_ms",
+            "drain_timeout_ms",
+        ] {
+            assert!(err(&format!("[server]\n{key} = 0\n")).starts_with(&format!("server.{key}:")));
+            assert!(
+                err(&format!("[server]\n{key} = 3600001\n")).starts_with(&format!("server.{key}:"))
+            );
+        }
+        assert!(err("[server]\nmax_connections = 0\n").starts_with("server.max_connections:"));
+        assert!(err("[server]\nmax_connections = 1000001\n").starts_with("server.max_connections:"));
+    }
+
+    /// `max_count`, `max_block_request` and `refill_wait_ms` have upper bounds too.
+    #[test]
+    fn request_sizes_and_waits_are_bounded() {
+        let err = |t: &str| FileConfig::parse(t).unwrap_err().to_string();
+        assert!(err("[server]\nmax_count = 10000001\n").starts_with("server.max_count:"));
+        let e = err(
+            "[server]\nmax_count = 3000000\n[namespaces.small]\nkind = \"sequence\"\nwidth = 32\n",
+        );
+        assert!(
+            e.starts_with("server.max_count:") && e.contains("namespaces.small"),
+            "{e}"
+        );
+        FileConfig::parse("[server]\nmax_count = 3000000\n").unwrap();
+        assert!(err("[server]\nmax_block_request = 0\n").starts_with("server.max_block_request:"));
+        assert!(err("[server]\nmax_block_request = 10000001\n")
+            .starts_with("server.max_block_request:"));
+        let cfg = FileConfig::parse("[server]\nmax_block_request = 5000\n").unwrap();
+        assert_eq!(cfg.node.max_block_request, 5000);
+        assert!(err("[server]\nrefill_wait_ms = 60001\n").starts_with("server.refill_wait_ms:"));
+        FileConfig::parse("[server]\nrefill_wait_ms = 60000\n").unwrap();
     }
 
     #[test]

@@ -114,4 +114,7 @@ pub enum NodeError {
     /// Serving failed.
     #[error("serving HTTP failed: {0}")]
     Io(#[from] std::io::Error),
+    /// A front-end's task panicked or was cancelled.
+    #[error("a front-end stopped unexpectedly: {0}")]
+    FrontEnd(String),
 }

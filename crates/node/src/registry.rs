@@ -202,6 +202,8 @@ impl Node {
                 })
             }
         };
+        // The sizes were bounded for the default spec; a stored one may hold fewer ids.
+        let cache = crate::config::fit_cache(cache, &spec);
         let ns = self
             .install(&name, &KindConfig::Sequence { spec, cache }, true)
             .await?;
@@ -233,7 +235,7 @@ impl Node {
                 name,
                 IdSpace::new(state.spec, self.authority.residues(&state.spec)),
                 state.watermark,
-                self.config.default_sequence.1,
+                crate::config::fit_cache(self.config.default_sequence.1, &state.spec),
             ))),
             Ok(None) => Err(IdError::UnknownNamespace(name.to_string())),
             Err(e) => Err(IdError::Unavailable {
@@ -494,6 +496,37 @@ mod tests {
         assert!(node.namespace("declared").await.is_ok());
         assert!(auto_created(&a));
         assert!(!auto_created(&node.namespace("declared").await.unwrap()));
+        node.shutdown().await;
+    }
+
+    /// Issue 8, finding 5: an auto-created namespace keeps the spec stored by an earlier run,
+    /// which may be a small 32-bit one; its blocks are lowered to that spec's cap rather than
+    /// the `[defaults]` sizes (here 10,000,000 ids: more than the whole namespace).
+    #[tokio::test]
+    async fn a_stored_small_spec_gets_blocks_within_its_cap() {
+        let authority: Arc<dyn Authority> = Arc::new(MemoryAuthority::new());
+        let small = SequenceSpec::new(idmint_core::Width::Bits32, 2_000_000_000, 1, 0).unwrap();
+        authority
+            .ensure_namespace(&name("small"), small)
+            .await
+            .unwrap();
+        let config =
+            crate::FileConfig::parse("[defaults]\ncache = \"fixed\"\nblock_size = 10000000\n")
+                .unwrap()
+                .node;
+        let node = Node::start(config, authority.clone()).await.unwrap();
+        let ns = node.namespace("small").await.unwrap();
+        assert_eq!(ns.ids(1).await.unwrap().len(), 1);
+        let cap = crate::config::block_cap(&small);
+        assert_eq!(cap, 144_027);
+        let reserved = authority
+            .state(&name("small"))
+            .await
+            .unwrap()
+            .unwrap()
+            .watermark
+            - small.first();
+        assert!(reserved <= 2 * cap, "reserved {reserved}, cap {cap}");
         node.shutdown().await;
     }
 

@@ -369,6 +369,7 @@ async fn every_error_has_its_status_and_code() {
             r#"
             [server]
             max_count = 100
+            max_block_request = 1000
 
             [namespaces.tweets]
             kind = "snowflake"
@@ -403,6 +404,17 @@ async fn every_error_has_its_status_and_code() {
     assert_error(&node.get("/v1/ids/x?count=").await, 400, "invalid_count");
     // max_count itself is allowed.
     assert_eq!(node.ids("x", 100).await.len(), 100);
+    // Blocks have their own bound (issue 8, finding 5), named in the message.
+    let refused = node.post("/v1/blocks/x?count=1001").await;
+    assert_error(&refused, 400, "invalid_count");
+    assert!(
+        refused.1["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("server.max_block_request")),
+        "{}",
+        refused.1
+    );
+    assert_eq!(node.post("/v1/blocks/x?count=1000").await.0, 200);
 
     assert_error(&node.get("/v1/ids/x?cnt=1").await, 400, "invalid_request");
     assert_error(

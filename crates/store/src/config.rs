@@ -501,7 +501,8 @@ impl Default for PoolConfig {
 
 /// Configuration of the MySQL/MariaDB authority, for both modes.
 ///
-/// Keys: `url` (required), `table`, `mode`, `timeout_ms` (into [`MysqlConfig::op_timeout`]).
+/// Keys: `url` (required), `table`, `mode`, `timeout_ms` (into [`MysqlConfig::op_timeout`]),
+/// `accept_unsafe_durability`.
 /// `pool` is not a key of the file: it is set in code.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -525,20 +526,28 @@ pub struct MysqlConfig {
         with = "timeout_ms"
     )]
     pub op_timeout: Duration,
+    /// Serve from a server that does not make every commit durable
+    /// (`innodb_flush_log_at_trx_commit` not 1, or binary logging on with `sync_binlog` not 1).
+    /// Default `false`: connecting to such a server is refused, since a crash of it could forget
+    /// reservations already handed out, and ids would repeat. `true` accepts it with a warning
+    /// in the log (for test servers, or storage whose durability is ensured otherwise).
+    #[serde(default)]
+    pub accept_unsafe_durability: bool,
     /// Connection pool sizes.
     #[serde(skip_deserializing)]
     pub pool: PoolConfig,
 }
 
 impl MysqlConfig {
-    /// The defaults for `url`: table [`DEFAULT_TABLE`], block mode, 5 s timeout,
-    /// [`PoolConfig::default`].
+    /// The defaults for `url`: table [`DEFAULT_TABLE`], block mode, 5 s timeout, durability
+    /// checked, [`PoolConfig::default`].
     pub fn new(url: impl Into<String>) -> Self {
         MysqlConfig {
             url: url.into(),
             table: DEFAULT_TABLE.to_owned(),
             mode: MysqlMode::Blocks,
             op_timeout: DEFAULT_TIMEOUT,
+            accept_unsafe_durability: false,
             pool: PoolConfig::default(),
         }
     }
@@ -555,6 +564,7 @@ impl fmt::Debug for MysqlConfig {
             .field("table", &self.table)
             .field("mode", &self.mode)
             .field("op_timeout", &self.op_timeout)
+            .field("accept_unsafe_durability", &self.accept_unsafe_durability)
             .field("pool", &self.pool)
             .finish()
     }
@@ -857,8 +867,13 @@ mod tests {
         )
         .unwrap();
         assert!(
-            matches!(my, AuthorityConfig::Mysql(c) if c.mode == MysqlMode::Blocks && c.table == "t" && c.op_timeout == Duration::from_millis(10))
+            matches!(my, AuthorityConfig::Mysql(c) if c.mode == MysqlMode::Blocks && c.table == "t" && c.op_timeout == Duration::from_millis(10) && !c.accept_unsafe_durability)
         );
+        let unsafe_my = parse(
+            "[authority]\nkind = \"mysql\"\nurl = \"mysql://u@h/db\"\naccept_unsafe_durability = true\n",
+        )
+        .unwrap();
+        assert!(matches!(unsafe_my, AuthorityConfig::Mysql(c) if c.accept_unsafe_durability));
         let etcd = parse(
             "[authority]\nkind = \"etcd\"\nendpoints = [\"http://h:2379\"]\nprefix = \"/x/\"\ntimeout_ms = 300\n",
         )

@@ -425,3 +425,68 @@ async fn ticket_ids_survive_a_server_crash() {
     drop(db);
     drop(server);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Durability settings (issue 8, finding 7)
+
+/// A server that does not flush every commit is refused, with the variable, its value and the
+/// my.cnf line to fix it; `accept_unsafe_durability = true` serves from it all the same. Guards
+/// the bug that the MySQL authority never looked: with `innodb_flush_log_at_trx_commit = 2`
+/// (or binary logging with `sync_binlog = 0`) a server crash can forget reservations already
+/// handed out, and ids would repeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_that_may_lose_commits_are_refused_unless_accepted() {
+    for (options, variable) in [
+        (
+            &["--innodb-flush-log-at-trx-commit=2"][..],
+            "innodb_flush_log_at_trx_commit = 2",
+        ),
+        (&["--log-bin", "--sync-binlog=0"][..], "sync_binlog = 0"),
+    ] {
+        let server = tokio::task::spawn_blocking(move || PrivateMariadb::start_with(1, 1, options))
+            .await
+            .unwrap();
+        let db = TempDatabase::on(&server);
+        for connect in [
+            MysqlAuthority::connect(config(db.url()))
+                .await
+                .map(drop)
+                .unwrap_err(),
+            MysqlTicketAuthority::connect(config(db.url()))
+                .await
+                .map(drop)
+                .unwrap_err(),
+        ] {
+            assert!(
+                matches!(connect, StoreError::InvalidSetup { .. }),
+                "{connect:?}"
+            );
+            let message = connect.to_string();
+            for needed in [variable, "my.cnf", "accept_unsafe_durability = true"] {
+                assert!(message.contains(needed), "{needed:?} not in: {message}");
+            }
+            assert!(!message.contains("mysql://"), "the URL leaked: {message}");
+        }
+        let mut accepting = config(db.url());
+        accepting.accept_unsafe_durability = true;
+        let a = MysqlAuthority::connect(accepting).await.unwrap();
+        let ns = name("unsafe");
+        a.ensure_namespace(&ns, SequenceSpec::default_64())
+            .await
+            .unwrap();
+        assert_eq!(a.reserve(&ns, 10).await.unwrap().block.start(), 1);
+        drop(db);
+        drop(server);
+    }
+}
+
+/// The private servers of these tests and the shared test server flush every commit, so every
+/// other test connects without `accept_unsafe_durability` (the kit starts mariadbd with binary
+/// logging off and InnoDB's default `innodb_flush_log_at_trx_commit = 1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_servers_pass_the_durability_check() {
+    let db = tokio::task::spawn_blocking(TempDatabase::new)
+        .await
+        .unwrap();
+    MysqlAuthority::connect(config(db.url())).await.unwrap();
+}

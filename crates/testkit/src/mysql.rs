@@ -158,6 +158,8 @@ pub struct PrivateMariadb {
     port: u16,
     increment: u32,
     offset: u32,
+    /// Further server options, given again on restart.
+    options: Vec<String>,
     dir: tempfile::TempDir,
 }
 
@@ -169,6 +171,14 @@ impl PrivateMariadb {
     /// the first server takes a few seconds, later ones well under one. Panics with the server's
     /// error log if it does not start.
     pub fn start(increment: u32, offset: u32) -> PrivateMariadb {
+        Self::start_with(increment, offset, &[])
+    }
+
+    /// [`PrivateMariadb::start`] with further `mariadbd` options, e.g.
+    /// `--innodb-flush-log-at-trx-commit=2` or `--log-bin` (they come after the kit's own, so
+    /// they override them), kept for [`PrivateMariadb::restart`].
+    pub fn start_with(increment: u32, offset: u32, options: &[&str]) -> PrivateMariadb {
+        let options: Vec<String> = options.iter().map(|o| (*o).to_owned()).collect();
         let template = template_dir();
         let dir = tempfile::Builder::new()
             .prefix("idmint-mariadb-")
@@ -181,7 +191,7 @@ impl PrivateMariadb {
         let mut last_error = String::new();
         for _ in 0..3 {
             let port = free_port();
-            let mut child = spawn_mariadbd(dir.path(), &data, port, increment, offset);
+            let mut child = spawn_mariadbd(dir.path(), &data, port, increment, offset, &options);
             match wait_until_ready(&mut child, port, dir.path()) {
                 Ok(()) => {
                     return PrivateMariadb {
@@ -189,6 +199,7 @@ impl PrivateMariadb {
                         port,
                         increment,
                         offset,
+                        options,
                         dir,
                     }
                 }
@@ -244,6 +255,7 @@ impl PrivateMariadb {
             self.port,
             self.increment,
             self.offset,
+            &self.options,
         );
         if let Err(e) = wait_until_ready(&mut child, self.port, self.dir.path()) {
             let _ = child.kill();
@@ -265,7 +277,14 @@ impl Drop for PrivateMariadb {
     }
 }
 
-fn spawn_mariadbd(dir: &Path, data: &Path, port: u16, increment: u32, offset: u32) -> Child {
+fn spawn_mariadbd(
+    dir: &Path,
+    data: &Path,
+    port: u16,
+    increment: u32,
+    offset: u32,
+    options: &[String],
+) -> Child {
     let mut cmd = Command::new(mariadbd());
     cmd.arg("--no-defaults")
         .arg(format!("--datadir={}", data.display()))
@@ -279,6 +298,7 @@ fn spawn_mariadbd(dir: &Path, data: &Path, port: u16, increment: u32, offset: u3
         .arg(format!("--auto-increment-increment={increment}"))
         .arg(format!("--auto-increment-offset={offset}"))
         .args(SMALL_INNODB)
+        .args(options)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());

@@ -131,6 +131,13 @@ impl Server {
         self.child.wait().unwrap();
     }
 
+    /// Sends SIGTERM and returns at once (a first signal, to be followed by another).
+    pub fn send_term(&self) {
+        let pid = self.child.id().to_string();
+        let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(killed.success());
+    }
+
     /// SIGTERM, then waits for the exit; returns the status, the rest of stdout and all of
     /// stderr, apart.
     pub fn terminate_apart(mut self) -> (ExitStatus, Vec<String>, String) {

@@ -20,6 +20,9 @@
 
 pub mod encode;
 pub mod error;
+pub mod listen;
+
+pub use listen::listen;
 
 use crate::error::IdError;
 use crate::metrics::ErrorLabels;
@@ -200,8 +203,9 @@ fn query_pairs(
     })
 }
 
-/// Parses `count` (default 1, 1..=max) from query pairs that may hold nothing else, once.
-fn parse_count(pairs: &[(String, String)], max: u64) -> Result<u64, IdError> {
+/// Parses `count` (default 1, 1..=max) from query pairs that may hold nothing else, once;
+/// `max_key` is the setting `max` comes from, named when a count is above it.
+fn parse_count(pairs: &[(String, String)], max: u64, max_key: &str) -> Result<u64, IdError> {
     let mut count = None;
     for (k, v) in pairs {
         match k.as_str() {
@@ -229,7 +233,7 @@ fn parse_count(pairs: &[(String, String)], max: u64) -> Result<u64, IdError> {
     }
     if n > max {
         return Err(IdError::InvalidCount(format!(
-            "count {n} is above this server's maximum of {max} (server.max_count)"
+            "count {n} is above this server's maximum of {max} ({max_key})"
         )));
     }
     Ok(n)
@@ -251,7 +255,11 @@ async fn get_ids(
 ) -> Response {
     let result = async {
         let name = path_params(path)?;
-        let count = parse_count(&query_pairs(query)?, node.config().max_count)?;
+        let count = parse_count(
+            &query_pairs(query)?,
+            node.config().max_count,
+            "server.max_count",
+        )?;
         let ns = node.namespace(&name).await?;
         let ids = ns.ids(count).await?;
         Ok::<_, IdError>((ns, ids))
@@ -274,7 +282,11 @@ async fn post_block(
 ) -> Response {
     let result = async {
         let name = path_params(path)?;
-        let count = parse_count(&query_pairs(query)?, node.config().max_count.max(1_000_000))?;
+        let count = parse_count(
+            &query_pairs(query)?,
+            node.config().max_block_request,
+            "server.max_block_request",
+        )?;
         node.namespace(&name).await?.block(count).await
     }
     .await;
@@ -441,11 +453,14 @@ mod tests {
 
     #[test]
     fn count_parsing() {
-        assert_eq!(parse_count(&[], 10), Ok(1));
-        assert_eq!(parse_count(&pairs(&[("count", "7")]), 10), Ok(7));
+        assert_eq!(parse_count(&[], 10, "server.max_count"), Ok(1));
+        assert_eq!(
+            parse_count(&pairs(&[("count", "7")]), 10, "server.max_count"),
+            Ok(7)
+        );
         for bad in ["0", "11", "-1", "abc", ""] {
             assert_eq!(
-                parse_count(&pairs(&[("count", bad)]), 10)
+                parse_count(&pairs(&[("count", bad)]), 10, "server.max_count")
                     .unwrap_err()
                     .code(),
                 ErrorCode::InvalidCount,
@@ -453,7 +468,9 @@ mod tests {
             );
         }
         assert_eq!(
-            parse_count(&pairs(&[("cnt", "1")]), 10).unwrap_err().code(),
+            parse_count(&pairs(&[("cnt", "1")]), 10, "server.max_count")
+                .unwrap_err()
+                .code(),
             ErrorCode::InvalidRequest
         );
     }
@@ -461,7 +478,12 @@ mod tests {
     /// Regression: `count=2&count=3` was accepted and gave 3 ids.
     #[test]
     fn a_repeated_count_is_refused() {
-        let e = parse_count(&pairs(&[("count", "2"), ("count", "3")]), 10).unwrap_err();
+        let e = parse_count(
+            &pairs(&[("count", "2"), ("count", "3")]),
+            10,
+            "server.max_count",
+        )
+        .unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidRequest);
         assert!(e.to_string().contains("count"), "{e}");
     }

@@ -92,7 +92,10 @@
 //!
 //! Every write is one autocommit InnoDB statement: when the server acknowledges it, it is
 //! committed, and durable across a server crash with `innodb_flush_log_at_trx_commit = 1` (the
-//! default; with binary logging also `sync_binlog = 1`). InnoDB's row lock on the namespace's
+//! default; with binary logging also `sync_binlog = 1`). Every new connection checks both
+//! (`conn`): a server that may lose acknowledged commits is [`StoreError::InvalidSetup`], with the
+//! variables, their values and the `my.cnf` lines to fix it, unless
+//! [`MysqlConfig::accept_unsafe_durability`] is set (then a warning is logged once). InnoDB's row lock on the namespace's
 //! row serialises concurrent reservations from any number of processes, so their blocks are
 //! disjoint. In ticket mode the single `REPLACE` row keeps `MAX(id)` at the last id issued, so
 //! even servers that rebuild the counter from `MAX(id) + 1` at restart (MySQL before 8.0,
