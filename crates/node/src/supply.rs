@@ -290,15 +290,21 @@ impl Supply {
         if let Ok(r) = &result {
             self.reserved_direct
                 .fetch_add(r.block.len(), Ordering::Relaxed);
-            self.admit(&r.block)?;
+            self.admit(&r.block, false)?;
         }
         result
     }
 
-    /// Passes `block` through the gate; a refused block stops the namespace for good (the
-    /// source cannot be trusted any more) and is burned, never served.
-    fn admit(&self, block: &Block) -> Result<(), StoreError> {
-        self.gate.admit(block).map_err(|e| {
+    /// Passes `block` through the gate (`ordered`: the refill task's blocks, one at a time;
+    /// else a request's, concurrent with others); a refused block stops the namespace for good
+    /// (the source cannot be trusted any more) and is burned, never served.
+    fn admit(&self, block: &Block, ordered: bool) -> Result<(), StoreError> {
+        let admitted = if ordered {
+            self.gate.admit(block)
+        } else {
+            self.gate.admit_concurrent(block)
+        };
+        admitted.map_err(|e| {
             tracing::error!(
                 namespace = %self.name,
                 block = %format_args!("[{}, {}) step {}", block.start(), block.end(), block.step()),
@@ -498,7 +504,7 @@ impl Supply {
             let result = self.source.reserve(&self.name, count).await;
             self.events.refilled(result.is_ok(), started.elapsed());
             match result {
-                Ok(r) if self.admit(&r.block).is_err() => {
+                Ok(r) if self.admit(&r.block, true).is_err() => {
                     self.with_buffer(|b| b.refill_failed());
                     self.outcome.send_replace(RefillOutcome { error: None });
                     return;

@@ -11,7 +11,10 @@
 //! - its first id is at or after the namespace's first id and its last id fits the width;
 //! - it starts at or above the end of every earlier block of its residue class from this source
 //!   (a watermark never goes down while the node runs: the only lowering is the hand-back at
-//!   shutdown, after which no block is asked for).
+//!   shutdown, after which no block is asked for). This order check applies to the blocks of
+//!   one refill task, which reserves one block at a time ([`BlockGate::admit`]); reservations
+//!   made concurrently by requests with the cache off may return in any order, so those get
+//!   the shape checks only ([`BlockGate::admit_concurrent`]).
 //!
 //! A block that fails is refused whole; the caller stops serving the namespace (a refused block
 //! means the source cannot be trusted any more) and logs why.
@@ -165,7 +168,14 @@ impl BlockGate {
         &self.space
     }
 
-    /// Admits `block` if it passes every check of the module docs, and remembers its end.
+    /// Admits a block reserved concurrently with others (cache off): the shape checks only,
+    /// since concurrent reservations may complete in any order.
+    pub fn admit_concurrent(&self, block: &Block) -> Result<(), BlockMismatch> {
+        self.space.check(block)
+    }
+
+    /// Admits `block` if it passes every check of the module docs, and remembers its end. For
+    /// blocks reserved one at a time (a refill task).
     pub fn admit(&self, block: &Block) -> Result<(), BlockMismatch> {
         self.space.check(block)?;
         let residue = block.start() % block.step();
