@@ -8,6 +8,7 @@
 //! goes away early, `| head`), 1 for an error (printed as `error:` and `caused by:` lines,
 //! never a backtrace), 2 for a usage error (clap's).
 
+mod admin;
 mod client;
 mod decode;
 mod output;
@@ -131,12 +132,41 @@ The first id that cannot be decoded stops the command (exit 1), naming its line.
         after_help = "Examples:\n  idmint sql postgres\n  idmint sql postgres --instagram --schema shard_5 --shard 5\n  idmint sql mysql\n  idmint sql mysql --tickets photos --servers 2"
     )]
     Sql(SqlCommand),
+    /// Operator actions on the authority itself (the node stopped).
+    #[command(subcommand)]
+    Admin(AdminCommand),
     /// Show a node's namespaces and their state as a table.
     #[command(after_help = "Example:\n  idmint status --server http://127.0.0.1:7878")]
     Status {
         /// Node URL; without a scheme, http:// (127.0.0.1:7878, localhost:7878).
         #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]
         server: ServerUrl,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Bring back a namespace refused as lost (a store that moved or lost data, a multi member
+    /// taken out of service): set it up with its watermark above ID, so no id at or below ID
+    /// is handed out again. Stop the node first; restart it after.
+    #[command(
+        after_help = "Examples:\n  idmint admin reseed orders --above 123456789 --config idmint.toml\n  idmint admin reseed orders --above 123456789 --config idmint.toml --member 2\n\nTake ID from your tables: the highest id of the namespace (with --member, of that\nmember's residue class) ever written. See docs/uniqueness.md."
+    )]
+    Reseed {
+        /// Namespace name.
+        namespace: String,
+        /// The highest id that must never be handed out again.
+        #[arg(long, value_name = "ID")]
+        above: u64,
+        /// The node's configuration file.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The node's data directory (its ledger; the file authority).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// With a multi authority: the member to re-seed, from 1 in config order.
+        #[arg(long, value_name = "N")]
+        member: Option<usize>,
     },
 }
 
@@ -295,6 +325,22 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
             decode::run(out, &decoder, id.as_deref(), json)
         }
         Command::Status { server } => status(out, server),
+        Command::Admin(AdminCommand::Reseed {
+            namespace,
+            above,
+            config,
+            data_dir,
+            member,
+        }) => {
+            let line = admin::reseed(admin::Reseed {
+                namespace,
+                above,
+                config,
+                data_dir,
+                member,
+            })?;
+            Ok(out.line(format_args!("{line}"))?)
+        }
         Command::Sql(command) => sql(out, command),
     }
 }

@@ -71,6 +71,29 @@ fn default_data_dir() -> Result<PathBuf> {
     }
 }
 
+/// The configuration file at `path`, or the defaults without one.
+pub(crate) fn load_config(path: Option<&std::path::Path>) -> Result<FileConfig> {
+    Ok(match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            FileConfig::parse(&text).with_context(|| format!("in {}", path.display()))?
+        }
+        None => FileConfig::parse("")?,
+    })
+}
+
+/// The data directory, absolute: `--data-dir`, else the file's `server.data_dir`, else the
+/// default.
+pub(crate) fn resolve_data_dir(flag: Option<PathBuf>, file: &FileConfig) -> Result<PathBuf> {
+    let dir = match flag.or(file.data_dir.clone()) {
+        Some(dir) => dir,
+        None => default_data_dir()?,
+    };
+    std::path::absolute(&dir)
+        .with_context(|| format!("resolving the data directory {}", dir.display()))
+}
+
 /// Refuses to start on an empty store when the configuration declares sequence namespaces and
 /// the ledger records none, unless `--init` says this is a new deployment: that is what a store
 /// that moved looks like (docs/uniqueness.md).
@@ -120,20 +143,8 @@ pub fn serve(
     init: bool,
 ) -> Result<()> {
     init_logs(log_format);
-    let file = match &config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            FileConfig::parse(&text).with_context(|| format!("in {}", path.display()))?
-        }
-        None => FileConfig::parse("")?,
-    };
-    let data_dir = match data_dir.or(file.data_dir.clone()) {
-        Some(dir) => dir,
-        None => default_data_dir()?,
-    };
-    let data_dir = std::path::absolute(&data_dir)
-        .with_context(|| format!("resolving the data directory {}", data_dir.display()))?;
+    let file = load_config(config.as_deref())?;
+    let data_dir = resolve_data_dir(data_dir, &file)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -1222,6 +1222,29 @@ fn a_store_that_moved_is_refused_not_started_fresh() {
         stderr.contains("lost") && stderr.contains("ledger"),
         "{stderr}"
     );
+
+    // The operator's way back: re-seed above the highest id handed out. Below what the ledger
+    // saw is refused; above it, the node starts and serves above it.
+    let reseed = |above: &str| {
+        let mut cmd = idmint();
+        cmd.current_dir(&a)
+            .env("HOME", &home)
+            .env_remove("XDG_DATA_HOME")
+            .args(["admin", "reseed", "orders", "--above", above, "--config"])
+            .arg(&declared);
+        run(&mut cmd)
+    };
+    let out = reseed("2");
+    assert!(!out.status.success(), "re-seeded below the ledger: {out:?}");
+    assert!(text(&out.stderr).contains("below what this node handed out"));
+    let out = reseed(&next[2].to_string());
+    assert!(out.status.success(), "{out:?}");
+    let server = Server::spawn(serve_in(&a, &["--config", declared.to_str().unwrap()]));
+    let after = ids(server.addr, "orders", 2);
+    assert!(
+        after[0] > next[2],
+        "re-seeded store repeated: {after:?} after {next:?}"
+    );
 }
 
 /// A first start on an empty store whose configuration declares namespaces needs `--init`.
@@ -1256,4 +1279,70 @@ fn a_new_deployment_with_declared_namespaces_needs_init() {
         .arg(&data);
     let server = Server::spawn(restart);
     assert!(ids(server.addr, "orders", 1)[0] > 2);
+}
+
+/// Issue 8, finding 1 end to end, with two file-store members of a multi authority: member 1's
+/// store is deleted while the node is down (a wiped server). The next node takes it out of
+/// service and serves only member 2's class; `idmint admin reseed --member 1` above the highest
+/// id brings it back, and no id ever repeats.
+#[test]
+fn a_lost_member_is_taken_out_then_reseeded_by_the_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (m1, m2) = (dir.path().join("m1"), dir.path().join("m2"));
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[defaults]\nstep = 2\n\n[authority]\nkind = \"multi\"\n\n[[authority.members]]\n\
+             kind = \"file\"\npath = \"{}\"\noffset = 1\n\n[[authority.members]]\nkind = \"file\"\n\
+             path = \"{}\"\noffset = 0\n\n[namespaces.orders]\nkind = \"sequence\"\ncache = \"off\"\n",
+            m1.display(),
+            m2.display()
+        ),
+    );
+    let seen = std::cell::RefCell::new(HashSet::new());
+    let take = |server: &Server, n: u64| -> Vec<u64> {
+        let got = ids(server.addr, "orders", n);
+        for id in &got {
+            assert!(seen.borrow_mut().insert(*id), "id {id} handed out twice");
+        }
+        got
+    };
+    let server = Server::start(dir.path(), &data, Some(&config));
+    for _ in 0..4 {
+        take(&server, 5);
+    }
+    let (status, _) = server.terminate();
+    assert!(status.success());
+
+    std::fs::remove_dir_all(&m1).unwrap();
+    let server = Server::start(dir.path(), &data, Some(&config));
+    for _ in 0..4 {
+        for id in take(&server, 5) {
+            assert_eq!(id % 2, 0, "the wiped member served {id}");
+        }
+    }
+    let (_, ready) = http(server.addr, "GET", "/readyz").unwrap();
+    assert!(ready["members"][0]["out_of_service"].is_string(), "{ready}");
+    let (status, _) = server.terminate();
+    assert!(status.success());
+
+    let highest = *seen.borrow().iter().max().unwrap();
+    let out = run(idmint()
+        .current_dir(dir.path())
+        .args(["admin", "reseed", "orders", "--member", "1", "--above"])
+        .arg(highest.to_string())
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(&data));
+    assert!(out.status.success(), "{out:?}");
+    let server = Server::start(dir.path(), &data, Some(&config));
+    let mut classes = HashSet::new();
+    for _ in 0..6 {
+        for id in take(&server, 5) {
+            classes.insert(id % 2);
+        }
+    }
+    assert_eq!(classes.len(), 2, "member 1 did not come back");
 }

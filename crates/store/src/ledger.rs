@@ -196,6 +196,46 @@ impl Ledger {
         self.write(text).await
     }
 
+    /// The watermark recorded for `name`, if the ledger knows it.
+    pub fn watermark(&self, name: &NamespaceName) -> Option<u64> {
+        self.recorded(name).map(|e| e.watermark)
+    }
+
+    /// The spec recorded for `name`, if the ledger knows it (and it is a valid spec).
+    pub fn spec(&self, name: &NamespaceName) -> Option<SequenceSpec> {
+        let e = self.recorded(name)?;
+        let width = match e.bits {
+            32 => idmint_core::Width::Bits32,
+            64 => idmint_core::Width::Bits64,
+            _ => return None,
+        };
+        SequenceSpec::new(width, e.first, e.step, e.offset).ok()
+    }
+
+    /// Records a namespace re-seeded by an operator on the configured authority: the entry now
+    /// names that authority and the store's new watermark (`state.watermark`, which the caller
+    /// checked is at least the recorded one). Written at once.
+    pub async fn adopt(&self, state: &NamespaceState) -> Result<(), StoreError> {
+        let text = {
+            let mut guard = self.lock();
+            guard.file.namespaces.insert(
+                state.name.as_str().to_owned(),
+                Entry {
+                    authority: self.authority.clone(),
+                    bits: state.spec.width().bits(),
+                    first: state.spec.first(),
+                    step: state.spec.step(),
+                    offset: state.spec.offset(),
+                    watermark: state.watermark,
+                },
+            );
+            guard.dirty = false;
+            guard.last_write = Some(Instant::now());
+            self.render(&guard.file)?
+        };
+        self.write(text).await
+    }
+
     /// Notes a watermark the store reported for a recorded namespace; writes if
     /// [`WRITE_INTERVAL`] has passed since the last write.
     async fn note(&self, name: &NamespaceName, watermark: u64) -> Result<(), StoreError> {
