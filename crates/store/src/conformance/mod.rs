@@ -40,8 +40,8 @@
 //! one, which exercises real concurrency.
 //!
 //! What it does not check: crashes of a server (each backend's tests kill private servers),
-//! performance, backend-specific SQL or records, or the multi authority (its members own other
-//! residue classes than the namespace's; `tests/multi.rs`).
+//! performance, or backend-specific SQL or records. Of the multi authority it checks only that a
+//! member that lost its data is taken out, per backend; the rest is in `tests/multi.rs`.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failure is a panic with a message
 
@@ -639,6 +639,55 @@ pub async fn a_ledger_refuses_a_store_that_lost_a_namespace(
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Two stores of the backend as the members of a multi authority (offsets 0 and 1, step 2);
+/// then member 2 is replaced by `replaced`, an empty store (a restored empty backup, a new
+/// server): the next multi authority takes it out of service, never creates the namespace on it,
+/// and serves member 1's class only, without repeating an id (issue 8, finding 1).
+pub async fn a_multi_member_that_lost_its_data_is_taken_out(
+    first: Arc<dyn Authority>,
+    second: Arc<dyn Authority>,
+    replaced: Arc<dyn Authority>,
+) {
+    use crate::MultiAuthority;
+    let kind = first.kind();
+    let name = unique_name("lost_member");
+    let spec = SequenceSpec::new(Width::Bits64, 1, 2, 0).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    let before = MultiAuthority::new(vec![(first.clone(), 0), (second, 1)]).unwrap();
+    ensure(&before, &name, spec).await;
+    for _ in 0..6 {
+        let r = reserve(&before, &name, 7).await;
+        assert!(
+            r.block.ids().all(|id| seen.insert(id)),
+            "[{kind}] {r:?} repeated"
+        );
+    }
+    let after = MultiAuthority::new(vec![(first, 0), (replaced.clone(), 1)]).unwrap();
+    ensure(&after, &name, spec).await;
+    for _ in 0..6 {
+        let r = reserve(&after, &name, 7).await;
+        assert_eq!(
+            r.block.start() % 2,
+            0,
+            "[{kind}] the replaced member served {r:?}"
+        );
+        assert!(
+            r.block.ids().all(|id| seen.insert(id)),
+            "[{kind}] {r:?} repeated"
+        );
+    }
+    let members = after.members();
+    assert!(
+        members[1].out_of_service.is_some() && members[0].out_of_service.is_none(),
+        "[{kind}] {members:?}"
+    );
+    assert_eq!(
+        replaced.state(&name).await.unwrap(),
+        None,
+        "[{kind}] the namespace was created on the replaced member"
+    );
+}
+
 /// Runs every check. `open` returns the authority under test; it is called several times, and
 /// each call after the first must see what the previous ones wrote (for a file store: open the
 /// same directory; for a memory store: return the same authority). Authorities it returned are
@@ -746,6 +795,19 @@ pub mod cases {
         .await;
     }
 
+    /// [`super::a_multi_member_that_lost_its_data_is_taken_out`] on three independent stores.
+    pub async fn a_multi_member_that_lost_its_data_is_taken_out<B: Backend>() {
+        let first = B::create().await;
+        let second = first.independent().await;
+        let replaced = first.independent().await;
+        super::a_multi_member_that_lost_its_data_is_taken_out(
+            first.open().await,
+            second.open().await,
+            replaced.open().await,
+        )
+        .await;
+    }
+
     /// [`super::list_is_sorted`].
     pub async fn list_is_sorted<B: Backend>() {
         let storage = B::create().await;
@@ -798,6 +860,7 @@ macro_rules! conformance_tests {
             unknown_namespace_and_bad_count_are_errors,
             list_is_sorted,
             a_ledger_refuses_a_store_that_lost_a_namespace,
+            a_multi_member_that_lost_its_data_is_taken_out,
             $($more,)*
         ]);
     };
