@@ -24,6 +24,7 @@ pub mod http;
 pub mod metrics;
 pub mod namespace;
 pub mod registry;
+pub mod resp;
 pub mod supply;
 pub mod time;
 
