@@ -151,6 +151,7 @@ async fn connection(
             // Answer every complete request read so far, in order.
             let mut next = Next::Go;
             while let Next::Go = next {
+                skip_empty_lines(&mut input);
                 match redis_protocol::resp2::decode::decode_bytes_mut(&mut input) {
                     Ok(Some((frame, _, _))) => {
                         next = request(&shared, &mut client, frame, &mut output).await;
@@ -201,6 +202,22 @@ async fn connection(
         tracing::debug!(error = %e, client = client.id, "RESP connection ended with an error");
     }
     shared.clients.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Drops the empty lines at the front of `input`: Redis reads one as an empty inline command
+/// and ignores it, and `redis-cli --pipe` sends one before its closing `ECHO`.
+fn skip_empty_lines(input: &mut BytesMut) {
+    let blank = input
+        .iter()
+        .take_while(|b| **b == b'\r' || **b == b'\n')
+        .count();
+    // A lone trailing CR may be the start of a CRLF still in flight: keep it for the next read.
+    let blank = if blank == input.len() && input.last() == Some(&b'\r') {
+        blank - 1
+    } else {
+        blank
+    };
+    let _ = input.split_to(blank);
 }
 
 /// Resolves once shutdown began (or `serve` is gone).
@@ -310,11 +327,21 @@ async fn run(shared: &Shared, client: &mut Client, command: Command) -> Reply {
             }
             .await
         }
-        Command::Decode(name, id) => node
-            .read_namespace(&name)
-            .await
-            .and_then(|ns| ns.decode(&id))
-            .map(|d| reply::decoded(&d)),
+        Command::Decode(name, id) => match node.read_namespace(&name).await {
+            Ok(ns) => ns.decode(&id).map(|d| reply::decoded(&d)),
+            // The domain's message is about auto_create, which does not matter to a read.
+            Err(e @ IdError::UnknownNamespace(_)) if node.config().auto_create => {
+                count_error(node, &e);
+                return Reply::error(
+                    error::code_of(&e),
+                    &format!(
+                        "namespace {name:?} does not exist; reads do not create namespaces \
+                         (INCR {name} does)"
+                    ),
+                );
+            }
+            Err(e) => Err(e),
+        },
     };
     answer.unwrap_or_else(|e| {
         count_error(node, &e);
@@ -340,7 +367,12 @@ const INCRBY_ATTEMPTS: u32 = 4;
 /// step 1 only, from one block of exactly `n` ids ([`Namespace::block`]); a shorter block (the
 /// rest of the node's current block) is skipped (its ids are never handed out) and another
 /// taken, a few times at most.
+///
+/// `INCRBY ns 1` is `INCR ns` for every kind: clients send it for their `incr` (redis-py does).
 async fn incr_by(node: &Node, name: &str, count: u64) -> Result<Reply, IdError> {
+    if count == 1 {
+        return incr(node, name).await;
+    }
     let ns = node.namespace(name).await?;
     match &*ns {
         Namespace::Sequence(s) if s.spec().step() == 1 => {}
