@@ -5,7 +5,8 @@
 //! low-water mark so that in steady state no request waits on the authority; snowflake, UUIDv7
 //! and ULID namespaces generate ids locally. The domain ([`namespace::Namespace`]: ids, blocks,
 //! `info()`, `decode()`) is protocol-free; [`http::router`] is the HTTP/JSON front-end over it,
-//! answering with [`idmint_api`] types; [`serve`] (and [`run`], which starts the node first) ties
+//! answering with [`idmint_api`] types; [`resp::serve`] is the RESP (Redis protocol) front-end,
+//! a sibling of it over the same domain; [`serve`] (and [`run`], which starts the node first) ties
 //! it together with graceful shutdown.
 //!
 //! Invariants (docs/design.md, 1-3 and 6): an id is handed out only from a block the authority returned
