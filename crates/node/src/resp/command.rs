@@ -447,5 +447,15 @@ mod tests {
             Err(Refusal::Invalid(IdError::InvalidRequest(_)))
         ));
         assert_eq!(parse(&[], 1, 1), Err(Refusal::NotACommand));
+        // Longer than any command name, or not UTF-8: unknown, quoted as sent.
+        for name in ["IDMINT.NEXT.AND.MORE.THAN.16", "\u{e9}t\u{e9}", ""] {
+            assert_eq!(
+                p(&[name]),
+                Err(Refusal::Unknown {
+                    name: name.into(),
+                    args: vec![]
+                })
+            );
+        }
     }
 }

@@ -124,6 +124,29 @@ struct Client {
     id: u64,
     protocol: Protocol,
     name: Option<Bytes>,
+    /// The namespaces this connection asked for ids most recently, newest last (at most
+    /// [`NAMESPACE_CACHE`]): a node never removes a namespace it serves, so the `Arc` stays the
+    /// one [`Node::namespace`] would return, and the hot path skips the name check, the hash
+    /// and the map's lock.
+    namespaces: Vec<Arc<Namespace>>,
+}
+
+/// How many namespaces a connection remembers.
+const NAMESPACE_CACHE: usize = 8;
+
+impl Client {
+    /// [`Node::namespace`], through this connection's cache.
+    async fn namespace(&mut self, node: &Node, name: &str) -> Result<Arc<Namespace>, IdError> {
+        if let Some(ns) = self.namespaces.iter().find(|ns| ns.name().as_str() == name) {
+            return Ok(ns.clone());
+        }
+        let ns = node.namespace(name).await?;
+        if self.namespaces.len() == NAMESPACE_CACHE {
+            self.namespaces.remove(0);
+        }
+        self.namespaces.push(ns.clone());
+        Ok(ns)
+    }
 }
 
 /// What a connection does after a command.
@@ -143,6 +166,7 @@ async fn connection(
         id: shared.next_client_id.fetch_add(1, Ordering::Relaxed),
         protocol: Protocol::Resp2,
         name: None,
+        namespaces: Vec::new(),
     };
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut output = BytesMut::with_capacity(READ_CHUNK);
@@ -155,7 +179,8 @@ async fn connection(
                 match redis_protocol::resp2::decode::decode_bytes_mut(&mut input) {
                     Ok(Some((frame, _, _))) => {
                         next = request(&shared, &mut client, frame, &mut output).await;
-                        if *stopped.borrow() {
+                        // Shutdown began (or serve is gone): no further command starts.
+                        if !matches!(stopped.has_changed(), Ok(false)) {
                             next = Next::Close;
                         }
                     }
@@ -311,18 +336,18 @@ async fn run(shared: &Shared, client: &mut Client, command: Command) -> Reply {
         Command::ClientSetInfo | Command::Select => Ok(Reply::OK),
         Command::Command | Command::ConfigGet => Ok(Reply::Array(Vec::new())),
         Command::Info => Ok(Reply::text(info(shared))),
-        Command::Incr(name) => incr(node, &name).await,
-        Command::IncrBy(name, count) => incr_by(node, &name, count).await,
+        Command::Incr(name) => incr(node, client, &name).await,
+        Command::IncrBy(name, count) => incr_by(node, client, &name, count).await,
         Command::Next(name, count) => {
             async {
-                let ids = node.namespace(&name).await?.ids(count).await?;
+                let ids = client.namespace(node, &name).await?.ids(count).await?;
                 Ok(reply::ids(&ids))
             }
             .await
         }
         Command::Block(name, count) => {
             async {
-                let block = node.namespace(&name).await?.block(count).await?;
+                let block = client.namespace(node, &name).await?.block(count).await?;
                 Ok(reply::block(&block))
             }
             .await
@@ -350,8 +375,8 @@ async fn run(shared: &Shared, client: &mut Client, command: Command) -> Reply {
 }
 
 /// `INCR`: one id.
-async fn incr(node: &Node, name: &str) -> Result<Reply, IdError> {
-    let ns = node.namespace(name).await?;
+async fn incr(node: &Node, client: &mut Client, name: &str) -> Result<Reply, IdError> {
+    let ns = client.namespace(node, name).await?;
     let ids = ns.ids(1).await?;
     reply::one_id(&ids).ok_or_else(|| IdError::Exhausted {
         name: name.to_owned(),
@@ -369,11 +394,16 @@ const INCRBY_ATTEMPTS: u32 = 4;
 /// taken, a few times at most.
 ///
 /// `INCRBY ns 1` is `INCR ns` for every kind: clients send it for their `incr` (redis-py does).
-async fn incr_by(node: &Node, name: &str, count: u64) -> Result<Reply, IdError> {
+async fn incr_by(
+    node: &Node,
+    client: &mut Client,
+    name: &str,
+    count: u64,
+) -> Result<Reply, IdError> {
     if count == 1 {
-        return incr(node, name).await;
+        return incr(node, client, name).await;
     }
-    let ns = node.namespace(name).await?;
+    let ns = client.namespace(node, name).await?;
     match &*ns {
         Namespace::Sequence(s) if s.spec().step() == 1 => {}
         Namespace::Sequence(s) => {
