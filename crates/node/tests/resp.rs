@@ -364,6 +364,21 @@ async fn pipelined_answers_come_in_order() {
         "the --pipe run's ids came first: {}",
         ids[0]
     );
+
+    // Answers far larger than the output buffer (300 x 1000 ids, about 3.5 MB) are written as
+    // they are produced, still in order.
+    let mut input = Vec::new();
+    for _ in 0..300 {
+        input.extend(request(&["IDMINT.NEXT", "orders", "1000"]));
+    }
+    let (replies, _) = node.raw(&input, 300).await;
+    let mut big = Vec::new();
+    for r in &replies {
+        let Frame::Array(a) = r else { panic!("{r:?}") };
+        assert_eq!(a.len(), 1000);
+        big.extend(a.iter().map(int));
+    }
+    assert!(big[0] > ids[1999] && big.windows(2).all(|w| w[0] < w[1]));
     node.stop().await;
 }
 

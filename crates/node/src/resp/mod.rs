@@ -14,8 +14,10 @@
 //!   Pipelined requests are read in batches; the replies of every complete request in the read
 //!   buffer are written in one write, when the buffer holds no further complete request.
 //! - Nothing a client sends makes the server panic or allocate without bound: a request (one
-//!   frame) may be at most [`MAX_REQUEST_BYTES`]; a longer or malformed frame answers
-//!   `-ERR Protocol error: ...` and the connection is closed (the stream cannot be resynchronised).
+//!   frame) may be at most [`MAX_REQUEST_BYTES`], and a longer or malformed frame answers
+//!   `-ERR Protocol error: ...` and the connection is closed (the stream cannot be
+//!   resynchronised); answers waiting to be written are written (waiting for the client to
+//!   read them) once they pass 256 KiB, even with more requests in the buffer.
 //!   An unknown command, a wrong arity, a bad argument or a domain error answers an error line
 //!   and the connection goes on.
 //! - Only `INCR`, `INCRBY`, `IDMINT.NEXT` and `IDMINT.BLOCK` may create a namespace or reserve
@@ -50,6 +52,10 @@ use tokio::task::JoinSet;
 /// The largest request (one RESP frame) a connection accepts, in bytes. Nothing legitimate comes
 /// near: names are at most 128 bytes, ids at most 40.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// Answers held before they are written even though more requests are waiting: bounds a
+/// connection's memory when a client pipelines requests with large answers.
+const MAX_PENDING_OUTPUT: usize = 256 * 1024;
 
 /// How much a connection reads at a time.
 const READ_CHUNK: usize = 16 * 1024;
@@ -182,6 +188,12 @@ async fn connection(
                         // Shutdown began (or serve is gone): no further command starts.
                         if !matches!(stopped.has_changed(), Ok(false)) {
                             next = Next::Close;
+                        }
+                        // A client pipelining big answers without reading them waits here
+                        // (TCP back-pressure) instead of growing the buffer.
+                        if output.len() >= MAX_PENDING_OUTPUT {
+                            stream.write_all(&output).await?;
+                            output.clear();
                         }
                     }
                     Ok(None) => break,
