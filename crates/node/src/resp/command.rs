@@ -16,9 +16,9 @@ use super::reply::Reply;
 use crate::error::IdError;
 use bytes::Bytes;
 
-/// A request idmint answers.
+/// A request idmint answers; names and ids borrow from the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
+pub enum Command<'a> {
     /// `PING [message]`.
     Ping(Option<Bytes>),
     /// `ECHO message`.
@@ -50,15 +50,15 @@ pub enum Command {
     /// answers an unknown parameter); `redis-benchmark` asks at start-up.
     ConfigGet,
     /// `INCR ns`: the next id.
-    Incr(String),
+    Incr(&'a str),
     /// `INCRBY ns n` / `IDMINT.INCRBY`: `n` consecutive ids, answered as the last.
-    IncrBy(String, u64),
+    IncrBy(&'a str, u64),
     /// `IDMINT.NEXT ns [count]`: `count` ids (default 1), as an array.
-    Next(String, u64),
+    Next(&'a str, u64),
     /// `IDMINT.BLOCK ns count`: one contiguous block of up to `count` ids.
-    Block(String, u64),
+    Block(&'a str, u64),
     /// `IDMINT.DECODE ns id`.
-    Decode(String, String),
+    Decode(&'a str, &'a str),
 }
 
 /// Why a request gets an error instead of an answer. [`Refusal::reply`] is the line.
@@ -182,7 +182,11 @@ const KEY_COMMANDS: &[&str] = &[
 
 /// Reads `args` (the request's bulk strings, the command name first). `max_count` bounds the
 /// counts of `INCRBY` and `IDMINT.NEXT`; `max_block` that of `IDMINT.BLOCK`.
-pub fn parse(args: &[Bytes], max_count: u64, max_block: u64) -> Result<Command, Refusal> {
+pub fn parse<'a>(
+    args: &[&'a [u8]],
+    max_count: u64,
+    max_block: u64,
+) -> Result<Command<'a>, Refusal> {
     let Some((name, rest)) = args.split_first() else {
         return Err(Refusal::NotACommand);
     };
@@ -197,11 +201,13 @@ pub fn parse(args: &[Bytes], max_count: u64, max_block: u64) -> Result<Command, 
     match upper.as_str() {
         "PING" => {
             arity(rest.len() <= 1)?;
-            Ok(Command::Ping(rest.first().cloned()))
+            Ok(Command::Ping(
+                rest.first().map(|m| Bytes::copy_from_slice(m)),
+            ))
         }
         "ECHO" => {
             arity(rest.len() == 1)?;
-            Ok(Command::Echo(rest[0].clone()))
+            Ok(Command::Echo(Bytes::copy_from_slice(rest[0])))
         }
         "QUIT" => Ok(Command::Quit),
         "HELLO" => hello(rest),
@@ -210,7 +216,7 @@ pub fn parse(args: &[Bytes], max_count: u64, max_block: u64) -> Result<Command, 
         "INFO" => Ok(Command::Info),
         "SELECT" => {
             arity(rest.len() == 1)?;
-            if rest[0].as_ref() == b"0" {
+            if rest[0] == b"0" {
                 Ok(Command::Select)
             } else {
                 Err(Refusal::Syntax("DB index is out of range".into()))
@@ -228,13 +234,13 @@ pub fn parse(args: &[Bytes], max_count: u64, max_block: u64) -> Result<Command, 
         },
         "INCR" => {
             arity(rest.len() == 1)?;
-            Ok(Command::Incr(namespace(&rest[0])?))
+            Ok(Command::Incr(namespace(rest[0])?))
         }
         "INCRBY" | "IDMINT.INCRBY" => {
             arity(rest.len() == 2)?;
             Ok(Command::IncrBy(
-                namespace(&rest[0])?,
-                count(&rest[1], max_count, "server.max_count")?,
+                namespace(rest[0])?,
+                count(rest[1], max_count, "server.max_count")?,
             ))
         }
         "IDMINT.NEXT" => {
@@ -243,20 +249,20 @@ pub fn parse(args: &[Bytes], max_count: u64, max_block: u64) -> Result<Command, 
                 Some(c) => count(c, max_count, "server.max_count")?,
                 None => 1,
             };
-            Ok(Command::Next(namespace(&rest[0])?, n))
+            Ok(Command::Next(namespace(rest[0])?, n))
         }
         "IDMINT.BLOCK" => {
             arity(rest.len() == 2)?;
             Ok(Command::Block(
-                namespace(&rest[0])?,
-                count(&rest[1], max_block, "the block limit")?,
+                namespace(rest[0])?,
+                count(rest[1], max_block, "the block limit")?,
             ))
         }
         "IDMINT.DECODE" => {
             arity(rest.len() == 2)?;
-            let id = std::str::from_utf8(&rest[1])
+            let id = std::str::from_utf8(rest[1])
                 .map_err(|_| Refusal::Invalid(IdError::InvalidId("the id is not UTF-8".into())))?;
-            Ok(Command::Decode(namespace(&rest[0])?, id.to_owned()))
+            Ok(Command::Decode(namespace(rest[0])?, id))
         }
         other if KEY_COMMANDS.contains(&other) => Err(Refusal::Keys(other.to_owned())),
         _ => Err(Refusal::Unknown {
@@ -271,8 +277,8 @@ fn quote(arg: &[u8]) -> String {
     String::from_utf8_lossy(arg).chars().take(128).collect()
 }
 
-fn namespace(arg: &Bytes) -> Result<String, Refusal> {
-    std::str::from_utf8(arg).map(str::to_owned).map_err(|_| {
+fn namespace(arg: &[u8]) -> Result<&str, Refusal> {
+    std::str::from_utf8(arg).map_err(|_| {
         Refusal::Invalid(IdError::InvalidRequest(
             "invalid namespace name: it is not UTF-8".into(),
         ))
@@ -300,14 +306,14 @@ fn count(arg: &[u8], max: u64, limit: &str) -> Result<u64, Refusal> {
     Ok(n)
 }
 
-fn hello(rest: &[Bytes]) -> Result<Command, Refusal> {
+fn hello<'a>(rest: &[&[u8]]) -> Result<Command<'a>, Refusal> {
     let Some((version, options)) = rest.split_first() else {
         return Ok(Command::Hello {
             protocol: None,
             name: None,
         });
     };
-    let protocol = match version.as_ref() {
+    let protocol = match *version {
         b"2" => 2,
         b"3" => 3,
         _ => return Err(Refusal::NoProto),
@@ -318,7 +324,7 @@ fn hello(rest: &[Bytes]) -> Result<Command, Refusal> {
         let option = options[i].to_ascii_uppercase();
         match option.as_slice() {
             b"SETNAME" if i + 1 < options.len() => {
-                name = Some(options[i + 1].clone());
+                name = Some(Bytes::copy_from_slice(options[i + 1]));
                 i += 2;
             }
             b"AUTH" if i + 2 < options.len() => {
@@ -329,7 +335,7 @@ fn hello(rest: &[Bytes]) -> Result<Command, Refusal> {
             _ => {
                 return Err(Refusal::Syntax(format!(
                     "syntax error in HELLO option '{}'",
-                    quote(&options[i])
+                    quote(options[i])
                 )))
             }
         }
@@ -340,7 +346,7 @@ fn hello(rest: &[Bytes]) -> Result<Command, Refusal> {
     })
 }
 
-fn client(rest: &[Bytes]) -> Result<Command, Refusal> {
+fn client<'a>(rest: &[&[u8]]) -> Result<Command<'a>, Refusal> {
     let Some((sub, args)) = rest.split_first() else {
         return Err(Refusal::Arity("client".into()));
     };
@@ -363,7 +369,7 @@ fn client(rest: &[Bytes]) -> Result<Command, Refusal> {
                     "Client names cannot contain spaces, newlines or special characters.".into(),
                 ));
             }
-            Ok(Command::ClientSetName(args[0].clone()))
+            Ok(Command::ClientSetName(Bytes::copy_from_slice(args[0])))
         }
         "GETNAME" => {
             arity(args.is_empty())?;
@@ -388,24 +394,21 @@ fn client(rest: &[Bytes]) -> Result<Command, Refusal> {
 mod tests {
     use super::*;
 
-    fn p(words: &[&str]) -> Result<Command, Refusal> {
-        let args: Vec<Bytes> = words
-            .iter()
-            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
-            .collect();
+    fn p<'a>(words: &[&'a str]) -> Result<Command<'a>, Refusal> {
+        let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
         parse(&args, 100, 1000)
     }
 
     #[test]
     fn commands_parse_case_insensitively() {
-        assert_eq!(p(&["incr", "orders"]), Ok(Command::Incr("orders".into())));
+        assert_eq!(p(&["incr", "orders"]), Ok(Command::Incr("orders")));
         assert_eq!(
             p(&["IdMint.Next", "orders", "5"]),
-            Ok(Command::Next("orders".into(), 5))
+            Ok(Command::Next("orders", 5))
         );
         assert_eq!(
             p(&["IDMINT.NEXT", "orders"]),
-            Ok(Command::Next("orders".into(), 1))
+            Ok(Command::Next("orders", 1))
         );
         assert_eq!(
             p(&["HELLO", "3", "setname", "me"]),
@@ -439,9 +442,9 @@ mod tests {
         }
         assert_eq!(
             p(&["IDMINT.BLOCK", "a", "1000"]),
-            Ok(Command::Block("a".into(), 1000))
+            Ok(Command::Block("a", 1000))
         );
-        let not_utf8 = [Bytes::from_static(b"INCR"), Bytes::from_static(b"\xff")];
+        let not_utf8: [&[u8]; 2] = [b"INCR", b"\xff"];
         assert!(matches!(
             parse(&not_utf8, 1, 1),
             Err(Refusal::Invalid(IdError::InvalidRequest(_)))

@@ -36,9 +36,10 @@ use crate::error::IdError;
 use crate::metrics::ErrorLabels;
 use crate::namespace::Namespace;
 use crate::registry::Node;
+use bytes::Buf;
 use bytes::{Bytes, BytesMut};
 use command::{Command, Refusal};
-use redis_protocol::resp2::types::BytesFrame as Frame2;
+use redis_protocol::resp2::types::RangeFrame;
 use reply::{Protocol, Reply};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -182,9 +183,12 @@ async fn connection(
             let mut next = Next::Go;
             while let Next::Go = next {
                 skip_empty_lines(&mut input);
-                match redis_protocol::resp2::decode::decode_bytes_mut(&mut input) {
-                    Ok(Some((frame, _, _))) => {
-                        next = request(&shared, &mut client, frame, &mut output).await;
+                // Decoded in place: the arguments are slices of the read buffer, which moves on
+                // once the request is answered.
+                match redis_protocol::resp2::decode::decode_range(&input) {
+                    Ok(Some((frame, used))) => {
+                        next = request(&shared, &mut client, &input, &frame, &mut output).await;
+                        input.advance(used);
                         // Shutdown began (or serve is gone): no further command starts.
                         if !matches!(stopped.has_changed(), Ok(false)) {
                             next = Next::Close;
@@ -271,34 +275,48 @@ fn protocol_error(output: &mut BytesMut, protocol: Protocol, why: &str) {
 }
 
 /// Runs one request frame and appends its answer to `output`.
+/// Runs one request frame, whose ranges index `buf`, and appends its answer to `output`.
 async fn request(
     shared: &Shared,
     client: &mut Client,
-    frame: Frame2,
+    buf: &[u8],
+    frame: &RangeFrame,
     output: &mut BytesMut,
 ) -> Next {
-    let args = match frame {
-        Frame2::Array(items) => {
-            let mut args = Vec::with_capacity(items.len());
-            for item in items {
-                match item {
-                    Frame2::BulkString(b) | Frame2::SimpleString(b) => args.push(b),
-                    _ => {
-                        reply::encode(Refusal::NotACommand.reply(), client.protocol, output);
-                        return Next::Go;
-                    }
-                }
+    // The arguments as slices of `buf`: on the stack for the usual few, no allocation.
+    const ON_STACK: usize = 8;
+    let mut few: [&[u8]; ON_STACK] = [&[]; ON_STACK];
+    let many: Vec<&[u8]>;
+    let items = match frame {
+        RangeFrame::Array(items) => items.as_slice(),
+        _ => &[],
+    };
+    let slice = |item: &RangeFrame| match item {
+        RangeFrame::BulkString((start, end)) | RangeFrame::SimpleString((start, end)) => {
+            buf.get(*start..*end)
+        }
+        _ => None,
+    };
+    let args: Option<&[&[u8]]> = if items.len() <= ON_STACK {
+        let mut ok = !items.is_empty();
+        for (slot, item) in few.iter_mut().zip(items) {
+            match slice(item) {
+                Some(arg) => *slot = arg,
+                None => ok = false,
             }
-            args
         }
-        _ => {
-            reply::encode(Refusal::NotACommand.reply(), client.protocol, output);
-            return Next::Go;
-        }
+        ok.then_some(&few[..items.len()])
+    } else {
+        many = items.iter().map_while(slice).collect();
+        (many.len() == items.len()).then_some(many.as_slice())
+    };
+    let Some(args) = args else {
+        reply::encode(Refusal::NotACommand.reply(), client.protocol, output);
+        return Next::Go;
     };
     let node = &shared.node;
     let max_count = node.config().max_count;
-    let (answer, next) = match command::parse(&args, max_count, max_count.max(1_000_000)) {
+    let (answer, next) = match command::parse(args, max_count, max_count.max(1_000_000)) {
         Ok(Command::Quit) => (Reply::OK, Next::Close),
         Ok(command) => (run(shared, client, command).await, Next::Go),
         Err(refusal) => {
@@ -322,7 +340,7 @@ fn count_error(node: &Node, e: &IdError) {
 }
 
 /// Runs a parsed command.
-async fn run(shared: &Shared, client: &mut Client, command: Command) -> Reply {
+async fn run(shared: &Shared, client: &mut Client, command: Command<'_>) -> Reply {
     let node = &shared.node;
     let answer = match command {
         Command::Ping(None) => Ok(Reply::Simple("PONG")),
@@ -348,24 +366,24 @@ async fn run(shared: &Shared, client: &mut Client, command: Command) -> Reply {
         Command::ClientSetInfo | Command::Select => Ok(Reply::OK),
         Command::Command | Command::ConfigGet => Ok(Reply::Array(Vec::new())),
         Command::Info => Ok(Reply::text(info(shared))),
-        Command::Incr(name) => incr(node, client, &name).await,
-        Command::IncrBy(name, count) => incr_by(node, client, &name, count).await,
+        Command::Incr(name) => incr(node, client, name).await,
+        Command::IncrBy(name, count) => incr_by(node, client, name, count).await,
         Command::Next(name, count) => {
             async {
-                let ids = client.namespace(node, &name).await?.ids(count).await?;
+                let ids = client.namespace(node, name).await?.ids(count).await?;
                 Ok(reply::ids(&ids))
             }
             .await
         }
         Command::Block(name, count) => {
             async {
-                let block = client.namespace(node, &name).await?.block(count).await?;
+                let block = client.namespace(node, name).await?.block(count).await?;
                 Ok(reply::block(&block))
             }
             .await
         }
-        Command::Decode(name, id) => match node.read_namespace(&name).await {
-            Ok(ns) => ns.decode(&id).map(|d| reply::decoded(&d)),
+        Command::Decode(name, id) => match node.read_namespace(name).await {
+            Ok(ns) => ns.decode(id).map(|d| reply::decoded(&d)),
             // The domain's message is about auto_create, which does not matter to a read.
             Err(e @ IdError::UnknownNamespace(_)) if node.config().auto_create => {
                 count_error(node, &e);
