@@ -190,7 +190,17 @@ pub fn parse<'a>(
     let Some((name, rest)) = args.split_first() else {
         return Err(Refusal::NotACommand);
     };
-    let upper = String::from_utf8_lossy(name).to_ascii_uppercase();
+    // Command names are short ASCII: upper-cased on the stack, no allocation per request.
+    // Longer or non-UTF-8 names match nothing and are answered as unknown.
+    let mut buf = [0u8; 16];
+    let upper = match buf.get_mut(..name.len()) {
+        Some(slot) => {
+            slot.copy_from_slice(name);
+            slot.make_ascii_uppercase();
+            std::str::from_utf8(slot).unwrap_or("")
+        }
+        None => "",
+    };
     let arity = |ok: bool| -> Result<(), Refusal> {
         if ok {
             Ok(())
@@ -198,7 +208,7 @@ pub fn parse<'a>(
             Err(Refusal::Arity(upper.to_ascii_lowercase()))
         }
     };
-    match upper.as_str() {
+    match upper {
         "PING" => {
             arity(rest.len() <= 1)?;
             Ok(Command::Ping(

@@ -258,7 +258,9 @@ fn skip_empty_lines(input: &mut BytesMut) {
     } else {
         blank
     };
-    let _ = input.split_to(blank);
+    if blank > 0 {
+        input.advance(blank);
+    }
 }
 
 /// Resolves once shutdown began (or `serve` is gone).
