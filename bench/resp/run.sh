@@ -18,7 +18,7 @@
 #   REQUESTS is -n without pipelining, PIPELINED_REQUESTS with: redis-benchmark times a run in
 #   whole milliseconds, so runs must last seconds (-n 200000 -P 16 takes a quarter of a second
 #   and quantises requests/s). Each server is measured ROUNDS times, the servers taking turns;
-#   the summary shows the median round (by requests/s) of each.
+#   the summary shows the median of each figure (req/s, p50, p99) over the rounds.
 #   redis-benchmark prints "WARNING: Could not fetch server CONFIG" for idmint, whose CONFIG GET
 #   answers nothing; it only means the header lacks Redis's save/appendonly settings.
 #   Before each measurement the script waits up to QUIET_WAIT s for other processes to leave
@@ -154,11 +154,12 @@ for pipe in $PIPELINES; do
         measure redis-fsync "$REDIS_FSYNC_PORT" "$pipe"
     done
     for name in idmint redis redis-fsync; do
-        # The median round by requests/s.
-        read -r rps p50 p99 < <(sort -n "$WORK/$name-$pipe.txt" | sed -n "$(((ROUNDS + 1) / 2))p")
-        RPS[$name/$pipe]=$rps
-        P50[$name/$pipe]=$p50
-        P99[$name/$pipe]=$p99
+        # The median of each figure over the rounds, taken separately.
+        median() { awk -v c="$1" '{print $c}' "$WORK/$name-$pipe.txt" | sort -g | sed -n "$(((ROUNDS + 1) / 2))p"; }
+        RPS[$name/$pipe]=$(median 1)
+        P50[$name/$pipe]=$(median 2)
+        P99[$name/$pipe]=$(median 3)
+        echo "$name -P $pipe rounds (req/s p50 p99): $(tr '\n' ';' <"$WORK/$name-$pipe.txt")"
     done
 done
 
@@ -175,7 +176,7 @@ else
 fi
 echo "   $DURABLE"
 
-say "summary (redis-benchmark INCR $NS, $CONNS connections, $THREADS client threads, -n $REQUESTS (-P 1) / $PIPELINED_REQUESTS (-P 16); median of $ROUNDS rounds)"
+say "summary (redis-benchmark INCR $NS, $CONNS connections, $THREADS client threads, -n $REQUESTS (-P 1) / $PIPELINED_REQUESTS (-P 16); medians of $ROUNDS rounds)"
 F="%-34s %12s %9s %9s %14s %14s\n"
 printf "$F" "server" "req/s" "p50 ms" "p99 ms" "vs Redis" "vs Redis fsync"
 verdicts=()
