@@ -70,8 +70,21 @@ wait_for() { # description, command...
   exit 1
 }
 
+# The RESP front-end's tests (crates/node/tests/resp.rs) drive it with real Redis clients:
+# redis-cli and redis-py.
+ensure_redis_clients() {
+  if ! command -v redis-cli >/dev/null 2>&1; then
+    apt_install "redis-cli (drives the RESP front-end's tests)" redis-tools
+  fi
+  if ! python3 -c "import redis" >/dev/null 2>&1; then
+    step "installing redis-py (python3 -m pip install redis)"
+    python3 -m pip install --quiet redis
+  fi
+}
+
 if [ "$quick" -eq 1 ]; then
   ensure_protoc
+  ensure_redis_clients
   step "cargo fmt --check"
   cargo fmt --all -- --check
   step "cargo clippy (warnings denied)"
@@ -81,7 +94,7 @@ if [ "$quick" -eq 1 ]; then
   step "tests that need no server"
   cargo test --all-features -p idmint-core -p idmint-api -p idmint-client
   cargo test --all-features -p idmint-store --lib --test authorities
-  cargo test --all-features -p idmint-node --lib --test api
+  cargo test --all-features -p idmint-node --lib --test api --test resp
   cargo test --all-features -p idmint-cli --test process
   echo
   echo "quick checks passed (servers, benchmarks and loom not run: bash scripts/test.sh)"
@@ -121,6 +134,7 @@ fi
 echo "promtool: $(promtool --version 2>/dev/null | head -n1)"
 
 ensure_protoc
+ensure_redis_clients
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

@@ -5,7 +5,8 @@
 //! low-water mark so that in steady state no request waits on the authority; snowflake, UUIDv7
 //! and ULID namespaces generate ids locally. The domain ([`namespace::Namespace`]: ids, blocks,
 //! `info()`, `decode()`) is protocol-free; [`http::router`] is the HTTP/JSON front-end over it,
-//! answering with [`idmint_api`] types; [`serve`] (and [`run`], which starts the node first) ties
+//! answering with [`idmint_api`] types; [`resp::serve`] is the RESP (Redis protocol) front-end,
+//! a sibling of it over the same domain; [`serve`] (and [`run`], which starts the node first) ties
 //! it together with graceful shutdown, bounded: [`serve_with`] and [`serve_front_ends`] take a
 //! [`Shutdown`] whose stages (drain, then stop now on the drain deadline or a second signal)
 //! every front-end shares, and hand the buffers back exactly once after all of them stopped.
@@ -29,6 +30,7 @@ pub mod http;
 pub mod metrics;
 pub mod namespace;
 pub mod registry;
+pub mod resp;
 pub mod shutdown;
 pub mod supply;
 pub mod time;

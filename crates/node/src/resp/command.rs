@@ -1,0 +1,474 @@
+//! A request frame's arguments read as a typed [`Command`], or the error line to answer.
+//!
+//! Invariants:
+//! - Parsing is total: any list of byte strings is a [`Command`] or a [`Refusal`], never a
+//!   panic. Command names are matched without regard to case, as Redis does.
+//! - Arity errors read `ERR wrong number of arguments for 'incr' command` and unknown commands
+//!   `ERR unknown command 'foo', with args beginning with: 'a' 'b' `: the shapes Redis writes
+//!   and clients and `redis-cli` expect.
+//! - Commands that would read or write keys (`GET`, `SET`, `DEL`, ...) are refused with an
+//!   error saying idmint stores no keys; nothing pretends to store a value.
+//! - Namespace names must be UTF-8 here; whether a name is valid (length, characters) is the
+//!   domain's check ([`crate::Node::namespace`]). Counts are whole numbers from 1 to the limit
+//!   the caller passes (`server.max_count` for ids).
+
+use super::reply::Reply;
+use crate::error::IdError;
+use bytes::Bytes;
+
+/// A request idmint answers; names and ids borrow from the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command<'a> {
+    /// `PING [message]`.
+    Ping(Option<Bytes>),
+    /// `ECHO message`.
+    Echo(Bytes),
+    /// `QUIT`: answer `+OK`, then close.
+    Quit,
+    /// `HELLO [protover [AUTH user pass] [SETNAME name]]`.
+    Hello {
+        /// 2 or 3; `None` keeps the connection's protocol.
+        protocol: Option<u8>,
+        /// A connection name to set.
+        name: Option<Bytes>,
+    },
+    /// `CLIENT SETNAME name`.
+    ClientSetName(Bytes),
+    /// `CLIENT GETNAME`.
+    ClientGetName,
+    /// `CLIENT ID`.
+    ClientId,
+    /// `CLIENT SETINFO LIB-NAME|LIB-VER value`: accepted and ignored.
+    ClientSetInfo,
+    /// `COMMAND [subcommand ...]`: an empty list (clients use it for hints only).
+    Command,
+    /// `INFO [section ...]`.
+    Info,
+    /// `SELECT 0` (the only database).
+    Select,
+    /// `CONFIG GET pattern ...`: nothing is configurable over RESP, so an empty answer (as Redis
+    /// answers an unknown parameter); `redis-benchmark` asks at start-up.
+    ConfigGet,
+    /// `INCR ns`: the next id.
+    Incr(&'a str),
+    /// `INCRBY ns n` / `IDMINT.INCRBY`: `n` consecutive ids, answered as the last.
+    IncrBy(&'a str, u64),
+    /// `IDMINT.NEXT ns [count]`: `count` ids (default 1), as an array.
+    Next(&'a str, u64),
+    /// `IDMINT.BLOCK ns count`: one contiguous block of up to `count` ids.
+    Block(&'a str, u64),
+    /// `IDMINT.DECODE ns id`.
+    Decode(&'a str, &'a str),
+}
+
+/// Why a request gets an error instead of an answer. [`Refusal::reply`] is the line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The frame is not a non-empty array of bulk strings.
+    NotACommand,
+    /// A name idmint does not know.
+    Unknown {
+        /// The command as sent.
+        name: String,
+        /// The first arguments, as Redis quotes them.
+        args: Vec<String>,
+    },
+    /// A command that reads or writes keys.
+    Keys(String),
+    /// The arguments' count does not fit the command (lower-case name, as Redis writes it).
+    Arity(String),
+    /// The arguments are wrong in another way (`ERR` + message).
+    Syntax(String),
+    /// `HELLO` asked for a protocol other than 2 or 3.
+    NoProto,
+    /// An argument the domain refuses (count, name).
+    Invalid(IdError),
+}
+
+impl Refusal {
+    /// The error reply.
+    pub fn reply(&self) -> Reply {
+        match self {
+            Refusal::NotACommand => Reply::error(
+                "ERR",
+                "Protocol error: a request must be a non-empty array of bulk strings",
+            ),
+            Refusal::Unknown { name, args } => {
+                let mut message = format!("unknown command '{name}', with args beginning with: ");
+                for a in args {
+                    message.push('\'');
+                    message.push_str(a);
+                    message.push_str("' ");
+                }
+                Reply::error("ERR", &message)
+            }
+            Refusal::Keys(name) => Reply::error(
+                "ERR",
+                &format!(
+                    "'{name}' is not supported: idmint stores no keys; INCR <namespace> hands out \
+                     the next id (see IDMINT.NEXT, IDMINT.BLOCK, IDMINT.DECODE)"
+                ),
+            ),
+            Refusal::Arity(name) => Reply::error(
+                "ERR",
+                &format!("wrong number of arguments for '{name}' command"),
+            ),
+            Refusal::Syntax(message) => Reply::error("ERR", message),
+            Refusal::NoProto => Reply::error("NOPROTO", "unsupported protocol version"),
+            Refusal::Invalid(e) => super::error::reply_of(e),
+        }
+    }
+}
+
+/// Commands that read or write keys; refused by name so the message can say why.
+const KEY_COMMANDS: &[&str] = &[
+    "GET",
+    "SET",
+    "SETNX",
+    "SETEX",
+    "PSETEX",
+    "MGET",
+    "MSET",
+    "MSETNX",
+    "GETSET",
+    "GETDEL",
+    "GETEX",
+    "DEL",
+    "UNLINK",
+    "EXISTS",
+    "EXPIRE",
+    "PEXPIRE",
+    "EXPIREAT",
+    "TTL",
+    "PTTL",
+    "PERSIST",
+    "TYPE",
+    "KEYS",
+    "SCAN",
+    "RENAME",
+    "APPEND",
+    "STRLEN",
+    "DECR",
+    "DECRBY",
+    "INCRBYFLOAT",
+    "HSET",
+    "HGET",
+    "HGETALL",
+    "HDEL",
+    "HINCRBY",
+    "LPUSH",
+    "RPUSH",
+    "LPOP",
+    "RPOP",
+    "LRANGE",
+    "SADD",
+    "SREM",
+    "SMEMBERS",
+    "ZADD",
+    "ZRANGE",
+    "ZINCRBY",
+    "FLUSHDB",
+    "FLUSHALL",
+    "DBSIZE",
+    "XADD",
+    "PUBLISH",
+    "SUBSCRIBE",
+    "EVAL",
+    "EVALSHA",
+    "MULTI",
+    "EXEC",
+    "WATCH",
+];
+
+/// Reads `args` (the request's bulk strings, the command name first). `max_count` bounds the
+/// counts of `INCRBY` and `IDMINT.NEXT`; `max_block` that of `IDMINT.BLOCK`.
+pub fn parse<'a>(
+    args: &[&'a [u8]],
+    max_count: u64,
+    max_block: u64,
+) -> Result<Command<'a>, Refusal> {
+    let Some((name, rest)) = args.split_first() else {
+        return Err(Refusal::NotACommand);
+    };
+    // Command names are short ASCII: upper-cased on the stack, no allocation per request.
+    // Longer or non-UTF-8 names match nothing and are answered as unknown.
+    let mut buf = [0u8; 16];
+    let upper = match buf.get_mut(..name.len()) {
+        Some(slot) => {
+            slot.copy_from_slice(name);
+            slot.make_ascii_uppercase();
+            std::str::from_utf8(slot).unwrap_or("")
+        }
+        None => "",
+    };
+    let arity = |ok: bool| -> Result<(), Refusal> {
+        if ok {
+            Ok(())
+        } else {
+            Err(Refusal::Arity(upper.to_ascii_lowercase()))
+        }
+    };
+    match upper {
+        "PING" => {
+            arity(rest.len() <= 1)?;
+            Ok(Command::Ping(
+                rest.first().map(|m| Bytes::copy_from_slice(m)),
+            ))
+        }
+        "ECHO" => {
+            arity(rest.len() == 1)?;
+            Ok(Command::Echo(Bytes::copy_from_slice(rest[0])))
+        }
+        "QUIT" => Ok(Command::Quit),
+        "HELLO" => hello(rest),
+        "CLIENT" => client(rest),
+        "COMMAND" => Ok(Command::Command),
+        "INFO" => Ok(Command::Info),
+        "SELECT" => {
+            arity(rest.len() == 1)?;
+            if rest[0] == b"0" {
+                Ok(Command::Select)
+            } else {
+                Err(Refusal::Syntax("DB index is out of range".into()))
+            }
+        }
+        "CONFIG" => match rest.first().map(|s| s.to_ascii_uppercase()) {
+            Some(sub) if sub == b"GET" => {
+                arity(rest.len() >= 2)?;
+                Ok(Command::ConfigGet)
+            }
+            _ => Err(Refusal::Syntax(
+                "idmint answers CONFIG GET only (with nothing): it is configured by idmint.toml"
+                    .into(),
+            )),
+        },
+        "INCR" => {
+            arity(rest.len() == 1)?;
+            Ok(Command::Incr(namespace(rest[0])?))
+        }
+        "INCRBY" | "IDMINT.INCRBY" => {
+            arity(rest.len() == 2)?;
+            Ok(Command::IncrBy(
+                namespace(rest[0])?,
+                count(rest[1], max_count, "server.max_count")?,
+            ))
+        }
+        "IDMINT.NEXT" => {
+            arity(rest.len() == 1 || rest.len() == 2)?;
+            let n = match rest.get(1) {
+                Some(c) => count(c, max_count, "server.max_count")?,
+                None => 1,
+            };
+            Ok(Command::Next(namespace(rest[0])?, n))
+        }
+        "IDMINT.BLOCK" => {
+            arity(rest.len() == 2)?;
+            Ok(Command::Block(
+                namespace(rest[0])?,
+                count(rest[1], max_block, "the block limit")?,
+            ))
+        }
+        "IDMINT.DECODE" => {
+            arity(rest.len() == 2)?;
+            let id = std::str::from_utf8(rest[1])
+                .map_err(|_| Refusal::Invalid(IdError::InvalidId("the id is not UTF-8".into())))?;
+            Ok(Command::Decode(namespace(rest[0])?, id))
+        }
+        other if KEY_COMMANDS.contains(&other) => Err(Refusal::Keys(other.to_owned())),
+        _ => Err(Refusal::Unknown {
+            name: quote(name),
+            args: rest.iter().take(3).map(|a| quote(a)).collect(),
+        }),
+    }
+}
+
+/// An argument as an error message quotes it: lossy UTF-8, at most 128 characters.
+fn quote(arg: &[u8]) -> String {
+    String::from_utf8_lossy(arg).chars().take(128).collect()
+}
+
+fn namespace(arg: &[u8]) -> Result<&str, Refusal> {
+    std::str::from_utf8(arg).map_err(|_| {
+        Refusal::Invalid(IdError::InvalidRequest(
+            "invalid namespace name: it is not UTF-8".into(),
+        ))
+    })
+}
+
+fn count(arg: &[u8], max: u64, limit: &str) -> Result<u64, Refusal> {
+    let text = String::from_utf8_lossy(arg);
+    let n: u64 = text.parse().map_err(|_| {
+        Refusal::Invalid(IdError::InvalidCount(format!(
+            "count must be a whole number from 1 to {max}, got {:?}",
+            quote(arg)
+        )))
+    })?;
+    if n == 0 {
+        return Err(Refusal::Invalid(IdError::InvalidCount(
+            "count must be at least 1".into(),
+        )));
+    }
+    if n > max {
+        return Err(Refusal::Invalid(IdError::InvalidCount(format!(
+            "count {n} is above this server's maximum of {max} ({limit})"
+        ))));
+    }
+    Ok(n)
+}
+
+fn hello<'a>(rest: &[&[u8]]) -> Result<Command<'a>, Refusal> {
+    let Some((version, options)) = rest.split_first() else {
+        return Ok(Command::Hello {
+            protocol: None,
+            name: None,
+        });
+    };
+    let protocol = match *version {
+        b"2" => 2,
+        b"3" => 3,
+        _ => return Err(Refusal::NoProto),
+    };
+    let mut name = None;
+    let mut i = 0;
+    while i < options.len() {
+        let option = options[i].to_ascii_uppercase();
+        match option.as_slice() {
+            b"SETNAME" if i + 1 < options.len() => {
+                name = Some(Bytes::copy_from_slice(options[i + 1]));
+                i += 2;
+            }
+            b"AUTH" if i + 2 < options.len() => {
+                return Err(Refusal::Syntax(
+                    "AUTH is not supported: idmint's RESP port has no users or passwords".into(),
+                ))
+            }
+            _ => {
+                return Err(Refusal::Syntax(format!(
+                    "syntax error in HELLO option '{}'",
+                    quote(options[i])
+                )))
+            }
+        }
+    }
+    Ok(Command::Hello {
+        protocol: Some(protocol),
+        name,
+    })
+}
+
+fn client<'a>(rest: &[&[u8]]) -> Result<Command<'a>, Refusal> {
+    let Some((sub, args)) = rest.split_first() else {
+        return Err(Refusal::Arity("client".into()));
+    };
+    let sub = String::from_utf8_lossy(sub).to_ascii_uppercase();
+    let arity = |ok: bool| {
+        if ok {
+            Ok(())
+        } else {
+            Err(Refusal::Arity(format!(
+                "client|{}",
+                sub.to_ascii_lowercase()
+            )))
+        }
+    };
+    match sub.as_str() {
+        "SETNAME" => {
+            arity(args.len() == 1)?;
+            if args[0].iter().any(|b| *b <= b' ' || *b > b'~') {
+                return Err(Refusal::Syntax(
+                    "Client names cannot contain spaces, newlines or special characters.".into(),
+                ));
+            }
+            Ok(Command::ClientSetName(Bytes::copy_from_slice(args[0])))
+        }
+        "GETNAME" => {
+            arity(args.is_empty())?;
+            Ok(Command::ClientGetName)
+        }
+        "ID" => {
+            arity(args.is_empty())?;
+            Ok(Command::ClientId)
+        }
+        "SETINFO" => {
+            arity(args.len() == 2)?;
+            Ok(Command::ClientSetInfo)
+        }
+        _ => Err(Refusal::Syntax(format!(
+            "unknown subcommand '{}'. Try CLIENT SETNAME, GETNAME, ID or SETINFO.",
+            quote(sub.as_bytes())
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p<'a>(words: &[&'a str]) -> Result<Command<'a>, Refusal> {
+        let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+        parse(&args, 100, 1000)
+    }
+
+    #[test]
+    fn commands_parse_case_insensitively() {
+        assert_eq!(p(&["incr", "orders"]), Ok(Command::Incr("orders")));
+        assert_eq!(
+            p(&["IdMint.Next", "orders", "5"]),
+            Ok(Command::Next("orders", 5))
+        );
+        assert_eq!(
+            p(&["IDMINT.NEXT", "orders"]),
+            Ok(Command::Next("orders", 1))
+        );
+        assert_eq!(
+            p(&["HELLO", "3", "setname", "me"]),
+            Ok(Command::Hello {
+                protocol: Some(3),
+                name: Some(Bytes::from_static(b"me"))
+            })
+        );
+    }
+
+    #[test]
+    fn refusals_read_like_redis() {
+        assert_eq!(
+            p(&["INCR"]).unwrap_err().reply(),
+            Reply::Error("ERR wrong number of arguments for 'incr' command".into())
+        );
+        assert_eq!(
+            p(&["FOO", "a", "b"]).unwrap_err().reply(),
+            Reply::Error("ERR unknown command 'FOO', with args beginning with: 'a' 'b' ".into())
+        );
+        assert!(matches!(p(&["get", "k"]), Err(Refusal::Keys(_))));
+        assert_eq!(p(&["HELLO", "4"]), Err(Refusal::NoProto));
+        for bad in ["0", "101", "-1", "x", ""] {
+            assert!(
+                matches!(
+                    p(&["IDMINT.NEXT", "a", bad]),
+                    Err(Refusal::Invalid(IdError::InvalidCount(_)))
+                ),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            p(&["IDMINT.BLOCK", "a", "1000"]),
+            Ok(Command::Block("a", 1000))
+        );
+        let not_utf8: [&[u8]; 2] = [b"INCR", b"\xff"];
+        assert!(matches!(
+            parse(&not_utf8, 1, 1),
+            Err(Refusal::Invalid(IdError::InvalidRequest(_)))
+        ));
+        assert_eq!(parse(&[], 1, 1), Err(Refusal::NotACommand));
+        // Longer than any command name, or not UTF-8: unknown, quoted as sent.
+        for name in ["IDMINT.NEXT.AND.MORE.THAN.16", "\u{e9}t\u{e9}", ""] {
+            assert_eq!(
+                p(&[name]),
+                Err(Refusal::Unknown {
+                    name: name.into(),
+                    args: vec![]
+                })
+            );
+        }
+    }
+}
