@@ -25,6 +25,7 @@
 
 pub mod config;
 pub mod error;
+pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod namespace;
