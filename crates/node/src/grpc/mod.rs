@@ -277,13 +277,18 @@ impl proto::idmint_server::Idmint for IdmintService {
     async fn block(
         &self,
         request: Request<proto::BlockRequest>,
-    ) -> Result<Response<proto::Block>, Status> {
+    ) -> Result<Response<proto::LeasedBlock>, Status> {
         let req = request.into_inner();
         self.unary("Block", async {
             let max = self.node.config().max_block_request;
             let count = count_or_one(req.count, max, "server.max_block_request")?;
-            let lease = self.node.namespace(&req.namespace).await?.lease(count).await?;
-            Ok(proto::Block {
+            let lease = self
+                .node
+                .namespace(&req.namespace)
+                .await?
+                .lease(count)
+                .await?;
+            Ok(proto::LeasedBlock {
                 start: lease.block.start(),
                 end: lease.block.end(),
                 step: lease.block.step(),

@@ -85,7 +85,11 @@ mod tests {
         for (e, code) in cases {
             let s = from_id_error(&e);
             assert_eq!(s.code(), code, "{e:?}");
-            assert!(s.message().starts_with(e.code().as_str()), "{}", s.message());
+            assert!(
+                s.message().starts_with(e.code().as_str()),
+                "{}",
+                s.message()
+            );
             assert_eq!(
                 s.metadata().get(ERROR_CODE_KEY).unwrap().to_str().unwrap(),
                 e.code().as_str()
