@@ -559,7 +559,7 @@ impl Buffer {
         let fits = tail.step() == block.step()
             && tail.end() == block.end()
             && tail.start() >= block.start()
-            && (tail.start() - block.start()) % block.step() == 0;
+            && (tail.start() - block.start()).is_multiple_of(block.step());
         if !fits {
             return None;
         }

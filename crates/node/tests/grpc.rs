@@ -714,7 +714,7 @@ async fn give_back_takes_only_the_newest_leases_tail_once() {
         !wrong.given_back && wrong.reason.contains("lease"),
         "{wrong:?}"
     );
-    let mut other_end = b.clone();
+    let mut other_end = b;
     other_end.end = 100;
     let r = give_back(&mut c, "photos", 50, &other_end, b.lease).await;
     assert!(!r.given_back && r.reason.contains("tail"), "{r:?}");
