@@ -65,7 +65,7 @@ enum Command {
         #[arg(long, value_name = "HOST:PORT")]
         http: Option<String>,
         /// Also serve the gRPC API (idmint.v1, docs/grpc.md) on HOST:PORT, e.g.
-        /// 127.0.0.1:7879 [default: [server] grpc in the config file, else off].
+        /// 127.0.0.1:7879 [default: server.grpc in the config file, else off].
         #[arg(long, value_name = "HOST:PORT")]
         grpc: Option<String>,
         /// Log lines on stderr: text (coloured only on a terminal) or json (one object per line,
