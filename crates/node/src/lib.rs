@@ -5,7 +5,7 @@
 //! low-water mark so that in steady state no request waits on the authority; snowflake, UUIDv7
 //! and ULID namespaces generate ids locally. The domain ([`namespace::Namespace`]: ids, blocks,
 //! `info()`, `decode()`) is protocol-free; [`http::router`] is the HTTP/JSON front-end over it,
-//! answering with [`idmint_api`] types; [`serve`] (and [`run`], which starts the node first) ties
+//! answering with [`idmint_api`] types, and [`grpc`] the gRPC one (`idmint.v1`); [`serve`] (and [`run`], which starts the node first) ties
 //! it together with graceful shutdown, bounded: [`serve_with`] and [`serve_front_ends`] take a
 //! [`Shutdown`] whose stages (drain, then stop now on the drain deadline or a second signal)
 //! every front-end shares, and hand the buffers back exactly once after all of them stopped.
@@ -20,8 +20,7 @@
 //! drain did (issue 8, finding 6).
 //!
 //! What it does not do: read files or the environment (the binary does), choose the authority
-//! (it is given one), gRPC (not built yet), or snowflake worker leases (worker ids come from
-//! configuration).
+//! (it is given one), or snowflake worker leases (worker ids come from configuration).
 
 pub mod config;
 pub mod error;

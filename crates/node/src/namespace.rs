@@ -1,6 +1,7 @@
 //! One namespace at run time: what it hands out, what it says about itself, and how it reads
-//! its own ids. This is the domain every front-end (HTTP today; gRPC and RESP next) calls: a
-//! front-end parses its protocol, calls [`Namespace::ids`], [`Namespace::block`],
+//! its own ids. This is the domain every front-end (HTTP and gRPC; RESP next) calls: a
+//! front-end parses its protocol, calls [`Namespace::ids`], [`Namespace::block`] (or
+//! [`Namespace::lease`] and [`Namespace::take_back`] for a lower tier that hands tails back),
 //! [`Namespace::info`] or [`Namespace::decode`], and formats the answer or maps the
 //! [`IdError`]; it computes nothing itself.
 //!

@@ -35,6 +35,12 @@
 //! includes ids of requests still in flight), so per namespace reserved = served + buffered +
 //! burned + given back whenever no request is in flight.
 //!
+//! A lower tier's unused tail comes back only through [`Supply::lease`] and
+//! [`Supply::take_back`]: the newest lease's exact tail, once (the lease is consumed), with its
+//! random token; back in front of the buffer only if nothing was taken from the buffer since
+//! the lease ([`Buffer::take_back_tail`]), else burned. So a tail can never put back an id that
+//! was handed out to anyone else.
+//!
 //! What it does not do: create namespaces, decide the spec, or export metrics (it reports to a
 //! [`SupplyEvents`]).
 
