@@ -840,6 +840,35 @@ async fn stop_now_cuts_a_stream_whose_client_does_not_read() {
     drop(stream);
 }
 
+/// `server.max_connections` bounds gRPC connections too: with one allowed, a second client is
+/// not served (it waits in the listen backlog) until the first goes away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_max_connections_wait_for_one_to_close() {
+    let node = GrpcNode::start(config("[server]\nmax_connections = 1\n")).await;
+    let mut first = node.client().await;
+    assert_eq!(u64s(next(&mut first, "photos", 1).await), [1]);
+    let second = tokio::spawn({
+        let addr = node.grpc;
+        async move {
+            let channel = Endpoint::from_shared(format!("http://{addr}"))
+                .unwrap()
+                .connect_lazy();
+            let mut c = IdmintClient::new(channel);
+            next(&mut c, "photos", 1).await
+        }
+    });
+    // Not served while the first connection is open (a negative check: a generous wait).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!second.is_finished(), "a second connection was served");
+    drop(first);
+    let served = tokio::time::timeout(DEADLINE, second)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(u64s(served), [2]);
+    node.stop().await;
+}
+
 /// The Python `grpcio` client (tests/grpc_client.py) with stubs generated from the repository's
 /// `.proto` by `grpcio-tools`: a client idmint did not write. Fails, never skips, when python3
 /// or its grpc packages are missing (`python3 -m pip install grpcio grpcio-tools`).
