@@ -331,13 +331,12 @@ impl proto::idmint_server::Idmint for IdmintService {
                     ))
                 }
             };
-            if req.lease == 0 {
-                return Ok(refused(
+            Ok(match ns.take_back(req.lease, tail)? {
+                // No lease is 0: say why the block had none.
+                TakeBack::Refused(_) if req.lease == 0 => refused(
                     "lease 0: the block cannot be given back (cache \"off\"); the tail is burned"
                         .into(),
-                ));
-            }
-            Ok(match ns.take_back(req.lease, tail)? {
+                ),
                 TakeBack::Restored(ids) => proto::GiveBackResponse {
                     given_back: true,
                     ids,
