@@ -41,6 +41,15 @@ ensure_protoc() {
   fi
 }
 
+# crates/node/tests/grpc.rs drives the gRPC API with Python's grpcio (a client idmint did not
+# write), its stubs generated from proto/ by grpcio-tools: both from PyPI.
+ensure_python_grpc() {
+  if ! python3 -c 'import grpc, grpc_tools' >/dev/null 2>&1; then
+    step "installing grpcio and grpcio-tools (PyPI)"
+    python3 -m pip install --quiet grpcio grpcio-tools
+  fi
+}
+
 # --- Backend servers the tests talk to (real servers, never mocks) -------------------------
 # PostgreSQL and MariaDB: started if installed but not running; installed from Debian as root if
 # missing. etcd: the tests start private etcd processes, so only the binary is needed. promtool:
@@ -95,6 +104,8 @@ if [ "$quick" -eq 1 ]; then
   cargo test --all-features -p idmint-core -p idmint-api -p idmint-client
   cargo test --all-features -p idmint-store --lib --test authorities
   cargo test --all-features -p idmint-node --lib --test api --test resp
+  ensure_python_grpc
+  cargo test --all-features -p idmint-node --test grpc
   cargo test --all-features -p idmint-cli --test process
   echo
   echo "quick checks passed (servers, benchmarks and loom not run: bash scripts/test.sh)"
@@ -135,6 +146,7 @@ echo "promtool: $(promtool --version 2>/dev/null | head -n1)"
 
 ensure_protoc
 ensure_redis_clients
+ensure_python_grpc
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

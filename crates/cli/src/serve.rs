@@ -1,5 +1,5 @@
-//! `idmint serve`: reads the configuration file, connects the authority, binds the HTTP
-//! listener and runs the node until Ctrl-C or SIGTERM.
+//! `idmint serve`: reads the configuration file, connects the authority, binds the HTTP (and
+//! gRPC, when asked for) listeners and runs the node until Ctrl-C or SIGTERM.
 //!
 //! Shutdown has two stages ([`idmint_node::Shutdown`]): the first Ctrl-C or SIGTERM drains
 //! (stop accepting, finish requests in flight for at most `server.drain_timeout_ms`); a second
@@ -9,7 +9,10 @@
 //!
 //! `--http` takes `HOST:PORT` with a host name or an address (`localhost:7878`,
 //! `0.0.0.0:7878`, `[::1]:7878`); a name is resolved and the first of its addresses that can
-//! be bound is used. The node's two stdout lines (listening, stopped) are best effort: a closed
+//! be bound is used. `--grpc HOST:PORT` (or `[server] grpc`) also serves the gRPC API there,
+//! under the same shutdown stages; without either, no gRPC port is opened (so nodes started side
+//! by side never fight over a default port). The node's stdout lines (listening, gRPC
+//! listening when on, stopped) are best effort: a closed
 //! stdout must not stop a server. The listening line is printed once, after the declared
 //! namespaces are set up: a node that fails to start never claims to listen.
 //!
@@ -139,6 +142,7 @@ pub fn serve(
     config: Option<PathBuf>,
     data_dir: Option<PathBuf>,
     http: Option<String>,
+    grpc: Option<String>,
     log_format: LogFormat,
     init: bool,
 ) -> Result<()> {
@@ -163,6 +167,7 @@ pub fn serve(
             }
             None => None,
         };
+        let grpc = grpc_address(grpc, file.grpc).await?;
         tracing::info!(authority = %file.authority, "connecting the authority");
         tracing::info!(data_dir = %data_dir.display(), "data directory");
         let authority =
@@ -195,6 +200,10 @@ pub fn serve(
             }
         };
         let addr = listener.local_addr()?;
+        let grpc = match grpc {
+            Some((grpc, addrs)) => Some(bind_grpc(&grpc, &addrs).await?),
+            None => None,
+        };
         // Sets up the declared namespaces; an error here ends the process before it claims to
         // listen.
         let node = Node::start(file.node, authority).await?;
@@ -202,7 +211,23 @@ pub fn serve(
         say(format_args!("idmint listening on http://{addr}"));
         let shutdown = Shutdown::new();
         let signals = tokio::spawn(signal_stages(shutdown.clone()));
-        let served = idmint_node::serve_with(node, listener, shutdown).await;
+        let mut front_ends: Vec<idmint_node::FrontEnd> = vec![Box::pin(idmint_node::http::listen(
+            node.clone(),
+            listener,
+            shutdown.clone(),
+        ))];
+        if let Some(grpc) = grpc {
+            say(format_args!(
+                "idmint gRPC listening on {}",
+                grpc.local_addr()?
+            ));
+            front_ends.push(Box::pin(idmint_node::grpc::serve(
+                node.clone(),
+                grpc,
+                shutdown.clone(),
+            )));
+        }
+        let served = idmint_node::serve_front_ends(node, shutdown, front_ends).await;
         signals.abort();
         let report = served?;
         say(format_args!(
@@ -237,6 +262,38 @@ async fn bind_first(http: &str, addrs: &[SocketAddr]) -> Result<TcpListener> {
         }
     }
     bail!("binding HTTP on {http}: {}", failures.join("; "))
+}
+
+/// The gRPC address: `--grpc HOST:PORT` (resolved) or else `[server] grpc`; `None`: no gRPC.
+async fn grpc_address(
+    flag: Option<String>,
+    file: Option<SocketAddr>,
+) -> Result<Option<(String, Vec<SocketAddr>)>> {
+    let Some(grpc) = flag else {
+        return Ok(file.map(|addr| (addr.to_string(), vec![addr])));
+    };
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(&grpc)
+        .await
+        .with_context(|| {
+            format!("--grpc {grpc}: cannot resolve it; give HOST:PORT, e.g. 127.0.0.1:7879")
+        })?
+        .collect();
+    if addrs.is_empty() {
+        bail!("--grpc {grpc}: the name resolves to no address");
+    }
+    Ok(Some((grpc, addrs)))
+}
+
+/// Binds the first of `addrs` (those of the gRPC address `grpc`) that accepts.
+async fn bind_grpc(grpc: &str, addrs: &[SocketAddr]) -> Result<TcpListener> {
+    let mut failures = Vec::new();
+    for addr in addrs {
+        match TcpListener::bind(addr).await {
+            Ok(listener) => return Ok(listener),
+            Err(e) => failures.push(format!("{addr}: {e}")),
+        }
+    }
+    bail!("binding gRPC on {grpc}: {}", failures.join("; "))
 }
 
 /// Prints a status line on stdout, now (the tests and scripts wait for it). Errors are

@@ -731,6 +731,57 @@ fn serve_http_takes_host_names() {
     );
 }
 
+/// `--grpc` serves the gRPC API beside HTTP under the same shutdown: the node announces the
+/// address it bound and still hands back its tail on SIGTERM (the API itself is tested in
+/// crates/node/tests/grpc.rs); an
+/// unresolvable `--grpc` is refused before the authority is set up.
+#[test]
+fn serve_grpc_listens_beside_http_and_stops_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start_with(dir.path(), &data, "127.0.0.1:0", None, |cmd| {
+        cmd.args(["--grpc", "127.0.0.1:0"]);
+    });
+    assert_eq!(ids(server.addr, "photos", 2), [1, 2]);
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "exit {status:?}: {rest:?}");
+    let grpc: SocketAddr = rest
+        .iter()
+        .find_map(|l| l.strip_prefix("idmint gRPC listening on "))
+        .unwrap_or_else(|| panic!("no gRPC line in {rest:?}"))
+        .parse()
+        .unwrap();
+    assert!(grpc.ip().is_loopback() && grpc.port() != 0, "{grpc}");
+    let stopped = rest
+        .iter()
+        .find(|l| l.starts_with("idmint stopped:"))
+        .unwrap_or_else(|| panic!("no stop line in {rest:?}"));
+    assert!(stopped.ends_with(" 0 burned"), "{stopped}");
+
+    let data = dir.path().join("unresolved");
+    let out = run(idmint()
+        .current_dir(dir.path())
+        .args([
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "no-such-host.invalid:7879",
+        ])
+        .arg("--data-dir")
+        .arg(&data));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--grpc no-such-host.invalid:7879"),
+        "{stderr}"
+    );
+    assert!(
+        !data.exists(),
+        "the authority was set up before --grpc was checked"
+    );
+}
+
 /// Ids of a snowflake layout at consecutive milliseconds from `unix_ms`, with `node`.
 fn compose(layout: &idmint_core::Layout, unix_ms: u64, node: u64, n: u64) -> Vec<u64> {
     (0..n)

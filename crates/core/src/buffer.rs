@@ -543,6 +543,38 @@ impl Buffer {
         PutBack::Restored(n)
     }
 
+    /// Takes back `tail`, the unused end of the one block a lower tier took through `lease`
+    /// ([`Buffer::take_block_for`] on a fresh [`Taken`]): the give-back of a tier below.
+    ///
+    /// `None`, changing nothing, unless `tail` is a tail of that block: same step, same end,
+    /// starting on one of the block's ids. Otherwise, as [`Buffer::put_back`] does for a whole
+    /// request: back in front of the buffer only if nothing was taken from it since the lease
+    /// (so no id above the tail has left, and the tail's ids come out next, in order); else
+    /// counted as burned. Either way the tail's ids no longer count as served. The caller must
+    /// accept each lease's tail at most once (a second put-back would serve the ids twice).
+    pub fn take_back_tail(&mut self, lease: &Taken, tail: Block) -> Option<PutBack> {
+        let [block] = lease.blocks.as_slice() else {
+            return None;
+        };
+        let fits = tail.step() == block.step()
+            && tail.end() == block.end()
+            && tail.start() >= block.start()
+            && (tail.start() - block.start()).is_multiple_of(block.step());
+        if !fits {
+            return None;
+        }
+        let n = tail.len();
+        self.stats.served = self.stats.served.saturating_sub(n);
+        if lease.interleaved || lease.at != Some(self.generation) {
+            self.stats.burned += n;
+            return Some(PutBack::Burned(n));
+        }
+        self.generation += 1;
+        self.push_front(tail);
+        self.buffered += n;
+        Some(PutBack::Restored(n))
+    }
+
     /// Puts `block`, whose ids all come just before the buffer's next id, in front.
     fn push_front(&mut self, block: Block) {
         let current = Block::new(self.cursor, self.end, self.step);
@@ -979,6 +1011,50 @@ mod tests {
         // The block structure is as before: the newest block is still whole and returnable.
         let tail = b.take_unused_tail().unwrap();
         assert_eq!((tail.start(), tail.end()), (26, 35));
+    }
+
+    #[test]
+    fn a_lower_tier_tail_goes_back_only_if_nothing_was_taken_after_it() {
+        let mut b = Buffer::new(fixed(10));
+        b.push(Block::new(1, 101, 1).unwrap()).unwrap();
+        let mut lease = Taken::new();
+        let block = b.take_block_for(&mut lease, 40).unwrap(); // 1..=40 to a lower tier
+        assert_eq!((block.start(), block.end()), (1, 41));
+        // Not a tail of the lease: another end, another step, a start off the block.
+        for bad in [(30, 40, 1), (30, 41, 2), (0, 41, 1), (50, 60, 1)] {
+            let tail = Block::new(bad.0, bad.1, bad.2).unwrap();
+            assert_eq!(b.take_back_tail(&lease, tail), None, "{bad:?}");
+        }
+        assert_eq!((b.buffered(), b.stats().served), (60, 40));
+        // The lower tier used 1..=30: 31..=40 go back in front, served next.
+        let tail = Block::new(31, 41, 1).unwrap();
+        assert_eq!(b.take_back_tail(&lease, tail), Some(PutBack::Restored(10)));
+        let s = b.stats();
+        assert_eq!((b.buffered(), s.served, s.burned), (70, 30, 0));
+        assert_eq!(b.next_id(), Some(31));
+        // A second lease, then someone takes after it: its tail is burned, never re-served.
+        let mut lease = Taken::new();
+        let block = b.take_block_for(&mut lease, 10).unwrap(); // 32..=41
+        assert_eq!(b.next_id(), Some(42));
+        let tail = Block::new(40, block.end(), 1).unwrap();
+        assert_eq!(b.take_back_tail(&lease, tail), Some(PutBack::Burned(2)));
+        assert_eq!(b.next_id(), Some(43));
+        let s = b.stats();
+        assert_eq!(s.received, s.served + s.burned + b.buffered());
+    }
+
+    #[test]
+    fn a_tail_of_a_block_that_emptied_the_buffer_goes_back_before_the_next_block() {
+        let mut b = Buffer::new(fixed(10));
+        b.push(Block::new(0, 20, 2).unwrap()).unwrap();
+        let mut lease = Taken::new();
+        b.take_block_for(&mut lease, 100).unwrap(); // every id: 0, 2, ..., 18
+        b.push(Block::new(40, 50, 2).unwrap()).unwrap(); // a refill arrives meanwhile
+        let tail = Block::new(12, 20, 2).unwrap();
+        assert_eq!(b.take_back_tail(&lease, tail), Some(PutBack::Restored(4)));
+        let mut ids = vec![];
+        b.take(100, &mut ids);
+        assert_eq!(ids, [12, 14, 16, 18, 40, 42, 44, 46, 48]);
     }
 
     #[test]

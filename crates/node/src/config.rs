@@ -203,6 +203,9 @@ impl Default for NodeConfig {
 pub struct FileConfig {
     /// HTTP listen address, if set.
     pub http: Option<SocketAddr>,
+    /// gRPC listen address (`[server] grpc`); gRPC is served only when set here or by
+    /// `--grpc`.
+    pub grpc: Option<SocketAddr>,
     /// Data directory, if set.
     pub data_dir: Option<PathBuf>,
     /// The authority.
@@ -252,6 +255,7 @@ struct RawFile {
 #[serde(deny_unknown_fields)]
 struct RawServer {
     http: Option<String>,
+    grpc: Option<String>,
     data_dir: Option<PathBuf>,
     auto_create: Option<bool>,
     max_count: Option<u64>,
@@ -414,6 +418,15 @@ impl FileConfig {
                     .map_err(|e| invalid("server.http", format!("{s:?}: {e}")))
             })
             .transpose()?;
+        let grpc = raw
+            .server
+            .grpc
+            .as_deref()
+            .map(|s| {
+                s.parse::<SocketAddr>()
+                    .map_err(|e| invalid("server.grpc", format!("{s:?}: {e}")))
+            })
+            .transpose()?;
         if let Some(auto) = raw.server.auto_create {
             node.auto_create = auto;
         }
@@ -483,6 +496,7 @@ impl FileConfig {
         }
         Ok(FileConfig {
             http,
+            grpc,
             data_dir: raw.server.data_dir,
             authority,
             node,
@@ -808,6 +822,7 @@ mod tests {
             r#"
             [server]
             http = "127.0.0.1:9000"
+            grpc = "127.0.0.1:9001"
             auto_create = false
             max_count = 500
             max_namespaces = 20
@@ -845,6 +860,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cfg.http, Some("127.0.0.1:9000".parse().unwrap()));
+        assert_eq!(cfg.grpc, Some("127.0.0.1:9001".parse().unwrap()));
         assert!(!cfg.node.auto_create);
         assert_eq!(cfg.node.max_count, 500);
         assert_eq!(cfg.node.max_namespaces, 20);
@@ -876,6 +892,7 @@ mod tests {
         assert!(err("[namespaces.x]\nkind = \"snowflake\"\nworker = 1\nlayout = { timestamp_bits = 41, node_bits = 12, sequence_bits = 12, time_unit = \"1ms\", epoch = \"2020-01-01T00:00:00Z\" }\n").contains("65 bits"));
         assert!(err("[namespaces.x]\nkind = \"blob\"\n").contains("unknown kind"));
         assert!(err("[server]\nhttp = \"nowhere\"\n").contains("server.http"));
+        assert!(err("[server]\ngrpc = \"nowhere\"\n").contains("server.grpc"));
         assert!(err("[server]\nhttpp = \"x\"\n").contains("unknown field"));
         assert!(err("[server]\nrefill_wait_ms = 0\n").starts_with("server.refill_wait_ms:"));
         assert!(err("[server]\nmax_namespaces = 0\n").starts_with("server.max_namespaces:"));

@@ -5,8 +5,9 @@
 //! low-water mark so that in steady state no request waits on the authority; snowflake, UUIDv7
 //! and ULID namespaces generate ids locally. The domain ([`namespace::Namespace`]: ids, blocks,
 //! `info()`, `decode()`) is protocol-free; [`http::router`] is the HTTP/JSON front-end over it,
-//! answering with [`idmint_api`] types; [`resp::serve`] is the RESP (Redis protocol) front-end,
-//! a sibling of it over the same domain; [`serve`] (and [`run`], which starts the node first) ties
+//! answering with [`idmint_api`] types; [`resp`] is the RESP (Redis protocol) front-end and
+//! [`grpc`] the gRPC one (`idmint.v1`), siblings of it over the same domain; [`serve`] (and
+//! [`run`], which starts the node first) ties
 //! it together with graceful shutdown, bounded: [`serve_with`] and [`serve_front_ends`] take a
 //! [`Shutdown`] whose stages (drain, then stop now on the drain deadline or a second signal)
 //! every front-end shares, and hand the buffers back exactly once after all of them stopped.
@@ -21,11 +22,11 @@
 //! drain did (issue 8, finding 6).
 //!
 //! What it does not do: read files or the environment (the binary does), choose the authority
-//! (it is given one), gRPC (not built yet), or snowflake worker leases (worker ids come from
-//! configuration).
+//! (it is given one), or snowflake worker leases (worker ids come from configuration).
 
 pub mod config;
 pub mod error;
+pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod namespace;
@@ -93,7 +94,7 @@ pub async fn serve_with(
 }
 
 /// One front-end's serving loop: it returns once `Draining` finished its connections or
-/// `StopNow` cut them (see [`http::listen`]).
+/// `StopNow` cut them (see [`http::listen()`]).
 pub type FrontEnd = Pin<Box<dyn Future<Output = Result<(), NodeError>> + Send>>;
 
 /// Runs `front_ends` (each listening on its own socket, all watching `shutdown`) until every one

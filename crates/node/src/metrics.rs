@@ -56,6 +56,15 @@ pub struct ErrorLabels {
     pub code: &'static str,
 }
 
+/// Labels of gRPC requests.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GrpcLabels {
+    /// The method, e.g. `Next`.
+    pub method: &'static str,
+    /// The gRPC status code, snake_case: `ok`, `not_found`, `unavailable`, ...
+    pub code: &'static str,
+}
+
 /// All metrics of a node.
 #[derive(Debug)]
 pub struct Metrics {
@@ -84,6 +93,8 @@ pub struct Metrics {
     pub refill_waits: Family<NamespaceLabels, Counter>,
     /// 1 while a multi authority's member answers, 0 while it is down.
     pub member_up: Family<MemberLabels, Gauge>,
+    /// gRPC requests answered, by method and status code (a stream counts once, when it ends).
+    pub grpc_requests: Family<GrpcLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -110,6 +121,7 @@ impl Metrics {
         let clock_behind = Family::<NamespaceLabels, Gauge<f64, AtomicU64>>::default();
         let refill_waits = Family::<NamespaceLabels, Counter>::default();
         let member_up = Family::<MemberLabels, Gauge>::default();
+        let grpc_requests = Family::<GrpcLabels, Counter>::default();
         registry.register("ids_served", "Ids handed out", ids_served.clone());
         registry.register(
             "refills",
@@ -165,6 +177,11 @@ impl Metrics {
             "Whether a multi authority's member answered its latest operation (1) or not (0)",
             member_up.clone(),
         );
+        registry.register(
+            "grpc_requests",
+            "gRPC requests answered, by method and status code",
+            grpc_requests.clone(),
+        );
         Metrics {
             registry,
             ids_served,
@@ -179,6 +196,7 @@ impl Metrics {
             clock_behind,
             refill_waits,
             member_up,
+            grpc_requests,
         }
     }
 

@@ -1,6 +1,7 @@
 //! One namespace at run time: what it hands out, what it says about itself, and how it reads
-//! its own ids. This is the domain every front-end (HTTP today; gRPC and RESP next) calls: a
-//! front-end parses its protocol, calls [`Namespace::ids`], [`Namespace::block`],
+//! its own ids. This is the domain every front-end (HTTP and gRPC; RESP next) calls: a
+//! front-end parses its protocol, calls [`Namespace::ids`], [`Namespace::block`] (or
+//! [`Namespace::lease`] and [`Namespace::take_back`] for a lower tier that hands tails back),
 //! [`Namespace::info`] or [`Namespace::decode`], and formats the answer or maps the
 //! [`IdError`]; it computes nothing itself.
 //!
@@ -19,7 +20,7 @@
 use crate::config::CacheMode;
 use crate::error::IdError;
 use crate::metrics::{Metrics, NamespaceLabels};
-use crate::supply::{Supply, SupplySnapshot};
+use crate::supply::{Lease, Supply, SupplySnapshot, TakeBack};
 use crate::verify::IdSpace;
 use idmint_api as api;
 use idmint_core::snowflake::ClockCheck;
@@ -117,6 +118,32 @@ impl Namespace {
                 other.kind()
             ))),
         }
+    }
+
+    /// Like [`Namespace::block`], leased to a lower tier that may hand the unused tail back
+    /// ([`Namespace::take_back`]). Sequence namespaces only.
+    pub async fn lease(&self, count: u64) -> Result<Lease, IdError> {
+        match self {
+            Namespace::Sequence(s) => s.lease(count).await,
+            other => Err(other.no_blocks()),
+        }
+    }
+
+    /// Takes back the unused tail of the block leased with `token` (see
+    /// [`Supply::take_back`]: accepted only when no id could be handed out twice).
+    pub fn take_back(&self, token: u64, tail: Block) -> Result<TakeBack, IdError> {
+        match self {
+            Namespace::Sequence(s) => Ok(s.take_back(token, tail)),
+            other => Err(other.no_blocks()),
+        }
+    }
+
+    fn no_blocks(&self) -> IdError {
+        IdError::WrongKind(format!(
+            "namespace {:?} is a {} namespace; blocks exist only for sequence namespaces",
+            self.name().as_str(),
+            self.kind()
+        ))
     }
 
     /// Settings and live state; `now` dates the projected exhaustion.
@@ -350,6 +377,17 @@ impl SequenceNamespace {
     /// One contiguous block of up to `count` ids.
     pub async fn block(&self, count: u64) -> Result<Block, IdError> {
         self.supply.block(count, self.spec.width().bits()).await
+    }
+
+    /// One contiguous block of up to `count` ids, leased so that its unused tail may come back
+    /// ([`SequenceNamespace::take_back`]).
+    pub async fn lease(&self, count: u64) -> Result<Lease, IdError> {
+        self.supply.lease(count, self.spec.width().bits()).await
+    }
+
+    /// Takes back the unused tail of the newest leased block ([`Supply::take_back`]).
+    pub fn take_back(&self, token: u64, tail: Block) -> TakeBack {
+        self.supply.take_back(token, tail)
     }
 
     fn info(&self, namespace: String, now: SystemTime) -> api::NamespaceInfo {

@@ -1,4 +1,4 @@
-//! The stages of a node's shutdown, shared by every front-end (HTTP today, RESP or gRPC next).
+//! The stages of a node's shutdown, shared by every front-end (HTTP and gRPC; RESP next).
 //!
 //! A [`Shutdown`] is a cheap handle on one `tokio::sync::watch` channel holding the [`Stage`]:
 //! `Running`, then `Draining` (stop accepting, let requests in flight finish), then `StopNow`

@@ -35,6 +35,12 @@
 //! includes ids of requests still in flight), so per namespace reserved = served + buffered +
 //! burned + given back whenever no request is in flight.
 //!
+//! A lower tier's unused tail comes back only through [`Supply::lease`] and
+//! [`Supply::take_back`]: the newest lease's exact tail, once (the lease is consumed), with its
+//! random token; back in front of the buffer only if nothing was taken from the buffer since
+//! the lease ([`Buffer::take_back_tail`]), else burned. So a tail can never put back an id that
+//! was handed out to anyone else.
+//!
 //! What it does not do: create namespaces, decide the spec, or export metrics (it reports to a
 //! [`SupplyEvents`]).
 
@@ -137,6 +143,36 @@ pub struct Supply {
     refill_wait: Duration,
     /// Checks every block from the source.
     gate: BlockGate,
+    /// The newest block leased to a lower tier ([`Supply::lease`]): its token and take record,
+    /// until its tail comes back ([`Supply::take_back`]). Locked before the buffer, never the
+    /// other way round, and never across `.await`.
+    lease: Mutex<Option<(u64, Taken)>>,
+    /// Keys the lease tokens: SipHash with random keys over a counter, so a token cannot be
+    /// guessed from the ones seen before.
+    tokens: std::collections::hash_map::RandomState,
+    leases: AtomicU64,
+}
+
+/// A block leased to a lower tier ([`Supply::lease`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    /// The ids.
+    pub block: Block,
+    /// What [`Supply::take_back`] asks for with the block's unused tail; `None` when the tail
+    /// can never come back (cache `off`: there is no buffer to put it in front of).
+    pub token: Option<u64>,
+}
+
+/// What [`Supply::take_back`] did with a lower tier's unused tail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TakeBack {
+    /// This many ids are back in front of the buffer and will be handed out next.
+    Restored(u64),
+    /// The tail is the leased block's, but ids were handed out after the lease: its ids are
+    /// counted as burned and never handed out again.
+    Burned(u64),
+    /// Not accepted, nothing changed (the tail's ids stay burned by the lower tier); the reason.
+    Refused(String),
 }
 
 /// How a [`Supply`] is set up.
@@ -183,6 +219,9 @@ impl Supply {
             poisoned: AtomicBool::new(false),
             refill_wait: config.refill_wait,
             gate: BlockGate::new(config.space),
+            lease: Mutex::new(None),
+            tokens: std::collections::hash_map::RandomState::new(),
+            leases: AtomicU64::new(0),
         })
     }
 
@@ -386,6 +425,79 @@ impl Supply {
             .first()
             .copied()
             .ok_or_else(|| self.exhausted(bits))
+    }
+
+    /// Like [`Supply::block`], for a lower tier that may hand the block's unused tail back
+    /// ([`Supply::take_back`] with the lease's token). Only the newest lease's tail can come
+    /// back; a lease replaces the one before.
+    pub async fn lease(&self, count: u64, bits: u32) -> Result<Lease, IdError> {
+        if let CacheMode::Off = self.cache {
+            let block = self.block(count, bits).await?;
+            return Ok(Lease { block, token: None });
+        }
+        self.check_poisoned()?;
+        let taken = self
+            .fill(count, bits, |buf, taken, want| {
+                buf.take_block_for(taken, want).map_or(0, |_| want)
+            })
+            .await?;
+        let block = *taken.blocks().first().ok_or_else(|| self.exhausted(bits))?;
+        let nth = self.leases.fetch_add(1, Ordering::Relaxed);
+        let token = std::hash::BuildHasher::hash_one(&self.tokens, nth).max(1);
+        *self.lock_lease() = Some((token, taken));
+        Ok(Lease {
+            block,
+            token: Some(token),
+        })
+    }
+
+    fn lock_lease(&self) -> MutexGuard<'_, Option<(u64, Taken)>> {
+        // Only an `Option` swap happens under it: a panic cannot leave it half-updated.
+        self.lease.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes back `tail`, the unused end of the newest leased block (`token` is its lease's).
+    /// Accepted at most once per lease, and only if `tail` ends where the block ends and starts
+    /// on one of its ids ([`Buffer::take_back_tail`]); then its ids go back in front of the
+    /// buffer if nothing was handed out since the lease, and are counted as burned otherwise.
+    /// Anything else is [`TakeBack::Refused`] and changes nothing: the tail stays burned, which
+    /// is always safe. The lower tier must not use a tail it handed back, whatever the answer.
+    pub fn take_back(&self, token: u64, tail: Block) -> TakeBack {
+        let mut lease = self.lock_lease();
+        let Some((leased, taken)) = lease.as_ref() else {
+            return TakeBack::Refused(
+                "no block lease of this namespace is open on this node (none was leased, its \
+                 tail already came back, or the node restarted)"
+                    .into(),
+            );
+        };
+        if *leased != token {
+            return TakeBack::Refused(
+                "the lease is not this namespace's newest on this node (a later block was \
+                 leased, or the token is wrong)"
+                    .into(),
+            );
+        }
+        let outcome = self.with_buffer(|b| b.take_back_tail(taken, tail));
+        let taken_back = match outcome {
+            None => {
+                return TakeBack::Refused(
+                    "the range is not a tail of the leased block (same step and end, starting \
+                     on one of its ids)"
+                        .into(),
+                )
+            }
+            Some(PutBack::Restored(n)) => TakeBack::Restored(n),
+            Some(PutBack::Burned(n)) => TakeBack::Burned(n),
+        };
+        // Once only: a second take-back of the same tail would hand its ids out twice.
+        *lease = None;
+        let n = match taken_back {
+            TakeBack::Restored(n) | TakeBack::Burned(n) => n,
+            TakeBack::Refused(_) => 0,
+        };
+        self.served.fetch_sub(n, Ordering::Relaxed);
+        taken_back
     }
 
     /// Takes from the buffer with `take(buffer, record, wanted) -> progress` until `count` is
