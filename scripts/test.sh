@@ -120,6 +120,13 @@ if ! command -v promtool >/dev/null 2>&1; then
 fi
 echo "promtool: $(promtool --version 2>/dev/null | head -n1)"
 
+# Schemathesis (PyPI) fuzzes a live node against its GET /openapi.json.
+if ! command -v schemathesis >/dev/null 2>&1; then
+  step "installing schemathesis (PyPI)"
+  python3 -m pip install --quiet 'schemathesis>=4,<5'
+fi
+echo "schemathesis: $(schemathesis --version 2>/dev/null)"
+
 ensure_protoc
 
 step "cargo fmt --check"
@@ -133,6 +140,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quie
 
 step "cargo test --workspace"
 cargo test --workspace --all-features
+
+step "schemathesis: every operation of GET /openapi.json against a live node"
+bash crates/node/tests/schemathesis/run.sh
 
 # The benchmark workspaces are separate (their own peers and lockfiles); compile every target
 # so that an API change cannot silently break them. One shared target dir for both.
