@@ -22,6 +22,7 @@ pub mod encode;
 pub mod error;
 pub mod listen;
 pub mod openapi;
+pub mod status_page;
 
 pub use listen::listen;
 
@@ -105,6 +106,8 @@ pub(crate) fn routes() -> Routes {
     .route("/readyz", READ, get(readyz))
     .route("/metrics", READ, get(metrics))
     .route(OPENAPI, READ, get(openapi::serve))
+    .route("/", READ, get(status_page::serve))
+    .route("/ui", READ, get(status_page::serve))
 }
 
 /// Counts the error in the metrics and turns it into its answer.

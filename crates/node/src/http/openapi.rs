@@ -46,7 +46,9 @@ use utoipa::OpenApi;
         healthz,
         readyz,
         metrics,
-        openapi_json
+        openapi_json,
+        status_page,
+        status_page_ui
     ),
     components(schemas(
         IdsResponse,
@@ -323,6 +325,38 @@ fn metrics() {}
 )]
 #[allow(dead_code)]
 fn openapi_json() {}
+
+/// The status page.
+#[utoipa::path(
+    method(get, head),
+    path = "/",
+    tag = "operations",
+    operation_id = "status_page",
+    summary = "Status page: HTML for a person (refreshes itself every 5 s)",
+    description = "Version, uptime, the authority and its members' health, and every namespace \
+                   served with its settings and live state. A read.",
+    responses(
+        (status = 200, description = "The page", content_type = "text/html", body = String,
+            headers(("Cache-Control" = String, description = "`no-cache`"))),
+    )
+)]
+#[allow(dead_code)]
+fn status_page() {}
+
+/// The status page under its other name.
+#[utoipa::path(
+    method(get, head),
+    path = "/ui",
+    tag = "operations",
+    operation_id = "status_page_ui",
+    summary = "The status page (same as `/`)",
+    responses(
+        (status = 200, description = "The page", content_type = "text/html", body = String,
+            headers(("Cache-Control" = String, description = "`no-cache`"))),
+    )
+)]
+#[allow(dead_code)]
+fn status_page_ui() {}
 
 #[cfg(test)]
 mod tests {
