@@ -91,7 +91,7 @@ pub async fn serve_with(
 }
 
 /// One front-end's serving loop: it returns once `Draining` finished its connections or
-/// `StopNow` cut them (see [`http::listen`]).
+/// `StopNow` cut them (see [`http::listen()`]).
 pub type FrontEnd = Pin<Box<dyn Future<Output = Result<(), NodeError>> + Send>>;
 
 /// Runs `front_ends` (each listening on its own socket, all watching `shutdown`) until every one

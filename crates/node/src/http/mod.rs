@@ -15,7 +15,7 @@
 //!   run the GET handler and hand out an id nobody sees). Their answers carry
 //!   `Cache-Control: no-store`, so no cache replays an id.
 //! - Query strings are percent-decoded; each parameter may appear once.
-//! - Every route is added through [`routes`], which records its path and allowed methods, and
+//! - Every route is added through `routes`, which records its path and allowed methods, and
 //!   `GET /openapi.json` ([`openapi`]) documents exactly those (a test compares them). `GET /`
 //!   ([`status_page`]) is the HTML view of the same reads.
 //!

@@ -3,7 +3,7 @@
 //! serde attributes), so a field renamed or retyped in a type changes the document with it.
 //!
 //! Invariants:
-//! - Every route of [`super::routes`] is documented with exactly the methods its `Allow` header
+//! - Every route of `super::routes` is documented with exactly the methods its `Allow` header
 //!   names, and no other path or method is (a test compares the two).
 //! - Every operation lists each status it answers, with the [`ErrorBody`] schema for each error
 //!   status of docs/api.md's table that the operation can produce; the id routes document their
