@@ -431,7 +431,7 @@ async fn every_error_has_its_status_and_code() {
     assert_error(&node.post("/v1/blocks/sessions").await, 409, "wrong_kind");
 
     assert_error(&node.get("/v2/ids/x").await, 404, "not_found");
-    assert_error(&node.get("/").await, 404, "not_found");
+    assert_error(&node.get("/nowhere").await, 404, "not_found");
     assert_error(&node.get("/v1/ids").await, 404, "not_found");
 
     assert_error(&node.post("/v1/ids/x").await, 405, "method_not_allowed");
@@ -1176,5 +1176,43 @@ async fn openapi_document_is_served_with_the_nodes_limits() {
     );
     let (status, _) = node.post("/openapi.json").await;
     assert_eq!(status, 405);
+    node.stop().await;
+}
+
+/// `GET /` and `GET /ui` are the status page: HTML, a read that creates nothing; other methods
+/// are the JSON 405 of every route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_page_is_html_and_a_read() {
+    let node = TestNode::start(NodeConfig::default(), memory()).await;
+    node.ids("photos", 3).await;
+    for path in ["/", "/ui"] {
+        let resp = node
+            .client
+            .get(format!("{}{path}", node.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        assert_eq!(
+            resp.headers()["content-type"],
+            "text/html; charset=utf-8",
+            "{path}"
+        );
+        let page = resp.text().await.unwrap();
+        assert!(page.contains("<tr id=\"ns-photos\">"), "{page}");
+        assert!(page.contains("kind <b>memory</b>"), "{page}");
+    }
+    let names: Vec<Value> = node.get("/v1/namespaces").await.1["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|ns| ns["namespace"].clone())
+        .collect();
+    assert_eq!(
+        names,
+        vec![Value::from("photos")],
+        "the page created a namespace"
+    );
+    assert_error(&node.post("/").await, 405, "method_not_allowed");
     node.stop().await;
 }
