@@ -53,11 +53,17 @@ pub enum Decoded {
         /// The namespace asked about.
         namespace: String,
         /// The canonical UUID text.
+        #[cfg_attr(
+            feature = "openapi",
+            schema(
+                pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+            )
+        )]
         id: String,
         /// When it was made, RFC 3339 UTC with milliseconds; `null` when that lies after
         /// `9999-12-31T23:59:59.999Z`, which RFC 3339 cannot write (48 bits of milliseconds
         /// reach the year 10889). `unix_ms` is always there.
-        #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+        #[cfg_attr(feature = "openapi", schema(format = DateTime, required = true))]
         timestamp: Option<String>,
         /// The same instant in Unix milliseconds.
         unix_ms: u64,
@@ -67,11 +73,12 @@ pub enum Decoded {
         /// The namespace asked about.
         namespace: String,
         /// The canonical 26-character text.
+        #[cfg_attr(feature = "openapi", schema(pattern = "^[0-7][0-9A-HJKMNP-TV-Z]{25}$"))]
         id: String,
         /// When it was made, RFC 3339 UTC with milliseconds; `null` when that lies after
         /// `9999-12-31T23:59:59.999Z`, which RFC 3339 cannot write (48 bits of milliseconds
         /// reach the year 10889). `unix_ms` is always there.
-        #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+        #[cfg_attr(feature = "openapi", schema(format = DateTime, required = true))]
         timestamp: Option<String>,
         /// The same instant in Unix milliseconds.
         unix_ms: u64,

@@ -171,9 +171,10 @@ pub struct SequenceState {
     pub used_fraction: f64,
     /// When the namespace runs out at the current demand (RFC 3339), if within a thousand
     /// years and there is demand.
-    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, required = true))]
     pub projected_exhaustion: Option<String>,
     /// The latest refill's error, if the latest refill failed.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub last_error: Option<String>,
     /// With a `multi` authority, the state of each member (each owns a residue class of this
     /// namespace); absent otherwise.
@@ -230,6 +231,7 @@ pub struct SnowflakeState {
     /// Ids handed out by this node.
     pub ids_served: u64,
     /// The last timestamp issued, in time units since the epoch (`null` before the first id).
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub last_timestamp: Option<u64>,
     /// When the layout's timestamp field runs out (RFC 3339).
     #[cfg_attr(feature = "openapi", schema(format = DateTime))]
