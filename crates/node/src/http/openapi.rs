@@ -96,6 +96,29 @@ pub fn document(max_count: u64, max_block_request: u64) -> Value {
             }
         }
     }
+    // Example values of the path parameters, one per kind: the names of docs/configuration.md's
+    // example (which the Schemathesis test's node declares), ids of each form.
+    for item in doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.values_mut())
+    {
+        for op in item
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|o| o.values_mut())
+        {
+            let params = op.get_mut("parameters").and_then(Value::as_array_mut);
+            for p in params.into_iter().flatten() {
+                let examples: &[&str] = match p["name"].as_str() {
+                    Some("namespace") => &NAMESPACE_EXAMPLES,
+                    Some("id") => &ID_EXAMPLES,
+                    _ => continue,
+                };
+                p["schema"]["examples"] = examples.iter().copied().collect();
+            }
+        }
+    }
     // Every documented header is always sent: say so, so that a checker demands it.
     for item in doc["paths"]
         .as_object_mut()
@@ -133,6 +156,24 @@ pub fn document(max_count: u64, max_block_request: u64) -> Value {
     }
     doc
 }
+
+/// Namespace names of every kind, from docs/configuration.md's example.
+const NAMESPACE_EXAMPLES: [&str; 6] = [
+    "photos",
+    "legacy_users",
+    "tickets_odd",
+    "tweets",
+    "sessions",
+    "uploads",
+];
+
+/// Ids of every form: sequence, snowflake, UUIDv7, ULID.
+const ID_EXAMPLES: [&str; 4] = [
+    "42",
+    "1858339354775154688",
+    "0190b6e5-8c4a-7d1e-9f00-0123456789ab",
+    "01J2XQ3M7RZC8W5K0T9V4N6B2D",
+];
 
 /// `path` as one JSON pointer token (`/` is `~1`, `~` is `~0`).
 fn escape(path: &str) -> String {
