@@ -16,12 +16,15 @@ if [ "${1:-}" = "--screenshot" ]; then screenshot=(--screenshot "$(realpath -m "
 source "$here/../support/live_node.sh"
 start_node "$here/idmint.toml"
 
-curl -fsS "$base/v1/ids/photos?count=25" >/dev/null
-for ns in tickets_odd tweets sessions uploads; do curl -fsS "$base/v1/ids/$ns?count=3" >/dev/null; done
+get() { # URL: the body (fails on an error status)
+  python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' "$1"
+}
+get "$base/v1/ids/photos?count=25" >/dev/null
+for ns in tickets_odd tweets sessions uploads; do get "$base/v1/ids/$ns?count=3" >/dev/null; done
 projected=""
 for _ in $(seq 1 60); do
-  curl -fsS "$base/v1/ids/legacy_users?count=5" >/dev/null
-  projected="$(curl -fsS "$base/v1/namespaces/legacy_users" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"]["projected_exhaustion"] or "")')"
+  get "$base/v1/ids/legacy_users?count=5" >/dev/null
+  projected="$(get "$base/v1/namespaces/legacy_users" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"]["projected_exhaustion"] or "")')"
   [ -n "$projected" ] && break
   sleep 0.25
 done
