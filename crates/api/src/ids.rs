@@ -13,6 +13,10 @@ pub struct IdsResponse {
     /// The namespace the ids belong to.
     pub namespace: String,
     /// The ids, in increasing order.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = Vec<crate::schema::IdText>, inline)
+    )]
     pub ids: Vec<String>,
 }
 
