@@ -397,6 +397,36 @@ mod tests {
     }
 
     #[test]
+    fn members_show_their_health() {
+        let mut s = snapshot(vec![]);
+        s.authority.kind = "multi".into();
+        s.authority.members = vec![
+            MemberState {
+                number: 1,
+                kind: "postgres".into(),
+                offset: 1,
+                up: false,
+                last_error: Some("connection refused".into()),
+                out_of_service: None,
+            },
+            MemberState {
+                number: 2,
+                kind: "postgres".into(),
+                offset: 0,
+                up: true,
+                last_error: None,
+                out_of_service: None,
+            },
+        ];
+        let page = render(&s).into_string();
+        assert!(
+            page.contains("<td class=\"warn\">(!) down: connection refused</td>"),
+            "{page}"
+        );
+        assert!(page.contains("<td class=\"ok\">up</td>"), "{page}");
+    }
+
+    #[test]
     fn names_and_errors_are_escaped() {
         let mut s = snapshot(vec![]);
         s.authority.error = Some("<script>alert(1)</script>".into());
