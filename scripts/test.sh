@@ -144,6 +144,22 @@ if ! command -v promtool >/dev/null 2>&1; then
 fi
 echo "promtool: $(promtool --version 2>/dev/null | head -n1)"
 
+# Schemathesis (PyPI) fuzzes a live node against its GET /openapi.json.
+if ! command -v schemathesis >/dev/null 2>&1; then
+  step "installing schemathesis (PyPI)"
+  python3 -m pip install --quiet 'schemathesis>=4,<5'
+fi
+echo "schemathesis: $(schemathesis --version 2>/dev/null)"
+
+# The status page is checked in headless Chromium through WebDriver (selenium, PyPI).
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  apt_install "Chromium and its WebDriver (the status page test)" chromium chromium-driver
+fi
+if ! python3 -c 'import selenium' >/dev/null 2>&1; then
+  step "installing selenium (PyPI)"
+  python3 -m pip install --quiet 'selenium>=4,<5'
+fi
+
 ensure_protoc
 ensure_redis_clients
 ensure_python_grpc
@@ -159,6 +175,12 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quie
 
 step "cargo test --workspace"
 cargo test --workspace --all-features
+
+step "schemathesis: every operation of GET /openapi.json against a live node"
+bash crates/node/tests/schemathesis/run.sh
+
+step "the status page in headless Chromium"
+bash crates/node/tests/status_page/run.sh
 
 # The benchmark workspaces are separate (their own peers and lockfiles); compile every target
 # so that an API change cannot silently break them. One shared target dir for both.

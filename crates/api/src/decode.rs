@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// The decoded parts of an id, by the namespace's kind (`"kind"` on the wire).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Decoded {
@@ -13,6 +14,10 @@ pub enum Decoded {
         namespace: String,
         /// The id.
         #[serde(with = "crate::decimal")]
+        #[cfg_attr(
+            feature = "openapi",
+            schema(value_type = String, format = "uint64", pattern = "^[0-9]{1,20}$")
+        )]
         id: u64,
         /// Whether the id is of the namespace's residue class (any member's, with several
         /// authorities), within its width and at or above its start.
@@ -27,9 +32,14 @@ pub enum Decoded {
         namespace: String,
         /// The id.
         #[serde(with = "crate::decimal")]
+        #[cfg_attr(
+            feature = "openapi",
+            schema(value_type = String, format = "uint64", pattern = "^[0-9]{1,20}$")
+        )]
         id: u64,
         /// When it was made, RFC 3339 UTC with milliseconds (always writable: a snowflake time
         /// is below 2^64 ns, before 2555).
+        #[cfg_attr(feature = "openapi", schema(format = DateTime))]
         timestamp: String,
         /// The same instant in Unix milliseconds.
         unix_ms: u64,
@@ -43,10 +53,17 @@ pub enum Decoded {
         /// The namespace asked about.
         namespace: String,
         /// The canonical UUID text.
+        #[cfg_attr(
+            feature = "openapi",
+            schema(
+                pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+            )
+        )]
         id: String,
         /// When it was made, RFC 3339 UTC with milliseconds; `null` when that lies after
         /// `9999-12-31T23:59:59.999Z`, which RFC 3339 cannot write (48 bits of milliseconds
         /// reach the year 10889). `unix_ms` is always there.
+        #[cfg_attr(feature = "openapi", schema(format = DateTime, required = true))]
         timestamp: Option<String>,
         /// The same instant in Unix milliseconds.
         unix_ms: u64,
@@ -56,10 +73,12 @@ pub enum Decoded {
         /// The namespace asked about.
         namespace: String,
         /// The canonical 26-character text.
+        #[cfg_attr(feature = "openapi", schema(pattern = "^[0-7][0-9A-HJKMNP-TV-Z]{25}$"))]
         id: String,
         /// When it was made, RFC 3339 UTC with milliseconds; `null` when that lies after
         /// `9999-12-31T23:59:59.999Z`, which RFC 3339 cannot write (48 bits of milliseconds
         /// reach the year 10889). `unix_ms` is always there.
+        #[cfg_attr(feature = "openapi", schema(format = DateTime, required = true))]
         timestamp: Option<String>,
         /// The same instant in Unix milliseconds.
         unix_ms: u64,

@@ -5,6 +5,7 @@ use std::fmt;
 
 /// `{"error": {"code": "...", "message": "..."}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     /// What went wrong.
     pub error: ErrorDetail,
@@ -12,6 +13,7 @@ pub struct ErrorBody {
 
 /// The error itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorDetail {
     /// Stable machine-readable code; programs branch on it.
     pub code: ErrorCode,
@@ -76,6 +78,27 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code a server of this version sends: all but [`ErrorCode::Unknown`], which only a
+    /// reader produces. The OpenAPI schema of `code` is this list.
+    pub const SENT: [ErrorCode; 16] = [
+        ErrorCode::InvalidNamespace,
+        ErrorCode::UnknownNamespace,
+        ErrorCode::InvalidCount,
+        ErrorCode::InvalidRequest,
+        ErrorCode::InvalidId,
+        ErrorCode::WrongKind,
+        ErrorCode::NamespaceExhausted,
+        ErrorCode::TimeExhausted,
+        ErrorCode::AuthorityUnavailable,
+        ErrorCode::SettingsConflict,
+        ErrorCode::ShuttingDown,
+        ErrorCode::InternalError,
+        ErrorCode::NamespaceLost,
+        ErrorCode::TooManyNamespaces,
+        ErrorCode::NotFound,
+        ErrorCode::MethodNotAllowed,
+    ];
+
     /// The snake_case text of the code, as on the wire.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -122,6 +145,16 @@ mod tests {
         assert_eq!(serde_json::from_str::<ErrorBody>(&text).unwrap(), body);
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["error"]["code"], ErrorCode::NamespaceExhausted.as_str());
+    }
+
+    #[test]
+    fn every_sent_code_round_trips_and_none_is_unknown() {
+        for code in ErrorCode::SENT {
+            assert_ne!(code, ErrorCode::Unknown);
+            let text = serde_json::to_string(&code).unwrap();
+            assert_eq!(text, format!("\"{code}\""));
+            assert_eq!(serde_json::from_str::<ErrorCode>(&text).unwrap(), code);
+        }
     }
 
     #[test]

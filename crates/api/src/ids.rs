@@ -8,22 +8,36 @@ use serde::{Deserialize, Serialize};
 /// (sequence, snowflake), canonical UUID text for `uuid7` (`0190…-7…`), 26-character Crockford
 /// base32 for `ulid`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IdsResponse {
     /// The namespace the ids belong to.
     pub namespace: String,
     /// The ids, in increasing order.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = Vec<crate::schema::IdText>, inline)
+    )]
     pub ids: Vec<String>,
 }
 
 /// `POST /v1/blocks/{namespace}?count=N` (sequence namespaces only): the half-open range
 /// `[start, end)` with `step`, every id `start + k·step` below `end` now the caller's alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BlockResponse {
     /// First id of the block.
     #[serde(with = "crate::decimal")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = String, format = "uint64", pattern = "^[0-9]{1,20}$")
+    )]
     pub start: u64,
     /// One step past the last id (exclusive end).
     #[serde(with = "crate::decimal")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = String, format = "uint64", pattern = "^[0-9]{1,20}$")
+    )]
     pub end: u64,
     /// Distance between consecutive ids (the namespace's step).
     pub step: u64,

@@ -13,14 +13,19 @@
 //!   where a program is likely to compute with them.
 //! - Every error is [`ErrorBody`]: `{"error": {"code": "snake_case", "message": "..."}}`.
 //!
+//! With the `openapi` feature every type also derives `utoipa::ToSchema` (the server's
+//! `GET /openapi.json` is built from them, so it cannot drift from the JSON).
+//!
 //! What it does not do: talk to a network, validate ids, or know how a namespace works. It has
-//! no dependency besides serde.
+//! no dependency besides serde (and utoipa with `openapi`).
 
 pub mod decimal;
 mod decode;
 mod error;
 mod ids;
 mod namespace;
+#[cfg(feature = "openapi")]
+mod schema;
 
 pub use decode::Decoded;
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
@@ -34,6 +39,7 @@ use serde::{Deserialize, Serialize};
 
 /// `GET /healthz`: the process is alive.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Health {
     /// Always `"ok"`.
     pub status: String,
@@ -42,6 +48,7 @@ pub struct Health {
 /// `GET /readyz` when the node can serve: it is not shutting down and its authority answered
 /// (with several members: at least one is up).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Ready {
     /// Always `"ready"`.
     pub status: String,
@@ -54,6 +61,7 @@ pub struct Ready {
 
 /// One member of a `multi` authority, as `/readyz` and the namespace detail show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MemberState {
     /// Its place in the configuration, counted from 1.
     pub number: usize,

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// `{"namespaces": [...]}`, sorted by name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NamespaceList {
     /// Every namespace the node serves.
     pub namespaces: Vec<NamespaceInfo>,
@@ -11,6 +12,7 @@ pub struct NamespaceList {
 
 /// One namespace: its name, kind (`"kind"` on the wire), settings and state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum NamespaceInfo {
@@ -73,11 +75,16 @@ impl NamespaceInfo {
 
 /// Which integers a sequence namespace hands out, and how it caches them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SequenceSettings {
     /// 32 or 64: ids stay below 2^31 or 2^63.
     pub width: u32,
     /// The first id.
     #[serde(with = "crate::decimal")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = String, format = "uint64", pattern = "^[0-9]{1,20}$")
+    )]
     pub start: u64,
     /// Distance between consecutive ids.
     pub step: u64,
@@ -89,6 +96,7 @@ pub struct SequenceSettings {
 
 /// How a sequence namespace caches blocks (`"mode"` on the wire).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "mode", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum CacheSettings {
@@ -116,10 +124,15 @@ pub enum CacheSettings {
 
 /// Live state of a sequence namespace on this node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SequenceState {
     /// The highest watermark the authority reported to this node: every id below it has been
     /// reserved by some node.
     #[serde(with = "crate::decimal")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = String, format = "uint64", pattern = "^[0-9]{1,20}$")
+    )]
     pub watermark: u64,
     /// Ids in this node's buffer, ready to hand out.
     pub ids_buffered: u64,
@@ -142,16 +155,26 @@ pub struct SequenceState {
     pub refills: u64,
     /// Ids of the namespace below the watermark.
     #[serde(with = "crate::decimal")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = String, format = "uint64", pattern = "^[0-9]{1,20}$")
+    )]
     pub ids_used: u64,
     /// Ids the namespace can ever hand out.
     #[serde(with = "crate::decimal")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = String, format = "uint64", pattern = "^[0-9]{1,20}$")
+    )]
     pub capacity: u64,
     /// `ids_used / capacity`.
     pub used_fraction: f64,
     /// When the namespace runs out at the current demand (RFC 3339), if within a thousand
     /// years and there is demand.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime, required = true))]
     pub projected_exhaustion: Option<String>,
     /// The latest refill's error, if the latest refill failed.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub last_error: Option<String>,
     /// With a `multi` authority, the state of each member (each owns a residue class of this
     /// namespace); absent otherwise.
@@ -161,6 +184,7 @@ pub struct SequenceState {
 
 /// Layout and worker of a snowflake namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SnowflakeSettings {
     /// The node field this node issues under.
     pub worker: u64,
@@ -170,6 +194,7 @@ pub struct SnowflakeSettings {
 
 /// A snowflake bit layout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LayoutSettings {
     /// Bits of time.
     pub timestamp_bits: u8,
@@ -180,6 +205,7 @@ pub struct LayoutSettings {
     /// The time unit, e.g. `"1ms"`, `"10ms"`.
     pub time_unit: String,
     /// The epoch, RFC 3339.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub epoch: String,
     /// The epoch in Unix milliseconds.
     pub epoch_unix_ms: u64,
@@ -189,6 +215,7 @@ pub struct LayoutSettings {
 
 /// Field order below the timestamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum FieldOrder {
     /// Twitter's order: timestamp, node, sequence.
@@ -199,12 +226,15 @@ pub enum FieldOrder {
 
 /// Live state of a snowflake namespace on this node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SnowflakeState {
     /// Ids handed out by this node.
     pub ids_served: u64,
     /// The last timestamp issued, in time units since the epoch (`null` before the first id).
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub last_timestamp: Option<u64>,
     /// When the layout's timestamp field runs out (RFC 3339).
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub time_runs_out: String,
 }
 

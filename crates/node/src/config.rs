@@ -149,6 +149,11 @@ pub const MAX_CONNECTIONS: usize = 1_000_000;
 /// Longest of the `[server]` timeouts (`*_timeout_ms`): an hour.
 pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
 
+/// Longest `server.exhaustion_warning_days`: a century.
+pub const MAX_EXHAUSTION_WARNING_DAYS: u64 = 36_500;
+
+const DAY_SECS: u64 = 24 * 60 * 60;
+
 /// The validated settings of the node library.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeConfig {
@@ -173,6 +178,10 @@ pub struct NodeConfig {
     pub refill_wait: Duration,
     /// Declared namespaces.
     pub namespaces: BTreeMap<NamespaceName, KindConfig>,
+    /// The status page (`GET /`) shows in red a namespace projected to run out of ids (or a
+    /// snowflake layout out of time) sooner than this (`server.exhaustion_warning_days`, 1 to
+    /// [`MAX_EXHAUSTION_WARNING_DAYS`]; default 365 days).
+    pub exhaustion_warning: Duration,
     /// How listeners treat connections and how long shutdown waits for them.
     pub listen: ListenConfig,
 }
@@ -193,6 +202,7 @@ impl Default for NodeConfig {
             refill_tick: Duration::from_millis(100),
             refill_wait: Duration::from_secs(2),
             namespaces: BTreeMap::new(),
+            exhaustion_warning: Duration::from_secs(365 * DAY_SECS),
             listen: ListenConfig::default(),
         }
     }
@@ -262,6 +272,7 @@ struct RawServer {
     max_block_request: Option<u64>,
     max_namespaces: Option<usize>,
     refill_wait_ms: Option<u64>,
+    exhaustion_warning_days: Option<u64>,
     header_read_timeout_ms: Option<u64>,
     idle_timeout_ms: Option<u64>,
     max_connections: Option<usize>,
@@ -477,6 +488,15 @@ impl FileConfig {
                 ));
             }
             node.refill_wait = Duration::from_millis(ms);
+        }
+        if let Some(days) = raw.server.exhaustion_warning_days {
+            if !(1..=MAX_EXHAUSTION_WARNING_DAYS).contains(&days) {
+                return Err(invalid(
+                    "server.exhaustion_warning_days",
+                    format!("{days} is not from 1 to {MAX_EXHAUSTION_WARNING_DAYS} (days before a projected exhaustion that the status page shows it in red)"),
+                ));
+            }
+            node.exhaustion_warning = Duration::from_secs(days * DAY_SECS);
         }
         node.listen = listen_settings(&raw.server)?;
         node.default_sequence =
@@ -1032,6 +1052,15 @@ mod tests {
         let cfg = FileConfig::parse("[server]\nmax_block_request = 5000\n").unwrap();
         assert_eq!(cfg.node.max_block_request, 5000);
         assert!(err("[server]\nrefill_wait_ms = 60001\n").starts_with("server.refill_wait_ms:"));
+        for bad in ["0", "36501"] {
+            assert!(err(&format!("[server]\nexhaustion_warning_days = {bad}\n"))
+                .starts_with("server.exhaustion_warning_days:"));
+        }
+        let cfg = FileConfig::parse("[server]\nexhaustion_warning_days = 30\n").unwrap();
+        assert_eq!(
+            cfg.node.exhaustion_warning,
+            Duration::from_secs(30 * 86_400)
+        );
         FileConfig::parse("[server]\nrefill_wait_ms = 60000\n").unwrap();
     }
 

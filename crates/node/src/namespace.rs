@@ -210,9 +210,14 @@ impl Namespace {
     }
 }
 
+/// A decimal id: ASCII digits only (`u64::from_str` alone also takes a leading `+`, which no
+/// server writes and the OpenAPI document's id pattern excludes), fitting 64 bits.
 fn parse_u64_id(id: &str) -> Result<u64, IdError> {
-    id.parse::<u64>()
-        .map_err(|_| IdError::InvalidId(format!("{id:?} is not a decimal 64-bit id")))
+    let digits = !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit());
+    digits
+        .then(|| id.parse::<u64>().ok())
+        .flatten()
+        .ok_or_else(|| IdError::InvalidId(format!("{id:?} is not a decimal 64-bit id")))
 }
 
 /// `text` read as an id of a sequence namespace of `space` whose watermark is `watermark` (with a
@@ -597,6 +602,28 @@ impl SnowflakeNamespace {
             ClockCheck::WallAheadAdopted { by } => {
                 tracing::info!(namespace = %self.name, ahead = ?by, "wall clock stepped forwards; generator time moved forward");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Found by Schemathesis (negative data): `+7` decoded as 7, though the API's ids are digits
+    /// only and the OpenAPI document's id pattern says so.
+    #[test]
+    fn decimal_ids_are_digits_only() {
+        assert_eq!(parse_u64_id("7").unwrap(), 7);
+        assert_eq!(parse_u64_id("007").unwrap(), 7);
+        assert_eq!(parse_u64_id("18446744073709551615").unwrap(), u64::MAX);
+        for bad in ["+7", "-7", "", " 7", "7 ", "18446744073709551616", "٣"] {
+            assert_eq!(
+                parse_u64_id(bad).unwrap_err().code(),
+                idmint_api::ErrorCode::InvalidId,
+                "{bad:?}"
+            );
         }
     }
 }

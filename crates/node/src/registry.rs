@@ -59,6 +59,8 @@ pub struct Node {
     stop: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     draining: AtomicBool,
+    /// The clock's monotonic reading when the node started, for [`Node::uptime`].
+    started: u64,
 }
 
 impl Node {
@@ -80,6 +82,7 @@ impl Node {
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<Node>, NodeError> {
         let (stop, _) = watch::channel(false);
+        let started = clock.monotonic_nanos();
         let node = Arc::new(Node {
             config,
             authority,
@@ -91,6 +94,7 @@ impl Node {
             stop,
             tasks: Mutex::new(Vec::new()),
             draining: AtomicBool::new(false),
+            started,
         });
         let declared: Vec<(NamespaceName, KindConfig)> = node
             .config
@@ -147,6 +151,10 @@ impl Node {
     /// Wall time now, by the node's clock.
     pub fn now(&self) -> std::time::SystemTime {
         std::time::UNIX_EPOCH + Duration::from_nanos(self.clock.wall_nanos())
+    }
+    /// How long the node has run, by its monotonic clock.
+    pub fn uptime(&self) -> Duration {
+        Duration::from_nanos(self.clock.monotonic_nanos().saturating_sub(self.started))
     }
     /// Whether shutdown has begun.
     pub fn is_draining(&self) -> bool {

@@ -431,7 +431,7 @@ async fn every_error_has_its_status_and_code() {
     assert_error(&node.post("/v1/blocks/sessions").await, 409, "wrong_kind");
 
     assert_error(&node.get("/v2/ids/x").await, 404, "not_found");
-    assert_error(&node.get("/").await, 404, "not_found");
+    assert_error(&node.get("/nowhere").await, 404, "not_found");
     assert_error(&node.get("/v1/ids").await, 404, "not_found");
 
     assert_error(&node.post("/v1/ids/x").await, 405, "method_not_allowed");
@@ -1119,5 +1119,100 @@ async fn a_long_request_target_is_a_json_414() {
         "1".repeat(8 * 1024 - "/v1/ids/x?count=".len())
     );
     assert_error(&node.get(&at_limit).await, 400, "invalid_count");
+    node.stop().await;
+}
+
+/// `GET /openapi.json` is the document of this server: it parses, names every route, carries
+/// the node's `count` limits, and may be cached; `HEAD` answers it without a body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_document_is_served_with_the_nodes_limits() {
+    let node = TestNode::start(
+        config("[server]\nmax_count = 5\nmax_block_request = 70\n"),
+        memory(),
+    )
+    .await;
+    let resp = node
+        .client
+        .get(format!("{}/openapi.json", node.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    assert_eq!(resp.headers()["cache-control"], "public, max-age=300");
+    let doc: Value = support::json(&resp.text().await.unwrap());
+    assert_eq!(doc, idmint_node::http::openapi::document(5, 70));
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"), "{doc}");
+    for path in [
+        "/v1/ids/{namespace}",
+        "/v1/blocks/{namespace}",
+        "/v1/decode/{namespace}/{id}",
+        "/v1/namespaces",
+        "/v1/namespaces/{namespace}",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/openapi.json",
+    ] {
+        assert!(doc["paths"].get(path).is_some(), "{path} missing");
+    }
+    let count = |path: &str, method: &str| {
+        doc["paths"][path][method]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "count")
+            .unwrap()["schema"]["maximum"]
+            .clone()
+    };
+    assert_eq!(count("/v1/ids/{namespace}", "get"), 5);
+    assert_eq!(count("/v1/blocks/{namespace}", "post"), 70);
+    let (status, body) = node.request(reqwest::Method::HEAD, "/openapi.json").await;
+    assert_eq!((status, body.as_str()), (200, ""));
+    // A read: it created nothing.
+    assert_eq!(
+        node.get("/v1/namespaces").await.1["namespaces"],
+        serde_json::json!([])
+    );
+    let (status, _) = node.post("/openapi.json").await;
+    assert_eq!(status, 405);
+    node.stop().await;
+}
+
+/// `GET /` and `GET /ui` are the status page: HTML, a read that creates nothing; other methods
+/// are the JSON 405 of every route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_page_is_html_and_a_read() {
+    let node = TestNode::start(NodeConfig::default(), memory()).await;
+    node.ids("photos", 3).await;
+    for path in ["/", "/ui"] {
+        let resp = node
+            .client
+            .get(format!("{}{path}", node.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        assert_eq!(
+            resp.headers()["content-type"],
+            "text/html; charset=utf-8",
+            "{path}"
+        );
+        let page = resp.text().await.unwrap();
+        assert!(page.contains("<tr id=\"ns-photos\">"), "{page}");
+        assert!(page.contains("kind <b>memory</b>"), "{page}");
+    }
+    let names: Vec<Value> = node.get("/v1/namespaces").await.1["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|ns| ns["namespace"].clone())
+        .collect();
+    assert_eq!(
+        names,
+        vec![Value::from("photos")],
+        "the page created a namespace"
+    );
+    assert_error(&node.post("/").await, 405, "method_not_allowed");
     node.stop().await;
 }

@@ -15,12 +15,17 @@
 //!   run the GET handler and hand out an id nobody sees). Their answers carry
 //!   `Cache-Control: no-store`, so no cache replays an id.
 //! - Query strings are percent-decoded; each parameter may appear once.
+//! - Every route is added through `routes`, which records its path and allowed methods, and
+//!   `GET /openapi.json` ([`openapi`]) documents exactly those (a test compares them). `GET /`
+//!   ([`status_page`]) is the HTML view of the same reads.
 //!
 //! Ids are written as decimal strings (JavaScript-safe) or canonical UUID/ULID text.
 
 pub mod encode;
 pub mod error;
 pub mod listen;
+pub mod openapi;
+pub mod status_page;
 
 pub use listen::listen;
 
@@ -33,7 +38,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 use error::ApiError;
 use idmint_api::{BlockResponse, ErrorCode, Health, NamespaceList, Ready};
@@ -49,37 +54,63 @@ const BLOCKS: &str = "/v1/blocks/{namespace}";
 const DECODE: &str = "/v1/decode/{namespace}/{id}";
 const NAMESPACES: &str = "/v1/namespaces";
 const NAMESPACE: &str = "/v1/namespaces/{namespace}";
+const OPENAPI: &str = "/openapi.json";
 /// The methods of the read-only routes: `HEAD` runs the GET handler without the body, which is
 /// harmless because reads never write.
 const READ: &str = "GET, HEAD";
 
 /// The router of the whole API over `node`.
 pub fn router(node: Arc<Node>) -> Router {
-    Router::new()
-        .route(
-            IDS,
-            get(get_ids)
-                .head(refuse(IDS, "GET"))
-                .fallback(refuse(IDS, "GET")),
-        )
-        .route(BLOCKS, post(post_block).fallback(refuse(BLOCKS, "POST")))
-        .route(DECODE, get(decode).fallback(refuse(DECODE, READ)))
-        .route(
-            NAMESPACES,
-            get(list_namespaces).fallback(refuse(NAMESPACES, READ)),
-        )
-        .route(
-            NAMESPACE,
-            get(get_namespace).fallback(refuse(NAMESPACE, READ)),
-        )
-        .route("/healthz", get(healthz).fallback(refuse("/healthz", READ)))
-        .route("/readyz", get(readyz).fallback(refuse("/readyz", READ)))
-        .route("/metrics", get(metrics).fallback(refuse("/metrics", READ)))
+    routes()
+        .router
         .fallback(not_found)
         // Every route above has its own; this one is for a route added without one.
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(refuse_long_uri))
         .with_state(node)
+}
+
+/// The routes, and what each allows: `GET /openapi.json` must document exactly these (a test
+/// compares them), so a route added without documentation fails the build's tests.
+pub(crate) struct Routes {
+    router: Router<Arc<Node>>,
+    /// `(path, Allow header)` of every route, in the order added.
+    pub(crate) allowed: Vec<(&'static str, &'static str)>,
+}
+
+impl Routes {
+    /// Adds `path` served by `methods`; every other method answers 405 naming `allow`.
+    fn route(
+        mut self,
+        path: &'static str,
+        allow: &'static str,
+        methods: MethodRouter<Arc<Node>>,
+    ) -> Self {
+        self.router = self
+            .router
+            .route(path, methods.fallback(refuse(path, allow)));
+        self.allowed.push((path, allow));
+        self
+    }
+}
+
+/// Every route of the API, before the state is given.
+pub(crate) fn routes() -> Routes {
+    Routes {
+        router: Router::new(),
+        allowed: Vec::new(),
+    }
+    .route(IDS, "GET", get(get_ids).head(refuse(IDS, "GET")))
+    .route(BLOCKS, "POST", post(post_block))
+    .route(DECODE, READ, get(decode))
+    .route(NAMESPACES, READ, get(list_namespaces))
+    .route(NAMESPACE, READ, get(get_namespace))
+    .route("/healthz", READ, get(healthz))
+    .route("/readyz", READ, get(readyz))
+    .route("/metrics", READ, get(metrics))
+    .route(OPENAPI, READ, get(openapi::serve))
+    .route("/", READ, get(status_page::serve))
+    .route("/ui", READ, get(status_page::serve))
 }
 
 /// Counts the error in the metrics and turns it into its answer.

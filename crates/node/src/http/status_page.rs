@@ -1,0 +1,446 @@
+//! `GET /` and `GET /ui`: the status page, server-rendered HTML for a person, in a browser or a
+//! terminal's text browser. No JavaScript: it refreshes itself with `<meta http-equiv="refresh">`.
+//!
+//! It shows the version and uptime, the authority and its members' health, and every namespace
+//! this node serves with its kind, settings and live state: watermark, ids buffered, demand,
+//! block size, ids served, burned and given back, the share of the id space used and the
+//! projected exhaustion date, in red (and marked `(!)` for text browsers) when it is nearer than
+//! `server.exhaustion_warning_days`.
+//!
+//! Invariants:
+//! - A read: it takes the namespaces from [`Node::all`] and their [`crate::namespace::Namespace::info`]
+//!   and the members from [`Node::members`]; it never creates a namespace, reserves an id or
+//!   writes anything. The one thing it asks the authority is `list` (as `/readyz` does), bounded
+//!   by [`PROBE_TIMEOUT`].
+//! - Every value is escaped (maud escapes by default; nothing here uses `PreEscaped`), so a
+//!   namespace name or an authority's error message cannot inject markup.
+//! - It maps nothing to protocol errors: it always answers 200 with the page, the authority's
+//!   failure shown on it.
+
+use crate::registry::Node;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use idmint_api::{CacheSettings, MemberState, NamespaceInfo, SequenceState};
+use maud::{html, Markup, DOCTYPE};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How often the page reloads itself, in seconds.
+pub const REFRESH_SECONDS: u32 = 5;
+
+/// How long the page waits for the authority's answer before showing it as not answering.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What the page says about the authority.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthorityHealth {
+    /// Its kind (`file`, `postgres`, …, `multi`).
+    pub kind: String,
+    /// `None` when it answered, else why not.
+    pub error: Option<String>,
+    /// With a `multi` authority, each member; empty otherwise.
+    pub members: Vec<MemberState>,
+}
+
+/// Everything the page shows, gathered before rendering (so rendering is a pure function).
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The node's version.
+    pub version: &'static str,
+    /// How long the node has run.
+    pub uptime: Duration,
+    /// Wall time of the snapshot.
+    pub now: SystemTime,
+    /// How near an exhaustion date turns red.
+    pub warning: Duration,
+    /// The authority.
+    pub authority: AuthorityHealth,
+    /// Every namespace served, sorted by name.
+    pub namespaces: Vec<NamespaceInfo>,
+}
+
+/// `GET /`, `GET /ui`.
+pub(crate) async fn serve(State(node): State<Arc<Node>>) -> Response {
+    let page = render(&snapshot(&node).await);
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        page.into_string(),
+    )
+        .into_response()
+}
+
+/// Reads what the page shows from `node`.
+pub async fn snapshot(node: &Node) -> Snapshot {
+    let authority = node.authority().clone();
+    let error = match tokio::time::timeout(PROBE_TIMEOUT, authority.list()).await {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some(format!(
+            "did not answer within {}",
+            humantime::format_duration(PROBE_TIMEOUT)
+        )),
+    };
+    let now = node.now();
+    Snapshot {
+        version: env!("CARGO_PKG_VERSION"),
+        uptime: node.uptime(),
+        now,
+        warning: node.config().exhaustion_warning,
+        authority: AuthorityHealth {
+            kind: authority.kind().to_owned(),
+            error,
+            members: node.members(),
+        },
+        namespaces: node
+            .all()
+            .iter()
+            .map(|ns| node.describe(ns.info(now)))
+            .collect(),
+    }
+}
+
+/// The page of `s`.
+pub fn render(s: &Snapshot) -> Markup {
+    let warning_days = s.warning.as_secs() / 86_400;
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="refresh" content=(REFRESH_SECONDS);
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { "idmint status" }
+                style { (STYLE) }
+            }
+            body {
+                h1 { "idmint status" }
+                p #summary {
+                    "version " (s.version)
+                    " · up " (uptime(s.uptime))
+                    " · " (rfc3339(s.now).unwrap_or_default())
+                    " · refreshes every " (REFRESH_SECONDS) " s"
+                }
+                h2 { "Authority" }
+                (authority(&s.authority))
+                h2 { "Namespaces (" (s.namespaces.len()) ")" }
+                @if s.namespaces.is_empty() {
+                    p { "No namespace is served yet: declared ones appear at start, others on first use." }
+                } @else {
+                    (namespaces(s))
+                }
+                p .legend {
+                    "Red, marked (!): runs out within " (warning_days) " days at the current demand "
+                    "(server.exhaustion_warning_days). JSON: "
+                    a href="/v1/namespaces" { "/v1/namespaces" } ", "
+                    a href="/readyz" { "/readyz" } ", "
+                    a href="/metrics" { "/metrics" } ", "
+                    a href="/openapi.json" { "/openapi.json" } "."
+                }
+            }
+        }
+    }
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}\
+table{border-collapse:collapse;font-size:.9em}\
+th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}\
+td.n{text-align:right;font-variant-numeric:tabular-nums}td.t{white-space:nowrap}\
+th{background:#f0f0f0}.warn{color:#b00;font-weight:bold}.ok{color:#070}\
+.legend{color:#555;font-size:.85em}";
+
+fn authority(a: &AuthorityHealth) -> Markup {
+    html! {
+        p #authority {
+            "kind " b { (a.kind) } ": "
+            @match &a.error {
+                None => span .ok { "answering" },
+                Some(e) => span .warn { "(!) not answering: " (e) },
+            }
+        }
+        @if !a.members.is_empty() {
+            table #members {
+                tr { th { "member" } th { "kind" } th { "offset" } th { "health" } }
+                @for m in &a.members {
+                    tr {
+                        td .n { (m.number) }
+                        td { (m.kind) }
+                        td .n { (m.offset) }
+                        @if let Some(why) = &m.out_of_service {
+                            td .warn { "(!) out of service: " (why) }
+                        } @else if m.up {
+                            td .ok { "up" }
+                        } @else {
+                            td .warn { "(!) down: " (m.last_error.as_deref().unwrap_or("no answer")) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn namespaces(s: &Snapshot) -> Markup {
+    html! {
+        table #namespaces {
+            tr {
+                th { "namespace" } th { "kind" } th { "settings" } th { "watermark" }
+                th { "buffered" } th { "demand/s" } th { "block size" } th { "served" }
+                th { "burned" } th { "given back" } th { "id space used" } th { "runs out" }
+            }
+            @for ns in &s.namespaces {
+                tr id={ "ns-" (ns.name()) } {
+                    td { b { (ns.name()) } }
+                    td { (ns.kind()) }
+                    @match ns {
+                        NamespaceInfo::Sequence { settings, state, auto_created, .. } => {
+                            td {
+                                "width " (settings.width) ", start " (settings.start)
+                                ", step " (settings.step) ", offset " (settings.offset)
+                                ", cache " (cache(&settings.cache))
+                                @if *auto_created { ", auto-created" }
+                            }
+                            (sequence_state(state, s.warning))
+                        }
+                        NamespaceInfo::Snowflake { settings, state, .. } => {
+                            @let l = &settings.layout;
+                            td {
+                                "worker " (settings.worker) ", " (l.timestamp_bits) "/"
+                                (l.node_bits) "/" (l.sequence_bits) " bits, unit " (l.time_unit)
+                                ", epoch " (l.epoch)
+                            }
+                            td {} td {} td {} td {}
+                            td .n { (state.ids_served) }
+                            td {} td {} td {}
+                            @if within(&state.time_runs_out, s.now, s.warning) {
+                                td .t { span .warn { "(!) " (state.time_runs_out) } }
+                            } @else {
+                                td .t { (state.time_runs_out) }
+                            }
+                        }
+                        _ => {
+                            td { "-" }
+                            td {} td {} td {} td {} td {} td {} td {} td {} td { "never" }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn sequence_state(st: &SequenceState, warning: Duration) -> Markup {
+    let left = st.capacity.saturating_sub(st.ids_used);
+    let soon =
+        st.demand_per_second > 1e-3 && (left as f64 / st.demand_per_second) < warning.as_secs_f64();
+    html! {
+        td .n { (st.watermark) }
+        td .n { (st.ids_buffered) }
+        td .n { (format!("{:.1}", st.demand_per_second)) }
+        td .n { (st.block_size) }
+        td .n { (st.ids_served) }
+        td .n { (st.ids_burned) }
+        td .n { (st.ids_given_back) }
+        td .n { (percent(st.used_fraction)) " of " (st.capacity) }
+        @let date = st.projected_exhaustion.as_deref();
+        td .t {
+            @if soon {
+                span .warn { "(!) " (date.unwrap_or("now")) }
+            } @else {
+                (date.unwrap_or("not at this demand"))
+            }
+            @if let Some(e) = &st.last_error {
+                br;
+                span .warn { "(!) last refill failed: " (e) }
+            }
+        }
+    }
+}
+
+fn cache(c: &CacheSettings) -> String {
+    match c {
+        CacheSettings::Off => "off".into(),
+        CacheSettings::Fixed {
+            block_size,
+            low_water,
+        } => format!("fixed {block_size} (low water {low_water})"),
+        CacheSettings::Adaptive {
+            buffer_seconds,
+            min_block,
+            max_block,
+            low_water,
+        } => format!(
+            "adaptive {buffer_seconds} s, blocks {min_block}..{max_block} (low water {low_water})"
+        ),
+        // A mode added to the wire types shows by its debug name until it is written here.
+        #[allow(unreachable_patterns)]
+        other => format!("{other:?}"),
+    }
+}
+
+/// A share as a percentage: enough digits to see a namespace move off 0 %.
+fn percent(fraction: f64) -> String {
+    let p = fraction * 100.0;
+    if p > 0.0 && p < 0.0001 {
+        "<0.0001 %".into()
+    } else {
+        format!("{p:.4} %")
+    }
+}
+
+/// Whether the RFC 3339 date `date` (as the API writes it) lies before `now + warning`.
+fn within(date: &str, now: SystemTime, warning: Duration) -> bool {
+    let horizon = now + warning;
+    rfc3339(horizon).is_some_and(|h| date.len() == h.len() && date < h.as_str())
+}
+
+fn rfc3339(t: SystemTime) -> Option<String> {
+    let ms = u64::try_from(t.duration_since(UNIX_EPOCH).ok()?.as_millis()).ok()?;
+    idmint_core::layout::rfc3339_millis(ms)
+}
+
+fn uptime(d: Duration) -> String {
+    humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use idmint_api::SequenceSettings;
+
+    fn sequence(name: &str, demand: f64, used: u64, exhaustion: Option<&str>) -> NamespaceInfo {
+        NamespaceInfo::Sequence {
+            namespace: name.into(),
+            auto_created: false,
+            settings: SequenceSettings {
+                width: 32,
+                start: 1,
+                step: 1,
+                offset: 0,
+                cache: CacheSettings::Off,
+            },
+            state: SequenceState {
+                watermark: used + 1,
+                ids_buffered: 0,
+                demand_per_second: demand,
+                block_size: 0,
+                ids_served: used,
+                ids_burned: 0,
+                ids_reserved: used,
+                ids_given_back: 0,
+                refills: 0,
+                ids_used: used,
+                capacity: 1000,
+                used_fraction: used as f64 / 1000.0,
+                projected_exhaustion: exhaustion.map(Into::into),
+                last_error: None,
+                members: Vec::new(),
+            },
+        }
+    }
+
+    fn snapshot(namespaces: Vec<NamespaceInfo>) -> Snapshot {
+        Snapshot {
+            version: "9.9.9",
+            uptime: Duration::from_secs(3723),
+            now: UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+            warning: Duration::from_secs(365 * 86_400),
+            authority: AuthorityHealth {
+                kind: "file".into(),
+                error: None,
+                members: Vec::new(),
+            },
+            namespaces,
+        }
+    }
+
+    #[test]
+    fn shows_version_uptime_and_each_namespace() {
+        let page = render(&snapshot(vec![
+            sequence("photos", 0.0, 10, None),
+            NamespaceInfo::Ulid {
+                namespace: "uploads".into(),
+            },
+        ]))
+        .into_string();
+        for want in [
+            "version 9.9.9",
+            "up 1h 2m 3s",
+            "http-equiv=\"refresh\"",
+            "id=\"ns-photos\"",
+            "id=\"ns-uploads\"",
+            "1.0000 % of 1000",
+            "not at this demand",
+        ] {
+            assert!(page.contains(want), "{want} missing from {page}");
+        }
+        assert!(!page.contains("class=\"warn\""), "{page}");
+    }
+
+    #[test]
+    fn a_near_exhaustion_is_red_and_marked() {
+        // 990 ids left at 1 id/s: 16.5 minutes.
+        let page = render(&snapshot(vec![sequence(
+            "tickets",
+            1.0,
+            10,
+            Some("2027-01-15T08:16:30.000Z"),
+        )]))
+        .into_string();
+        assert!(
+            page.contains("<span class=\"warn\">(!) 2027-01-15T08:16:30.000Z</span>"),
+            "{page}"
+        );
+    }
+
+    #[test]
+    fn members_show_their_health() {
+        let mut s = snapshot(vec![]);
+        s.authority.kind = "multi".into();
+        s.authority.members = vec![
+            MemberState {
+                number: 1,
+                kind: "postgres".into(),
+                offset: 1,
+                up: false,
+                last_error: Some("connection refused".into()),
+                out_of_service: None,
+            },
+            MemberState {
+                number: 2,
+                kind: "postgres".into(),
+                offset: 0,
+                up: true,
+                last_error: None,
+                out_of_service: None,
+            },
+        ];
+        let page = render(&s).into_string();
+        assert!(
+            page.contains("<td class=\"warn\">(!) down: connection refused</td>"),
+            "{page}"
+        );
+        assert!(page.contains("<td class=\"ok\">up</td>"), "{page}");
+    }
+
+    #[test]
+    fn names_and_errors_are_escaped() {
+        let mut s = snapshot(vec![]);
+        s.authority.error = Some("<script>alert(1)</script>".into());
+        let page = render(&s).into_string();
+        assert!(!page.contains("<script>"), "{page}");
+        assert!(page.contains("&lt;script&gt;"), "{page}");
+    }
+
+    #[test]
+    fn dates_within_the_warning_are_found() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000); // 2027-01-15T08:00:00Z
+        let year = Duration::from_secs(365 * 86_400);
+        assert!(within("2027-06-01T00:00:00.000Z", now, year));
+        assert!(!within("2029-01-01T00:00:00.000Z", now, year));
+        assert!(!within("not a date", now, year));
+    }
+}

@@ -1,0 +1,109 @@
+"""Loads the status page of a live node in headless Chromium (WebDriver, through selenium and
+Debian's chromedriver) and checks what a person sees: every namespace with its kind, the
+numbers of one that served ids, the version, the authority, the self-refresh. With
+--screenshot PATH it also saves what the browser shows.
+
+    python3 check.py http://127.0.0.1:PORT [--screenshot docs/status-page.png]
+"""
+
+import argparse
+import base64
+import json
+import sys
+import tempfile
+import urllib.request
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("base")
+    parser.add_argument("--screenshot")
+    args = parser.parse_args()
+
+    served = json.load(urllib.request.urlopen(args.base + "/v1/namespaces"))["namespaces"]
+    kinds = {ns["namespace"]: ns["kind"] for ns in served}
+
+    with tempfile.TemporaryDirectory() as profile:
+        options = webdriver.ChromeOptions()
+        options.binary_location = "/usr/bin/chromium"
+        for flag in [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            "--window-size=1500,900",
+        ]:
+            options.add_argument(flag)
+        driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+        try:
+            driver.get(args.base + "/")
+            failures = check(driver, kinds)
+            driver.get(args.base + "/ui")
+            if driver.find_element(By.TAG_NAME, "h1").text != "idmint status":
+                failures.append("/ui is not the status page")
+            if args.screenshot:
+                driver.get(args.base + "/")
+                # The whole page, not only the window: Chrome's own full-page capture.
+                size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+                shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
+                    "format": "png",
+                    "captureBeyondViewport": True,
+                    "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1},
+                })
+                with open(args.screenshot, "wb") as out:
+                    out.write(base64.b64decode(shot["data"]))
+        finally:
+            driver.quit()
+
+    for f in failures:
+        print("FAIL:", f, file=sys.stderr)
+    passed = 1 if not failures else 0
+    print(f"status page: {passed} passed, {1 - passed} failed")
+    return 0 if not failures else 1
+
+
+def check(driver, kinds):
+    failures = []
+    if driver.title != "idmint status":
+        failures.append(f"title is {driver.title!r}")
+    refresh = driver.find_elements(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')
+    if not refresh or refresh[0].get_attribute("content") != "5":
+        failures.append("the page does not refresh itself every 5 s")
+    summary = driver.find_element(By.ID, "summary").text
+    if "version " not in summary or " up " not in summary:
+        failures.append(f"no version or uptime: {summary!r}")
+    authority = driver.find_element(By.ID, "authority").text
+    if "file" not in authority or "answering" not in authority:
+        failures.append(f"authority line: {authority!r}")
+    for name, kind in kinds.items():
+        rows = driver.find_elements(By.ID, f"ns-{name}")
+        if not rows:
+            failures.append(f"namespace {name} has no row")
+            continue
+        cells = [c.text for c in rows[0].find_elements(By.TAG_NAME, "td")]
+        if cells[:2] != [name, kind]:
+            failures.append(f"{name}: row starts {cells[:2]}, want {[name, kind]}")
+    photos = [c.text for c in driver.find_element(By.ID, "ns-photos").find_elements(By.TAG_NAME, "td")]
+    # namespace, kind, settings, watermark, buffered, demand, block, served, burned, given back,
+    # used, runs out
+    if not photos[2].startswith("width 64, start 1, step 1"):
+        failures.append(f"photos settings: {photos[2]!r}")
+    if photos[7] != "25":
+        failures.append(f"photos served {photos[7]!r}, want 25 (the ids run.sh asked for)")
+    if "%" not in photos[10]:
+        failures.append(f"photos id space used: {photos[10]!r}")
+    if not driver.find_elements(By.CSS_SELECTOR, "#ns-legacy_users .warn"):
+        failures.append("legacy_users (32-bit, warning horizon 100 years) is not shown in red")
+    if driver.find_elements(By.CSS_SELECTOR, "#ns-photos .warn"):
+        failures.append("photos (64-bit) is shown in red")
+    return failures
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The status page in a real browser: starts `idmint serve` (debug build) with idmint.toml beside
+# this script, asks for some ids (25 of photos; a steady trickle of legacy_users until its
+# exhaustion is projected), then check.py loads GET / in headless Chromium through WebDriver and
+# checks what it shows.
+#
+#   bash crates/node/tests/status_page/run.sh [--screenshot PATH]
+#
+# Needs Debian's `chromium` and `chromium-driver` and PyPI's `selenium`; scripts/test.sh
+# installs them. Honours CARGO_TARGET_DIR.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+screenshot=()
+if [ "${1:-}" = "--screenshot" ]; then screenshot=(--screenshot "$(realpath -m "$2")"); fi
+
+source "$here/../support/live_node.sh"
+start_node "$here/idmint.toml"
+
+get() { # URL: the body (fails on an error status)
+  python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' "$1"
+}
+get "$base/v1/ids/photos?count=25" >/dev/null
+for ns in tickets_odd tweets sessions uploads; do get "$base/v1/ids/$ns?count=3" >/dev/null; done
+projected=""
+for _ in $(seq 1 60); do
+  get "$base/v1/ids/legacy_users?count=5" >/dev/null
+  projected="$(get "$base/v1/namespaces/legacy_users" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"]["projected_exhaustion"] or "")')"
+  [ -n "$projected" ] && break
+  sleep 0.25
+done
+[ -n "$projected" ] || { echo "error: legacy_users never had a projected exhaustion" >&2; exit 1; }
+
+python3 "$here/check.py" "$base" "${screenshot[@]}"
+check_node
