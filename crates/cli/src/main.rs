@@ -47,7 +47,7 @@ struct Cli {
 enum Command {
     /// Run a node: HTTP/JSON API over an embedded durable store.
     #[command(
-        after_help = "Examples:\n  idmint serve\n  idmint serve --config idmint.toml\n  idmint serve --data-dir /var/lib/idmint --http 0.0.0.0:7878\n  idmint serve --http localhost:7878\n  idmint serve --grpc 127.0.0.1:7879\n\nWith no arguments: file authority in $XDG_DATA_HOME/idmint (else ~/.local/share/idmint),\nHTTP on 127.0.0.1:7878, 64-bit sequence namespaces created on first use. Stop with Ctrl-C or SIGTERM: requests in\nflight are answered and unused ids are handed back. Logs: RUST_LOG=debug for more."
+        after_help = "Examples:\n  idmint serve\n  idmint serve --config idmint.toml\n  idmint serve --data-dir /var/lib/idmint --http 0.0.0.0:7878\n  idmint serve --http localhost:7878\n  idmint serve --grpc 127.0.0.1:7879\n  idmint serve --resp 127.0.0.1:7380   (then: redis-cli -p 7380 INCR photos)\n\nWith no arguments: file authority in $XDG_DATA_HOME/idmint (else ~/.local/share/idmint),\nHTTP on 127.0.0.1:7878, 64-bit sequence namespaces created on first use. Stop with Ctrl-C or SIGTERM: requests in\nflight are answered and unused ids are handed back. Logs: RUST_LOG=debug for more."
     )]
     Serve {
         /// TOML configuration file (namespaces, authority, server settings); see docs/configuration.md.
@@ -69,6 +69,11 @@ enum Command {
         /// 127.0.0.1:7879 [default: server.grpc in the config file, else off].
         #[arg(long, value_name = "HOST:PORT")]
         grpc: Option<String>,
+        /// Also speak the Redis protocol (RESP2/RESP3, docs/resp.md) on HOST:PORT, e.g.
+        /// 127.0.0.1:7380, so any Redis client gets ids with INCR [default: server.resp in the
+        /// config file, else off].
+        #[arg(long, value_name = "HOST:PORT")]
+        resp: Option<String>,
         /// Log lines on stderr: text (coloured only on a terminal) or json (one object per line,
         /// for log shippers).
         #[arg(long, value_enum, default_value_t = serve::LogFormat::Text)]
@@ -255,9 +260,16 @@ fn main() -> ExitCode {
             data_dir,
             http,
             grpc,
+            resp,
             log_format,
             init,
-        } => serve::serve(config, data_dir, http, grpc, log_format, init),
+        } => serve::serve(
+            config,
+            data_dir,
+            serve::Listeners { http, grpc, resp },
+            log_format,
+            init,
+        ),
         command => {
             let mut out = Out::new();
             let result = client_command(&mut out, command);

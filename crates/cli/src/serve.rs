@@ -9,10 +9,11 @@
 //!
 //! `--http` takes `HOST:PORT` with a host name or an address (`localhost:7878`,
 //! `0.0.0.0:7878`, `[::1]:7878`); a name is resolved and the first of its addresses that can
-//! be bound is used. `--grpc HOST:PORT` (or `[server] grpc`) also serves the gRPC API there,
-//! under the same shutdown stages; without either, no gRPC port is opened (so nodes started side
-//! by side never fight over a default port). The node's stdout lines (listening, gRPC
-//! listening when on, stopped) are best effort: a closed
+//! be bound is used. `--grpc HOST:PORT` (or `[server] grpc`) also serves the gRPC API there, and
+//! `--resp HOST:PORT` (or `[server] resp`) the Redis protocol, under the same shutdown stages;
+//! without them, no such port is opened (so nodes started side by side never fight over a
+//! default port). The node's stdout lines (listening, gRPC and RESP listening when on,
+//! stopped) are best effort: a closed
 //! stdout must not stop a server. The listening line is printed once, after the declared
 //! namespaces are set up: a node that fails to start never claims to listen.
 //!
@@ -138,14 +139,25 @@ async fn check_new_deployment(
     }
 }
 
+/// The listen addresses given on the command line (each overrides the file's).
+#[derive(Debug, Default)]
+pub struct Listeners {
+    /// `--http`.
+    pub http: Option<String>,
+    /// `--grpc`.
+    pub grpc: Option<String>,
+    /// `--resp`.
+    pub resp: Option<String>,
+}
+
 pub fn serve(
     config: Option<PathBuf>,
     data_dir: Option<PathBuf>,
-    http: Option<String>,
-    grpc: Option<String>,
+    listeners: Listeners,
     log_format: LogFormat,
     init: bool,
 ) -> Result<()> {
+    let Listeners { http, grpc, resp } = listeners;
     init_logs(log_format);
     let file = load_config(config.as_deref())?;
     let data_dir = resolve_data_dir(data_dir, &file)?;
@@ -159,15 +171,16 @@ pub fn serve(
                 "memory authority: nothing survives a restart, ids WILL repeat after one"
             );
         }
-        // A mistyped --http is reported before the authority is touched.
+        // A mistyped address is reported before the authority is touched.
         let http = match http {
             Some(http) => {
-                let addrs = resolve(&http).await?;
+                let addrs = resolve("--http", &http, "localhost:7878 or 0.0.0.0:7878").await?;
                 Some((http, addrs))
             }
             None => None,
         };
-        let grpc = grpc_address(grpc, file.grpc).await?;
+        let grpc = optional_address("--grpc", grpc, file.grpc, "127.0.0.1:7879").await?;
+        let resp = optional_address("--resp", resp, file.resp, "127.0.0.1:7380").await?;
         tracing::info!(authority = %file.authority, "connecting the authority");
         tracing::info!(data_dir = %data_dir.display(), "data directory");
         let authority =
@@ -191,7 +204,7 @@ pub fn serve(
             authority
         };
         let listener = match http {
-            Some((http, addrs)) => bind_first(&http, &addrs).await?,
+            Some((http, addrs)) => bind_first("HTTP", &http, &addrs).await?,
             None => {
                 let addr = file.http.unwrap_or(DEFAULT_HTTP);
                 TcpListener::bind(addr)
@@ -201,7 +214,11 @@ pub fn serve(
         };
         let addr = listener.local_addr()?;
         let grpc = match grpc {
-            Some((grpc, addrs)) => Some(bind_grpc(&grpc, &addrs).await?),
+            Some((grpc, addrs)) => Some(bind_first("gRPC", &grpc, &addrs).await?),
+            None => None,
+        };
+        let resp = match resp {
+            Some((resp, addrs)) => Some(bind_first("RESP", &resp, &addrs).await?),
             None => None,
         };
         // Sets up the declared namespaces; an error here ends the process before it claims to
@@ -227,6 +244,18 @@ pub fn serve(
                 shutdown.clone(),
             )));
         }
+        if let Some(resp) = resp {
+            say(format_args!(
+                "idmint RESP listening on {}",
+                resp.local_addr()?
+            ));
+            let (node, shutdown) = (node.clone(), shutdown.clone());
+            front_ends.push(Box::pin(async move {
+                idmint_node::resp::serve_with(node, resp, shutdown)
+                    .await
+                    .map_err(idmint_node::NodeError::from)
+            }));
+        }
         let served = idmint_node::serve_front_ends(node, shutdown, front_ends).await;
         signals.abort();
         let report = served?;
@@ -238,54 +267,38 @@ pub fn serve(
     })
 }
 
-/// The addresses of `--http HOST:PORT`, at least one.
-async fn resolve(http: &str) -> Result<Vec<SocketAddr>> {
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(http)
+/// The addresses of `flag`'s `HOST:PORT` value, at least one (`example` for the error).
+async fn resolve(flag: &str, value: &str, example: &str) -> Result<Vec<SocketAddr>> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(value)
         .await
         .with_context(|| {
-            format!("--http {http}: cannot resolve it; give HOST:PORT, e.g. localhost:7878 or 0.0.0.0:7878")
+            format!("{flag} {value}: cannot resolve it; give HOST:PORT, e.g. {example}")
         })?
         .collect();
     if addrs.is_empty() {
-        bail!("--http {http}: the name resolves to no address");
+        bail!("{flag} {value}: the name resolves to no address");
     }
     Ok(addrs)
 }
 
-/// Binds the first of `addrs` (those of `--http http`) that accepts.
-async fn bind_first(http: &str, addrs: &[SocketAddr]) -> Result<TcpListener> {
-    let mut failures = Vec::new();
-    for addr in addrs {
-        match TcpListener::bind(addr).await {
-            Ok(listener) => return Ok(listener),
-            Err(e) => failures.push(format!("{addr}: {e}")),
-        }
-    }
-    bail!("binding HTTP on {http}: {}", failures.join("; "))
-}
-
-/// The gRPC address: `--grpc HOST:PORT` (resolved) or else `[server] grpc`; `None`: no gRPC.
-async fn grpc_address(
-    flag: Option<String>,
+/// An optional listener's address: `flag`'s value (resolved), else the file's; `None`: off.
+async fn optional_address(
+    flag: &str,
+    value: Option<String>,
     file: Option<SocketAddr>,
+    example: &str,
 ) -> Result<Option<(String, Vec<SocketAddr>)>> {
-    let Some(grpc) = flag else {
-        return Ok(file.map(|addr| (addr.to_string(), vec![addr])));
-    };
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(&grpc)
-        .await
-        .with_context(|| {
-            format!("--grpc {grpc}: cannot resolve it; give HOST:PORT, e.g. 127.0.0.1:7879")
-        })?
-        .collect();
-    if addrs.is_empty() {
-        bail!("--grpc {grpc}: the name resolves to no address");
+    match value {
+        Some(value) => {
+            let addrs = resolve(flag, &value, example).await?;
+            Ok(Some((value, addrs)))
+        }
+        None => Ok(file.map(|addr| (addr.to_string(), vec![addr]))),
     }
-    Ok(Some((grpc, addrs)))
 }
 
-/// Binds the first of `addrs` (those of the gRPC address `grpc`) that accepts.
-async fn bind_grpc(grpc: &str, addrs: &[SocketAddr]) -> Result<TcpListener> {
+/// Binds the first of `addrs` (those of `value`, the `what` address) that accepts.
+async fn bind_first(what: &str, value: &str, addrs: &[SocketAddr]) -> Result<TcpListener> {
     let mut failures = Vec::new();
     for addr in addrs {
         match TcpListener::bind(addr).await {
@@ -293,7 +306,7 @@ async fn bind_grpc(grpc: &str, addrs: &[SocketAddr]) -> Result<TcpListener> {
             Err(e) => failures.push(format!("{addr}: {e}")),
         }
     }
-    bail!("binding gRPC on {grpc}: {}", failures.join("; "))
+    bail!("binding {what} on {value}: {}", failures.join("; "))
 }
 
 /// Prints a status line on stdout, now (the tests and scripts wait for it). Errors are

@@ -1397,3 +1397,37 @@ fn a_lost_member_is_taken_out_then_reseeded_by_the_operator() {
     }
     assert_eq!(classes.len(), 2, "member 1 did not come back");
 }
+
+/// `--resp` serves the Redis protocol beside HTTP, from the same namespaces: redis-cli's `INCR`
+/// continues the sequence HTTP started, and a SIGTERM drains both front-ends before the one
+/// hand-back (nothing burned).
+#[test]
+fn resp_serves_beside_http_and_shares_the_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start_with(dir.path(), &data, "127.0.0.1:0", None, |cmd| {
+        cmd.args(["--resp", "127.0.0.1:0"]);
+    });
+    let line = server.next_line();
+    let resp: SocketAddr = line
+        .strip_prefix("idmint RESP listening on ")
+        .unwrap_or_else(|| panic!("not the RESP line: {line}"))
+        .parse()
+        .unwrap();
+    assert_eq!(ids(server.addr, "photos", 2), [1, 2]);
+    let out = run(Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &resp.port().to_string()])
+        .args(["INCR", "photos"]));
+    assert!(
+        out.status.success(),
+        "redis-cli (Debian package redis-tools) failed: {out:?}"
+    );
+    assert_eq!(text(&out.stdout).trim(), "3");
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "exit {status:?}: {rest:?}");
+    let stopped = rest
+        .iter()
+        .find(|l| l.starts_with("idmint stopped:"))
+        .unwrap_or_else(|| panic!("no stop line in {rest:?}"));
+    assert!(stopped.ends_with(" 0 burned"), "{stopped}");
+}

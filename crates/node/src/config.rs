@@ -216,6 +216,9 @@ pub struct FileConfig {
     /// gRPC listen address (`[server] grpc`); gRPC is served only when set here or by
     /// `--grpc`.
     pub grpc: Option<SocketAddr>,
+    /// RESP (Redis protocol) listen address (`[server] resp`); served only when set here or by
+    /// `--resp`.
+    pub resp: Option<SocketAddr>,
     /// Data directory, if set.
     pub data_dir: Option<PathBuf>,
     /// The authority.
@@ -266,6 +269,7 @@ struct RawFile {
 struct RawServer {
     http: Option<String>,
     grpc: Option<String>,
+    resp: Option<String>,
     data_dir: Option<PathBuf>,
     auto_create: Option<bool>,
     max_count: Option<u64>,
@@ -429,15 +433,16 @@ impl FileConfig {
                     .map_err(|e| invalid("server.http", format!("{s:?}: {e}")))
             })
             .transpose()?;
-        let grpc = raw
-            .server
-            .grpc
-            .as_deref()
-            .map(|s| {
-                s.parse::<SocketAddr>()
-                    .map_err(|e| invalid("server.grpc", format!("{s:?}: {e}")))
-            })
-            .transpose()?;
+        let address = |key: &str, value: Option<&str>| {
+            value
+                .map(|s| {
+                    s.parse::<SocketAddr>()
+                        .map_err(|e| invalid(key, format!("{s:?}: {e}")))
+                })
+                .transpose()
+        };
+        let grpc = address("server.grpc", raw.server.grpc.as_deref())?;
+        let resp = address("server.resp", raw.server.resp.as_deref())?;
         if let Some(auto) = raw.server.auto_create {
             node.auto_create = auto;
         }
@@ -517,6 +522,7 @@ impl FileConfig {
         Ok(FileConfig {
             http,
             grpc,
+            resp,
             data_dir: raw.server.data_dir,
             authority,
             node,

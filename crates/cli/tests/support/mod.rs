@@ -125,6 +125,14 @@ impl Server {
         }
     }
 
+    /// The next line the server prints on stdout after its listening line (e.g. another
+    /// front-end's), waiting up to [`DEADLINE`].
+    pub fn next_line(&self) -> String {
+        self.stdout
+            .recv_timeout(DEADLINE)
+            .unwrap_or_else(|e| panic!("no further stdout line: {e}"))
+    }
+
     /// SIGKILL: no hand-back, no goodbye.
     pub fn kill9(mut self) {
         self.child.kill().unwrap();
