@@ -31,11 +31,9 @@ pub mod status;
 
 pub use serve::serve;
 
-/// The generated messages, service and client of `idmint.v1`.
-#[allow(missing_docs, clippy::all, clippy::pedantic, clippy::unwrap_used)]
-pub mod proto {
-    tonic::include_proto!("idmint.v1");
-}
+/// The generated messages, service and client of `idmint.v1` (generated once, in
+/// `idmint-proto`).
+pub use idmint_proto::v1 as proto;
 
 use crate::error::IdError;
 use crate::metrics::{ErrorLabels, GrpcLabels};
