@@ -18,8 +18,9 @@
 //!   authority at its own clean shutdown, so a clean restart of every tier burns nothing; a
 //!   tail that began in an older block (the node's buffer merged contiguous blocks) goes back
 //!   from the newest block's start only, and the rest is burned ([`GiveBack::Partly`]);
-//! - blocks of one namespace are returned in increasing order: a block from another upper node
-//!   that lies below the highest one returned (two upper nodes alive on one store, after a
+//! - blocks of one namespace are returned in increasing order per residue class (as the node's
+//!   buffer requires; a multi upper tier's classes interleave): a block from another upper
+//!   node that lies below the highest one of its class returned (two upper nodes alive on one store, after a
 //!   failover) is handed back to its node at once and the call answers `Unavailable`, moving on
 //!   to the next url, never a block the node's buffer would refuse as out of order;
 //! - (5) the residue classes are the upper node's (`SequenceSettings.residues`), learned by
@@ -87,13 +88,43 @@ struct UpperNode {
 }
 
 /// The newest block of a namespace and where it came from.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Granted {
     /// The newest block, while its tail may still go back (`None` once it went or cannot).
     newest: Option<Leased>,
-    /// Every block returned for the namespace lies below this (the highest end returned,
-    /// lowered only by a tail taken back).
-    floor: u64,
+    /// Per residue class `(step, start % step)`: every block of the class returned for the
+    /// namespace lies below this (the highest end returned, lowered only by a tail taken back).
+    /// Per class, as the node's buffer orders blocks: a multi upper tier's classes interleave.
+    floors: Vec<((u64, u64), u64)>,
+}
+
+impl Granted {
+    /// The floor of `block`'s class (0 before its first block).
+    fn floor(&self, block: &Block) -> u64 {
+        let class = class(block);
+        self.floors
+            .iter()
+            .find(|(c, _)| *c == class)
+            .map_or(0, |(_, floor)| *floor)
+    }
+
+    fn set_floor(&mut self, block: &Block, floor: u64) {
+        let class = class(block);
+        match self.floors.iter_mut().find(|(c, _)| *c == class) {
+            Some((_, f)) => *f = floor,
+            None => self.floors.push((class, floor)),
+        }
+    }
+
+    /// The highest floor of any class.
+    fn highest(&self) -> Option<u64> {
+        self.floors.iter().map(|(_, floor)| *floor).max()
+    }
+}
+
+/// A block's residue class.
+fn class(block: &Block) -> (u64, u64) {
+    (block.step(), block.start() % block.step())
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -242,7 +273,7 @@ impl UpstreamAuthority {
     /// The width and watermark an exhausted namespace reports: from the spec learned, else 64
     /// bits; the highest block end returned, else the width's end.
     fn exhausted_at(&self, name: &NamespaceName) -> (u32, u64) {
-        let floor = self.granted().get(name).map(|g| g.floor);
+        let floor = self.granted().get(name).and_then(Granted::highest);
         let residues = self
             .residues
             .lock()
@@ -416,12 +447,13 @@ impl Authority for UpstreamAuthority {
             let mut granted = self.granted();
             let entry = granted.entry(name.clone()).or_insert(Granted {
                 newest: None,
-                floor: 0,
+                floors: Vec::new(),
             });
-            if block.start() < entry.floor {
-                Some(entry.floor)
+            let floor = entry.floor(&block);
+            if block.start() < floor {
+                Some(floor)
             } else {
-                entry.floor = block.end();
+                entry.set_floor(&block, block.end());
                 entry.newest = (leased.lease != 0).then_some(Leased {
                     block,
                     lease: leased.lease,
@@ -501,7 +533,7 @@ impl Authority for UpstreamAuthority {
                 if newest.is_some() {
                     g.newest = None;
                 }
-                (newest, g.floor)
+                (newest, g.floor(&tail).max(tail.end()))
             }
             None => (None, tail.end()),
         };
@@ -520,8 +552,8 @@ impl Authority for UpstreamAuthority {
             return Ok(GiveBack::Refused { watermark: floor });
         }
         if let Some(g) = self.granted().get_mut(name) {
-            if g.floor == part.end() {
-                g.floor = part.start();
+            if g.floor(&part) == part.end() {
+                g.set_floor(&part, part.start());
             }
         }
         if part == tail {
