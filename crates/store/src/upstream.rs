@@ -88,7 +88,7 @@ struct UpperNode {
 }
 
 /// The newest block of a namespace and where it came from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 struct Granted {
     /// The newest block, while its tail may still go back (`None` once it went or cannot).
     newest: Option<Leased>,
@@ -96,6 +96,8 @@ struct Granted {
     /// namespace lies below this (the highest end returned, lowered only by a tail taken back).
     /// Per class, as the node's buffer orders blocks: a multi upper tier's classes interleave.
     floors: Vec<((u64, u64), u64)>,
+    /// The spec `ensure_namespace` checked, for the width an exhausted namespace reports.
+    spec: Option<SequenceSpec>,
 }
 
 impl Granted {
@@ -270,18 +272,15 @@ impl UpstreamAuthority {
         }
     }
 
-    /// The width and watermark an exhausted namespace reports: from the spec learned, else 64
+    /// The width and watermark an exhausted namespace reports: from the spec checked, else 64
     /// bits; the highest block end returned, else the width's end.
     fn exhausted_at(&self, name: &NamespaceName) -> (u32, u64) {
-        let floor = self.granted().get(name).and_then(Granted::highest);
-        let residues = self
-            .residues
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let width = residues
-            .keys()
-            .next()
-            .map_or(Width::Bits64, SequenceSpec::width);
+        let granted = self.granted();
+        let entry = granted.get(name);
+        let width = entry
+            .and_then(|g| g.spec)
+            .map_or(Width::Bits64, |spec| spec.width());
+        let floor = entry.and_then(Granted::highest);
         (width.bits(), floor.unwrap_or(width.max_id() + 1))
     }
 
@@ -416,6 +415,7 @@ impl Authority for UpstreamAuthority {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(spec, upper.residues);
+        self.granted().entry(name.clone()).or_default().spec = Some(spec);
         Ok(upper.state)
     }
 
@@ -445,10 +445,7 @@ impl Authority for UpstreamAuthority {
         })?;
         let below = {
             let mut granted = self.granted();
-            let entry = granted.entry(name.clone()).or_insert(Granted {
-                newest: None,
-                floors: Vec::new(),
-            });
+            let entry = granted.entry(name.clone()).or_default();
             let floor = entry.floor(&block);
             if block.start() < floor {
                 Some(floor)
