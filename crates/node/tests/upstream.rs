@@ -359,3 +359,39 @@ async fn below_a_multi_upper_tier_every_members_class_is_served() {
     node.shutdown().await;
     upper.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_32_bit_namespace_runs_out_through_the_tiers_clearly() {
+    let store = Arc::new(MemoryAuthority::new());
+    let near_end = "width = 32\nstart = 2147483448\n"; // 200 ids left
+    let upper = Upper::start_with(
+        store,
+        &format!("block_size = 100\n{near_end}"),
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    )
+    .await;
+    let node = lower_with(
+        &[upper.url()],
+        &LOWER.replace(
+            "block_size = 100\n",
+            &format!("block_size = 30\n{near_end}"),
+        ),
+    )
+    .await;
+    let mut seen = Vec::new();
+    let error = loop {
+        match take(&node, 7).await {
+            Ok(ids) => seen.extend(ids),
+            Err(e) => break e,
+        }
+        assert!(seen.len() <= 200, "never past the width");
+    };
+    assert!(
+        matches!(error, IdError::Exhausted { bits: 32, .. }),
+        "{error:?}"
+    );
+    assert_eq!(*seen.last().unwrap(), 2_147_483_647);
+    assert!(seen.windows(2).all(|w| w[0] < w[1]));
+    node.shutdown().await;
+    upper.stop().await;
+}
