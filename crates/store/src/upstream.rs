@@ -147,7 +147,8 @@ enum CallError {
 impl UpstreamAuthority {
     /// The authority over `config`'s urls. Channels connect lazily: nothing is contacted here,
     /// so a node starts while its upper tier is down and its operations answer
-    /// [`StoreError::Unavailable`] until one url answers.
+    /// [`StoreError::Unavailable`] until one url answers. Must run inside a tokio runtime (each
+    /// channel's worker task is spawned here).
     pub fn connect(config: &UpstreamConfig) -> Result<Self, StoreError> {
         let mut nodes = Vec::with_capacity(config.urls.len());
         for url in &config.urls {
