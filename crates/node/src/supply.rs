@@ -661,6 +661,15 @@ impl Supply {
                 self.with_buffer(|b| b.record_given_back(n));
                 n
             }
+            Ok(GiveBack::Partly { ids }) => {
+                let ids = ids.min(n);
+                tracing::info!(namespace = %self.name, given_back = ids, burned = n - ids, "only the newest block's part of the tail was returned");
+                self.with_buffer(|b| {
+                    b.record_given_back(ids);
+                    b.record_burned(n - ids);
+                });
+                ids
+            }
             Ok(GiveBack::Refused { watermark }) => {
                 tracing::info!(namespace = %self.name, watermark, ids = n, "tail not returned: ids were reserved after it");
                 self.with_buffer(|b| b.record_burned(n));

@@ -57,6 +57,9 @@ pub enum AuthorityConfig {
     Etcd(EtcdConfig),
     /// Several authorities, each owning one residue class of every namespace.
     Multi(MultiConfig),
+    /// Other idmint nodes, over gRPC: blocks come from the tier above (cargo feature
+    /// `upstream`).
+    Upstream(UpstreamConfig),
 }
 
 impl Default for AuthorityConfig {
@@ -77,6 +80,7 @@ impl AuthorityConfig {
             AuthorityConfig::Mysql(_) => "mysql",
             AuthorityConfig::Etcd(_) => "etcd",
             AuthorityConfig::Multi(_) => "multi",
+            AuthorityConfig::Upstream(_) => "upstream",
         }
     }
 
@@ -91,7 +95,8 @@ impl AuthorityConfig {
         }
     }
 
-    /// Whether ids survive a restart of the process (every kind but `memory`).
+    /// Whether ids survive a restart of the process (every kind but `memory`; an upstream
+    /// authority's upper tier is durable, itself checked by its own ledger).
     pub fn is_durable(&self) -> bool {
         !matches!(self, AuthorityConfig::Memory)
     }
@@ -163,6 +168,11 @@ impl AuthorityConfig {
                 AuthorityConfig::Etcd(config)
             }
             "multi" => AuthorityConfig::Multi(MultiConfig::from_table(key, table)?),
+            "upstream" => {
+                let config: UpstreamConfig = typed(key, table)?;
+                config.validate(key)?;
+                AuthorityConfig::Upstream(config)
+            }
             other => {
                 return Err(invalid(
                     format!("{key}.kind"),
@@ -222,6 +232,10 @@ impl fmt::Display for AuthorityConfig {
                     c.prefix
                 )
             }
+            AuthorityConfig::Upstream(c) => {
+                let urls: Vec<String> = c.urls.iter().map(|u| redact_url(u)).collect();
+                write!(f, "upstream authority: idmint nodes at {}", urls.join(","))
+            }
             AuthorityConfig::Multi(m) => {
                 write!(f, "multi authority, each member owning one residue class:")?;
                 for (i, member) in m.members.iter().enumerate() {
@@ -247,7 +261,9 @@ enum Position {
 }
 
 /// The kinds, as the config names them.
-const KINDS: [&str; 6] = ["file", "postgres", "mysql", "etcd", "multi", "memory"];
+const KINDS: [&str; 7] = [
+    "file", "postgres", "mysql", "etcd", "multi", "upstream", "memory",
+];
 
 /// A configuration error, naming the key at fault.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -273,6 +289,7 @@ fn invalid(key: impl Into<String>, message: impl Into<String>) -> AuthorityConfi
 fn needs(key: &str, kind: &str, field: &str) -> AuthorityConfigError {
     let example = match field {
         "endpoints" => ", e.g. [\"http://127.0.0.1:2379\"]",
+        "urls" => ", e.g. [\"http://global-a:7879\", \"http://global-b:7879\"]",
         "url" if kind == "postgres" => ", e.g. \"postgres://user:password@host:5432/db\"",
         "url" if kind == "mysql" => ", e.g. \"mysql://user:password@host:3306/db\"",
         _ => "",
@@ -631,6 +648,86 @@ impl fmt::Debug for EtcdConfig {
         f.debug_struct("EtcdConfig")
             .field("endpoints", &endpoints)
             .field("prefix", &self.prefix)
+            .field("op_timeout", &self.op_timeout)
+            .finish()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Upstream
+
+/// Configuration of the upstream authority (`upstream::UpstreamAuthority`): other idmint nodes'
+/// gRPC addresses. Parsed in every build; only connecting needs the cargo feature `upstream`.
+///
+/// Keys: `urls` (required, not empty, each `http://host:port`), `timeout_ms` (into
+/// [`UpstreamConfig::op_timeout`]).
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// The upper nodes' gRPC addresses (`idmint serve --grpc`), tried in order: calls stay on
+    /// the last one that answered and move to the next when it does not.
+    pub urls: Vec<String>,
+    /// The bound on every call to an upper node, connecting included. Default 5 s.
+    #[serde(
+        rename = "timeout_ms",
+        default = "default_timeout",
+        with = "timeout_ms"
+    )]
+    pub op_timeout: Duration,
+}
+
+impl UpstreamConfig {
+    /// The default timeout of one call.
+    pub const DEFAULT_OP_TIMEOUT: Duration = DEFAULT_TIMEOUT;
+
+    /// A config for `urls` with the default timeout (not validated: [`crate::connect()`] and
+    /// `UpstreamAuthority::connect` refuse an empty list or a url that is not `http://`).
+    pub fn new<I, S>(urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        UpstreamConfig {
+            urls: urls.into_iter().map(Into::into).collect(),
+            op_timeout: Self::DEFAULT_OP_TIMEOUT,
+        }
+    }
+
+    /// At least one url, each `http://host[:port]` (plain HTTP/2: the gRPC port has no TLS).
+    fn validate(&self, key: &str) -> Result<(), AuthorityConfigError> {
+        if self.urls.is_empty() {
+            return Err(needs(key, "upstream", "urls"));
+        }
+        for (i, url) in self.urls.iter().enumerate() {
+            let host = url.strip_prefix("http://").unwrap_or("");
+            let host = host.strip_suffix('/').unwrap_or(host);
+            let valid = !host.is_empty()
+                && !host.contains(['/', '?', '#', '@'])
+                && !host.chars().any(char::is_whitespace);
+            if !valid {
+                return Err(invalid(
+                    format!("{key}.urls[{i}]"),
+                    format!(
+                        "{}: expected an idmint node's gRPC address, http://host:port \
+                         (e.g. \"http://global-a:7879\")",
+                        redact_url(url)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Named for UpstreamConfig {
+    const KIND: &'static str = "upstream";
+}
+
+impl fmt::Debug for UpstreamConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let urls: Vec<String> = self.urls.iter().map(|u| redact_url(u)).collect();
+        f.debug_struct("UpstreamConfig")
+            .field("urls", &urls)
             .field("op_timeout", &self.op_timeout)
             .finish()
     }
@@ -1069,6 +1166,57 @@ mod tests {
             "authority.members",
             "array",
         );
+    }
+
+    #[test]
+    fn upstream_parses_and_names_bad_keys() {
+        let c = parse(
+            "[authority]\nkind = \"upstream\"\nurls = [\"http://global-a:7879\", \"http://global-b:7879\"]\ntimeout_ms = 800\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c,
+            AuthorityConfig::Upstream(UpstreamConfig {
+                op_timeout: Duration::from_millis(800),
+                ..UpstreamConfig::new(["http://global-a:7879", "http://global-b:7879"])
+            })
+        );
+        assert!(c.is_durable());
+        assert_eq!(c.residue_offsets(), None);
+        assert_eq!(
+            c.to_string(),
+            "upstream authority: idmint nodes at http://global-a:7879,http://global-b:7879"
+        );
+        assert_names(
+            "[authority]\nkind = \"upstream\"\n",
+            "authority.urls",
+            "needs urls",
+        );
+        assert_names(
+            "[authority]\nkind = \"upstream\"\nurls = []\n",
+            "authority.urls",
+            "needs urls",
+        );
+        for bad in [
+            "global-a:7879",
+            "https://a:7879",
+            "http://",
+            "http://a:1/x",
+            "http://u:p@a:1",
+        ] {
+            assert_names(
+                &format!("[authority]\nkind = \"upstream\"\nurls = [\"http://a:1\", \"{bad}\"]\n"),
+                "authority.urls[1]",
+                "expected an idmint node's gRPC address",
+            );
+        }
+        assert_names(
+            "[authority]\nkind = \"upstream\"\nurls = [\"http://a:1\"]\nurl = \"x\"\n",
+            "authority.url",
+            "expected urls or timeout_ms",
+        );
+        let err = err("[authority]\nkind = \"upstream\"\nurls = [\"http://u:hunter2@a:1\"]\n");
+        assert!(!err.contains("hunter2"), "{err}");
     }
 
     #[test]

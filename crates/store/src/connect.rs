@@ -135,6 +135,7 @@ async fn connect_single(
         AuthorityConfig::Postgres(c) => connect_postgres(c).await,
         AuthorityConfig::Mysql(c) => connect_mysql(c).await,
         AuthorityConfig::Etcd(c) => connect_etcd(c).await,
+        AuthorityConfig::Upstream(c) => connect_upstream(c).await,
         AuthorityConfig::Multi(_) => Err(ConnectError::Setup(StoreError::InvalidSetup {
             message: "a multi authority cannot be a member of another".into(),
         })),
@@ -296,11 +297,33 @@ async fn connect_etcd(_: &crate::config::EtcdConfig) -> Result<Arc<dyn Authority
     Err(not_built("etcd", "etcd", " (needs protoc)"))
 }
 
+#[cfg(feature = "upstream")]
+async fn connect_upstream(
+    c: &crate::config::UpstreamConfig,
+) -> Result<Arc<dyn Authority>, ConnectError> {
+    // Channels connect lazily: an upper tier that is down does not stop the start.
+    match crate::upstream::UpstreamAuthority::connect(c) {
+        Ok(a) => Ok(Arc::new(a)),
+        Err(source) => Err(ConnectError::Connect {
+            kind: "upstream",
+            source,
+        }),
+    }
+}
+
+#[cfg(not(feature = "upstream"))]
+async fn connect_upstream(
+    _: &crate::config::UpstreamConfig,
+) -> Result<Arc<dyn Authority>, ConnectError> {
+    Err(not_built("upstream", "upstream", ""))
+}
+
 #[cfg(any(
     not(feature = "file"),
     not(feature = "postgres"),
     not(feature = "mysql"),
-    not(feature = "etcd")
+    not(feature = "etcd"),
+    not(feature = "upstream")
 ))]
 fn not_built(kind: &'static str, feature: &'static str, needs: &'static str) -> ConnectError {
     ConnectError::NotBuilt {

@@ -11,6 +11,8 @@
 //!   backend of `idmint serve`; one process per data directory.
 //! - `postgres`, `mysql`, `etcd` (cargo features of the same names): networked backends.
 //! - [`MultiAuthority`]: several authorities, each owning one residue class.
+//! - `upstream` (cargo feature `upstream`): other idmint nodes over gRPC, the tier above
+//!   (`UpstreamAuthority`).
 //! - `conformance` (cargo feature `conformance`): the test suite every backend must pass.
 //!
 //! The crate also owns the authority's configuration ([`config`], [`AuthorityConfig`]) and
@@ -59,6 +61,8 @@ mod pool;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod source;
+#[cfg(feature = "upstream")]
+pub mod upstream;
 
 pub use config::AuthorityConfig;
 pub use connect::{connect, connect_observed, ConnectError};
@@ -68,6 +72,8 @@ pub use ledger::{Ledger, LedgerAuthority, LedgerError};
 pub use memory::MemoryAuthority;
 pub use multi::{MemberEvents, MemberHealth, MemberSlot, MultiAuthority};
 pub use source::BlockSource;
+#[cfg(feature = "upstream")]
+pub use upstream::UpstreamAuthority;
 
 /// The durable home of sequence namespaces' watermarks.
 ///
@@ -190,8 +196,16 @@ pub enum GiveBack {
     /// Something was reserved after the tail's block (or the tail was already handed back):
     /// nothing changed.
     Refused {
-        /// The current watermark.
+        /// The current watermark (an upstream authority: the highest block end it returned).
         watermark: u64,
+    },
+    /// Only the last `ids` ids of the tail went back; the ids before them are burned. An upstream
+    /// authority answers this for a tail that began in an older block than the newest one it was
+    /// granted (the node's buffer merged contiguous blocks): the tier above takes back only a
+    /// tail of the newest block it leased.
+    Partly {
+        /// How many ids went back (the tail's last ones).
+        ids: u64,
     },
 }
 

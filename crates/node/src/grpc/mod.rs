@@ -31,11 +31,9 @@ pub mod status;
 
 pub use serve::serve;
 
-/// The generated messages, service and client of `idmint.v1`.
-#[allow(missing_docs, clippy::all, clippy::pedantic, clippy::unwrap_used)]
-pub mod proto {
-    tonic::include_proto!("idmint.v1");
-}
+/// The generated messages, service and client of `idmint.v1` (generated once, in
+/// `idmint-proto`).
+pub use idmint_proto::v1 as proto;
 
 use crate::error::IdError;
 use crate::metrics::{ErrorLabels, GrpcLabels};
@@ -45,7 +43,7 @@ use crate::shutdown::{Shutdown, Stage};
 use crate::supply::TakeBack;
 use gate::{Gate, Pass};
 use idmint_api::ErrorCode;
-use idmint_core::Block;
+use idmint_core::{Block, SequenceSpec, Width};
 use std::future::Future;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -377,7 +375,12 @@ impl proto::idmint_server::Idmint for IdmintService {
                 .node
                 .all()
                 .iter()
-                .map(|ns| convert::namespace_info(self.node.describe(ns.info(now))))
+                .map(|ns| {
+                    with_residues(
+                        &self.node,
+                        convert::namespace_info(self.node.describe(ns.info(now))),
+                    )
+                })
                 .collect();
             Ok(proto::NamespaceList { namespaces })
         })
@@ -395,12 +398,29 @@ impl proto::idmint_server::Idmint for IdmintService {
                 .read_namespace(&req.namespace)
                 .await
                 .map_err(|e| read_error(&self.node, e))?;
-            Ok(convert::namespace_info(
-                self.node.describe(view.info(self.node.now())),
+            Ok(with_residues(
+                &self.node,
+                convert::namespace_info(self.node.describe(view.info(self.node.now()))),
             ))
         })
         .await
     }
+}
+
+/// `info` with the residue classes the node's authority may grant for a sequence namespace
+/// (`SequenceSettings.residues`), for a lower tier's block checks: the authority's, so a node
+/// on a multi authority (or below one) names every member's class.
+fn with_residues(node: &Node, mut info: proto::NamespaceInfo) -> proto::NamespaceInfo {
+    if let Some(proto::namespace_info::Kind::Sequence(sequence)) = &mut info.kind {
+        if let Some(s) = &mut sequence.settings {
+            let spec = Width::from_bits(s.width)
+                .and_then(|width| SequenceSpec::new(width, s.start, s.step, s.offset).ok());
+            if let Some(spec) = spec {
+                s.residues = node.authority().residues(&spec);
+            }
+        }
+    }
+    info
 }
 
 /// One `NextStream` being produced.

@@ -11,8 +11,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
-        // The client is for tests and tiers over any channel; the node does not depend on
-        // tonic's client transport.
+        // The client is for tests and tiers over any channel (the upstream authority brings
+        // tonic's channel); this crate depends on no transport.
         .build_transport(false)
         .compile_fds(descriptors)?;
     Ok(())

@@ -1,0 +1,397 @@
+//! Tiers: a lower node whose authority is the upstream authority (`idmint_store::upstream`,
+//! blocks over gRPC) and upper nodes served in process on `127.0.0.1:0` by
+//! `serve_front_ends` with the gRPC front-end, on a memory store shared by the upper nodes one
+//! after another (as a database outlives the nodes on it). No mocks: every block crosses a
+//! real HTTP/2 connection.
+//!
+//! What is checked: ids through the lower node from several tasks are unique, increase per
+//! task and come from blocks the upper node granted; the upper tier creates a namespace the
+//! lower tier sets up (auto_create) without burning the probe id; a clean stop of the lower
+//! node hands its tail back to the upper node, whose next block starts where the tail started;
+//! a lower node dropped without a stop (a kill) burns only what it held; the upper node
+//! stopped, the lower node serves its buffer, then answers `authority_unavailable`, and
+//! recovers on its own once an upper node answers at its second url (failover), above every id
+//! served before.
+//!
+//! No test sleeps to order events: every wait polls a condition against a generous deadline.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use idmint_node::grpc::proto::idmint_client::IdmintClient;
+use idmint_node::grpc::proto::{self, namespace_info::Kind};
+use idmint_node::namespace::Ids;
+use idmint_node::{FileConfig, IdError, Node, NodeConfig, Shutdown, ShutdownReport};
+use idmint_store::config::UpstreamConfig;
+use idmint_store::{Authority, MemoryAuthority, UpstreamAuthority};
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tonic::transport::{Channel, Endpoint};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// An upper node serving gRPC on `listener`, on `store`.
+struct Upper {
+    addr: SocketAddr,
+    shutdown: Shutdown,
+    served: tokio::task::JoinHandle<Result<ShutdownReport, idmint_node::NodeError>>,
+}
+
+impl Upper {
+    async fn start(store: Arc<MemoryAuthority>, listener: TcpListener) -> Upper {
+        Self::start_with(store, "block_size = 10000\n", listener).await
+    }
+
+    /// An upper node on `store` whose auto-created namespaces have a fixed cache and
+    /// `defaults`.
+    async fn start_with(store: Arc<dyn Authority>, defaults: &str, listener: TcpListener) -> Upper {
+        let config = config(&format!("[defaults]\ncache = \"fixed\"\n{defaults}"));
+        let node = Node::start(config, store).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let front_ends: Vec<idmint_node::FrontEnd> = vec![Box::pin(idmint_node::grpc::serve(
+            node.clone(),
+            listener,
+            shutdown.clone(),
+        ))];
+        let served = tokio::spawn(idmint_node::serve_front_ends(
+            node,
+            shutdown.clone(),
+            front_ends,
+        ));
+        Upper {
+            addr,
+            shutdown,
+            served,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    async fn client(&self) -> IdmintClient<Channel> {
+        let channel = Endpoint::from_shared(self.url())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        IdmintClient::new(channel)
+    }
+
+    async fn info(&self, ns: &str) -> proto::SequenceInfo {
+        let info = self
+            .client()
+            .await
+            .namespace(proto::NamespaceRequest {
+                namespace: ns.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        match info.kind {
+            Some(Kind::Sequence(s)) => s,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    async fn stop(self) -> ShutdownReport {
+        self.shutdown.drain();
+        tokio::time::timeout(DEADLINE, self.served)
+            .await
+            .expect("the upper node stops")
+            .unwrap()
+            .unwrap()
+    }
+}
+
+fn config(toml: &str) -> NodeConfig {
+    FileConfig::parse(toml).unwrap().node
+}
+
+/// The lower tier's namespace: blocks of 100 from the tier above, a short refill wait.
+const LOWER: &str = "[server]\nrefill_wait_ms = 300\n\n[namespaces.photos]\nkind = \"sequence\"\ncache = \"fixed\"\nblock_size = 100\n";
+
+async fn lower(urls: &[String]) -> Arc<Node> {
+    lower_with(urls, LOWER).await
+}
+
+async fn lower_with(urls: &[String], toml: &str) -> Arc<Node> {
+    let mut upstream = UpstreamConfig::new(urls.iter().cloned());
+    upstream.op_timeout = Duration::from_millis(500);
+    let authority = UpstreamAuthority::connect(&upstream).unwrap();
+    assert_eq!(authority.kind(), "upstream");
+    Node::start(config(toml), Arc::new(authority))
+        .await
+        .unwrap()
+}
+
+async fn take(node: &Node, count: u64) -> Result<Vec<u64>, IdError> {
+    match node.namespace("photos").await?.ids(count).await? {
+        Ids::U64(ids) => Ok(ids),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiers_serve_unique_ids_and_a_clean_stop_hands_the_tail_up() {
+    let store = Arc::new(MemoryAuthority::new());
+    let upper = Upper::start(
+        store.clone(),
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    )
+    .await;
+    // The upper node has no namespace: the lower one's start creates it there (auto_create),
+    // and the one-id probe goes back, so the first id is still 1.
+    let node = lower(&[upper.url()]).await;
+    let settings = upper.info("photos").await.settings.unwrap();
+    assert_eq!((settings.width, settings.start, settings.step), (64, 1, 1));
+    assert_eq!(settings.residues, vec![0]);
+
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let node = node.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            for _ in 0..50 {
+                mine.extend(take(&node, 7).await.unwrap());
+            }
+            mine
+        }));
+    }
+    let mut all = HashSet::new();
+    for task in tasks {
+        let mine = task.await.unwrap();
+        assert!(
+            mine.windows(2).all(|w| w[0] < w[1]),
+            "ids increase per task"
+        );
+        for id in mine {
+            assert!(all.insert(id), "id {id} handed out twice");
+        }
+    }
+    assert_eq!(all.len(), 4 * 50 * 7);
+    // Every id is of a block the upper node granted: below its watermark, and exactly the
+    // first ids of the namespace (one lower node, blocks of 100, the probe given back).
+    let upper_state = upper.info("photos").await.state.unwrap();
+    let highest = *all.iter().max().unwrap();
+    assert!(highest < upper_state.watermark);
+    assert_eq!(*all.iter().min().unwrap(), 1);
+    assert_eq!(highest, 1400);
+
+    // A clean stop hands the unused tail up; the upper node's next block starts there. The
+    // upper node takes back only a tail of the newest block it leased: when the lower node's
+    // buffer had merged it with the block before (contiguous), that block's unused ids are
+    // burned (GiveBack::Partly), fewer than one block.
+    let report = node.shutdown().await;
+    assert!(report.given_back > 0, "{report:?}");
+    assert!(report.burned < 100, "{report:?}");
+    let next = upper
+        .client()
+        .await
+        .block(proto::BlockRequest {
+            namespace: "photos".into(),
+            count: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        next.start,
+        highest + 1 + report.burned,
+        "the tail went back to the upper node: {report:?}"
+    );
+    let burned = report.burned;
+
+    // The upper node's own clean stop hands it on to its store.
+    let before = store
+        .state(&idmint_core::NamespaceName::new("photos").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let report = upper.stop().await;
+    assert!(report.given_back > 0, "{report:?}");
+    let after = store
+        .state(&idmint_core::NamespaceName::new("photos").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        after.watermark,
+        highest + 2 + burned,
+        "the upper node burned nothing: {before:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_lower_node_burns_only_what_it_held() {
+    let store = Arc::new(MemoryAuthority::new());
+    let upper = Upper::start(store, TcpListener::bind("127.0.0.1:0").await.unwrap()).await;
+    let killed = lower(&[upper.url()]).await;
+    let served = take(&killed, 150).await.unwrap();
+    let last = *served.last().unwrap();
+    let held = match killed
+        .read_namespace("photos")
+        .await
+        .unwrap()
+        .info(killed.now())
+    {
+        idmint_api::NamespaceInfo::Sequence { state, .. } => state.ids_buffered,
+        other => panic!("{other:?}"),
+    };
+    // No stop: what it buffered is never handed out again, and nothing more is lost.
+    let next = lower(&[upper.url()]).await;
+    let first = take(&next, 1).await.unwrap()[0];
+    assert!(first > last);
+    assert_eq!(
+        first - last - 1,
+        held,
+        "burned exactly what the killed node held"
+    );
+    assert!(held < 300, "at most its blocks and one request: {held}");
+    drop(killed);
+    next.shutdown().await;
+    upper.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upper_outage_is_bridged_by_the_buffer_then_fails_over() {
+    let store = Arc::new(MemoryAuthority::new());
+    let first = Upper::start(
+        store.clone(),
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    )
+    .await;
+    // The second url's port is bound now and served only later: until then a connection gets
+    // no answer (the timeout), as from a node that is starting.
+    let second = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let second_url = format!("http://{}", second.local_addr().unwrap());
+    let node = lower(&[first.url(), second_url]).await;
+    let mut seen: Vec<u64> = take(&node, 30).await.unwrap();
+
+    first.stop().await;
+    // The buffer bridges the outage: ids keep coming until it is empty, then
+    // authority_unavailable (never an id from nowhere).
+    let error = loop {
+        match take(&node, 10).await {
+            Ok(ids) => seen.extend(ids),
+            Err(e) => break e,
+        }
+        assert!(seen.len() < 1000, "the buffer cannot hold that many");
+    };
+    assert!(matches!(error, IdError::Unavailable { .. }), "{error:?}");
+    assert!(seen.len() >= 100, "served its buffer first: {}", seen.len());
+
+    // A new upper node on the same store, at the second url: the lower node recovers by
+    // itself, above every id served so far.
+    let second = Upper::start(store, second).await;
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let more = loop {
+        match take(&node, 10).await {
+            Ok(ids) => break ids,
+            Err(e) => {
+                assert!(tokio::time::Instant::now() < deadline, "no recovery: {e:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let highest = *seen.iter().max().unwrap();
+    assert!(more[0] > highest, "{} after {highest}", more[0]);
+    seen.extend(more);
+    let unique: HashSet<u64> = seen.iter().copied().collect();
+    assert_eq!(unique.len(), seen.len(), "no id twice across the outage");
+    node.shutdown().await;
+    second.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_the_upper_tier_does_not_have_is_refused() {
+    let store = Arc::new(MemoryAuthority::new());
+    let upper = Upper::start(store, TcpListener::bind("127.0.0.1:0").await.unwrap()).await;
+    let upstream = UpstreamAuthority::connect(&UpstreamConfig::new([upper.url()])).unwrap();
+    let name = idmint_core::NamespaceName::new("photos").unwrap();
+    let odd = idmint_core::SequenceSpec::new(idmint_core::Width::Bits64, 1, 2, 1).unwrap();
+    let err = upstream.ensure_namespace(&name, odd).await.unwrap_err();
+    assert!(
+        matches!(err, idmint_store::StoreError::SpecConflict { .. }),
+        "{err:?}"
+    );
+    // Nothing there answers at all: unavailable, not a hang.
+    let dead = UpstreamAuthority::connect(&UpstreamConfig::new(["http://127.0.0.1:1"])).unwrap();
+    let err = dead.reserve(&name, 10).await.unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+    upper.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn below_a_multi_upper_tier_every_members_class_is_served() {
+    // The upper node's authority owns two residue classes (two members, offsets 0 and 1, step
+    // 2); the namespace-level offset is 0, and the lower node's block gate must accept both.
+    let members: Vec<(Arc<dyn Authority>, u64)> = vec![
+        (Arc::new(MemoryAuthority::new()), 0),
+        (Arc::new(MemoryAuthority::new()), 1),
+    ];
+    let multi = Arc::new(idmint_store::MultiAuthority::new(members).unwrap());
+    let upper = Upper::start_with(
+        multi,
+        "step = 2\nblock_size = 300\n",
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    )
+    .await;
+    let node = lower_with(
+        &[upper.url()],
+        &LOWER.replace("block_size = 100\n", "block_size = 100\nstep = 2\n"),
+    )
+    .await;
+    let settings = upper.info("photos").await.settings.unwrap();
+    assert_eq!((settings.step, settings.offset), (2, 0));
+    assert_eq!(settings.residues, vec![0, 1]);
+    let mut seen = HashSet::new();
+    for _ in 0..50 {
+        for id in take(&node, 20).await.unwrap() {
+            assert!(seen.insert(id), "id {id} twice");
+        }
+    }
+    let classes: HashSet<u64> = seen.iter().map(|id| id % 2).collect();
+    assert_eq!(classes.len(), 2, "both members' classes served");
+    node.shutdown().await;
+    upper.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_32_bit_namespace_runs_out_through_the_tiers_clearly() {
+    let store = Arc::new(MemoryAuthority::new());
+    let near_end = "width = 32\nstart = 2147483448\n"; // 200 ids left
+    let upper = Upper::start_with(
+        store,
+        &format!("block_size = 100\n{near_end}"),
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    )
+    .await;
+    let node = lower_with(
+        &[upper.url()],
+        &LOWER.replace(
+            "block_size = 100\n",
+            &format!("block_size = 30\n{near_end}"),
+        ),
+    )
+    .await;
+    let mut seen = Vec::new();
+    let error = loop {
+        match take(&node, 7).await {
+            Ok(ids) => seen.extend(ids),
+            Err(e) => break e,
+        }
+        assert!(seen.len() <= 200, "never past the width");
+    };
+    assert!(
+        matches!(error, IdError::Exhausted { bits: 32, .. }),
+        "{error:?}"
+    );
+    assert_eq!(*seen.last().unwrap(), 2_147_483_647);
+    assert!(seen.windows(2).all(|w| w[0] < w[1]));
+    node.shutdown().await;
+    upper.stop().await;
+}

@@ -1,0 +1,593 @@
+//! The upstream authority (cargo feature `upstream`): blocks from another idmint node over
+//! gRPC (`idmint.v1`, docs/grpc.md), so nodes form tiers: a global tier on a durable store,
+//! regional tiers whose authority is the global tier, clients below (design.md, "tier").
+//!
+//! Each operation is one call to an upper node: [`Authority::reserve`] is `Block`,
+//! [`Authority::give_back`] is `GiveBack` with the block's lease, `state`/`list` and
+//! `ensure_namespace` read `Namespace`/`Namespaces`. The upper node's own supply decides where
+//! its blocks come from; this module only carries them down and the unused tail back up.
+//!
+//! Invariants (docs/design.md):
+//! - (1, transitively) a block is returned only once the upper node granted it, and the upper
+//!   node grants only ids of blocks its own authority recorded durably; no `Block` is ever sent
+//!   twice to one upper node (a lost answer is [`StoreError::Unavailable`]: that block is
+//!   burned, never served);
+//! - (2) a tail goes back only with the lease of the newest block this authority got for the
+//!   namespace, to the node that granted it, once; the upper node takes it only while nothing
+//!   was handed out after the block (its compare-and-swap), and hands it on to its own
+//!   authority at its own clean shutdown, so a clean restart of every tier burns nothing; a
+//!   tail that began in an older block (the node's buffer merged contiguous blocks) goes back
+//!   from the newest block's start only, and the rest is burned ([`GiveBack::Partly`]);
+//! - blocks of one namespace are returned in increasing order per residue class (as the node's
+//!   buffer requires; a multi upper tier's classes interleave): a block from another upper
+//!   node that lies below the highest one of its class returned (two upper nodes alive on one store, after a
+//!   failover) is handed back to its node at once and the call answers `Unavailable`, moving on
+//!   to the next url, never a block the node's buffer would refuse as out of order;
+//! - (5) the residue classes are the upper node's (`SequenceSettings.residues`), learned by
+//!   `ensure_namespace` before any block of the namespace is served, so the node's block gate
+//!   accepts a multi upper tier's classes and nothing else;
+//! - every call is bounded by `op_timeout`; no lock is held across `.await` (the small maps
+//!   below are `std::sync::Mutex`es held for a lookup or an insert).
+//!
+//! Several urls: calls go to the last url that answered; on `UNAVAILABLE`, `DEADLINE_EXCEEDED`,
+//! `INTERNAL`, a connection error or the timeout, the next url is tried, in order, each at most
+//! once per call. Other statuses are answers: `NOT_FOUND` is
+//! [`StoreError::UnknownNamespace`], `RESOURCE_EXHAUSTED` with `namespace_exhausted` is
+//! [`StoreError::Exhausted`], `DATA_LOSS` is [`StoreError::Lost`], `INVALID_ARGUMENT` and
+//! `FAILED_PRECONDITION` (a block larger than the upper node's `server.max_block_request`, a
+//! namespace of another kind or settings) are [`StoreError::InvalidSetup`].
+//!
+//! A namespace the upper node does not have is created there by `ensure_namespace` the only
+//! way the API allows, a `Block` of one id (the upper node must have `auto_create` on, else
+//! [`StoreError::UnknownNamespace`]), whose id is handed back at once (burned only when the
+//! upper namespace has cache `off`, which leases nothing); then its settings are read and
+//! compared, so on `Ok` the namespace exists durably upstream with the same spec.
+//!
+//! What it does not do: TLS or authentication (the gRPC port is plain HTTP/2 on a private
+//! network), buffering (the node's supply does it, sized by its `buffer_seconds`), or retrying a
+//! `Block` on the node that may have granted it.
+
+use crate::config::{redact_url, UpstreamConfig};
+use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
+use async_trait::async_trait;
+use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
+use idmint_proto::v1 as proto;
+use proto::idmint_client::IdmintClient;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+/// The metadata key holding the idmint error code of a status (the node's `grpc::status`).
+const ERROR_CODE_KEY: &str = "idmint-error-code";
+
+/// An authority whose blocks come from other idmint nodes over gRPC. See the module docs.
+#[derive(Debug)]
+pub struct UpstreamAuthority {
+    nodes: Vec<UpperNode>,
+    /// The index of the url that answered last: calls start there.
+    current: AtomicUsize,
+    op_timeout: Duration,
+    /// Per namespace, the newest block granted and the highest end returned. A std mutex: held
+    /// for a lookup or an insert, never across `.await`.
+    granted: Mutex<HashMap<NamespaceName, Granted>>,
+    /// The upper tier's residue classes per spec, learned by `ensure_namespace`. A std mutex, as
+    /// above.
+    residues: Mutex<HashMap<SequenceSpec, Vec<u64>>>,
+}
+
+/// One upper node: a lazily connected channel (tonic reconnects it as needed).
+#[derive(Debug)]
+struct UpperNode {
+    /// The url without secrets, for messages.
+    label: String,
+    channel: Channel,
+}
+
+/// The newest block of a namespace and where it came from.
+#[derive(Debug, Clone, Default)]
+struct Granted {
+    /// The newest block, while its tail may still go back (`None` once it went or cannot).
+    newest: Option<Leased>,
+    /// Per residue class `(step, start % step)`: every block of the class returned for the
+    /// namespace lies below this (the highest end returned, lowered only by a tail taken back).
+    /// Per class, as the node's buffer orders blocks: a multi upper tier's classes interleave.
+    floors: Vec<((u64, u64), u64)>,
+    /// The spec `ensure_namespace` checked, for the width an exhausted namespace reports.
+    spec: Option<SequenceSpec>,
+}
+
+impl Granted {
+    /// The floor of `block`'s class (0 before its first block).
+    fn floor(&self, block: &Block) -> u64 {
+        let class = class(block);
+        self.floors
+            .iter()
+            .find(|(c, _)| *c == class)
+            .map_or(0, |(_, floor)| *floor)
+    }
+
+    fn set_floor(&mut self, block: &Block, floor: u64) {
+        let class = class(block);
+        match self.floors.iter_mut().find(|(c, _)| *c == class) {
+            Some((_, f)) => *f = floor,
+            None => self.floors.push((class, floor)),
+        }
+    }
+
+    /// The highest floor of any class.
+    fn highest(&self) -> Option<u64> {
+        self.floors.iter().map(|(_, floor)| *floor).max()
+    }
+}
+
+/// A block's residue class.
+fn class(block: &Block) -> (u64, u64) {
+    (block.step(), block.start() % block.step())
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Leased {
+    block: Block,
+    lease: u64,
+    node: usize,
+}
+
+/// How a call failed.
+enum CallError {
+    /// Every url was tried: none answered (the last failure, described).
+    Unavailable(String),
+    /// An upper node answered with this status (not one that moves on to the next url).
+    Status(Status),
+}
+
+impl UpstreamAuthority {
+    /// The authority over `config`'s urls. Channels connect lazily: nothing is contacted here,
+    /// so a node starts while its upper tier is down and its operations answer
+    /// [`StoreError::Unavailable`] until one url answers. Must run inside a tokio runtime (each
+    /// channel's worker task is spawned here).
+    pub fn connect(config: &UpstreamConfig) -> Result<Self, StoreError> {
+        let mut nodes = Vec::with_capacity(config.urls.len());
+        for url in &config.urls {
+            let label = redact_url(url);
+            let endpoint =
+                Endpoint::from_shared(url.clone()).map_err(|_| StoreError::InvalidSetup {
+                    message: format!("upstream url {label} is not a valid http:// url"),
+                })?;
+            let channel = endpoint
+                .connect_timeout(config.op_timeout)
+                .timeout(config.op_timeout)
+                .connect_lazy();
+            nodes.push(UpperNode { label, channel });
+        }
+        if nodes.is_empty() {
+            return Err(StoreError::InvalidSetup {
+                message: "an upstream authority needs at least one url".into(),
+            });
+        }
+        Ok(UpstreamAuthority {
+            nodes,
+            current: AtomicUsize::new(0),
+            op_timeout: config.op_timeout,
+            granted: Mutex::new(HashMap::new()),
+            residues: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn granted(&self) -> std::sync::MutexGuard<'_, HashMap<NamespaceName, Granted>> {
+        self.granted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs `op` on the upper nodes from the current one on, moving to the next on a failure
+    /// that another node may not have; the index of the node that answered, and its answer.
+    async fn call<T, F, Fut>(&self, op: F) -> Result<(usize, T), CallError>
+    where
+        F: Fn(IdmintClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let n = self.nodes.len();
+        let first = self.current.load(Ordering::Relaxed) % n;
+        let mut last = String::new();
+        for i in 0..n {
+            let index = (first + i) % n;
+            match self.call_one(index, &op).await {
+                Ok(answer) => {
+                    self.current.store(index, Ordering::Relaxed);
+                    return Ok((index, answer));
+                }
+                Err(CallError::Unavailable(why)) => last = why,
+                Err(answer) => return Err(answer),
+            }
+        }
+        Err(CallError::Unavailable(last))
+    }
+
+    /// Runs `op` on the upper node `index` alone, under the timeout.
+    async fn call_one<T, F, Fut>(&self, index: usize, op: &F) -> Result<T, CallError>
+    where
+        F: Fn(IdmintClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let node = &self.nodes[index];
+        let client = IdmintClient::new(node.channel.clone());
+        match tokio::time::timeout(self.op_timeout, op(client)).await {
+            Ok(Ok(answer)) => Ok(answer.into_inner()),
+            Ok(Err(status)) if moves_on(&status) => Err(CallError::Unavailable(format!(
+                "{}: {} ({})",
+                node.label,
+                status.message(),
+                code_name(status.code())
+            ))),
+            Ok(Err(status)) => Err(CallError::Status(status)),
+            Err(_) => Err(CallError::Unavailable(format!(
+                "{}: no answer within {} ms",
+                node.label,
+                self.op_timeout.as_millis()
+            ))),
+        }
+    }
+
+    /// The store error of a failed call about `name`.
+    fn error(&self, name: &NamespaceName, e: CallError) -> StoreError {
+        let status = match e {
+            CallError::Unavailable(message) => {
+                return StoreError::Unavailable {
+                    backend: "upstream",
+                    message,
+                }
+            }
+            CallError::Status(status) => status,
+        };
+        let idmint_code = status
+            .metadata()
+            .get(ERROR_CODE_KEY)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let message = format!("the upper tier answered: {}", status.message());
+        match status.code() {
+            Code::NotFound => StoreError::UnknownNamespace { name: name.clone() },
+            Code::ResourceExhausted if idmint_code == "namespace_exhausted" => {
+                let (bits, watermark) = self.exhausted_at(name);
+                StoreError::Exhausted {
+                    name: name.clone(),
+                    bits,
+                    watermark,
+                }
+            }
+            Code::DataLoss => StoreError::Lost {
+                name: name.clone(),
+                message,
+            },
+            Code::InvalidArgument | Code::FailedPrecondition => {
+                StoreError::InvalidSetup { message }
+            }
+            _ => StoreError::Unavailable {
+                backend: "upstream",
+                message,
+            },
+        }
+    }
+
+    /// The width and watermark an exhausted namespace reports: from the spec checked, else 64
+    /// bits; the highest block end returned, else the width's end.
+    fn exhausted_at(&self, name: &NamespaceName) -> (u32, u64) {
+        let granted = self.granted();
+        let entry = granted.get(name);
+        let width = entry
+            .and_then(|g| g.spec)
+            .map_or(Width::Bits64, |spec| spec.width());
+        let floor = entry.and_then(Granted::highest);
+        (width.bits(), floor.unwrap_or(width.max_id() + 1))
+    }
+
+    /// The upper node's record of `name`: `None` if it has none.
+    async fn info(&self, name: &NamespaceName) -> Result<Option<Upper>, StoreError> {
+        let request = proto::NamespaceRequest {
+            namespace: name.to_string(),
+        };
+        match self
+            .call(|mut c| {
+                let request = request.clone();
+                async move { c.namespace(request).await }
+            })
+            .await
+        {
+            Ok((_, info)) => upper(name, info).map(Some),
+            Err(CallError::Status(s)) if s.code() == Code::NotFound => Ok(None),
+            Err(e) => Err(self.error(name, e)),
+        }
+    }
+}
+
+/// Whether a status means "this node cannot serve now": try the next url.
+fn moves_on(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable
+            | Code::DeadlineExceeded
+            | Code::Cancelled
+            | Code::Unknown
+            | Code::Internal
+            | Code::Aborted
+    )
+}
+
+fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::Cancelled => "CANCELLED",
+        Code::Internal => "INTERNAL",
+        Code::Aborted => "ABORTED",
+        _ => "UNKNOWN",
+    }
+}
+
+/// A sequence namespace as an upper node describes it.
+struct Upper {
+    state: NamespaceState,
+    residues: Vec<u64>,
+}
+
+/// Reads `info` as a sequence namespace's spec, watermark and residue classes.
+fn upper(name: &NamespaceName, info: proto::NamespaceInfo) -> Result<Upper, StoreError> {
+    let Some(proto::namespace_info::Kind::Sequence(sequence)) = info.kind else {
+        return Err(StoreError::InvalidSetup {
+            message: format!(
+                "namespace {name} is not a sequence namespace on the upper tier: it cannot \
+                 grant blocks of it"
+            ),
+        });
+    };
+    let corrupt = |what: &str| StoreError::Corrupt {
+        message: format!("the upper tier described namespace {name} with {what}"),
+    };
+    let settings = sequence.settings.ok_or_else(|| corrupt("no settings"))?;
+    let state = sequence.state.ok_or_else(|| corrupt("no state"))?;
+    let width = Width::from_bits(settings.width).ok_or_else(|| corrupt("an unknown width"))?;
+    let spec = SequenceSpec::new(width, settings.start, settings.step, settings.offset)
+        .map_err(|e| corrupt(&format!("an invalid spec ({e})")))?;
+    let mut residues = settings.residues;
+    if residues.is_empty() {
+        residues.push(spec.offset());
+    }
+    if residues.iter().any(|&r| r >= spec.step()) {
+        return Err(corrupt("a residue class not below its step"));
+    }
+    Ok(Upper {
+        state: NamespaceState {
+            name: name.clone(),
+            spec,
+            watermark: state.watermark,
+        },
+        residues,
+    })
+}
+
+#[async_trait]
+impl Authority for UpstreamAuthority {
+    fn kind(&self) -> &'static str {
+        "upstream"
+    }
+
+    /// The upper tier's classes for `spec`, once `ensure_namespace` learned them; the spec's
+    /// offset before.
+    fn residues(&self, spec: &SequenceSpec) -> Vec<u64> {
+        self.residues
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(spec)
+            .cloned()
+            .unwrap_or_else(|| vec![spec.offset()])
+    }
+
+    /// Reads the namespace on the upper tier, creating it there first if absent (a one-id
+    /// block handed back at once; see the module docs); its spec must be `spec`.
+    async fn ensure_namespace(
+        &self,
+        name: &NamespaceName,
+        spec: SequenceSpec,
+    ) -> Result<NamespaceState, StoreError> {
+        let upper = match self.info(name).await? {
+            Some(upper) => upper,
+            None => {
+                let probe = self.reserve(name, 1).await?;
+                // Refused or unreachable: the one id is burned, which is always safe.
+                let _ = self.give_back(name, probe.block).await;
+                self.info(name)
+                    .await?
+                    .ok_or_else(|| StoreError::UnknownNamespace { name: name.clone() })?
+            }
+        };
+        if upper.state.spec != spec {
+            return Err(StoreError::SpecConflict {
+                name: name.clone(),
+                existing: upper.state.spec,
+                requested: spec,
+                server: None,
+            });
+        }
+        self.residues
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(spec, upper.residues);
+        self.granted().entry(name.clone()).or_default().spec = Some(spec);
+        Ok(upper.state)
+    }
+
+    /// One `Block` call; the block's lease is remembered (the newest only) for `give_back`.
+    async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError> {
+        if count == 0 {
+            return Err(StoreError::InvalidCount);
+        }
+        let request = proto::BlockRequest {
+            namespace: name.to_string(),
+            count,
+        };
+        let (node, leased) = self
+            .call(|mut c| {
+                let request = request.clone();
+                async move { c.block(request).await }
+            })
+            .await
+            .map_err(|e| self.error(name, e))?;
+        let block = Block::new(leased.start, leased.end, leased.step).ok_or_else(|| {
+            StoreError::Corrupt {
+                message: format!(
+                    "the upper tier granted [{}, {}) step {} for namespace {name}: not a block",
+                    leased.start, leased.end, leased.step
+                ),
+            }
+        })?;
+        let below = {
+            let mut granted = self.granted();
+            let entry = granted.entry(name.clone()).or_default();
+            let floor = entry.floor(&block);
+            if block.start() < floor {
+                Some(floor)
+            } else {
+                entry.set_floor(&block, block.end());
+                entry.newest = (leased.lease != 0).then_some(Leased {
+                    block,
+                    lease: leased.lease,
+                    node,
+                });
+                None
+            }
+        };
+        if let Some(floor) = below {
+            // Another upper node's block, below what this one returned already: hand it back
+            // to its node (burned if refused) and move on to the next url.
+            let _ = self.give_back_to(name, node, leased.lease, block).await;
+            self.current
+                .store((node + 1) % self.nodes.len(), Ordering::Relaxed);
+            return Err(StoreError::Unavailable {
+                backend: "upstream",
+                message: format!(
+                    "{} granted [{}, {}) for namespace {name}, below {floor} already granted by \
+                     another upper node; handed back, trying the next url",
+                    self.nodes[node].label,
+                    block.start(),
+                    block.end()
+                ),
+            });
+        }
+        Ok(Reservation {
+            block,
+            watermark: block.end(),
+        })
+    }
+
+    /// The upper node's record: its spec and watermark (the highest block end it got from its
+    /// own authority).
+    async fn state(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError> {
+        Ok(self.info(name).await?.map(|upper| upper.state))
+    }
+
+    /// The sequence namespaces the upper node serves now, sorted by name.
+    async fn list(&self) -> Result<Vec<NamespaceState>, StoreError> {
+        let (_, list) = self
+            .call(|mut c| async move { c.namespaces(proto::NamespacesRequest {}).await })
+            .await
+            .map_err(|e| match e {
+                CallError::Unavailable(message) => StoreError::Unavailable {
+                    backend: "upstream",
+                    message,
+                },
+                CallError::Status(s) => StoreError::Unavailable {
+                    backend: "upstream",
+                    message: format!("the upper tier answered: {}", s.message()),
+                },
+            })?;
+        let mut states = Vec::new();
+        for info in list.namespaces {
+            let Ok(name) = NamespaceName::new(&info.namespace) else {
+                continue;
+            };
+            if let Some(proto::namespace_info::Kind::Sequence(_)) = info.kind {
+                states.push(upper(&name, info)?.state);
+            }
+        }
+        states.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(states)
+    }
+
+    /// `GiveBack` of the tail, with the newest block's lease, to the node that granted it: the
+    /// part of the tail within the newest block ([`GiveBack::Partly`] when the tail began in an
+    /// older one; those ids are burned). A tail that does not end the newest block is refused
+    /// here (and stays burned); the upper node refuses it when it handed out ids since.
+    async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
+        // The lease is used once, whatever the answer.
+        let (newest, floor) = match self.granted().get_mut(name) {
+            Some(g) => {
+                let newest = g
+                    .newest
+                    .filter(|n| n.block.end() == tail.end() && n.block.step() == tail.step());
+                if newest.is_some() {
+                    g.newest = None;
+                }
+                (newest, g.floor(&tail).max(tail.end()))
+            }
+            None => (None, tail.end()),
+        };
+        let Some(newest) = newest else {
+            return Ok(GiveBack::Refused { watermark: floor });
+        };
+        let part = if tail.start() >= newest.block.start() {
+            tail
+        } else {
+            newest.block
+        };
+        if !self
+            .give_back_to(name, newest.node, newest.lease, part)
+            .await?
+        {
+            return Ok(GiveBack::Refused { watermark: floor });
+        }
+        if let Some(g) = self.granted().get_mut(name) {
+            if g.floor(&part) == part.end() {
+                g.set_floor(&part, part.start());
+            }
+        }
+        if part == tail {
+            Ok(GiveBack::Returned)
+        } else {
+            Ok(GiveBack::Partly { ids: part.len() })
+        }
+    }
+}
+
+impl UpstreamAuthority {
+    /// `GiveBack` of `tail` with `lease` to node `index` alone: whether it was taken back.
+    async fn give_back_to(
+        &self,
+        name: &NamespaceName,
+        index: usize,
+        lease: u64,
+        tail: Block,
+    ) -> Result<bool, StoreError> {
+        if lease == 0 {
+            return Ok(false);
+        }
+        let request = proto::GiveBackRequest {
+            namespace: name.to_string(),
+            start: tail.start(),
+            end: tail.end(),
+            step: tail.step(),
+            lease,
+        };
+        let answer = self
+            .call_one(index, &|mut c: IdmintClient<Channel>| {
+                let request = request.clone();
+                async move { c.give_back(request).await }
+            })
+            .await
+            .map_err(|e| self.error(name, e))?;
+        Ok(answer.given_back)
+    }
+}
