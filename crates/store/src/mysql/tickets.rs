@@ -4,8 +4,12 @@
 //!
 //! Invariants: a namespace is served only by a server whose `auto_increment_increment` and
 //! `auto_increment_offset` are the namespace's step and offset (read once per connection); every
-//! id returned is checked against the namespace's residue class and width; a `REPLACE` is never
-//! retried; `give_back` always refuses (a ticket counter cannot be lowered atomically).
+//! id returned is checked against the namespace's residue class and width; a `REPLACE` is
+//! retried only when the server answered that it rolled it back (InnoDB deadlock, 1213: two
+//! `REPLACE`s on one ticket row, common under concurrency), at most [`DEADLOCK_ATTEMPTS`] times
+//! after a random pause that grows with each attempt (a rolled-back statement granted nothing; the retry gets a new id, and a rolled-back
+//! auto-increment value is never issued again), never after a lost reply or any other error;
+//! `give_back` always refuses (a ticket counter cannot be lowered atomically).
 //!
 //! What it does not do: block mode (`blocks`), connection handling (`conn` and the pool).
 
@@ -16,7 +20,7 @@ use super::sql::{
 };
 use super::{
     col, driver_error, execute, invalid_setup, query, server_code, unavailable, SpecCache,
-    ER_NO_SUCH_TABLE, KIND,
+    ER_LOCK_DEADLOCK, ER_NO_SUCH_TABLE, KIND,
 };
 use crate::config::MysqlConfig;
 use crate::ops;
@@ -74,6 +78,35 @@ fn check_server(
                 offset: auto.offset,
             }),
         })
+    }
+}
+
+/// How many times one reservation tries a `REPLACE` the server rolled back as a deadlock.
+pub const DEADLOCK_ATTEMPTS: u32 = 16;
+
+/// The pause before the `attempt`th try (from 2) after a deadlock: random up to 2^attempt
+/// times 100 µs, capped at 20 ms, so that the `REPLACE`s that collided do not collide again.
+fn deadlock_pause(attempt: u32) -> std::time::Duration {
+    let ceiling_us = (100u64 << attempt.min(8)).min(20_000);
+    let jitter = u64::from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos()),
+    );
+    std::time::Duration::from_micros(jitter % ceiling_us.max(1))
+}
+
+/// Why one `REPLACE` failed: the server rolled it back (a deadlock: try again), or anything
+/// else (never retried).
+#[derive(Debug)]
+enum Rollback {
+    Deadlock(mysql_async::Error),
+    Error(StoreError),
+}
+
+impl From<StoreError> for Rollback {
+    fn from(e: StoreError) -> Self {
+        Rollback::Error(e)
     }
 }
 
@@ -195,8 +228,33 @@ impl MysqlTicketAuthority {
         session: &mut Session,
         name: &NamespaceName,
     ) -> Result<Reservation, StoreError> {
+        let mut attempt = 1;
+        loop {
+            match self.reserve_once(session, name).await {
+                Err(Rollback::Deadlock(_)) if attempt < DEADLOCK_ATTEMPTS => {
+                    attempt += 1;
+                    tokio::time::sleep(deadlock_pause(attempt)).await;
+                }
+                Err(Rollback::Deadlock(e)) => {
+                    return Err(driver_error(
+                        &format!("REPLACE (deadlocked {DEADLOCK_ATTEMPTS} times)"),
+                        e,
+                    ))
+                }
+                Err(Rollback::Error(e)) => return Err(e),
+                Ok(r) => return Ok(r),
+            }
+        }
+    }
+
+    /// One `REPLACE`; a deadlock (rolled back by the server) is told apart for a retry.
+    async fn reserve_once(
+        &self,
+        session: &mut Session,
+        name: &NamespaceName,
+    ) -> Result<Reservation, Rollback> {
         let Some(ticket) = self.ticket_on(&mut session.conn, name).await? else {
-            return Err(StoreError::UnknownNamespace { name: name.clone() });
+            return Err(StoreError::UnknownNamespace { name: name.clone() }.into());
         };
         let spec = ticket.spec;
         check_server(session.auto_increment, name, &spec)?;
@@ -205,9 +263,12 @@ impl MysqlTicketAuthority {
             Ok(()) => session.conn.last_insert_id(),
             Err(e) if server_code(&e) == Some(ER_NO_SUCH_TABLE) => {
                 self.tickets.forget(name);
-                return Err(StoreError::UnknownNamespace { name: name.clone() });
+                return Err(StoreError::UnknownNamespace { name: name.clone() }.into());
             }
-            Err(e) => return Err(driver_error("REPLACE", e)),
+            Err(e) if server_code(&e) == Some(ER_LOCK_DEADLOCK) => {
+                return Err(Rollback::Deadlock(e))
+            }
+            Err(e) => return Err(driver_error("REPLACE", e).into()),
         };
         let id =
             id.ok_or_else(|| unavailable(format!("REPLACE into {} returned no id", ticket.table)))?;
@@ -218,7 +279,8 @@ impl MysqlTicketAuthority {
                 name: name.clone(),
                 bits: spec.width().bits(),
                 watermark: max + 1,
-            });
+            }
+            .into());
         }
         if id < spec.first() || id % spec.step() != spec.offset() {
             return Err(StoreError::Corrupt {
@@ -226,7 +288,8 @@ impl MysqlTicketAuthority {
                     "ticket table {} issued {id}, which is not an id of {spec:?}: refusing it",
                     ticket.table
                 ),
-            });
+            }
+            .into());
         }
         let block = Block::new(id, id + 1, spec.step())
             .ok_or_else(|| unavailable(format!("id {id} makes no block")))?;
