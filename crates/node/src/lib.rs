@@ -24,6 +24,7 @@
 //! What it does not do: read files or the environment (the binary does), choose the authority
 //! (it is given one), or snowflake worker leases (worker ids come from configuration).
 
+pub mod accept;
 pub mod config;
 pub mod error;
 pub mod grpc;

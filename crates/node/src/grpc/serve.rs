@@ -19,6 +19,7 @@
 
 use super::gate::Gate;
 use super::IdmintService;
+use crate::accept::{Accepted, Acceptor};
 use crate::error::NodeError;
 use crate::registry::Node;
 use crate::shutdown::Shutdown;
@@ -29,16 +30,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
 /// How long a keep-alive ping may go unanswered before the connection is closed.
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// How long the accept loop pauses after an accept error that is not the client's (out of file
-/// descriptors, say) before trying again.
-const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
 /// Serves the gRPC API of `node` on `listener` until `shutdown` says to stop (see the module
 /// docs). Returns once no request is left.
@@ -52,10 +49,8 @@ pub async fn serve(
     let service = IdmintService::new(node, gate.clone(), shutdown.clone()).into_server();
     let (accepted, incoming) = mpsc::channel(1);
     let accepting = tokio::spawn(accept(
-        listener,
-        Arc::new(Semaphore::new(limits.max_connections)),
+        Acceptor::new(listener, limits.max_connections, shutdown.clone(), "grpc"),
         accepted,
-        shutdown.clone(),
     ));
     let incoming = ReceiverStream::new(incoming);
     let draining = shutdown.clone();
@@ -82,58 +77,18 @@ pub async fn serve(
     served
 }
 
-/// Accepts connections while permits last, until draining begins; each goes to the server with
-/// its permit. Closes the listening socket when it returns.
-async fn accept(
-    listener: TcpListener,
-    permits: Arc<Semaphore>,
-    accepted: mpsc::Sender<io::Result<Limited>>,
-    shutdown: Shutdown,
-) {
-    loop {
-        let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => return, // never closed
-            },
-            _ = shutdown.draining() => return,
+/// Hands the acceptor's connections, each with its permit, to the server until draining
+/// begins; the listening socket closes when it returns.
+async fn accept(acceptor: Acceptor, accepted: mpsc::Sender<io::Result<Limited>>) {
+    while let Some(Accepted { stream, permit }) = acceptor.next().await {
+        let limited = Limited {
+            stream,
+            _permit: permit,
         };
-        let stream = tokio::select! {
-            stream = listener.accept() => stream,
-            _ = shutdown.draining() => return,
-        };
-        match stream {
-            Ok((stream, _peer)) => {
-                // Ids are small answers: send them at once.
-                let _ = stream.set_nodelay(true);
-                let limited = Limited {
-                    stream,
-                    _permit: permit,
-                };
-                if accepted.send(Ok(limited)).await.is_err() {
-                    return; // the server stopped
-                }
-            }
-            Err(e) if is_connection_error(&e) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "accepting a gRPC connection failed; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(ACCEPT_ERROR_PAUSE) => {}
-                    _ = shutdown.draining() => return,
-                }
-            }
+        if accepted.send(Ok(limited)).await.is_err() {
+            return; // the server stopped
         }
     }
-}
-
-/// Errors of one incoming connection, not of the listener: the next accept may succeed.
-fn is_connection_error(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-    )
 }
 
 /// A connection holding one of the `max_connections` permits until it is dropped.

@@ -17,6 +17,7 @@
 //!
 //! What it does not do: HTTP/2, TLS, or the hand-back itself ([`crate::serve_front_ends`]).
 
+use crate::accept::{Accepted, Acceptor};
 use crate::config::ListenConfig;
 use crate::error::NodeError;
 use crate::registry::Node;
@@ -33,14 +34,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::ServiceExt;
-
-/// How long the loop pauses after an accept error that is not the client's (out of file
-/// descriptors, say) before trying again.
-const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
 /// Serves the HTTP API of `node` on `listener` until `shutdown` says to stop (see the module
 /// docs). Returns once no connection is left.
@@ -51,44 +48,22 @@ pub async fn listen(
 ) -> Result<(), NodeError> {
     let limits = node.config().listen;
     let app = super::router(node);
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let acceptor = Acceptor::new(listener, limits.max_connections, shutdown.clone(), "http");
     let mut connections = JoinSet::new();
     loop {
         while connections.try_join_next().is_some() {}
-        let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break, // never closed
-            },
-            _ = shutdown.draining() => break,
+        let Some(Accepted { stream, permit }) = acceptor.next().await else {
+            break;
         };
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.draining() => break,
-        };
-        match accepted {
-            Ok((stream, _peer)) => {
-                // Ids are small answers: send them at once.
-                let _ = stream.set_nodelay(true);
-                connections.spawn(connection(
-                    stream,
-                    app.clone(),
-                    limits,
-                    shutdown.clone(),
-                    permit,
-                ));
-            }
-            Err(e) if is_connection_error(&e) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "accepting an HTTP connection failed; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(ACCEPT_ERROR_PAUSE) => {}
-                    _ = shutdown.draining() => break,
-                }
-            }
-        }
+        connections.spawn(connection(
+            stream,
+            app.clone(),
+            limits,
+            shutdown.clone(),
+            permit,
+        ));
     }
-    drop(listener);
+    drop(acceptor);
     tracing::info!(
         open = connections.len(),
         "http: stopped accepting; open connections finish their requests"
@@ -104,16 +79,6 @@ pub async fn listen(
     }
     tracing::info!("http: every connection closed");
     Ok(())
-}
-
-/// Errors of one incoming connection, not of the listener: the next accept may succeed.
-fn is_connection_error(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-    )
 }
 
 /// Serves one connection until it ends, it is idle too long, or shutdown cuts it. Holds its
