@@ -418,8 +418,11 @@ impl Authority for LedgerAuthority {
     async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError> {
         match self.inner.reserve(name, count).await {
             Ok(r) => {
-                // A failed watermark write only weakens the check; the block is good.
-                let _ = self.ledger.note(name, r.watermark).await;
+                // A failed watermark write only weakens the check; the block is good. Said
+                // once per failure, not hidden.
+                if let Err(e) = self.ledger.note(name, r.watermark).await {
+                    tracing::warn!(namespace = %name, error = %e, "the ledger could not record a watermark; it will try again at the next reservation");
+                }
                 Ok(r)
             }
             Err(StoreError::UnknownNamespace { .. }) => match self.ledger.recorded(name) {

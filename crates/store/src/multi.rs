@@ -251,6 +251,15 @@ impl Member {
     }
 }
 
+/// Whether an operation may write to a member ([`MultiAuthority::usable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// `state`, `list`: never writes.
+    Read,
+    /// `ensure_namespace`, `reserve`, `give_back`.
+    Write,
+}
+
 /// A namespace this process set up.
 #[derive(Debug, Clone)]
 struct Setup {
@@ -430,8 +439,10 @@ impl MultiAuthority {
     /// The authority of a member that may serve: not out of service, connected (a pending one
     /// is connected if its back-off has passed), and checked against every namespace set up so
     /// far. A member found to have lost a namespace, or to hold another spec, is taken out of
-    /// service here.
-    async fn usable(&self, m: &Member) -> Result<Arc<dyn Authority>, StoreError> {
+    /// service here. With `access` [`Access::Read`] nothing is written: a creation this process
+    /// left unfinished on the member is finished by the next write, not by a read (the member
+    /// stays unverified until then).
+    async fn usable(&self, m: &Member, access: Access) -> Result<Arc<dyn Authority>, StoreError> {
         if let Some(reason) = m.lock().out_of_service.clone() {
             return Err(StoreError::Unavailable {
                 backend: m.kind,
@@ -452,6 +463,7 @@ impl MultiAuthority {
             .iter()
             .map(|(n, s)| (n.clone(), s.clone()))
             .collect();
+        let mut unfinished = false;
         for (name, setup) in known {
             let expected = self.member_spec(setup.spec, m.offset)?;
             let found = a.state(&name).await;
@@ -470,6 +482,12 @@ impl MultiAuthority {
                     crate::describe_spec(&state.spec),
                     crate::describe_spec(&expected)
                 ),
+                Ok(None)
+                    if setup.created_here && !setup.on[m.number - 1] && access == Access::Read =>
+                {
+                    unfinished = true;
+                    continue;
+                }
                 Ok(None) if setup.created_here && !setup.on[m.number - 1] => {
                     // This process created the namespace while this member failed: finish.
                     let created = a.ensure_namespace(&name, expected).await;
@@ -493,7 +511,9 @@ impl MultiAuthority {
                 message: reason,
             });
         }
-        m.lock().verified = true;
+        if !unfinished {
+            m.lock().verified = true;
+        }
         Ok(a)
     }
 
@@ -615,7 +635,7 @@ impl Authority for MultiAuthority {
         let mut unreachable: Vec<(&Member, StoreError)> = Vec::new();
         for m in &self.members {
             let expected = self.member_spec(spec, m.offset)?;
-            let a = match self.usable(m).await {
+            let a = match self.usable(m, Access::Write).await {
                 Ok(a) => a,
                 Err(e) => {
                     unreachable.push((m, e));
@@ -738,7 +758,7 @@ impl Authority for MultiAuthority {
         let spec = self.known_spec(name);
         for i in self.order() {
             let m = &self.members[i];
-            let result = match self.usable(m).await {
+            let result = match self.usable(m, Access::Write).await {
                 Ok(a) => a.reserve(name, count).await,
                 Err(e) => Err(e),
             };
@@ -802,7 +822,7 @@ impl Authority for MultiAuthority {
             if m.is_out_of_service() {
                 continue;
             }
-            let result = match self.usable(m).await {
+            let result = match self.usable(m, Access::Read).await {
                 Ok(a) => a.state(name).await,
                 Err(e) => Err(e),
             };
@@ -834,7 +854,7 @@ impl Authority for MultiAuthority {
             if m.is_out_of_service() {
                 continue;
             }
-            let result = match self.usable(m).await {
+            let result = match self.usable(m, Access::Read).await {
                 Ok(a) => a.list().await,
                 Err(e) => Err(e),
             };
@@ -868,7 +888,7 @@ impl Authority for MultiAuthority {
         let residue = tail.start() % tail.step();
         match self.members.iter().find(|m| m.offset == residue) {
             Some(m) => {
-                let result = match self.usable(m).await {
+                let result = match self.usable(m, Access::Write).await {
                     Ok(a) => a.give_back(name, tail).await,
                     Err(e) => Err(e),
                 };
