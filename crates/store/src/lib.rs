@@ -13,6 +13,9 @@
 //! - [`MultiAuthority`]: several authorities, each owning one residue class.
 //! - `upstream` (cargo feature `upstream`): other idmint nodes over gRPC, the tier above
 //!   (`UpstreamAuthority`).
+//! - worker leases for snowflake namespaces ([`lease`], [`WorkerLeases`]): with fencing
+//!   tokens, a durable time floor and a layout lock, in the backends that can store them
+//!   ([`Authority::worker_leases`]).
 //! - `conformance` (cargo feature `conformance`): the test suite every backend must pass.
 //!
 //! The crate also owns the authority's configuration ([`config`], [`AuthorityConfig`]) and
@@ -35,7 +38,7 @@
 //! records its results durably and atomically.
 //!
 //! What it does not do: buffering, refill policy or block sizing (the node's), networking,
-//! snowflake worker leases (not yet), or retries: a backend that cannot reach its storage answers
+//! or retries: a backend that cannot reach its storage answers
 //! [`StoreError::Unavailable`] and the caller decides.
 
 use async_trait::async_trait;
@@ -51,6 +54,7 @@ mod connect;
 pub mod etcd;
 #[cfg(feature = "file")]
 mod file;
+pub mod lease;
 pub mod ledger;
 mod memory;
 mod multi;
@@ -68,6 +72,7 @@ pub use config::AuthorityConfig;
 pub use connect::{connect, connect_observed, ConnectError};
 #[cfg(feature = "file")]
 pub use file::{FileAuthority, FILE_NAME};
+pub use lease::{LeaseError, LeaseRequest, WorkerChoice, WorkerLease, WorkerLeases};
 pub use ledger::{Ledger, LedgerAuthority, LedgerError};
 pub use memory::MemoryAuthority;
 pub use multi::{MemberEvents, MemberHealth, MemberSlot, MultiAuthority};
@@ -98,6 +103,13 @@ pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
     /// block against them before handing out an id of it, and decode uses them.
     fn residues(&self, spec: &SequenceSpec) -> Vec<u64> {
         vec![spec.offset()]
+    }
+
+    /// The worker leases this authority stores next to its watermarks ([`lease`]), or `None`
+    /// if it cannot store them (then snowflake namespaces need a fixed worker id that the
+    /// operator keeps unique).
+    fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
+        None
     }
 
     /// Creates the namespace with `spec` if absent (watermark = `spec.initial_watermark()`).

@@ -4,23 +4,85 @@
 //! across an `.await`), so operations are atomic and linearizable. "Durable" here means "recorded
 //! for as long as this value lives": nothing survives the process, and two `MemoryAuthority`
 //! values share nothing. Use it for unit tests, never for a real node.
+//!
+//! Its worker leases ([`WorkerLeases`]) expire by the monotonic reading of its clock
+//! ([`MemoryAuthority::with_clock`]; the operating system's by default), so a test steps lease
+//! expiry with a `ManualClock` instead of sleeping.
 
+use crate::lease::{
+    plan_acquire, superseded, GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases,
+    WorkerSlot,
+};
 use crate::{ops, Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
-use idmint_core::{Block, NamespaceName, SequenceSpec};
+use idmint_core::{Block, Clock, NamespaceName, SequenceSpec, SystemClock};
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 /// An authority held in memory. Clone the `Arc` it is held in to share it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryAuthority {
     namespaces: Mutex<BTreeMap<NamespaceName, NamespaceState>>,
+    leases: Mutex<BTreeMap<NamespaceName, MemoryGroup>>,
+    clock: LeaseClock,
+}
+
+/// A lease group: its record and, per worker id, its slot and its expiry (monotonic nanos of
+/// the authority's clock; `None` once released).
+#[derive(Debug)]
+struct MemoryGroup {
+    record: GroupRecord,
+    slots: BTreeMap<u64, (WorkerSlot, Option<u64>)>,
+}
+
+struct LeaseClock(Arc<dyn Clock>);
+
+impl std::fmt::Debug for LeaseClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Clock")
+    }
+}
+
+impl Default for MemoryAuthority {
+    fn default() -> Self {
+        Self::with_clock(Arc::new(SystemClock::new()))
+    }
 }
 
 impl MemoryAuthority {
     /// An empty authority.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty authority whose worker leases expire by `clock`'s monotonic time.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        MemoryAuthority {
+            namespaces: Mutex::new(BTreeMap::new()),
+            leases: Mutex::new(BTreeMap::new()),
+            clock: LeaseClock(clock),
+        }
+    }
+
+    fn lease_groups(&self) -> MutexGuard<'_, BTreeMap<NamespaceName, MemoryGroup>> {
+        // As for namespaces: every write is computed first, then assigned.
+        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The slots of `group` with their liveness as of `now` (monotonic nanos).
+    fn slots_at(group: &MemoryGroup, now: u64) -> Vec<WorkerSlot> {
+        group
+            .slots
+            .values()
+            .map(|(slot, expires)| {
+                let mut slot = slot.clone();
+                slot.expires_in = expires
+                    .filter(|&at| at > now)
+                    .map(|at| Duration::from_nanos(at - now));
+                slot
+            })
+            .collect()
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<NamespaceName, NamespaceState>> {
@@ -36,6 +98,10 @@ impl MemoryAuthority {
 impl Authority for MemoryAuthority {
     fn kind(&self) -> &'static str {
         "memory"
+    }
+
+    fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
+        Some(self)
     }
 
     async fn ensure_namespace(
@@ -90,6 +156,95 @@ impl Authority for MemoryAuthority {
             }
             Err(refused) => Ok(refused),
         }
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[async_trait]
+impl WorkerLeases for MemoryAuthority {
+    async fn acquire(&self, request: &LeaseRequest) -> Result<WorkerLease, LeaseError> {
+        let now = self.clock.0.monotonic_nanos();
+        let mut groups = self.lease_groups();
+        let existing = groups.get(&request.group);
+        let slots = existing.map_or_else(Vec::new, |g| Self::slots_at(g, now));
+        let grant = plan_acquire(request, existing.map(|g| &g.record), &slots)?;
+        let slot = WorkerSlot {
+            worker: grant.worker,
+            token: grant.token,
+            holder: request.holder.clone(),
+            floor_unix_ms: grant.floor_unix_ms,
+            expires_in: Some(request.ttl),
+        };
+        let group = groups
+            .entry(request.group.clone())
+            .or_insert_with(|| MemoryGroup {
+                record: grant.group.clone(),
+                slots: BTreeMap::new(),
+            });
+        group.record = grant.group;
+        group.slots.insert(
+            grant.worker,
+            (slot, Some(now.saturating_add(nanos(request.ttl)))),
+        );
+        Ok(WorkerLease {
+            group: request.group.clone(),
+            worker: grant.worker,
+            token: grant.token,
+            floor_unix_ms: grant.floor_unix_ms,
+            ttl: request.ttl,
+            holder: request.holder.clone(),
+        })
+    }
+
+    async fn renew(
+        &self,
+        lease: &WorkerLease,
+        floor_unix_ms: u64,
+    ) -> Result<WorkerLease, LeaseError> {
+        let now = self.clock.0.monotonic_nanos();
+        let mut groups = self.lease_groups();
+        let entry = groups
+            .get_mut(&lease.group)
+            .and_then(|g| g.slots.get_mut(&lease.worker));
+        let (slot, expires) = match entry {
+            Some((slot, expires)) if slot.token == lease.token => (slot, expires),
+            other => return Err(superseded(lease, other.map(|(s, _)| &*s))),
+        };
+        slot.floor_unix_ms = slot.floor_unix_ms.max(floor_unix_ms);
+        *expires = Some(now.saturating_add(nanos(lease.ttl)));
+        Ok(WorkerLease {
+            floor_unix_ms: slot.floor_unix_ms,
+            ..lease.clone()
+        })
+    }
+
+    async fn release(&self, lease: &WorkerLease, floor_unix_ms: u64) -> Result<(), LeaseError> {
+        let mut groups = self.lease_groups();
+        let entry = groups
+            .get_mut(&lease.group)
+            .and_then(|g| g.slots.get_mut(&lease.worker));
+        match entry {
+            Some((slot, expires)) if slot.token == lease.token => {
+                slot.floor_unix_ms = floor_unix_ms;
+                *expires = None;
+                Ok(())
+            }
+            other => Err(superseded(lease, other.map(|(s, _)| &*s))),
+        }
+    }
+
+    async fn group(
+        &self,
+        group: &NamespaceName,
+    ) -> Result<Option<(GroupRecord, Vec<WorkerSlot>)>, LeaseError> {
+        let now = self.clock.0.monotonic_nanos();
+        let groups = self.lease_groups();
+        Ok(groups
+            .get(group)
+            .map(|g| (g.record.clone(), Self::slots_at(g, now))))
     }
 }
 

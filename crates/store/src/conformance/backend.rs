@@ -63,6 +63,9 @@ pub trait Backend: Sized + Send + Sync + 'static {
     const KIND: &'static str;
     /// What a reservation returns.
     const GRANTS: Grants = Grants::Blocks;
+    /// Whether [`Backend::open`] may be called again while an earlier authority is open (a
+    /// second node on the same storage). Backends reached over a network say `true`.
+    const CONCURRENT_OPENS: bool = false;
 
     /// Fresh storage of the test's own. Panics, saying how to start the server, if it is absent.
     fn create() -> impl Future<Output = Self> + Send;
@@ -129,6 +132,7 @@ pub struct MemoryBackend(Arc<crate::MemoryAuthority>);
 
 impl Backend for MemoryBackend {
     const KIND: &'static str = "memory";
+    const CONCURRENT_OPENS: bool = true;
 
     async fn create() -> Self {
         MemoryBackend::default()
@@ -200,6 +204,7 @@ mod postgres {
 
     impl Backend for PostgresBackend {
         const KIND: &'static str = "postgres";
+        const CONCURRENT_OPENS: bool = true;
 
         async fn create() -> Self {
             PostgresBackend {
@@ -293,6 +298,7 @@ mod mysql {
 
     impl Backend for MysqlBackend {
         const KIND: &'static str = "mysql";
+        const CONCURRENT_OPENS: bool = true;
 
         async fn create() -> Self {
             MysqlBackend {
@@ -334,6 +340,7 @@ mod mysql {
 
     impl Backend for MysqlTicketBackend {
         const KIND: &'static str = "mysql";
+        const CONCURRENT_OPENS: bool = true;
         const GRANTS: Grants = Grants::Tickets;
 
         async fn create() -> Self {
@@ -407,6 +414,7 @@ mod etcd {
 
     impl Backend for EtcdBackend {
         const KIND: &'static str = "etcd";
+        const CONCURRENT_OPENS: bool = true;
 
         async fn create() -> Self {
             EtcdBackend {

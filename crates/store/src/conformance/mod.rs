@@ -20,6 +20,7 @@
 //! idmint_store::conformance_tests!(memory => MemoryBackend);                // contract
 //! idmint_store::conformance_tests!(postgres => PostgresBackend, with faults);  // + faults
 //! idmint_store::conformance_tests!(mysql_tickets => MysqlTicketBackend, faults only);
+//! idmint_store::conformance_tests!(postgres_leases => PostgresBackend, leases); // worker leases
 //! ```
 //!
 //! Where it lives, and why here: the suite stays in idmint-store, behind the `conformance`
@@ -55,6 +56,8 @@ use std::sync::Arc;
 mod backend;
 #[cfg(feature = "conformance")]
 pub mod faults;
+#[cfg(feature = "conformance")]
+pub mod leases;
 mod switched;
 pub use switched::SwitchedAuthority;
 
@@ -730,6 +733,9 @@ pub mod cases {
         cut_is_unavailable_and_recovers, lost_reply_never_reissues_the_block,
         stall_is_unavailable_within_the_timeout, two_authorities_never_overlap,
     };
+    pub use super::leases::cases::{
+        a_released_lease_keeps_its_floor, an_expired_lease_is_taken_over, leases_never_overlap,
+    };
     use super::Backend;
 
     /// [`super::concurrent_reservations_never_overlap`] on one authority.
@@ -822,6 +828,8 @@ pub mod cases {
 /// - `conformance_tests!(name => Fixture)`: the contract properties (every backend);
 /// - `conformance_tests!(name => Fixture, with faults)`: those, the fault scenarios and two
 ///   authorities on one storage (a [`NetworkBackend`]);
+/// - `conformance_tests!(name => Fixture, leases)`: the worker-lease properties ([`leases`]),
+///   for a backend that stores leases;
 /// - `conformance_tests!(name => Fixture, faults only)`: cut, stall and lost reply alone (a
 ///   backend that grants single tickets rather than blocks, such as MySQL ticket mode).
 ///
@@ -839,6 +847,13 @@ macro_rules! conformance_tests {
             stall_is_unavailable_within_the_timeout,
             lost_reply_never_reissues_the_block,
             two_authorities_never_overlap,
+        ]);
+    };
+    ($module:ident => $backend:ty, leases) => {
+        $crate::conformance_tests!(@tests $module, $backend, [
+            leases_never_overlap,
+            an_expired_lease_is_taken_over,
+            a_released_lease_keeps_its_floor,
         ]);
     };
     ($module:ident => $backend:ty, faults only) => {

@@ -1,0 +1,288 @@
+//! The worker-lease properties of the conformance suite ([`crate::lease`]'s invariants), run
+//! for every backend that stores leases (`conformance_tests!(name => Fixture, leases)`).
+//!
+//! Each property takes two authorities on one storage: two nodes for backends that can be
+//! opened twice at once ([`Backend::CONCURRENT_OPENS`]), the same authority twice otherwise
+//! (the file store: one process per data directory, whose leases are then shared by the
+//! namespaces of that process). Groups are named uniquely per call, so properties can share
+//! storage.
+//!
+//! Expiry is the authority's: the takeover property asks for a short TTL and retries the
+//! acquisition until the authority itself says the old lease ran out (bounded by a deadline
+//! far above any backend's TTL rounding), instead of sleeping a guessed time.
+
+use super::{unique_name, Backend};
+use crate::lease::{LeaseError, LeaseRequest, WorkerChoice, WorkerLease, WorkerLeases};
+use crate::Authority;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const LAYOUT: &str = "timestamp_bits=41 node_bits=2 sequence_bits=12 unit=1ms epoch=0";
+
+fn leases_of(a: &Arc<dyn Authority>) -> &dyn WorkerLeases {
+    a.worker_leases()
+        .unwrap_or_else(|| panic!("the {} authority stores no worker leases", a.kind()))
+}
+
+fn request(group: &idmint_core::NamespaceName, choice: WorkerChoice, holder: &str) -> LeaseRequest {
+    LeaseRequest {
+        group: group.clone(),
+        workers: 4,
+        choice,
+        holder: holder.to_string(),
+        layout: LAYOUT.to_string(),
+        ttl: Duration::from_secs(60),
+    }
+}
+
+/// Two holders never overlap: concurrent acquisitions from two authorities get distinct worker
+/// ids with distinct tokens until the pool is full; a full pool names every live lease; a held
+/// worker id names its holder; another layout is refused.
+pub async fn leases_never_overlap(a: Arc<dyn Authority>, b: Arc<dyn Authority>) {
+    let kind = a.kind();
+    let group = unique_name("leases_never_overlap");
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let authority = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let req = request(&group, WorkerChoice::LowestFree, &format!("holder-{i}"));
+        tasks.push(tokio::spawn(async move {
+            leases_of(&authority).acquire(&req).await
+        }));
+    }
+    let mut granted: Vec<WorkerLease> = Vec::new();
+    let mut full = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(lease) => granted.push(lease),
+            Err(LeaseError::PoolFull { live, workers, .. }) => {
+                assert_eq!(workers, 4, "{kind}");
+                assert!(
+                    !live.is_empty(),
+                    "{kind}: a full pool names its live leases"
+                );
+                full += 1;
+            }
+            Err(e) => panic!("{kind}: acquire failed: {e}"),
+        }
+    }
+    assert_eq!(
+        granted.len(),
+        4,
+        "{kind}: 4 worker ids, 8 acquirers: {granted:?}"
+    );
+    assert_eq!(full, 4, "{kind}");
+    let workers: HashSet<u64> = granted.iter().map(|l| l.worker).collect();
+    assert_eq!(
+        workers,
+        (0..4).collect(),
+        "{kind}: two holders of one worker id"
+    );
+    let tokens: HashSet<u64> = granted.iter().map(|l| l.token).collect();
+    assert_eq!(tokens.len(), 4, "{kind}: tokens must differ: {granted:?}");
+    for l in &granted {
+        assert_eq!(
+            l.floor_unix_ms, 0,
+            "{kind}: a worker id never held has floor 0"
+        );
+    }
+
+    let err = leases_of(&b)
+        .acquire(&request(&group, WorkerChoice::LowestFree, "late"))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    for l in &granted {
+        assert!(
+            text.contains(&l.holder),
+            "{kind}: {text} must name {}",
+            l.holder
+        );
+    }
+
+    let holder_of_2 = granted
+        .iter()
+        .find(|l| l.worker == 2)
+        .unwrap()
+        .holder
+        .clone();
+    match leases_of(&a)
+        .acquire(&request(&group, WorkerChoice::Exactly(2), "second"))
+        .await
+    {
+        Err(LeaseError::Held {
+            worker: 2,
+            holder,
+            expires_in,
+            ..
+        }) => {
+            assert_eq!(holder, holder_of_2, "{kind}");
+            assert!(expires_in > Duration::ZERO, "{kind}");
+        }
+        other => panic!("{kind}: expected Held, got {other:?}"),
+    }
+
+    let mut other = request(&group, WorkerChoice::LowestFree, "other layout");
+    other.layout = "timestamp_bits=41 node_bits=2 sequence_bits=12 unit=10ms epoch=0".into();
+    // Release one so the pool is not full: the layout must still be refused.
+    let first = granted.iter().find(|l| l.worker == 0).unwrap();
+    leases_of(&a).release(first, 10).await.unwrap();
+    match leases_of(&b).acquire(&other).await {
+        Err(LeaseError::LayoutConflict {
+            recorded,
+            requested,
+            ..
+        }) => {
+            assert_eq!(recorded, LAYOUT, "{kind}");
+            assert_eq!(requested, other.layout, "{kind}");
+        }
+        other => panic!("{kind}: expected LayoutConflict, got {other:?}"),
+    }
+
+    let (record, slots) = leases_of(&a).group(&group).await.unwrap().unwrap();
+    assert_eq!(record.layout, LAYOUT, "{kind}");
+    assert!(record.last_token >= granted.iter().map(|l| l.token).max().unwrap());
+    let live: Vec<u64> = slots
+        .iter()
+        .filter(|s| s.is_live())
+        .map(|s| s.worker)
+        .collect();
+    assert_eq!(live, vec![1, 2, 3], "{kind}: sorted, worker 0 released");
+}
+
+/// An expired lease can be taken over, with a larger token and the floor its holder recorded;
+/// the old holder's renewal and release are then refused and write nothing.
+pub async fn an_expired_lease_is_taken_over(a: Arc<dyn Authority>, b: Arc<dyn Authority>) {
+    let kind = a.kind();
+    let group = unique_name("an_expired_lease_is_taken_over");
+    let mut short = request(&group, WorkerChoice::Exactly(1), "old");
+    short.ttl = Duration::from_secs(1);
+    let old = leases_of(&a).acquire(&short).await.unwrap();
+    assert_eq!(old.worker, 1, "{kind}");
+    let old = leases_of(&a).renew(&old, 1_700_000_005_000).await.unwrap();
+    assert_eq!(old.floor_unix_ms, 1_700_000_005_000, "{kind}");
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let new = loop {
+        match leases_of(&b)
+            .acquire(&request(&group, WorkerChoice::Exactly(1), "new"))
+            .await
+        {
+            Ok(lease) => break lease,
+            Err(LeaseError::Held { holder, .. }) => {
+                assert_eq!(holder, "old", "{kind}");
+                assert!(
+                    Instant::now() < deadline,
+                    "{kind}: a 1 s lease still held after 60 s"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{kind}: takeover failed: {e}"),
+        }
+    };
+    assert!(new.token > old.token, "{kind}: {new:?} after {old:?}");
+    assert_eq!(
+        new.floor_unix_ms, 1_700_000_005_000,
+        "{kind}: the new holder starts at the old holder's floor"
+    );
+    for (what, result) in [
+        (
+            "renew",
+            leases_of(&a).renew(&old, 1_800_000_000_000).await.map(drop),
+        ),
+        ("release", leases_of(&a).release(&old, 1).await),
+    ] {
+        match result {
+            Err(LeaseError::Superseded { current, .. }) => {
+                assert_eq!(current, new.token, "{kind}: {what}")
+            }
+            other => panic!("{kind}: the old holder's {what} must be refused: {other:?}"),
+        }
+    }
+    let (_, slots) = leases_of(&b).group(&group).await.unwrap().unwrap();
+    let slot = slots.iter().find(|s| s.worker == 1).unwrap();
+    assert_eq!(slot.token, new.token, "{kind}");
+    assert_eq!(slot.holder, "new", "{kind}");
+    assert!(slot.is_live(), "{kind}");
+    assert_eq!(
+        slot.floor_unix_ms, 1_700_000_005_000,
+        "{kind}: the superseded renewal wrote nothing"
+    );
+}
+
+/// Renewals raise the floor and never lower it; a released lease keeps the floor its holder
+/// gave, frees the worker id at once, and the next holder gets that floor and a larger token.
+pub async fn a_released_lease_keeps_its_floor(a: Arc<dyn Authority>, b: Arc<dyn Authority>) {
+    let kind = a.kind();
+    let group = unique_name("a_released_lease_keeps_its_floor");
+    let first = leases_of(&a)
+        .acquire(&request(&group, WorkerChoice::LowestFree, "first"))
+        .await
+        .unwrap();
+    assert_eq!(first.worker, 0, "{kind}");
+    let renewed = leases_of(&a).renew(&first, 5_000).await.unwrap();
+    assert_eq!(renewed.floor_unix_ms, 5_000, "{kind}");
+    let renewed = leases_of(&a).renew(&renewed, 3_000).await.unwrap();
+    assert_eq!(
+        renewed.floor_unix_ms, 5_000,
+        "{kind}: a renewal never lowers the floor"
+    );
+    leases_of(&a).release(&renewed, 4_000).await.unwrap();
+
+    let (_, slots) = leases_of(&b).group(&group).await.unwrap().unwrap();
+    let slot = slots.iter().find(|s| s.worker == 0).unwrap();
+    assert!(!slot.is_live(), "{kind}: released");
+    assert_eq!(slot.floor_unix_ms, 4_000, "{kind}");
+
+    let second = leases_of(&b)
+        .acquire(&request(&group, WorkerChoice::LowestFree, "second"))
+        .await
+        .unwrap();
+    assert_eq!(second.worker, 0, "{kind}: the lowest free worker id again");
+    assert_eq!(second.floor_unix_ms, 4_000, "{kind}");
+    assert!(second.token > first.token, "{kind}");
+    let again = leases_of(&b).renew(&second, 6_000).await.unwrap();
+    assert_eq!(again.floor_unix_ms, 6_000, "{kind}");
+    leases_of(&b).release(&again, 6_000).await.unwrap();
+}
+
+/// The lease properties as functions of the backend alone, on fresh storage.
+pub mod cases {
+    use super::Backend;
+
+    async fn pair<B: Backend>(
+        storage: &B,
+    ) -> (
+        std::sync::Arc<dyn crate::Authority>,
+        std::sync::Arc<dyn crate::Authority>,
+    ) {
+        let a = storage.open().await;
+        let b = if B::CONCURRENT_OPENS {
+            storage.open().await
+        } else {
+            a.clone()
+        };
+        (a, b)
+    }
+
+    /// [`super::leases_never_overlap`].
+    pub async fn leases_never_overlap<B: Backend>() {
+        let storage = B::create().await;
+        let (a, b) = pair(&storage).await;
+        super::leases_never_overlap(a, b).await;
+    }
+
+    /// [`super::an_expired_lease_is_taken_over`].
+    pub async fn an_expired_lease_is_taken_over<B: Backend>() {
+        let storage = B::create().await;
+        let (a, b) = pair(&storage).await;
+        super::an_expired_lease_is_taken_over(a, b).await;
+    }
+
+    /// [`super::a_released_lease_keeps_its_floor`].
+    pub async fn a_released_lease_keeps_its_floor<B: Backend>() {
+        let storage = B::create().await;
+        let (a, b) = pair(&storage).await;
+        super::a_released_lease_keeps_its_floor(a, b).await;
+    }
+}

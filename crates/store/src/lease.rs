@@ -1,0 +1,485 @@
+//! Worker leases: which node may issue snowflake (and Instagram-shard) ids under which worker
+//! id, with a fencing token and a durable time floor (docs/design.md invariant 4, docs/uniqueness.md).
+//!
+//! A **group** is a set of worker ids `0..workers` that must never be used by two nodes at once:
+//! by default one snowflake namespace (its layout's node field), or several namespaces that
+//! share a layout's node bits (`worker_group` in the node's config). A node holds a
+//! [`WorkerLease`] on one worker id of a group for a TTL and renews it; the authority that
+//! stores the namespace's watermarks stores its leases too, behind [`WorkerLeases`].
+//!
+//! Invariants every backend keeps (the conformance suite checks each, for every backend):
+//! - **exclusive**: at any time at most one live lease per `(group, worker)`; concurrent
+//!   acquisitions, from this process or others, get different worker ids or an error;
+//! - **fenced**: every acquisition gets a token strictly greater than every token granted
+//!   before in its group; [`WorkerLeases::renew`] and [`WorkerLeases::release`] succeed only
+//!   with the current token of their worker id, so a holder whose lease was taken over learns
+//!   it ([`LeaseError::Superseded`]) and never writes again;
+//! - **expiry by the authority's clock**: a lease is live until the authority's own clock
+//!   (SQL `now()`, an etcd lease, a ZooKeeper session) says its TTL ran out; a node's clock
+//!   never decides whether another node's lease expired;
+//! - **time floor**: each worker id carries `floor_unix_ms`, above every timestamp any holder
+//!   of it ever issued. A holder raises it with `renew` *before* issuing up to it (the node keeps
+//!   it some seconds ahead of its clock) and may set it to its last issued time + 1 on
+//!   `release`; it is never removed. A new holder never issues below it, so a restart, a
+//!   takeover, or a clock stepped back while the node was down cannot repeat a timestamp;
+//! - **layout lock**: the first acquisition of a group records its layout; a later one with
+//!   another layout is [`LeaseError::LayoutConflict`] (ids already issued under the recorded
+//!   layout could collide with ids of the new one).
+//!
+//! The decision (which worker id, which token, which error) is one pure function,
+//! [`plan_acquire`], that every backend runs inside its atomic read-modify-write of the group,
+//! so backends differ only in how they make that atomic and durable, as for watermarks.
+
+use crate::StoreError;
+use async_trait::async_trait;
+use idmint_core::NamespaceName;
+use std::time::Duration;
+use thiserror::Error;
+
+/// Which worker id to acquire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerChoice {
+    /// The lowest worker id without a live lease.
+    LowestFree,
+    /// This worker id, or [`LeaseError::Held`] if it has a live lease.
+    Exactly(u64),
+}
+
+/// A request for a worker lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRequest {
+    /// The group (by default the namespace's name).
+    pub group: NamespaceName,
+    /// The group's size: worker ids `0..workers` (a layout's `max_node() + 1`). At least 1.
+    pub workers: u64,
+    /// Which worker id.
+    pub choice: WorkerChoice,
+    /// Who asks, for messages and listings: host name, process id, start time.
+    pub holder: String,
+    /// The layout the holder will issue ids of, in a canonical text form; recorded by the first
+    /// acquisition of the group and compared by every later one.
+    pub layout: String,
+    /// How long the lease lives without a renewal, by the authority's clock. Backends may round
+    /// it up to their own minimum (etcd: whole seconds) and report what they granted.
+    pub ttl: Duration,
+}
+
+/// A lease held on one worker id of a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerLease {
+    /// The group.
+    pub group: NamespaceName,
+    /// The worker id.
+    pub worker: u64,
+    /// The fencing token: greater than every token granted before in the group.
+    pub token: u64,
+    /// The time floor (ms since the Unix epoch) as recorded: on acquisition, every id any
+    /// earlier holder of this worker id issued has a timestamp below it; after a renewal, the
+    /// floor the holder recorded.
+    pub floor_unix_ms: u64,
+    /// The TTL the authority granted (at least the one asked for).
+    pub ttl: Duration,
+    /// The holder it was granted to.
+    pub holder: String,
+}
+
+/// A worker id of a group as the authority records it, live or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerSlot {
+    /// The worker id.
+    pub worker: u64,
+    /// The token of its latest acquisition.
+    pub token: u64,
+    /// Its latest holder (kept after release or expiry, for messages).
+    pub holder: String,
+    /// Its time floor, ms since the Unix epoch.
+    pub floor_unix_ms: u64,
+    /// `Some(time left)` while a lease on it is live, by the authority's clock; `None` if free.
+    pub expires_in: Option<Duration>,
+}
+
+impl WorkerSlot {
+    /// Whether a lease on it is live.
+    pub fn is_live(&self) -> bool {
+        self.expires_in.is_some()
+    }
+}
+
+/// A group as the authority records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupRecord {
+    /// The layout recorded by its first acquisition.
+    pub layout: String,
+    /// The largest token granted so far.
+    pub last_token: u64,
+}
+
+/// What an acquisition writes, as [`plan_acquire`] decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The worker id to take.
+    pub worker: u64,
+    /// Its new token (the group's `last_token` becomes this).
+    pub token: u64,
+    /// The floor it keeps (0 for a worker id never held).
+    pub floor_unix_ms: u64,
+    /// The group record to write (created on the first acquisition).
+    pub group: GroupRecord,
+}
+
+/// Errors of worker leases.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum LeaseError {
+    /// Every worker id of the group has a live lease.
+    #[error("{}", describe_full(group, *workers, live))]
+    PoolFull {
+        /// The group.
+        group: NamespaceName,
+        /// Its size.
+        workers: u64,
+        /// The live leases.
+        live: Vec<WorkerSlot>,
+    },
+    /// The worker id asked for has a live lease.
+    #[error("worker {worker} of group {group} is held by {holder} (lease expires in {} ms); \
+             two nodes with one worker id would issue the same ids", expires_in.as_millis())]
+    Held {
+        /// The group.
+        group: NamespaceName,
+        /// The worker id.
+        worker: u64,
+        /// Its holder.
+        holder: String,
+        /// Time left on its lease, by the authority's clock.
+        expires_in: Duration,
+    },
+    /// The worker id does not fit the group.
+    #[error("worker {worker} is outside group {group}'s worker ids 0..{workers}")]
+    OutOfRange {
+        /// The group.
+        group: NamespaceName,
+        /// The worker id asked for.
+        worker: u64,
+        /// The group's size.
+        workers: u64,
+    },
+    /// The lease was taken over (its token is no longer the worker id's) or never existed:
+    /// its holder must not issue under it any more.
+    #[error(
+        "the lease on worker {worker} of group {group} (token {token}) was superseded \
+             (current token {current}, holder {holder})"
+    )]
+    Superseded {
+        /// The group.
+        group: NamespaceName,
+        /// The worker id.
+        worker: u64,
+        /// The token held.
+        token: u64,
+        /// The worker id's current token (0 if it has none).
+        current: u64,
+        /// Its current holder.
+        holder: String,
+    },
+    /// The group was created with another layout.
+    #[error(
+        "group {group} issues ids of layout {recorded}, but {requested} was configured: \
+             ids of the two could collide; keep the recorded layout or use a new namespace"
+    )]
+    LayoutConflict {
+        /// The group.
+        group: NamespaceName,
+        /// The layout it recorded.
+        recorded: String,
+        /// The layout asked for.
+        requested: String,
+    },
+    /// The request itself is invalid (no worker ids, a zero TTL).
+    #[error("invalid lease request for group {group}: {message}")]
+    Invalid {
+        /// The group.
+        group: NamespaceName,
+        /// What is wrong.
+        message: String,
+    },
+    /// The authority failed (unreachable: the outcome of a write is unknown; or corrupt).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl LeaseError {
+    /// Whether the authority could not be reached (retry later).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, LeaseError::Store(e) if e.is_unavailable())
+    }
+}
+
+fn describe_full(group: &NamespaceName, workers: u64, live: &[WorkerSlot]) -> String {
+    let mut s = format!("all {workers} worker ids of group {group} are leased:");
+    for (i, slot) in live.iter().enumerate() {
+        if i == 8 {
+            s.push_str(&format!(" … and {} more", live.len() - 8));
+            break;
+        }
+        let left = slot.expires_in.unwrap_or_default();
+        s.push_str(&format!(
+            " {} by {} (expires in {} ms);",
+            slot.worker,
+            slot.holder,
+            left.as_millis()
+        ));
+    }
+    s
+}
+
+/// Leases of worker ids, stored by an authority next to its watermarks. See the module docs for
+/// the invariants. Obtain one with [`crate::Authority::worker_leases`].
+#[async_trait]
+pub trait WorkerLeases: Send + Sync + std::fmt::Debug + 'static {
+    /// Acquires a lease as `request` says. On `Ok` the lease is durable and live for its TTL by
+    /// the authority's clock, its token is larger than every token granted before in the group,
+    /// and its floor is the worker id's recorded floor (0 if never held).
+    async fn acquire(&self, request: &LeaseRequest) -> Result<WorkerLease, LeaseError>;
+
+    /// Extends `lease` by its TTL from now (the authority's clock) and raises the worker id's
+    /// floor to `floor_unix_ms` (a lower value leaves it). Succeeds with the lease's token even
+    /// after the lease expired, as long as nobody acquired the worker id since (the token is
+    /// still the current one); otherwise [`LeaseError::Superseded`] and nothing is written.
+    /// Returns the lease with its new floor.
+    async fn renew(
+        &self,
+        lease: &WorkerLease,
+        floor_unix_ms: u64,
+    ) -> Result<WorkerLease, LeaseError>;
+
+    /// Ends `lease` and sets the worker id's floor to `floor_unix_ms`, which the holder
+    /// guarantees is above every timestamp it issued and at or above the floor it was granted
+    /// (it may be below a floor it recorded with `renew` but did not reach). The worker id is
+    /// free at once. [`LeaseError::Superseded`] (nothing written) if its token is not current.
+    async fn release(&self, lease: &WorkerLease, floor_unix_ms: u64) -> Result<(), LeaseError>;
+
+    /// The group's recorded layout and worker ids (live or not), sorted by worker id; `None` if
+    /// the group was never acquired.
+    async fn group(
+        &self,
+        group: &NamespaceName,
+    ) -> Result<Option<(GroupRecord, Vec<WorkerSlot>)>, LeaseError>;
+}
+
+/// The acquisition `request` makes of a group whose record is `group` and whose worker ids
+/// are `slots` (any order; absent ids were never held), each with its liveness by the
+/// authority's clock. Every backend calls this inside its atomic read-modify-write.
+pub fn plan_acquire(
+    request: &LeaseRequest,
+    group: Option<&GroupRecord>,
+    slots: &[WorkerSlot],
+) -> Result<Grant, LeaseError> {
+    let name = &request.group;
+    if request.workers == 0 {
+        return Err(LeaseError::Invalid {
+            group: name.clone(),
+            message: "the group has no worker ids".into(),
+        });
+    }
+    if request.ttl.is_zero() {
+        return Err(LeaseError::Invalid {
+            group: name.clone(),
+            message: "the TTL is zero".into(),
+        });
+    }
+    let record = match group {
+        Some(g) if g.layout != request.layout => {
+            return Err(LeaseError::LayoutConflict {
+                group: name.clone(),
+                recorded: g.layout.clone(),
+                requested: request.layout.clone(),
+            })
+        }
+        Some(g) => g.clone(),
+        None => GroupRecord {
+            layout: request.layout.clone(),
+            last_token: 0,
+        },
+    };
+    let slot_of = |w: u64| slots.iter().find(|s| s.worker == w);
+    let worker = match request.choice {
+        WorkerChoice::Exactly(w) => {
+            if w >= request.workers {
+                return Err(LeaseError::OutOfRange {
+                    group: name.clone(),
+                    worker: w,
+                    workers: request.workers,
+                });
+            }
+            if let Some(s) = slot_of(w).filter(|s| s.is_live()) {
+                return Err(LeaseError::Held {
+                    group: name.clone(),
+                    worker: w,
+                    holder: s.holder.clone(),
+                    expires_in: s.expires_in.unwrap_or_default(),
+                });
+            }
+            w
+        }
+        WorkerChoice::LowestFree => {
+            let mut live: Vec<u64> = slots
+                .iter()
+                .filter(|s| s.is_live() && s.worker < request.workers)
+                .map(|s| s.worker)
+                .collect();
+            live.sort_unstable();
+            live.dedup();
+            // The lowest id not in `live`: walk the sorted list until a gap.
+            let mut candidate = 0u64;
+            for w in live {
+                if w == candidate {
+                    candidate += 1;
+                } else {
+                    break;
+                }
+            }
+            if candidate >= request.workers {
+                let mut live: Vec<WorkerSlot> =
+                    slots.iter().filter(|s| s.is_live()).cloned().collect();
+                live.sort_by_key(|s| s.worker);
+                return Err(LeaseError::PoolFull {
+                    group: name.clone(),
+                    workers: request.workers,
+                    live,
+                });
+            }
+            candidate
+        }
+    };
+    let token = record
+        .last_token
+        .max(slots.iter().map(|s| s.token).max().unwrap_or(0))
+        .checked_add(1)
+        .ok_or_else(|| StoreError::Corrupt {
+            message: format!("group {name}: fencing token overflow"),
+        })?;
+    Ok(Grant {
+        worker,
+        token,
+        floor_unix_ms: slot_of(worker).map_or(0, |s| s.floor_unix_ms),
+        group: GroupRecord {
+            layout: record.layout,
+            last_token: token,
+        },
+    })
+}
+
+/// Checks that `lease` is still the current one of `slot` (`None`: the worker id has no record),
+/// for `renew` and `release`.
+pub fn check_current(lease: &WorkerLease, slot: Option<&WorkerSlot>) -> Result<(), LeaseError> {
+    match slot {
+        Some(s) if s.token == lease.token => Ok(()),
+        other => Err(superseded(lease, other)),
+    }
+}
+
+/// The [`LeaseError::Superseded`] of `lease`, whose worker id's record is now `slot`.
+pub fn superseded(lease: &WorkerLease, slot: Option<&WorkerSlot>) -> LeaseError {
+    LeaseError::Superseded {
+        group: lease.group.clone(),
+        worker: lease.worker,
+        token: lease.token,
+        current: slot.map_or(0, |s| s.token),
+        holder: slot.map_or_else(String::new, |s| s.holder.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn request(choice: WorkerChoice) -> LeaseRequest {
+        LeaseRequest {
+            group: NamespaceName::new("events").unwrap(),
+            workers: 3,
+            choice,
+            holder: "me".into(),
+            layout: "L".into(),
+            ttl: Duration::from_secs(10),
+        }
+    }
+
+    fn slot(worker: u64, token: u64, live: bool, floor: u64) -> WorkerSlot {
+        WorkerSlot {
+            worker,
+            token,
+            holder: format!("h{worker}"),
+            floor_unix_ms: floor,
+            expires_in: live.then(|| Duration::from_secs(5)),
+        }
+    }
+
+    #[test]
+    fn lowest_free_skips_live_and_keeps_floors() {
+        let group = GroupRecord {
+            layout: "L".into(),
+            last_token: 7,
+        };
+        let slots = [slot(0, 7, true, 100), slot(1, 3, false, 200)];
+        let g = plan_acquire(&request(WorkerChoice::LowestFree), Some(&group), &slots).unwrap();
+        assert_eq!((g.worker, g.token, g.floor_unix_ms), (1, 8, 200));
+        assert_eq!(g.group.last_token, 8);
+        let g = plan_acquire(&request(WorkerChoice::LowestFree), None, &[]).unwrap();
+        assert_eq!((g.worker, g.token, g.floor_unix_ms), (0, 1, 0));
+    }
+
+    #[test]
+    fn full_pool_names_every_live_lease() {
+        let slots = [
+            slot(2, 3, true, 0),
+            slot(0, 1, true, 0),
+            slot(1, 2, true, 0),
+        ];
+        let err = plan_acquire(&request(WorkerChoice::LowestFree), None, &slots).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(&err, LeaseError::PoolFull { live, .. } if live.len() == 3));
+        for h in ["h0", "h1", "h2"] {
+            assert!(text.contains(h), "{text}");
+        }
+    }
+
+    #[test]
+    fn exact_worker_held_or_out_of_range_is_refused() {
+        let slots = [slot(1, 4, true, 0)];
+        let err = plan_acquire(&request(WorkerChoice::Exactly(1)), None, &slots).unwrap_err();
+        assert!(matches!(&err, LeaseError::Held { worker: 1, holder, .. } if holder == "h1"));
+        let err = plan_acquire(&request(WorkerChoice::Exactly(3)), None, &slots).unwrap_err();
+        assert!(matches!(err, LeaseError::OutOfRange { worker: 3, .. }));
+        let g = plan_acquire(&request(WorkerChoice::Exactly(2)), None, &slots).unwrap();
+        assert_eq!((g.worker, g.token), (2, 5), "tokens grow past every slot's");
+    }
+
+    #[test]
+    fn another_layout_is_a_conflict() {
+        let group = GroupRecord {
+            layout: "other".into(),
+            last_token: 1,
+        };
+        let err = plan_acquire(&request(WorkerChoice::LowestFree), Some(&group), &[]).unwrap_err();
+        assert!(matches!(err, LeaseError::LayoutConflict { .. }));
+        assert!(err.to_string().contains("other"));
+    }
+
+    #[test]
+    fn only_the_current_token_renews() {
+        let lease = WorkerLease {
+            group: NamespaceName::new("events").unwrap(),
+            worker: 1,
+            token: 4,
+            floor_unix_ms: 0,
+            ttl: Duration::from_secs(1),
+            holder: "me".into(),
+        };
+        assert!(check_current(&lease, Some(&slot(1, 4, false, 0))).is_ok());
+        let err = check_current(&lease, Some(&slot(1, 5, true, 0))).unwrap_err();
+        assert!(matches!(err, LeaseError::Superseded { current: 5, .. }));
+        assert!(check_current(&lease, None).is_err());
+    }
+}
