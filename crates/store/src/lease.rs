@@ -54,6 +54,12 @@ pub struct LeaseRequest {
     pub workers: u64,
     /// Which worker id.
     pub choice: WorkerChoice,
+    /// With [`WorkerChoice::LowestFree`]: prefer the lowest free worker id whose floor is at or
+    /// below this (ms since the Unix epoch; the holder's clock plus the wait it accepts), so a
+    /// node restarted just after a crash takes a worker id it can use at once rather than one
+    /// whose floor it would have to wait for. A free worker id never held has floor 0. If every
+    /// free worker id's floor is higher, the lowest free one anyway. `None`: the lowest free.
+    pub prefer_floor_at_most: Option<u64>,
     /// Who asks, for messages and listings: host name, process id, start time.
     pub holder: String,
     /// The layout the holder will issue ids of, in a canonical text form; recorded by the first
@@ -323,33 +329,42 @@ pub fn plan_acquire(
             w
         }
         WorkerChoice::LowestFree => {
-            let mut live: Vec<u64> = slots
-                .iter()
-                .filter(|s| s.is_live() && s.worker < request.workers)
-                .map(|s| s.worker)
-                .collect();
-            live.sort_unstable();
-            live.dedup();
-            // The lowest id not in `live`: walk the sorted list until a gap.
-            let mut candidate = 0u64;
-            for w in live {
-                if w == candidate {
-                    candidate += 1;
-                } else {
-                    break;
+            let live = |w: u64| slot_of(w).is_some_and(WorkerSlot::is_live);
+            let floor = |w: u64| slot_of(w).map_or(0, |s| s.floor_unix_ms);
+            // Walk the free ids upward. Only ids with a record can be live or have a floor, so
+            // the walk ends within `slots.len() + 1` steps of the first free id.
+            let mut lowest_free = None;
+            let mut chosen = None;
+            let mut w = 0u64;
+            while w < request.workers {
+                if !live(w) {
+                    lowest_free.get_or_insert(w);
+                    match request.prefer_floor_at_most {
+                        Some(limit) if floor(w) > limit => {}
+                        _ => {
+                            chosen = Some(w);
+                            break;
+                        }
+                    }
+                    if slot_of(w).is_none() {
+                        break; // every later id without a record is like this one
+                    }
+                }
+                w += 1;
+            }
+            match chosen.or(lowest_free) {
+                Some(w) => w,
+                None => {
+                    let mut live: Vec<WorkerSlot> =
+                        slots.iter().filter(|s| s.is_live()).cloned().collect();
+                    live.sort_by_key(|s| s.worker);
+                    return Err(LeaseError::PoolFull {
+                        group: name.clone(),
+                        workers: request.workers,
+                        live,
+                    });
                 }
             }
-            if candidate >= request.workers {
-                let mut live: Vec<WorkerSlot> =
-                    slots.iter().filter(|s| s.is_live()).cloned().collect();
-                live.sort_by_key(|s| s.worker);
-                return Err(LeaseError::PoolFull {
-                    group: name.clone(),
-                    workers: request.workers,
-                    live,
-                });
-            }
-            candidate
         }
     };
     let token = record
@@ -400,6 +415,7 @@ mod tests {
             group: NamespaceName::new("events").unwrap(),
             workers: 3,
             choice,
+            prefer_floor_at_most: None,
             holder: "me".into(),
             layout: "L".into(),
             ttl: Duration::from_secs(10),
@@ -428,6 +444,25 @@ mod tests {
         assert_eq!(g.group.last_token, 8);
         let g = plan_acquire(&request(WorkerChoice::LowestFree), None, &[]).unwrap();
         assert_eq!((g.worker, g.token, g.floor_unix_ms), (0, 1, 0));
+    }
+
+    #[test]
+    fn lowest_free_prefers_a_floor_it_can_use_at_once() {
+        let slots = [
+            slot(0, 1, false, 9_000),
+            slot(1, 2, false, 500),
+            slot(2, 3, true, 0),
+        ];
+        let mut req = request(WorkerChoice::LowestFree);
+        req.prefer_floor_at_most = Some(1_000);
+        assert_eq!(plan_acquire(&req, None, &slots).unwrap().worker, 1);
+        req.prefer_floor_at_most = Some(100);
+        // 0 and 1 are ahead; 3 was never held (floor 0).
+        let mut four = req.clone();
+        four.workers = 4;
+        assert_eq!(plan_acquire(&four, None, &slots).unwrap().worker, 3);
+        // Only 3 worker ids: none can be used at once, so the lowest free.
+        assert_eq!(plan_acquire(&req, None, &slots).unwrap().worker, 0);
     }
 
     #[test]

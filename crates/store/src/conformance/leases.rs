@@ -30,6 +30,7 @@ fn request(group: &idmint_core::NamespaceName, choice: WorkerChoice, holder: &st
         group: group.clone(),
         workers: 4,
         choice,
+        prefer_floor_at_most: None,
         holder: holder.to_string(),
         layout: LAYOUT.to_string(),
         ttl: Duration::from_secs(60),
