@@ -31,8 +31,8 @@ pub use decode::Decoded;
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use ids::{BlockResponse, IdsResponse};
 pub use namespace::{
-    CacheSettings, FieldOrder, LayoutSettings, NamespaceInfo, NamespaceList, SequenceSettings,
-    SequenceState, SnowflakeSettings, SnowflakeState,
+    CacheSettings, FieldOrder, LayoutSettings, LeaseStatus, NamespaceInfo, NamespaceList,
+    SequenceSettings, SequenceState, SnowflakeSettings, SnowflakeState, WorkerLeaseState,
 };
 
 use serde::{Deserialize, Serialize};

@@ -236,6 +236,46 @@ pub struct SnowflakeState {
     /// When the layout's timestamp field runs out (RFC 3339).
     #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub time_runs_out: String,
+    /// The worker lease this node holds for the namespace's group (`null`: a fixed worker id on
+    /// an authority that stores no leases).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub worker_lease: Option<WorkerLeaseState>,
+}
+
+/// A worker lease as the node holding it sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WorkerLeaseState {
+    /// The lease group (the namespace, or its `worker_group`).
+    pub group: String,
+    /// Whether the node may issue under it.
+    pub status: LeaseStatus,
+    /// The fencing token of the lease.
+    pub token: u64,
+    /// The time floor durably recorded in the lease (RFC 3339): no id is issued at or after it
+    /// until it is raised.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub floor: String,
+    /// Who holds it (this node): host name and process id.
+    pub holder: String,
+    /// The last renewal error, if the last renewal failed.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub last_error: Option<String>,
+}
+
+/// Whether a node may issue under its worker lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseStatus {
+    /// Held and renewed: issuing.
+    Held,
+    /// The last renewal failed; issuing until the recorded floor or the lease's expiry minus
+    /// the safety margin, whichever comes first.
+    Renewing,
+    /// Lost (taken over or expired): not issuing until a new lease is acquired.
+    Lost,
 }
 
 #[cfg(test)]

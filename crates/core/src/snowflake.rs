@@ -10,7 +10,11 @@
 //!   a wall clock stepping backwards does not move it back; [`SnowflakeGenerator::check_clock`]
 //!   reports such steps, and adopts forward steps;
 //! - when a time unit's sequence is used up it returns [`NextIdError::SequenceExhausted`] with
-//!   the time left until the next unit, never an id from the future and never a sleep.
+//!   the time left until the next unit, never an id from the future and never a sleep;
+//! - it never issues a timestamp at or above its **limit** ([`SnowflakeGenerator::set_limit`];
+//!   none by default): the holder of a worker lease sets it to the time floor it durably
+//!   recorded (and the lease's expiry), so every id issued lies below a recorded floor, and
+//!   sets it to 0 when the lease is lost ([`NextIdError::BeyondLimit`]).
 //!
 //! What it does not do: choose or lease the worker id (configuration or a worker lease does),
 //! persist the last timestamp (the caller does, from [`SnowflakeGenerator::last_timestamp`]).
@@ -64,6 +68,15 @@ pub enum NextIdError {
     /// The layout's timestamp field has no room for the current time.
     #[error("the layout's timestamp field has run out")]
     TimeExhausted,
+    /// The current timestamp is at or above the generator's limit (the time floor its worker
+    /// lease recorded, or the lease's expiry): nothing may be issued until the limit is raised.
+    #[error("timestamp {timestamp} is at or above the generator's limit {limit}")]
+    BeyondLimit {
+        /// The timestamp that would have been issued (layout units since the epoch).
+        timestamp: u64,
+        /// The limit (layout units since the epoch; 0 when the lease was lost).
+        limit: u64,
+    },
 }
 
 /// What [`SnowflakeGenerator::check_clock`] found when it compared the wall clock with the
@@ -168,6 +181,8 @@ pub struct SnowflakeGenerator<C: Clock = SystemClock> {
     time: AnchoredTime<C>,
     /// Last issued `(timestamp << seq_bits) | sequence`, or [`NOTHING_ISSUED`].
     state: AtomicU64,
+    /// No timestamp at or above this is issued (`u64::MAX`: no limit).
+    limit: AtomicU64,
 }
 
 impl<C: Clock> SnowflakeGenerator<C> {
@@ -216,6 +231,7 @@ impl<C: Clock> SnowflakeGenerator<C> {
             seq_bits,
             time,
             state: AtomicU64::new(state),
+            limit: AtomicU64::new(u64::MAX),
         };
         if generator.now_timestamp() > layout.max_timestamp() {
             return Err(GeneratorError::TimeExhausted { end_ms });
@@ -285,6 +301,15 @@ impl<C: Clock> SnowflakeGenerator<C> {
             if ts > self.layout.max_timestamp() {
                 return Err(NextIdError::TimeExhausted);
             }
+            // Relaxed is enough: a holder lowers the limit only to stop at once after its
+            // lease's own deadline, which the limit it raised to already ended.
+            let limit = self.limit.load(Ordering::Relaxed);
+            if ts >= limit {
+                return Err(NextIdError::BeyondLimit {
+                    timestamp: ts,
+                    limit,
+                });
+            }
             let unit_end = (ts + 1) << seq_bits;
             let count = max.min(unit_end - next);
             let new_last = next + count - 1;
@@ -324,6 +349,22 @@ impl<C: Clock> SnowflakeGenerator<C> {
             NOTHING_ISSUED => None,
             packed => Some(packed >> self.seq_bits),
         }
+    }
+
+    /// Sets the limit: no timestamp at or above `timestamp` (layout units since the epoch) is
+    /// issued from now on (`u64::MAX`: no limit; 0: nothing at all). May lower or raise it.
+    pub fn set_limit(&self, timestamp: u64) {
+        self.limit.store(timestamp, Ordering::Release);
+    }
+
+    /// The current limit (`u64::MAX`: none).
+    pub fn limit(&self) -> u64 {
+        self.limit.load(Ordering::Acquire)
+    }
+
+    /// The layout timestamp of `unix_nanos`, 0 before the epoch.
+    pub fn timestamp_at_unix_nanos(&self, unix_nanos: u64) -> u64 {
+        self.timestamp_of(unix_nanos)
     }
 
     /// Compares the wall clock with the generator's time. A wall clock behind by more than
@@ -387,6 +428,37 @@ mod tests {
         let d = Layout::twitter().decode(next).unwrap();
         assert_eq!((d.parts.node, d.parts.sequence), (7, 0));
         assert_eq!(d.unix_millis(), NOW_MS + 1);
+    }
+
+    #[test]
+    fn nothing_is_issued_at_or_above_the_limit() {
+        let clock = ManualClock::at_unix_millis(NOW_MS);
+        let layout = Layout::twitter();
+        let g = SnowflakeGenerator::new(layout, 3, clock.clone(), None).unwrap();
+        let now = layout.timestamp_at(NOW_MS * 1_000_000).unwrap();
+        g.set_limit(now + 2);
+        let a = g.next_id().unwrap();
+        clock.advance_millis(1);
+        let b = g.next_id().unwrap();
+        assert!(b > a);
+        clock.advance_millis(1);
+        assert_eq!(
+            g.next_id(),
+            Err(NextIdError::BeyondLimit {
+                timestamp: now + 2,
+                limit: now + 2
+            })
+        );
+        g.set_limit(0);
+        clock.advance_millis(5);
+        assert!(matches!(
+            g.next_id(),
+            Err(NextIdError::BeyondLimit { limit: 0, .. })
+        ));
+        g.set_limit(u64::MAX);
+        let c = g.next_id().unwrap();
+        assert!(c > b);
+        assert_eq!(layout.decode(c).unwrap().unix_millis(), NOW_MS + 7);
     }
 
     #[test]

@@ -88,8 +88,12 @@ pub enum KindConfig {
     Snowflake {
         /// The bit layout.
         layout: Layout,
-        /// The worker (node field) id, given explicitly until worker leases exist.
-        worker: u64,
+        /// How the worker (node field) id is chosen.
+        worker: WorkerConfig,
+        /// The lease group (`worker_group`): namespaces of one group share one worker lease
+        /// and one generator on a node, so their ids never collide with each other either.
+        /// `None`: the namespace's own name.
+        group: Option<NamespaceName>,
     },
     /// RFC 9562 UUIDv7.
     Uuid7,
@@ -108,6 +112,54 @@ impl KindConfig {
         }
     }
 }
+
+/// How a snowflake namespace's worker id is chosen (`worker = …`). Every choice is held as a
+/// worker lease when the authority stores leases, so two nodes never issue under one id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerConfig {
+    /// `worker = "lease"` (the default): the lowest free worker id of the group.
+    Lease,
+    /// `worker = N`: exactly this id; a node finding it leased by another refuses to start.
+    Fixed(u64),
+    /// `worker = "ordinal"`: the trailing number of the host name (a Kubernetes StatefulSet's
+    /// pod ordinal, `web-3` → 3).
+    Ordinal,
+}
+
+/// Worker lease timing (`[leases]`, all in ms). Invariants (checked at parse):
+/// `floor_ahead < ttl`, `safety_margin < ttl / 2`, every value at least 1 ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseSettings {
+    /// `ttl_ms`: how long a lease lives without renewal (by the authority's clock); renewed every
+    /// third of it.
+    pub ttl: Duration,
+    /// `floor_ahead_ms`: how far ahead of its clock a node records its time floor before
+    /// issuing up to it.
+    pub floor_ahead: Duration,
+    /// `max_floor_wait_ms`: a node whose clock is behind a worker id's floor by at most this
+    /// waits for it; further behind, it refuses to issue and says why.
+    pub max_floor_wait: Duration,
+    /// `safety_margin_ms`: a node stops issuing this long before its lease would expire
+    /// without a successful renewal, measured on its own monotonic clock from when the last
+    /// successful renewal was sent.
+    pub safety_margin: Duration,
+}
+
+impl Default for LeaseSettings {
+    /// TTL 10 s, floor 5 s ahead, wait up to 2 s for a floor, stop 2 s before expiry.
+    fn default() -> Self {
+        LeaseSettings {
+            ttl: Duration::from_secs(10),
+            floor_ahead: Duration::from_secs(5),
+            max_floor_wait: Duration::from_secs(2),
+            safety_margin: Duration::from_secs(2),
+        }
+    }
+}
+
+/// A layout whose timestamp runs out sooner than this is refused unless the namespace sets
+/// `allow_short_layout = true`.
+pub const MIN_LAYOUT_LIFETIME: Duration = Duration::from_secs(10 * 365 * DAY_SECS);
 
 /// How the node's listeners treat connections (`[server]` keys); every duration at least 1 ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,6 +236,8 @@ pub struct NodeConfig {
     pub exhaustion_warning: Duration,
     /// How listeners treat connections and how long shutdown waits for them.
     pub listen: ListenConfig,
+    /// Worker lease timing of snowflake namespaces.
+    pub leases: LeaseSettings,
 }
 
 impl Default for NodeConfig {
@@ -204,6 +258,7 @@ impl Default for NodeConfig {
             namespaces: BTreeMap::new(),
             exhaustion_warning: Duration::from_secs(365 * DAY_SECS),
             listen: ListenConfig::default(),
+            leases: LeaseSettings::default(),
         }
     }
 }
@@ -262,6 +317,25 @@ struct RawFile {
     defaults: RawSequence,
     #[serde(default)]
     namespaces: BTreeMap<String, RawNamespace>,
+    #[serde(default)]
+    leases: RawLeases,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLeases {
+    ttl_ms: Option<u64>,
+    floor_ahead_ms: Option<u64>,
+    max_floor_wait_ms: Option<u64>,
+    safety_margin_ms: Option<u64>,
+}
+
+/// `worker = N | "lease" | "ordinal"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum RawWorker {
+    Fixed(u64),
+    Named(String),
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -377,7 +451,9 @@ struct RawNamespace {
     max_block: Option<u64>,
     low_water: Option<f64>,
     layout: Option<RawLayout>,
-    worker: Option<u64>,
+    worker: Option<RawWorker>,
+    worker_group: Option<String>,
+    allow_short_layout: Option<bool>,
 }
 
 impl RawNamespace {
@@ -504,6 +580,7 @@ impl FileConfig {
             node.exhaustion_warning = Duration::from_secs(days * DAY_SECS);
         }
         node.listen = listen_settings(&raw.server)?;
+        node.leases = lease_settings(&raw.leases)?;
         node.default_sequence =
             sequence_settings("defaults", &raw.defaults, &RawSequence::default())?;
         for (name, ns) in &raw.namespaces {
@@ -512,6 +589,7 @@ impl FileConfig {
             let kind = namespace_kind(&key, ns, &raw.defaults)?;
             node.namespaces.insert(parsed, kind);
         }
+        check_worker_groups(&node)?;
         if raw.server.max_count.is_some() {
             check_max_count(&node)?;
         }
@@ -636,10 +714,14 @@ fn namespace_kind(
         || sequence.low_water.is_some();
     match ns.kind {
         RawKind::Sequence => {
-            if ns.layout.is_some() || ns.worker.is_some() {
+            if ns.layout.is_some()
+                || ns.worker.is_some()
+                || ns.worker_group.is_some()
+                || ns.allow_short_layout.is_some()
+            {
                 return Err(invalid(
                     key,
-                    "layout and worker belong to snowflake namespaces",
+                    "layout, worker, worker_group and allow_short_layout belong to snowflake namespaces",
                 ));
             }
             let (spec, cache) = sequence_settings(key, &sequence, defaults)?;
@@ -659,23 +741,45 @@ fn namespace_kind(
                 }
                 Some(RawLayout::Custom(c)) => custom_layout(&format!("{key}.layout"), c)?,
             };
-            let worker = ns.worker.ok_or_else(|| {
-                invalid(
-                    format!("{key}.worker"),
-                    "a snowflake namespace needs an explicit worker id (0 to the layout's maximum)",
-                )
-            })?;
-            if worker > layout.max_node() {
-                return Err(invalid(
-                    format!("{key}.worker"),
-                    format!(
-                        "{worker} does not fit in {} node bits (maximum {})",
-                        layout.node_bits(),
-                        layout.max_node()
-                    ),
-                ));
+            let worker = match &ns.worker {
+                None => WorkerConfig::Lease,
+                Some(RawWorker::Named(w)) if w == "lease" => WorkerConfig::Lease,
+                Some(RawWorker::Named(w)) if w == "ordinal" => WorkerConfig::Ordinal,
+                Some(RawWorker::Named(w)) => {
+                    return Err(invalid(
+                        format!("{key}.worker"),
+                        format!("{w:?}: expected \"lease\", \"ordinal\" or a number from 0 to the layout's maximum ({})", layout.max_node()),
+                    ))
+                }
+                Some(RawWorker::Fixed(worker)) => {
+                    if *worker > layout.max_node() {
+                        return Err(invalid(
+                            format!("{key}.worker"),
+                            format!(
+                                "{worker} does not fit in {} node bits (maximum {})",
+                                layout.node_bits(),
+                                layout.max_node()
+                            ),
+                        ));
+                    }
+                    WorkerConfig::Fixed(*worker)
+                }
+            };
+            let group = ns
+                .worker_group
+                .as_deref()
+                .map(|g| {
+                    NamespaceName::new(g).map_err(|e| invalid(format!("{key}.worker_group"), e))
+                })
+                .transpose()?;
+            if ns.allow_short_layout != Some(true) {
+                check_layout_lifetime(&format!("{key}.layout"), &layout)?;
             }
-            Ok(KindConfig::Snowflake { layout, worker })
+            Ok(KindConfig::Snowflake {
+                layout,
+                worker,
+                group,
+            })
         }
         RawKind::Uuid7 | RawKind::Ulid => {
             let (kind, name) = if ns.kind == RawKind::Uuid7 {
@@ -683,7 +787,12 @@ fn namespace_kind(
             } else {
                 (KindConfig::Ulid, "ulid")
             };
-            if seq_keys_set || ns.layout.is_some() || ns.worker.is_some() {
+            if seq_keys_set
+                || ns.layout.is_some()
+                || ns.worker.is_some()
+                || ns.worker_group.is_some()
+                || ns.allow_short_layout.is_some()
+            {
                 return Err(invalid(
                     key,
                     format!("a {name} namespace takes no settings besides kind"),
@@ -692,6 +801,91 @@ fn namespace_kind(
             Ok(kind)
         }
     }
+}
+
+/// Refuses a layout whose timestamp field runs out within [`MIN_LAYOUT_LIFETIME`] of now (Baidu
+/// uid-generator's 28-bit seconds ran out in 2024 and took its users down).
+fn check_layout_lifetime(key: &str, layout: &Layout) -> Result<(), ConfigError> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let horizon =
+        now.saturating_add(u64::try_from(MIN_LAYOUT_LIFETIME.as_nanos()).unwrap_or(u64::MAX));
+    let end = layout.end_of_time_nanos();
+    if end < horizon {
+        let years_left = end.saturating_sub(now) as f64 / (365.0 * DAY_SECS as f64 * 1e9);
+        return Err(invalid(
+            key,
+            format!(
+                "its timestamp runs out in {years_left:.1} years (at {} ms since 1970), less than 10: \
+                 give it more timestamp bits, a coarser time unit or a later epoch, or set \
+                 allow_short_layout = true if that is intended",
+                end / 1_000_000
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Namespaces of one lease group share one worker lease and one generator on a node, so they
+/// must agree on the layout and on how the worker id is chosen.
+fn check_worker_groups(node: &NodeConfig) -> Result<(), ConfigError> {
+    let mut seen: BTreeMap<NamespaceName, (&NamespaceName, Layout, WorkerConfig)> = BTreeMap::new();
+    for (name, kind) in &node.namespaces {
+        if let KindConfig::Snowflake {
+            layout,
+            worker,
+            group,
+        } = kind
+        {
+            let group = group.clone().unwrap_or_else(|| name.clone());
+            match seen.get(&group) {
+                Some((first, l, w)) if l != layout || w != worker => {
+                    return Err(invalid(
+                        format!("namespaces.{name}"),
+                        format!("it shares worker group {group} with namespace {first}, so its layout and worker must be the same as {first}'s"),
+                    ))
+                }
+                Some(_) => {}
+                None => {
+                    seen.insert(group, (name, *layout, *worker));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The `[leases]` table, checked (see [`LeaseSettings`]).
+fn lease_settings(raw: &RawLeases) -> Result<LeaseSettings, ConfigError> {
+    let d = LeaseSettings::default();
+    let ms = |key: &str, value: Option<u64>, default: Duration| match value {
+        None => Ok(default),
+        Some(ms) if (1..=MAX_TIMEOUT_MS).contains(&ms) => Ok(Duration::from_millis(ms)),
+        Some(ms) => Err(invalid(
+            format!("leases.{key}"),
+            format!("{ms}: must be from 1 to {MAX_TIMEOUT_MS} (an hour)"),
+        )),
+    };
+    let settings = LeaseSettings {
+        ttl: ms("ttl_ms", raw.ttl_ms, d.ttl)?,
+        floor_ahead: ms("floor_ahead_ms", raw.floor_ahead_ms, d.floor_ahead)?,
+        max_floor_wait: ms("max_floor_wait_ms", raw.max_floor_wait_ms, d.max_floor_wait)?,
+        safety_margin: ms("safety_margin_ms", raw.safety_margin_ms, d.safety_margin)?,
+    };
+    if settings.floor_ahead >= settings.ttl {
+        return Err(invalid(
+            "leases.floor_ahead_ms",
+            "must be below ttl_ms: a node restarted after a crash waits out its floor, which must pass before its old lease expires",
+        ));
+    }
+    if settings.safety_margin >= settings.ttl / 2 {
+        return Err(invalid(
+            "leases.safety_margin_ms",
+            "must be below half of ttl_ms, or a node would stop issuing between two renewals",
+        ));
+    }
+    Ok(settings)
 }
 
 fn custom_layout(key: &str, c: &RawCustomLayout) -> Result<Layout, ConfigError> {
@@ -897,14 +1091,81 @@ mod tests {
         );
         let events = &cfg.node.namespaces[&NamespaceName::new("events").unwrap()];
         assert!(
-            matches!(events, KindConfig::Snowflake { layout, worker: 1 } if layout.sequence_bits() == 20)
+            matches!(events, KindConfig::Snowflake { layout, worker: WorkerConfig::Fixed(1), group: None } if layout.sequence_bits() == 20)
+        );
+    }
+
+    /// Issue 10: the worker id is a lease by default, fixed, or the host's ordinal; groups must
+    /// agree; `[leases]` is bounded; a layout that runs out within 10 years is refused unless
+    /// allowed.
+    #[test]
+    fn worker_settings_parse_and_are_checked() {
+        let cfg = FileConfig::parse(
+            r#"
+            [leases]
+            ttl_ms = 6000
+            floor_ahead_ms = 3000
+
+            [namespaces.a]
+            kind = "snowflake"
+
+            [namespaces.b]
+            kind = "snowflake"
+            worker = "ordinal"
+            worker_group = "shared"
+
+            [namespaces.c]
+            kind = "snowflake"
+            worker = "ordinal"
+            worker_group = "shared"
+            "#,
+        )
+        .unwrap();
+        let kind = |n: &str| cfg.node.namespaces[&NamespaceName::new(n).unwrap()].clone();
+        assert!(matches!(
+            kind("a"),
+            KindConfig::Snowflake {
+                worker: WorkerConfig::Lease,
+                group: None,
+                ..
+            }
+        ));
+        assert!(matches!(
+            kind("c"),
+            KindConfig::Snowflake { worker: WorkerConfig::Ordinal, group: Some(g), .. } if g.as_str() == "shared"
+        ));
+        assert_eq!(cfg.node.leases.ttl, Duration::from_secs(6));
+        assert_eq!(cfg.node.leases.floor_ahead, Duration::from_secs(3));
+        assert_eq!(cfg.node.leases.max_floor_wait, Duration::from_secs(2));
+
+        let err = |t: &str| FileConfig::parse(t).unwrap_err().to_string();
+        let mixed = "[namespaces.a]\nkind = \"snowflake\"\nworker_group = \"g\"\n\
+                     [namespaces.b]\nkind = \"snowflake\"\nworker_group = \"g\"\nlayout = \"sonyflake\"\n";
+        assert!(
+            err(mixed).contains("shares worker group g"),
+            "{}",
+            err(mixed)
+        );
+        assert!(err("[leases]\nttl_ms = 4000\n").starts_with("leases.floor_ahead_ms:"));
+        assert!(err("[leases]\nsafety_margin_ms = 5000\n").starts_with("leases.safety_margin_ms:"));
+        assert!(err("[leases]\nttl = 5\n").contains("unknown field"));
+        let short = "[namespaces.x]\nkind = \"snowflake\"\nlayout = { timestamp_bits = 28, node_bits = 10, sequence_bits = 12, time_unit = \"1s\", epoch = \"2020-05-20T00:00:00Z\" }\n";
+        assert!(err(short).contains("less than 10"), "{}", err(short));
+        let allowed = format!("{short}allow_short_layout = true\n");
+        assert!(FileConfig::parse(&allowed).is_ok());
+        assert!(
+            err("[namespaces.x]\nkind = \"sequence\"\nworker_group = \"g\"\n")
+                .contains("belong to snowflake namespaces")
         );
     }
 
     #[test]
     fn errors_name_the_key() {
         let err = |t: &str| FileConfig::parse(t).unwrap_err().to_string();
-        assert!(err("[namespaces.x]\nkind = \"snowflake\"\n").contains("namespaces.x.worker"));
+        assert!(
+            err("[namespaces.x]\nkind = \"snowflake\"\nworker = \"any\"\n")
+                .contains("namespaces.x.worker")
+        );
         assert!(
             err("[namespaces.x]\nkind = \"snowflake\"\nworker = 1024\n").contains("maximum 1023")
         );

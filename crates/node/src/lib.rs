@@ -21,8 +21,13 @@
 //! by `max_connections`, the drain by `drain_timeout_ms`; and the hand-back runs whatever the
 //! drain did (issue 8, finding 6).
 //!
-//! What it does not do: read files or the environment (the binary does), choose the authority
-//! (it is given one), or snowflake worker leases (worker ids come from configuration).
+//! Snowflake namespaces issue under a worker lease ([`worker`]): never below the floor an
+//! earlier holder of the worker id recorded, never above the floor this node recorded, never
+//! after the lease could have expired (docs/design.md invariant 4).
+//!
+//! What it does not do: read files or the environment (the binary does; the host name for
+//! `worker = "ordinal"` and the lease holder's name are the exceptions), or choose the
+//! authority (it is given one).
 
 pub mod accept;
 pub mod config;
@@ -37,8 +42,12 @@ pub mod shutdown;
 pub mod supply;
 pub mod time;
 pub mod verify;
+pub mod worker;
 
-pub use config::{CacheMode, ConfigError, FileConfig, KindConfig, ListenConfig, NodeConfig};
+pub use config::{
+    CacheMode, ConfigError, FileConfig, KindConfig, LeaseSettings, ListenConfig, NodeConfig,
+    WorkerConfig,
+};
 pub use error::{IdError, NodeError};
 pub use idmint_store::Authority;
 pub use registry::{Node, ShutdownReport};

@@ -22,11 +22,12 @@ use crate::error::IdError;
 use crate::metrics::{Metrics, NamespaceLabels};
 use crate::supply::{Lease, Supply, SupplySnapshot, TakeBack};
 use crate::verify::IdSpace;
+use crate::worker::LeasedWorker;
 use idmint_api as api;
 use idmint_core::snowflake::ClockCheck;
 use idmint_core::{
-    Block, Layout, NamespaceName, NextIdError, SequenceSpec, Sizing, SnowflakeGenerator,
-    SystemClock, Ulid, UlidGenerator, Uuid7, Uuid7Generator,
+    Block, NamespaceName, NextIdError, SequenceSpec, Sizing, Ulid, UlidGenerator, Uuid7,
+    Uuid7Generator,
 };
 use prometheus_client::metrics::counter::Counter;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -171,7 +172,7 @@ impl Namespace {
             Namespace::Snowflake(s) => {
                 let id = parse_u64_id(text)?;
                 let d = s
-                    .generator
+                    .worker
                     .layout()
                     .decode(id)
                     .map_err(|e| IdError::InvalidId(e.to_string()))?;
@@ -491,39 +492,34 @@ fn sequence_info(
     }
 }
 
-/// A snowflake namespace.
+/// A snowflake namespace: ids from the generator of its group's worker lease
+/// ([`crate::worker::LeasedWorker`]).
 #[derive(Debug)]
 pub struct SnowflakeNamespace {
     name: NamespaceName,
-    generator: SnowflakeGenerator<SystemClock>,
+    worker: Arc<LeasedWorker>,
     metrics: Arc<Metrics>,
     labels: NamespaceLabels,
     served: AtomicU64,
 }
 
 impl SnowflakeNamespace {
-    /// A namespace issuing ids of `layout` as worker `worker`.
-    pub fn new(
-        name: NamespaceName,
-        layout: Layout,
-        worker: u64,
-        metrics: Arc<Metrics>,
-    ) -> Result<Self, idmint_core::GeneratorError> {
-        let generator = SnowflakeGenerator::new(layout, worker, SystemClock::new(), None)?;
-        Ok(SnowflakeNamespace {
+    /// A namespace issuing ids from `worker`'s generator.
+    pub fn new(name: NamespaceName, worker: Arc<LeasedWorker>, metrics: Arc<Metrics>) -> Self {
+        SnowflakeNamespace {
             labels: NamespaceLabels {
                 namespace: name.to_string(),
             },
             name,
-            generator,
+            worker,
             metrics,
             served: AtomicU64::new(0),
-        })
+        }
     }
 
-    /// The generator.
-    pub fn generator(&self) -> &SnowflakeGenerator<SystemClock> {
-        &self.generator
+    /// The worker lease and generator it issues with.
+    pub fn worker(&self) -> &Arc<LeasedWorker> {
+        &self.worker
     }
 
     /// Ids served.
@@ -531,14 +527,20 @@ impl SnowflakeNamespace {
         self.served.load(Ordering::Relaxed)
     }
 
-    /// `count` increasing ids, sleeping (asynchronously) through exhausted time units.
+    /// `count` increasing ids, sleeping (asynchronously) through exhausted time units; all from
+    /// one generation of the worker lease (a lease lost meanwhile ends the request with 503).
     pub async fn ids(&self, count: u64) -> Result<Vec<u64>, IdError> {
+        let generation = self.worker.current().clone();
+        let generator = generation.generator();
         let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(1 << 20));
         let mut remaining = count;
         while remaining > 0 {
-            match self.generator.next_ids(remaining, &mut out) {
+            match generator.next_ids(remaining, &mut out) {
                 Ok(n) => remaining -= n,
                 Err(NextIdError::SequenceExhausted { wait }) => tokio::time::sleep(wait).await,
+                Err(NextIdError::BeyondLimit { .. }) => {
+                    return Err(self.worker.not_issuing(&self.name))
+                }
                 Err(_) => return Err(IdError::TimeExhausted(self.name.to_string())),
             }
         }
@@ -551,7 +553,8 @@ impl SnowflakeNamespace {
     }
 
     fn info(&self, namespace: String) -> api::NamespaceInfo {
-        let g = &self.generator;
+        let generation = self.worker.current();
+        let g = generation.generator();
         let l = g.layout();
         let spec = l.spec();
         api::NamespaceInfo::Snowflake {
@@ -579,13 +582,19 @@ impl SnowflakeNamespace {
                 ids_served: self.served(),
                 last_timestamp: g.last_timestamp(),
                 time_runs_out: rfc3339_ms(l.end_of_time_nanos() / 1_000_000),
+                worker_lease: self.worker.lease_state(),
             },
         }
     }
 
     /// Compares the wall clock with the generator's time; logs and records steps.
     pub fn check_clock(&self) {
-        match self.generator.check_clock(Duration::from_millis(5)) {
+        match self
+            .worker
+            .current()
+            .generator()
+            .check_clock(Duration::from_millis(5))
+        {
             ClockCheck::InStep => {
                 self.metrics
                     .clock_behind

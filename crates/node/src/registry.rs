@@ -27,6 +27,7 @@ use crate::namespace::{
 use crate::supply::{Supply, SupplyConfig};
 use crate::time::{SharedClock, TokioClock};
 use crate::verify::IdSpace;
+use crate::worker::{LeasedWorker, WorkerError};
 use idmint_core::{Clock, NamespaceName, SequenceSpec, UlidGenerator, Uuid7Generator};
 use idmint_store::{Authority, BlockSource, StoreError};
 use std::collections::HashMap;
@@ -53,6 +54,9 @@ pub struct Node {
     clock: SharedClock,
     metrics: Arc<Metrics>,
     namespaces: RwLock<HashMap<NamespaceName, Arc<Namespace>>>,
+    /// The worker lease of each snowflake lease group served; written under `creating` or at
+    /// start only.
+    workers: Mutex<HashMap<NamespaceName, Arc<LeasedWorker>>>,
     creating: tokio::sync::Mutex<()>,
     /// Namespaces set up by auto-create; written under `creating` only.
     auto_created: AtomicUsize,
@@ -89,6 +93,7 @@ impl Node {
             clock: SharedClock(clock),
             metrics: Arc::new(Metrics::new()),
             namespaces: RwLock::new(HashMap::new()),
+            workers: Mutex::new(HashMap::new()),
             creating: tokio::sync::Mutex::new(()),
             auto_created: AtomicUsize::new(0),
             stop,
@@ -281,10 +286,19 @@ impl Node {
                 self.lock_tasks().push(task);
                 Namespace::Sequence(seq)
             }
-            KindConfig::Snowflake { layout, worker } => Namespace::Snowflake(
-                SnowflakeNamespace::new(name.clone(), *layout, *worker, self.metrics.clone())
-                    .map_err(|e| IdError::Conflict(format!("namespace {name}: {e}")))?,
-            ),
+            KindConfig::Snowflake {
+                layout,
+                worker,
+                group,
+            } => {
+                let group = group.clone().unwrap_or_else(|| name.clone());
+                let worker = self.leased_worker(group, *layout, *worker).await?;
+                Namespace::Snowflake(SnowflakeNamespace::new(
+                    name.clone(),
+                    worker,
+                    self.metrics.clone(),
+                ))
+            }
             KindConfig::Uuid7 => Namespace::Uuid7(
                 name.clone(),
                 Uuid7Generator::default(),
@@ -303,6 +317,49 @@ impl Node {
             .insert(name.clone(), ns.clone());
         tracing::info!(namespace = %name, kind = ns.kind(), auto_created, "serving namespace");
         Ok(ns)
+    }
+
+    /// The worker lease of `group`, taken (and kept renewed by a background task) on first use.
+    async fn leased_worker(
+        &self,
+        group: NamespaceName,
+        layout: idmint_core::Layout,
+        worker: crate::config::WorkerConfig,
+    ) -> Result<Arc<LeasedWorker>, IdError> {
+        let existing = self
+            .workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&group)
+            .cloned();
+        if let Some(w) = existing {
+            return Ok(w);
+        }
+        let leased = LeasedWorker::acquire(
+            group.clone(),
+            layout,
+            worker,
+            self.authority.clone(),
+            self.config.leases,
+            self.clock.clone(),
+        )
+        .await
+        .map_err(|e| match e {
+            WorkerError::Lease { ref source, .. } if source.is_unavailable() => {
+                IdError::Unavailable {
+                    name: group.to_string(),
+                    reason: e.to_string(),
+                }
+            }
+            other => IdError::Conflict(other.to_string()),
+        })?;
+        let task = tokio::spawn(leased.clone().keep(self.stop.subscribe()));
+        self.lock_tasks().push(task);
+        self.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(group, leased.clone());
+        Ok(leased)
     }
 
     /// The `ids_served` series of `name` (one lookup, then an atomic increment per answer).
@@ -433,6 +490,16 @@ impl Node {
             if let Err(e) = t.await {
                 tracing::error!(error = %e, "a background task failed");
             }
+        }
+        let workers: Vec<Arc<LeasedWorker>> = self
+            .workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for w in workers {
+            w.release().await;
         }
         let mut report = ShutdownReport::default();
         for ns in self.all() {

@@ -6,8 +6,8 @@
 //! sees time pass exactly as the test advances it, without waiting. Outside tests it reads the
 //! same monotonic clock as `std::time::Instant`.
 //!
-//! What it does not do: drive snowflake generators, which need the operating system's wall clock
-//! on their hot path (they take idmint-core's `SystemClock`).
+//! Snowflake namespaces' generators run on the node's clock too ([`SharedClock`]), so a test can
+//! step their wall clock (a clock stepped back while a node was down) with a `ManualClock`.
 
 use idmint_core::Clock;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -67,6 +67,21 @@ pub struct SharedClock(pub std::sync::Arc<dyn Clock>);
 impl std::fmt::Debug for SharedClock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Clock")
+    }
+}
+
+impl Clock for SharedClock {
+    fn wall_nanos(&self) -> u64 {
+        self.0.wall_nanos()
+    }
+    fn monotonic_nanos(&self) -> u64 {
+        self.0.monotonic_nanos()
+    }
+    fn coarse_monotonic_nanos(&self) -> u64 {
+        self.0.coarse_monotonic_nanos()
+    }
+    fn coarse_wall_nanos(&self) -> u64 {
+        self.0.coarse_wall_nanos()
     }
 }
 

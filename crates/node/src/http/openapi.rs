@@ -22,8 +22,8 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use idmint_api::{
     BlockResponse, CacheSettings, Decoded, ErrorBody, ErrorCode, ErrorDetail, FieldOrder, Health,
-    IdsResponse, LayoutSettings, MemberState, NamespaceInfo, NamespaceList, Ready,
-    SequenceSettings, SequenceState, SnowflakeSettings, SnowflakeState,
+    IdsResponse, LayoutSettings, LeaseStatus, MemberState, NamespaceInfo, NamespaceList, Ready,
+    SequenceSettings, SequenceState, SnowflakeSettings, SnowflakeState, WorkerLeaseState,
 };
 use serde_json::Value;
 use std::sync::Arc;
@@ -63,6 +63,8 @@ use utoipa::OpenApi;
         LayoutSettings,
         FieldOrder,
         SnowflakeState,
+        WorkerLeaseState,
+        LeaseStatus,
         MemberState,
         Health,
         Ready,

@@ -1,0 +1,567 @@
+//! The worker leases a node holds for its snowflake namespaces, and the generator each one
+//! drives (docs/design.md invariant 4; docs/uniqueness.md, "Snowflake namespaces").
+//!
+//! One [`LeasedWorker`] per lease group on this node: the namespaces of a group share its lease
+//! and its one generator, so their ids never collide with each other either. It acquires a
+//! worker id from the authority ([`idmint_store::WorkerLeases`]), then renews it in the
+//! background ([`LeasedWorker::keep`]) and releases it on shutdown.
+//!
+//! Invariants:
+//! - **nothing is issued below a floor**: the generator starts above the floor the lease
+//!   carries (every earlier holder of the worker id issued below it). If the clock reads
+//!   behind the floor by at most `leases.max_floor_wait_ms` the node waits for it; further
+//!   behind, it refuses to start and names both times (a clock stepped back while the node was
+//!   down would otherwise repeat timestamps);
+//! - **nothing is issued above a recorded floor**: the generator's limit
+//!   ([`SnowflakeGenerator::set_limit`]) is raised only after a renewal recorded a floor
+//!   durably (`now + leases.floor_ahead_ms`), and only to that floor;
+//! - **nothing is issued after the lease could have expired**: the limit is also at most the
+//!   time the last successful renewal was *sent*, plus the TTL, minus `leases.safety_margin_ms`,
+//!   on the generator's own clock, which runs at least as fast as monotonic time. A renewal
+//!   that keeps failing therefore stops issuing (503, with the reason) before the authority
+//!   could give the worker id to anyone else;
+//! - **a lost lease is never used again**: a renewal answered `Superseded` sets the limit to 0
+//!   for good; the node then acquires a new lease and swaps in a new generator for it;
+//! - a clean shutdown stops issuing first, then releases the lease with a floor just above the
+//!   last timestamp issued, so a restart does not wait for a floor that was recorded ahead.
+//!
+//! A fixed worker id on an authority that stores no leases (`multi`, `upstream`) is used
+//! without a lease, with a warning: keeping it unique is then the operator's job.
+
+use crate::config::{LeaseSettings, WorkerConfig};
+use crate::error::IdError;
+use crate::time::SharedClock;
+use arc_swap::ArcSwap;
+use idmint_api as api;
+use idmint_core::{Clock, Layout, NamespaceName, SnowflakeGenerator};
+use idmint_store::lease::LeaseError;
+use idmint_store::{Authority, LeaseRequest, WorkerChoice, WorkerLease};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The generator type of snowflake namespaces: on the node's clock.
+pub type NodeGenerator = SnowflakeGenerator<SharedClock>;
+
+/// Why a worker lease could not be taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// The authority refused or failed.
+    #[error("worker lease for group {group}: {source}")]
+    Lease {
+        /// The group.
+        group: String,
+        /// What the authority said.
+        source: LeaseError,
+    },
+    /// The clock is behind the worker id's floor by more than the configured wait.
+    #[error("worker {worker} of group {group} has issued ids up to {floor} (its recorded time floor), but this clock reads {now}, {behind:?} behind; the clock may have been stepped back while the node was down. Not issuing: fix the clock, or raise leases.max_floor_wait_ms to wait for it")]
+    ClockBehindFloor {
+        /// The group.
+        group: String,
+        /// The worker id.
+        worker: u64,
+        /// The floor (RFC 3339).
+        floor: String,
+        /// The clock (RFC 3339).
+        now: String,
+        /// By how much.
+        behind: Duration,
+    },
+    /// `worker = "lease"` on an authority that stores no leases.
+    #[error("group {group}: the {kind} authority stores no worker leases; set `worker = N` to a worker id that no other node uses")]
+    NoLeases {
+        /// The group.
+        group: String,
+        /// The authority's kind.
+        kind: &'static str,
+    },
+    /// `worker = "ordinal"` and the host name has no trailing number.
+    #[error("worker = \"ordinal\" needs a host name ending in a number (a StatefulSet pod such as web-3); this host is {host:?}")]
+    NoOrdinal {
+        /// The host name.
+        host: String,
+    },
+    /// The worker id does not fit, or the layout is too late for the clock.
+    #[error("group {group}: {message}")]
+    Generator {
+        /// The group.
+        group: String,
+        /// What the generator said.
+        message: String,
+    },
+}
+
+/// The generator of the current lease, and the lease.
+#[derive(Debug)]
+pub struct Generation {
+    generator: NodeGenerator,
+    lease: Option<WorkerLease>,
+}
+
+impl Generation {
+    /// The generator.
+    pub fn generator(&self) -> &NodeGenerator {
+        &self.generator
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Status {
+    status: api::LeaseStatus,
+    last_error: Option<String>,
+    floor_unix_ms: u64,
+}
+
+/// A worker id held by this node for one lease group. See the module docs.
+#[derive(Debug)]
+pub struct LeasedWorker {
+    group: NamespaceName,
+    layout: Layout,
+    choice: WorkerChoice,
+    holder: String,
+    authority: Arc<dyn Authority>,
+    leased: bool,
+    settings: LeaseSettings,
+    clock: SharedClock,
+    current: ArcSwap<Generation>,
+    status: Mutex<Status>,
+}
+
+/// `host pid N`: who holds a lease, for messages and listings.
+pub fn holder_name() -> String {
+    format!("{} pid {}", host_name(), std::process::id())
+}
+
+/// This machine's host name (`/proc/sys/kernel/hostname`, else `$HOSTNAME`, else "unknown").
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The trailing number of a host name (`web-3` → 3), as a StatefulSet names its pods.
+pub fn ordinal_of(host: &str) -> Option<u64> {
+    let digits = host.len() - host.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    host[host.len() - digits..].parse().ok()
+}
+
+/// The layout as the authority records it (the layout lock): every field that changes which
+/// id a time, node and sequence make.
+pub fn layout_text(layout: &Layout) -> String {
+    let s = layout.spec();
+    format!(
+        "timestamp_bits={} node_bits={} sequence_bits={} time_unit_ns={} epoch_unix_ms={} order={} max_bits={}",
+        s.timestamp_bits,
+        s.node_bits,
+        s.sequence_bits,
+        layout.unit_nanos(),
+        s.epoch_unix_ms,
+        match s.order {
+            idmint_core::FieldOrder::NodeThenSequence => "node_then_sequence",
+            idmint_core::FieldOrder::SequenceThenNode => "sequence_then_node",
+        },
+        s.max_bits,
+    )
+}
+
+fn rfc3339_ms(ms: u64) -> String {
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl LeasedWorker {
+    /// Takes a worker id for `group` as `worker` says, waits for its floor if needed, records a
+    /// floor ahead, and returns the worker ready to issue. Run [`LeasedWorker::keep`] next.
+    pub async fn acquire(
+        group: NamespaceName,
+        layout: Layout,
+        worker: WorkerConfig,
+        authority: Arc<dyn Authority>,
+        settings: LeaseSettings,
+        clock: SharedClock,
+    ) -> Result<Arc<LeasedWorker>, WorkerError> {
+        let choice = match worker {
+            WorkerConfig::Lease => WorkerChoice::LowestFree,
+            WorkerConfig::Fixed(n) => WorkerChoice::Exactly(n),
+            WorkerConfig::Ordinal => {
+                let host = host_name();
+                WorkerChoice::Exactly(ordinal_of(&host).ok_or(WorkerError::NoOrdinal { host })?)
+            }
+        };
+        let leased = authority.worker_leases().is_some();
+        let generation = match (leased, choice) {
+            (true, _) => None,
+            (false, WorkerChoice::Exactly(n)) => {
+                tracing::warn!(group = %group, worker = n, authority = authority.kind(),
+                    "this authority stores no worker leases: worker id {n} is used without one; no other node may use it");
+                let generator = Self::generator(&group, layout, n, &clock, 0)?;
+                Some(Generation {
+                    generator,
+                    lease: None,
+                })
+            }
+            (false, WorkerChoice::LowestFree) => {
+                return Err(WorkerError::NoLeases {
+                    group: group.to_string(),
+                    kind: authority.kind(),
+                })
+            }
+        };
+        let worker = LeasedWorker {
+            group,
+            layout,
+            choice,
+            holder: holder_name(),
+            authority,
+            leased,
+            settings,
+            clock,
+            current: ArcSwap::from_pointee(match generation {
+                Some(g) => g,
+                None => Generation {
+                    // Replaced below before anything is issued; limit 0 meanwhile.
+                    generator: Self::stopped_generator(layout)?,
+                    lease: None,
+                },
+            }),
+            status: Mutex::new(Status {
+                status: api::LeaseStatus::Held,
+                last_error: None,
+                floor_unix_ms: 0,
+            }),
+        };
+        if leased {
+            let generation = worker.take_lease().await?;
+            worker.current.store(Arc::new(generation));
+        }
+        Ok(Arc::new(worker))
+    }
+
+    /// A generator that issues nothing, standing in until the first lease is taken.
+    fn stopped_generator(layout: Layout) -> Result<NodeGenerator, WorkerError> {
+        let clock = SharedClock(Arc::new(idmint_core::SystemClock::new()));
+        let g = SnowflakeGenerator::new(layout, 0, clock, Some(0)).map_err(|e| {
+            WorkerError::Generator {
+                group: String::new(),
+                message: e.to_string(),
+            }
+        })?;
+        g.set_limit(0);
+        Ok(g)
+    }
+
+    /// A generator for worker `n` issuing only timestamps whose unit starts at or after
+    /// `floor_unix_ms`.
+    fn generator(
+        group: &NamespaceName,
+        layout: Layout,
+        n: u64,
+        clock: &SharedClock,
+        floor_unix_ms: u64,
+    ) -> Result<NodeGenerator, WorkerError> {
+        let floor_nanos = floor_unix_ms.saturating_mul(1_000_000);
+        // The first unit starting at or after the floor; the one before it counts as used.
+        let resume_after = layout.timestamp_at(floor_nanos).and_then(|ts| {
+            let first = if layout.unix_nanos_of(ts) < floor_nanos {
+                ts + 1
+            } else {
+                ts
+            };
+            first.checked_sub(1)
+        });
+        SnowflakeGenerator::new(layout, n, clock.clone(), resume_after).map_err(|e| {
+            WorkerError::Generator {
+                group: group.to_string(),
+                message: e.to_string(),
+            }
+        })
+    }
+
+    fn lease_error(&self, source: LeaseError) -> WorkerError {
+        WorkerError::Lease {
+            group: self.group.to_string(),
+            source,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.wall_nanos() / 1_000_000
+    }
+
+    /// Acquires a lease, waits for its floor, records a floor ahead, and returns the
+    /// generation to issue with.
+    async fn take_lease(&self) -> Result<Generation, WorkerError> {
+        let leases = self
+            .authority
+            .worker_leases()
+            .ok_or(WorkerError::NoLeases {
+                group: self.group.to_string(),
+                kind: self.authority.kind(),
+            })?;
+        let max_wait_ms = u64::try_from(self.settings.max_floor_wait.as_millis()).unwrap_or(0);
+        let request = LeaseRequest {
+            group: self.group.clone(),
+            workers: self.layout.max_node().saturating_add(1),
+            choice: self.choice,
+            prefer_floor_at_most: Some(self.now_ms().saturating_add(max_wait_ms)),
+            holder: self.holder.clone(),
+            layout: layout_text(&self.layout),
+            ttl: self.settings.ttl,
+        };
+        let lease = match leases.acquire(&request).await {
+            // A fixed worker id held under this host's name: most likely this node's previous
+            // run, killed before it released. Wait once for that lease to expire.
+            Err(LeaseError::Held {
+                holder, expires_in, ..
+            }) if holder.split(" pid ").next() == Some(host_name().as_str())
+                && expires_in <= self.settings.ttl =>
+            {
+                tracing::info!(group = %self.group, %holder, ?expires_in,
+                    "the worker id is leased under this host's name (a previous run?); waiting for that lease to expire");
+                tokio::time::sleep(expires_in + Duration::from_millis(100)).await;
+                leases.acquire(&request).await
+            }
+            other => other,
+        }
+        .map_err(|e| self.lease_error(e))?;
+        let floor = lease.floor_unix_ms;
+        // Wait for the floor if it is near; refuse if it is far.
+        let deadline = self.clock.monotonic_nanos() + nanos(self.settings.max_floor_wait);
+        loop {
+            let now = self.now_ms();
+            if now >= floor {
+                break;
+            }
+            let behind = Duration::from_millis(floor - now);
+            if behind > self.settings.max_floor_wait || self.clock.monotonic_nanos() > deadline {
+                // Keep the floor; free the worker id.
+                if let Err(e) = leases.release(&lease, floor).await {
+                    tracing::warn!(group = %self.group, error = %e, "could not release the worker lease");
+                }
+                return Err(WorkerError::ClockBehindFloor {
+                    group: self.group.to_string(),
+                    worker: lease.worker,
+                    floor: rfc3339_ms(floor),
+                    now: rfc3339_ms(now),
+                    behind,
+                });
+            }
+            tracing::info!(group = %self.group, worker = lease.worker, ?behind, "waiting for the worker id's time floor");
+            tokio::time::sleep(behind.min(Duration::from_millis(100))).await;
+        }
+        let generator =
+            Self::generator(&self.group, self.layout, lease.worker, &self.clock, floor)?;
+        generator.set_limit(0);
+        let generation = Generation {
+            generator,
+            lease: Some(lease),
+        };
+        self.renew(&generation)
+            .await
+            .map_err(|e| self.lease_error(e))?;
+        tracing::info!(group = %self.group, worker = generation.lease.as_ref().map_or(0, |l| l.worker),
+            token = generation.lease.as_ref().map_or(0, |l| l.token), floor = %rfc3339_ms(floor),
+            "worker lease acquired");
+        Ok(generation)
+    }
+
+    /// Renews the lease of `generation`, recording a floor ahead, then raises its generator's
+    /// limit to what the renewal covers.
+    async fn renew(&self, generation: &Generation) -> Result<(), LeaseError> {
+        let Some(lease) = &generation.lease else {
+            return Ok(());
+        };
+        let Some(leases) = self.authority.worker_leases() else {
+            return Ok(());
+        };
+        let g = &generation.generator;
+        let sent_at = g.now_unix_nanos();
+        let floor_ms = (sent_at / 1_000_000).saturating_add(
+            u64::try_from(self.settings.floor_ahead.as_millis()).unwrap_or(u64::MAX),
+        );
+        let renewed = leases.renew(lease, floor_ms).await?;
+        let floor_nanos = renewed.floor_unix_ms.saturating_mul(1_000_000);
+        // Units starting before the floor may be issued.
+        let floor_limit = g.timestamp_at_unix_nanos(floor_nanos.saturating_sub(1)) + 1;
+        // The authority's TTL counts from when it received the renewal, after `sent_at`.
+        let expiry = sent_at
+            .saturating_add(nanos(renewed.ttl))
+            .saturating_sub(nanos(self.settings.safety_margin));
+        let expiry_limit = g.timestamp_at_unix_nanos(expiry);
+        // Only the current, unfenced generation is ever renewed (`keep` is the one caller
+        // besides `take_lease`, which renews the generation it just made).
+        g.set_limit(floor_limit.min(expiry_limit));
+        let mut status = self.lock_status();
+        status.status = api::LeaseStatus::Held;
+        status.last_error = None;
+        status.floor_unix_ms = renewed.floor_unix_ms;
+        Ok(())
+    }
+
+    fn lock_status(&self) -> std::sync::MutexGuard<'_, Status> {
+        self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn status(&self) -> Status {
+        self.lock_status().clone()
+    }
+
+    /// The current generation (lock-free).
+    pub fn current(&self) -> arc_swap::Guard<Arc<Generation>> {
+        self.current.load()
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The group.
+    pub fn group(&self) -> &NamespaceName {
+        &self.group
+    }
+
+    /// Why the generator is not issuing, for a 503's message.
+    pub fn not_issuing(&self, namespace: &NamespaceName) -> IdError {
+        let status = self.status();
+        let reason = match status.status {
+            api::LeaseStatus::Lost => format!(
+                "the worker lease of group {} was lost; not issuing until a new one is acquired",
+                self.group
+            ),
+            _ => format!(
+                "the worker lease of group {} is not renewed up to now (floor {}){}; not issuing until it is",
+                self.group,
+                rfc3339_ms(status.floor_unix_ms),
+                status
+                    .last_error
+                    .map(|e| format!(", last renewal: {e}"))
+                    .unwrap_or_default()
+            ),
+        };
+        IdError::Unavailable {
+            name: namespace.to_string(),
+            reason,
+        }
+    }
+
+    /// The lease as the API shows it (`None` without a lease).
+    pub fn lease_state(&self) -> Option<api::WorkerLeaseState> {
+        let generation = self.current();
+        let lease = generation.lease.as_ref()?;
+        let status = self.status();
+        Some(api::WorkerLeaseState {
+            group: self.group.to_string(),
+            status: status.status,
+            token: lease.token,
+            floor: rfc3339_ms(status.floor_unix_ms.max(lease.floor_unix_ms)),
+            holder: lease.holder.clone(),
+            last_error: status.last_error,
+        })
+    }
+
+    /// Renews until `stop`, re-acquiring a lease that was lost. Every renewal period is a
+    /// third of the TTL; a failed renewal is retried every tenth.
+    pub async fn keep(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        if !self.leased {
+            return;
+        }
+        let period = self.settings.ttl / 3;
+        let retry = (self.settings.ttl / 10).max(Duration::from_millis(10));
+        let mut wait = period;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.changed() => return,
+            }
+            if *stop.borrow() {
+                return;
+            }
+            let generation = self.current.load_full();
+            if self.status().status == api::LeaseStatus::Lost {
+                match self.take_lease().await {
+                    Ok(g) => {
+                        self.current.store(Arc::new(g));
+                        wait = period;
+                    }
+                    Err(e) => {
+                        tracing::warn!(group = %self.group, error = %e, "could not acquire a new worker lease");
+                        self.lock_status().last_error = Some(e.to_string());
+                        wait = retry;
+                    }
+                }
+                continue;
+            }
+            match self.renew(&generation).await {
+                Ok(()) => wait = period,
+                Err(e @ LeaseError::Superseded { .. }) => {
+                    generation.generator.set_limit(0);
+                    tracing::error!(group = %self.group, error = %e, "worker lease lost; not issuing under it again");
+                    let mut status = self.lock_status();
+                    status.status = api::LeaseStatus::Lost;
+                    status.last_error = Some(e.to_string());
+                    wait = retry;
+                }
+                Err(e) => {
+                    tracing::warn!(group = %self.group, error = %e, "worker lease renewal failed; retrying");
+                    let mut status = self.lock_status();
+                    status.status = api::LeaseStatus::Renewing;
+                    status.last_error = Some(e.to_string());
+                    wait = retry;
+                }
+            }
+        }
+    }
+
+    /// Stops issuing and releases the lease with a floor just above the last timestamp issued.
+    /// Call after the front-ends drained and [`LeasedWorker::keep`] returned.
+    pub async fn release(&self) {
+        let generation = self.current.load_full();
+        let g = &generation.generator;
+        g.set_limit(0);
+        let (Some(lease), Some(leases)) = (&generation.lease, self.authority.worker_leases())
+        else {
+            return;
+        };
+        if self.status().status == api::LeaseStatus::Lost {
+            return;
+        }
+        // Every issued unit starts before the start of the unit after the last one.
+        let issued_below_ms = g.last_timestamp().map_or(0, |ts| {
+            self.layout
+                .unix_nanos_of(ts.saturating_add(1))
+                .div_ceil(1_000_000)
+        });
+        let floor = issued_below_ms.max(lease.floor_unix_ms);
+        match leases.release(lease, floor).await {
+            Ok(()) => {
+                tracing::info!(group = %self.group, worker = lease.worker, floor = %rfc3339_ms(floor), "worker lease released")
+            }
+            Err(e) => {
+                tracing::warn!(group = %self.group, error = %e, "could not release the worker lease; it expires by itself")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordinals_are_trailing_numbers() {
+        assert_eq!(ordinal_of("web-3"), Some(3));
+        assert_eq!(ordinal_of("idmint-12"), Some(12));
+        assert_eq!(ordinal_of("web"), None);
+        assert_eq!(ordinal_of("web-3a"), None);
+        assert_eq!(ordinal_of(""), None);
+    }
+}
