@@ -564,6 +564,8 @@ const GROUP_FORMAT: &str = "idmint.lease-group/v1";
 const WORKER_FORMAT: &str = "idmint.worker/v1";
 /// The first field of a worker id's live key.
 const LIVE_FORMAT: &str = "idmint.live/v1";
+/// How many live leases a refused acquisition asks etcd the time left of.
+const REFUSAL_TTL_QUERIES: usize = 8;
 
 /// A worker id's durable record as read, with its `mod_revision`.
 #[derive(Debug, Clone)]
@@ -774,11 +776,15 @@ impl EtcdAuthority {
         only: Option<u64>,
     ) -> Result<Option<BTreeMap<u64, Duration>>, StoreError> {
         let mut expiry = BTreeMap::new();
-        for (worker, (_, live)) in &read.workers {
-            let Some(live) = live else { continue };
-            if only.is_some_and(|w| w != *worker) {
-                continue;
-            }
+        let live = read
+            .workers
+            .iter()
+            .filter_map(|(worker, (_, live))| live.as_ref().map(|l| (worker, l)))
+            .filter(|(worker, _)| only.is_none_or(|w| w == **worker));
+        // A full pool's error names the first few live leases with their time left, the rest
+        // with the TTL they were granted (an upper bound): a question per live lease of a
+        // large group would make a refusal slow.
+        for (worker, live) in live.take(REFUSAL_TTL_QUERIES) {
             match self.remaining(live.lease_id).await? {
                 Remaining::Left(left) => {
                     expiry.insert(*worker, left);
