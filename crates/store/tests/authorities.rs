@@ -130,6 +130,7 @@ mod file_leases_reopen {
             group: NamespaceName::new("events").unwrap(),
             workers: 4,
             choice,
+            prefer_floor_at_most: None,
             holder: holder.to_owned(),
             layout: "L".to_owned(),
             ttl: Duration::from_secs(60),

@@ -361,6 +361,7 @@ fn lease_request(group: &str, choice: WorkerChoice, holder: &str) -> LeaseReques
         group: name(group),
         workers: 4,
         choice,
+        prefer_floor_at_most: None,
         holder: holder.to_owned(),
         layout: "timestamp_bits=41 node_bits=2 sequence_bits=12 unit=1ms epoch=0".to_owned(),
         ttl: Duration::from_secs(60),
