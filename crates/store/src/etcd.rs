@@ -109,6 +109,14 @@
 //!   that sets the floor and deletes the live key, then revokes the etcd lease.
 //! - `group`: one range read, and `LeaseTimeToLive` for each live key.
 //!
+//! Lost replies: none of these transactions is resent. An acquisition that fails after its
+//! etcd lease was granted revokes it, so a transaction that committed unseen frees its worker
+//! id at once (its token is burned; the next one is larger). A renewal or release that fails
+//! may have committed: raising a floor is always safe, and a release sent again finds its token
+//! still current and does the same again. A renewal whose etcd lease runs out between its floor
+//! write and its keep-alive looks again, and answers `Superseded` if someone acquired the
+//! worker id meanwhile (the floor it raised then binds the new holder too).
+//!
 //! etcd keeps its leases across restarts (a new leader extends each one by its TTL), so a kill
 //! of etcd frees no worker id early. A node's clock decides nothing: it only judges, with a
 //! margin, its own lease (docs/design.md invariant 4).
@@ -747,11 +755,29 @@ impl EtcdAuthority {
 
     /// Revokes an etcd lease this authority granted and does not use; a failure is harmless
     /// (the lease runs out by itself, and keys attached to it were meant to go anyway).
+    /// Sent twice if the first fails (revoking is idempotent), typically on a connection the
+    /// server had just closed: a lease left behind would hold its worker id for a whole TTL.
     async fn revoke_quietly(&self, id: i64) {
-        let mut lease = self.lease.clone();
-        if let Err(e) = self.call("revoking an etcd lease", lease.revoke(id)).await {
-            tracing::debug!("etcd lease {id:x} not revoked (it expires by itself): {e}");
+        let deadline = tokio::time::Instant::now() + self.config.op_timeout;
+        let mut failure = String::new();
+        for _ in 0..2 {
+            let mut lease = self.lease.clone();
+            match tokio::time::timeout_at(deadline, lease.revoke(id)).await {
+                Ok(Ok(_)) => return,
+                // Already gone (revoked by the first attempt, or expired).
+                Ok(Err(etcd_client::Error::GRpcStatus(status)))
+                    if status.message().contains("lease not found") =>
+                {
+                    return
+                }
+                Ok(Err(e)) => failure = describe(&e),
+                Err(_) => {
+                    failure = format!("no answer within {:?}", self.config.op_timeout);
+                    break;
+                }
+            }
         }
+        tracing::debug!("etcd lease {id:x} not revoked (it expires by itself): {failure}");
     }
 
     /// What etcd says is left of lease `id`.

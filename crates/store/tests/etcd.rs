@@ -567,3 +567,58 @@ async fn a_lapsed_lease_renews_and_foreign_lease_records_are_corrupt() {
     );
     corrupt(leases_of(&a).renew(&renewed, 50).await.map(drop), "renew");
 }
+
+/// Worker-lease operations on a stalled or cut connection are `Unavailable` within the
+/// operation timeout, never a hang, and work again once the connection does: the lease held
+/// across the outage is still the holder's (etcd's TTL, not the outage, decides).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_operations_fail_fast_and_recover() {
+    let etcd = PrivateEtcd::start().await;
+    let proxy = FaultProxy::start(etcd.client_addr()).await.unwrap();
+    let a = authority_via(&proxy).await;
+    let held = leases_of(&a)
+        .acquire(&lease_request("outage", WorkerChoice::LowestFree, "held"))
+        .await
+        .unwrap();
+    for fault in [Fault::Stall, Fault::Cut] {
+        proxy.set_fault(fault);
+        let started = Instant::now();
+        let results = [
+            leases_of(&a)
+                .acquire(&lease_request("outage", WorkerChoice::LowestFree, "other"))
+                .await
+                .map(drop),
+            leases_of(&a).renew(&held, 10).await.map(drop),
+            leases_of(&a).group(&name("outage")).await.map(drop),
+        ];
+        for result in results {
+            match result {
+                Err(e) if e.is_unavailable() => {}
+                other => panic!("{fault:?}: expected Unavailable, got {other:?}"),
+            }
+        }
+        assert!(
+            started.elapsed() < 3 * (FAULT_TIMEOUT + Duration::from_millis(500)),
+            "{fault:?}: {:?}",
+            started.elapsed()
+        );
+        proxy.set_fault(Fault::None);
+    }
+    let start = Instant::now();
+    let renewed = loop {
+        match leases_of(&a).renew(&held, 20).await {
+            Ok(renewed) => break renewed,
+            Err(e) if e.is_unavailable() && start.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("renewing after the outage: {e}"),
+        }
+    };
+    assert_eq!(renewed.floor_unix_ms, 20);
+    leases_of(&a).release(&renewed, 30).await.unwrap();
+    let next = leases_of(&a)
+        .acquire(&lease_request("outage", WorkerChoice::LowestFree, "next"))
+        .await
+        .unwrap();
+    assert_eq!((next.worker, next.floor_unix_ms), (held.worker, 30));
+}
