@@ -49,9 +49,9 @@
 //!   time floor (u64 big-endian each), then the latest holder (UTF-8, the rest).
 //!
 //! Expiry is **not** on disk: whether a lease is live is kept in memory, as the token it was
-//! granted with and its expiry on the authority's monotonic clock ([`FileAuthority::open_with_clock`];
-//! the operating system's by default). So every lease recorded in the file when it is opened
-//! is expired. That is safe, and exact: redb's lock gives the directory to one process at a
+//! granted with and its expiry on the authority's monotonic clock (the operating system's, or
+//! the one given to [`FileAuthority::open_with_clock`]). So every lease recorded in the file
+//! when it is opened is expired. That is safe, and exact: redb's lock gives the directory to one process at a
 //! time, so a lease found at open was granted by a process that no longer holds the directory
 //! (it exited or crashed) and cannot issue under it through this store; and what protects the
 //! ids that process issued is not the lease but the durable time floor and the token, which
@@ -106,7 +106,7 @@ struct Liveness {
     /// lock (so writers change it one at a time, in the order of their commits), and held
     /// until the commit is done, so no other writer sees a lease before it is durable or after
     /// it ended; never across an `.await`.
-    live: Mutex<HashMap<(NamespaceName, u64), (u64, u64)>>,
+    live: Mutex<LiveMap>,
 }
 
 type LiveMap = HashMap<(NamespaceName, u64), (u64, u64)>;
@@ -660,7 +660,7 @@ fn redb_error(e: impl Into<redb::Error>) -> StoreError {
             message: e.to_string(),
         },
         redb::Error::TableTypeMismatch { table, .. } => StoreError::Corrupt {
-            message: format!("table {table} does not hold idmint namespace records"),
+            message: format!("table {table} does not hold the records idmint writes there"),
         },
         other => unavailable(other.to_string()),
     }
