@@ -1125,20 +1125,20 @@ fn live_without_record(group: &NamespaceName, worker: u64, token: u64) -> StoreE
 
 /// Parses `<format> <key>=<u64> … <last>=<text>`: the numbers of `keys`, then the text after
 /// `last=`.
-fn lease_fields<'a>(
+fn lease_fields<'a, const N: usize>(
     text: &'a str,
     format: &str,
-    keys: &[&str],
+    keys: [&str; N],
     last: &str,
-) -> Result<(Vec<u64>, &'a str), String> {
+) -> Result<([u64; N], &'a str), String> {
     let mut rest = text
         .strip_prefix(format)
         .and_then(|r| r.strip_prefix(' '))
         .ok_or_else(|| {
             format!("does not start with {format:?} (written by another idmint version?)")
         })?;
-    let mut numbers = Vec::with_capacity(keys.len());
-    for key in keys {
+    let mut numbers = [0u64; N];
+    for (key, number) in keys.iter().zip(numbers.iter_mut()) {
         let (field, tail) = rest
             .split_once(' ')
             .ok_or_else(|| format!("field {key} is missing"))?;
@@ -1146,11 +1146,9 @@ fn lease_fields<'a>(
             .strip_prefix(key)
             .and_then(|f| f.strip_prefix('='))
             .ok_or_else(|| format!("field {key} is missing or out of place"))?;
-        numbers.push(
-            value
-                .parse::<u64>()
-                .map_err(|_| format!("field {key}={value} is not a number"))?,
-        );
+        *number = value
+            .parse::<u64>()
+            .map_err(|_| format!("field {key}={value} is not a number"))?;
         rest = tail;
     }
     let tail = rest
@@ -1179,11 +1177,11 @@ fn decode_group(group: &NamespaceName, raw: &[u8]) -> Result<GroupRecord, StoreE
         message: format!("etcd record of lease group {group}: {what}"),
     };
     let text = lease_text(raw, &corrupt)?;
-    let (numbers, layout) =
-        lease_fields(text, GROUP_FORMAT, &["last_token"], "layout").map_err(corrupt)?;
+    let ([last_token], layout) =
+        lease_fields(text, GROUP_FORMAT, ["last_token"], "layout").map_err(corrupt)?;
     let record = GroupRecord {
         layout: layout.to_owned(),
-        last_token: numbers[0],
+        last_token,
     };
     if encode_group(&record) != text {
         return Err(corrupt(format!("{text:?} is not in canonical form")));
@@ -1207,13 +1205,13 @@ fn decode_record(
         message: format!("etcd record of worker {worker} of lease group {group}: {what}"),
     };
     let text = lease_text(kv.value(), &corrupt)?;
-    let (numbers, holder) =
-        lease_fields(text, WORKER_FORMAT, &["token", "floor"], "holder").map_err(corrupt)?;
+    let ([token, floor_unix_ms], holder) =
+        lease_fields(text, WORKER_FORMAT, ["token", "floor"], "holder").map_err(corrupt)?;
     let slot = WorkerSlot {
         worker,
-        token: numbers[0],
+        token,
         holder: holder.to_owned(),
-        floor_unix_ms: numbers[1],
+        floor_unix_ms,
         expires_in: None,
     };
     if slot.token == 0 {
@@ -1240,9 +1238,8 @@ fn decode_live(group: &NamespaceName, worker: u64, kv: &KeyValue) -> Result<Live
         message: format!("etcd live key of worker {worker} of lease group {group}: {what}"),
     };
     let text = lease_text(kv.value(), &corrupt)?;
-    let (numbers, holder) =
-        lease_fields(text, LIVE_FORMAT, &["token", "ttl"], "holder").map_err(corrupt)?;
-    let (token, ttl_secs) = (numbers[0], numbers[1]);
+    let ([token, ttl_secs], holder) =
+        lease_fields(text, LIVE_FORMAT, ["token", "ttl"], "holder").map_err(corrupt)?;
     if encode_live(token, Duration::from_secs(ttl_secs), holder) != text {
         return Err(corrupt(format!("{text:?} is not in canonical form")));
     }
@@ -1500,12 +1497,12 @@ mod tests {
         );
         let text = encode_record(&slot);
         let (numbers, holder) =
-            lease_fields(&text, WORKER_FORMAT, &["token", "floor"], "holder").unwrap();
-        assert_eq!((numbers, holder), (vec![7, 1_700_000_005_000], "host a b"));
+            lease_fields(&text, WORKER_FORMAT, ["token", "floor"], "holder").unwrap();
+        assert_eq!((numbers, holder), ([7, 1_700_000_005_000], "host a b"));
         assert!(lease_fields(
             "idmint.worker/v1 floor=1 token=7 holder=h",
             WORKER_FORMAT,
-            &["token", "floor"],
+            ["token", "floor"],
             "holder"
         )
         .is_err());
