@@ -73,21 +73,74 @@
 //! connection. Requests carry etcd's `require-leader` flag: a member cut off from its leader
 //! answers at once instead of waiting.
 //!
+//! ## Worker leases
+//!
+//! [`WorkerLeases`] keeps, under `<prefix>leases/<group>/`:
+//!
+//! - `group`: `idmint.lease-group/v1 last_token=7 layout=<layout>` (no etcd lease);
+//! - `worker/<id>`: the durable record of a worker id, `idmint.worker/v1 token=7
+//!   floor=1700000005000 holder=<holder>` (no etcd lease: it outlives every holder);
+//! - `live/<id>`: `idmint.live/v1 token=7 ttl=60 holder=<holder>`, **attached to an etcd
+//!   lease** granted for that acquisition. The worker id is live exactly while this key exists,
+//!   so expiry is etcd's: when the etcd lease runs out (or is revoked), etcd deletes the key and
+//!   the worker id is free, whatever the clocks of the nodes say.
+//!
+//! Layout and holder are the rest of their line. Every value is validated (canonical form, a
+//! live key only next to a record with its token) or [`StoreError::Corrupt`].
+//!
+//! - `acquire`: one linearizable range read of the group's keys, [`plan_acquire`] on them, an
+//!   etcd lease granted (`LeaseGrant`, the TTL rounded up to whole seconds; etcd raises it to its
+//!   minimum, 2 s by default, and the granted TTL is reported), then one `Txn` comparing what the
+//!   decision rests on (the group key's `mod_revision`, or its absence; the chosen worker's
+//!   record's `mod_revision` or absence; its live key's absence) that writes the group key,
+//!   the record and the live key. Every acquisition writes the group key, so two of them in one
+//!   group never both commit on the same read: tokens strictly grow. On a conflict it reads
+//!   again and retries (as reservations do, at most [`MAX_CONFLICTS`] times, reusing the etcd
+//!   lease); an etcd lease left unused (a refusal, an error, a failed transaction) is revoked.
+//!   Within one authority, acquisitions in one group run one at a time. A refusal (`Held`,
+//!   `PoolFull`) reports the time left from `LeaseTimeToLive` of the live keys' etcd leases.
+//! - `renew`: reads the record and live key of the worker id (one read-only `Txn`), refuses
+//!   ([`LeaseError::Superseded`], nothing written) if the token is not the lease's, raises the
+//!   floor with a `Txn` comparing the `mod_revision`s read, and sends one `LeaseKeepAlive` for the
+//!   live key's etcd lease, which restarts its TTL. If the live key is gone (the etcd lease ran
+//!   out, nobody acquired since), it grants a new etcd lease and writes the live key in the
+//!   same `Txn` (conditional on its absence).
+//! - `release`: one `Txn` (conditional on the record's and live key's `mod_revision`s read)
+//!   that sets the floor and deletes the live key, then revokes the etcd lease.
+//! - `group`: one range read, and `LeaseTimeToLive` for each live key.
+//!
+//! Lost replies: none of these transactions is resent. An acquisition that fails after its
+//! etcd lease was granted revokes it, so a transaction that committed unseen frees its worker
+//! id at once (its token is burned; the next one is larger). A renewal or release that fails
+//! may have committed: raising a floor is always safe, and a release sent again finds its token
+//! still current and does the same again. A renewal whose etcd lease runs out between its floor
+//! write and its keep-alive looks again, and answers `Superseded` if someone acquired the
+//! worker id meanwhile (the floor it raised then binds the new holder too).
+//!
+//! etcd keeps its leases across restarts (a new leader extends each one by its TTL), so a kill
+//! of etcd frees no worker id early. A node's clock decides nothing: it only judges, with a
+//! margin, its own lease (docs/design.md invariant 4).
+//!
 //! ## What it does not do
 //!
-//! TLS and etcd authentication (plain `http://` endpoints only), leases or watches, deleting
+//! TLS and etcd authentication (plain `http://` endpoints only), watches, deleting
 //! namespaces, compacting etcd's history (configure etcd's `--auto-compaction-*`: every
 //! reservation is a new revision), and paging `list` (one range read; fine for tens of
 //! thousands of namespaces).
 
 pub use crate::config::EtcdConfig;
+use crate::lease::{
+    check_current, plan_acquire, GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases,
+    WorkerSlot,
+};
 use crate::{ops, Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, KvClient, Txn, TxnOp,
-    TxnOpResponse, TxnResponse,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, KvClient, LeaseClient,
+    PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -121,10 +174,15 @@ type Slot = Arc<tokio::sync::Mutex<Option<Cached>>>;
 /// multiplexes concurrent calls) to the cluster.
 pub struct EtcdAuthority {
     kv: KvClient,
+    lease: LeaseClient,
     config: EtcdConfig,
     /// `<prefix>ns/`.
     ns_prefix: String,
+    /// `<prefix>leases/`.
+    lease_prefix: String,
     slots: Mutex<HashMap<NamespaceName, Slot>>,
+    /// Per lease group: serializes this authority's acquisitions in it.
+    groups: Mutex<HashMap<NamespaceName, Arc<tokio::sync::Mutex<()>>>>,
     conflicts: AtomicU64,
     // Keeps the endpoint list of the balanced channel alive.
     _client: Client,
@@ -197,9 +255,12 @@ impl EtcdAuthority {
         };
         let authority = EtcdAuthority {
             kv: client.kv_client(),
+            lease: client.lease_client(),
             ns_prefix: format!("{}ns/", config.prefix),
+            lease_prefix: format!("{}leases/", config.prefix),
             config,
             slots: Mutex::new(HashMap::new()),
+            groups: Mutex::new(HashMap::new()),
             conflicts: AtomicU64::new(0),
             _client: client,
         };
@@ -411,6 +472,10 @@ impl Authority for EtcdAuthority {
         KIND
     }
 
+    fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
+        Some(self)
+    }
+
     async fn ensure_namespace(
         &self,
         name: &NamespaceName,
@@ -499,6 +564,694 @@ impl Authority for EtcdAuthority {
         })
         .await
     }
+}
+
+/// The first field of a lease group's record.
+const GROUP_FORMAT: &str = "idmint.lease-group/v1";
+/// The first field of a worker id's durable record.
+const WORKER_FORMAT: &str = "idmint.worker/v1";
+/// The first field of a worker id's live key.
+const LIVE_FORMAT: &str = "idmint.live/v1";
+/// How many live leases a refused acquisition asks etcd the time left of.
+const REFUSAL_TTL_QUERIES: usize = 8;
+
+/// A worker id's durable record as read, with its `mod_revision`.
+#[derive(Debug, Clone)]
+struct RecordRead {
+    slot: WorkerSlot,
+    mod_revision: i64,
+}
+
+/// A worker id's live key as read.
+#[derive(Debug, Clone)]
+struct LiveRead {
+    token: u64,
+    ttl_secs: u64,
+    lease_id: i64,
+    mod_revision: i64,
+}
+
+/// A lease group's keys as read by one range read.
+#[derive(Debug, Default)]
+struct GroupRead {
+    record: Option<(GroupRecord, i64)>,
+    workers: BTreeMap<u64, (RecordRead, Option<LiveRead>)>,
+}
+
+impl GroupRead {
+    /// The slots, live ones with `expires_in` from `expiry` (by worker id) or else the TTL
+    /// their live key was granted with.
+    fn slots(&self, expiry: &BTreeMap<u64, Duration>) -> Vec<WorkerSlot> {
+        self.workers
+            .iter()
+            .map(|(worker, (record, live))| WorkerSlot {
+                expires_in: live.as_ref().map(|l| {
+                    expiry
+                        .get(worker)
+                        .copied()
+                        .unwrap_or(Duration::from_secs(l.ttl_secs))
+                }),
+                ..record.slot.clone()
+            })
+            .collect()
+    }
+}
+
+/// What became of an etcd lease asked about.
+enum Remaining {
+    Left(Duration),
+    Gone,
+}
+
+impl EtcdAuthority {
+    fn group_prefix(&self, group: &NamespaceName) -> String {
+        format!("{}{}/", self.lease_prefix, group.as_str())
+    }
+
+    fn group_key(&self, group: &NamespaceName) -> String {
+        format!("{}group", self.group_prefix(group))
+    }
+
+    fn worker_key(&self, group: &NamespaceName, worker: u64) -> String {
+        format!("{}worker/{worker}", self.group_prefix(group))
+    }
+
+    fn live_key(&self, group: &NamespaceName, worker: u64) -> String {
+        format!("{}live/{worker}", self.group_prefix(group))
+    }
+
+    fn group_lock(&self, group: &NamespaceName) -> Arc<tokio::sync::Mutex<()>> {
+        let mut groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
+        groups.entry(group.clone()).or_default().clone()
+    }
+
+    /// Every key of `group`, read at one revision (linearizable).
+    async fn read_group(&self, group: &NamespaceName) -> Result<GroupRead, StoreError> {
+        let prefix = self.group_prefix(group);
+        let response = self
+            .call_idempotent(&format!("reading lease group {group}"), |mut kv| {
+                let prefix = prefix.clone();
+                async move { kv.get(prefix, Some(GetOptions::new().with_prefix())).await }
+            })
+            .await?;
+        let mut read = GroupRead::default();
+        let mut lives = BTreeMap::new();
+        for kv in response.kvs() {
+            let key = String::from_utf8_lossy(kv.key());
+            let suffix = key.strip_prefix(&prefix).unwrap_or(&key);
+            if suffix == "group" {
+                read.record = Some((decode_group(group, kv.value())?, kv.mod_revision()));
+            } else if let Some(worker) = suffix.strip_prefix("worker/") {
+                let worker = parse_worker(group, &key, worker)?;
+                let record = decode_record(group, worker, kv)?;
+                read.workers.insert(worker, (record, None));
+            } else if let Some(worker) = suffix.strip_prefix("live/") {
+                let worker = parse_worker(group, &key, worker)?;
+                lives.insert(worker, decode_live(group, worker, kv)?);
+            } else {
+                return Err(StoreError::Corrupt {
+                    message: format!("etcd key {key:?} is no key of lease group {group}"),
+                });
+            }
+        }
+        for (worker, live) in lives {
+            let entry = read.workers.get_mut(&worker);
+            match entry {
+                Some((record, slot)) if record.slot.token == live.token => *slot = Some(live),
+                _ => return Err(live_without_record(group, worker, live.token)),
+            }
+        }
+        if read.record.is_none() && !read.workers.is_empty() {
+            return Err(StoreError::Corrupt {
+                message: format!("lease group {group} has worker records but no group record"),
+            });
+        }
+        Ok(read)
+    }
+
+    /// The record and live key of one worker id, read at one revision (a read-only `Txn`).
+    async fn read_worker(
+        &self,
+        group: &NamespaceName,
+        worker: u64,
+    ) -> Result<(Option<RecordRead>, Option<LiveRead>), StoreError> {
+        let txn = Txn::new().and_then([
+            TxnOp::get(self.worker_key(group, worker), None),
+            TxnOp::get(self.live_key(group, worker), None),
+        ]);
+        let response = self
+            .call_idempotent(
+                &format!("reading worker {worker} of lease group {group}"),
+                |mut kv| {
+                    let txn = txn.clone();
+                    async move { kv.txn(txn).await }
+                },
+            )
+            .await?;
+        let mut gets = response.op_responses().into_iter().map(|op| match op {
+            TxnOpResponse::Get(get) => Ok(get.kvs().first().cloned()),
+            _ => Err(unavailable(format!(
+                "lease group {group}: etcd answered a read without its values"
+            ))),
+        });
+        let (record, live) = match (gets.next(), gets.next()) {
+            (Some(record), Some(live)) => (record?, live?),
+            _ => {
+                return Err(unavailable(format!(
+                    "lease group {group}: etcd answered a read without its values"
+                )))
+            }
+        };
+        let record = record
+            .map(|kv| decode_record(group, worker, &kv))
+            .transpose()?;
+        let live = live.map(|kv| decode_live(group, worker, &kv)).transpose()?;
+        match (&record, &live) {
+            (Some(r), Some(l)) if r.slot.token != l.token => {
+                Err(live_without_record(group, worker, l.token))
+            }
+            (None, Some(l)) => Err(live_without_record(group, worker, l.token)),
+            _ => Ok((record, live)),
+        }
+    }
+
+    /// Grants an etcd lease of at least `ttl` (whole seconds); its id and granted TTL.
+    async fn grant(&self, ttl: Duration) -> Result<(i64, Duration), StoreError> {
+        let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let secs = i64::try_from(secs.max(1)).unwrap_or(i64::MAX);
+        let mut lease = self.lease.clone();
+        let granted = self
+            .call("granting an etcd lease", lease.grant(secs, None))
+            .await?;
+        if !granted.error().is_empty() || granted.id() == 0 {
+            return Err(unavailable(format!(
+                "etcd refused a lease of {secs} s: {}",
+                granted.error()
+            )));
+        }
+        let ttl = u64::try_from(granted.ttl().max(secs)).unwrap_or(u64::MAX);
+        Ok((granted.id(), Duration::from_secs(ttl)))
+    }
+
+    /// Revokes an etcd lease this authority granted and does not use; a failure is harmless
+    /// (the lease runs out by itself, and keys attached to it were meant to go anyway).
+    /// Sent twice if the first fails (revoking is idempotent), typically on a connection the
+    /// server had just closed: a lease left behind would hold its worker id for a whole TTL.
+    async fn revoke_quietly(&self, id: i64) {
+        let deadline = tokio::time::Instant::now() + self.config.op_timeout;
+        let mut failure = String::new();
+        for _ in 0..2 {
+            let mut lease = self.lease.clone();
+            match tokio::time::timeout_at(deadline, lease.revoke(id)).await {
+                Ok(Ok(_)) => return,
+                // Already gone (revoked by the first attempt, or expired).
+                Ok(Err(etcd_client::Error::GRpcStatus(status)))
+                    if status.message().contains("lease not found") =>
+                {
+                    return
+                }
+                Ok(Err(e)) => failure = describe(&e),
+                Err(_) => {
+                    failure = format!("no answer within {:?}", self.config.op_timeout);
+                    break;
+                }
+            }
+        }
+        tracing::debug!("etcd lease {id:x} not revoked (it expires by itself): {failure}");
+    }
+
+    /// What etcd says is left of lease `id`.
+    async fn remaining(&self, id: i64) -> Result<Remaining, StoreError> {
+        let mut lease = self.lease.clone();
+        let answer = self
+            .call("reading an etcd lease", lease.time_to_live(id, None))
+            .await?;
+        Ok(match u64::try_from(answer.ttl()) {
+            // Under a second left (etcd counts whole seconds, rounding down).
+            Ok(0) => Remaining::Left(Duration::from_millis(500)),
+            Ok(secs) => Remaining::Left(Duration::from_secs(secs)),
+            Err(_) => Remaining::Gone,
+        })
+    }
+
+    /// The time left of each live key of `read` (only of `only`, if given), from etcd;
+    /// `None` if one of them is gone since (read again).
+    async fn expiries(
+        &self,
+        read: &GroupRead,
+        only: Option<u64>,
+    ) -> Result<Option<BTreeMap<u64, Duration>>, StoreError> {
+        let mut expiry = BTreeMap::new();
+        let live = read
+            .workers
+            .iter()
+            .filter_map(|(worker, (_, live))| live.as_ref().map(|l| (worker, l)))
+            .filter(|(worker, _)| only.is_none_or(|w| w == **worker));
+        // A full pool's error names the first few live leases with their time left, the rest
+        // with the TTL they were granted (an upper bound): a question per live lease of a
+        // large group would make a refusal slow.
+        for (worker, live) in live.take(REFUSAL_TTL_QUERIES) {
+            match self.remaining(live.lease_id).await? {
+                Remaining::Left(left) => {
+                    expiry.insert(*worker, left);
+                }
+                Remaining::Gone => return Ok(None),
+            }
+        }
+        Ok(Some(expiry))
+    }
+
+    /// Counts a conflict of a lease transaction; `Unavailable` after too many.
+    async fn lease_conflict(&self, what: &str, conflicts: &mut u32) -> Result<(), StoreError> {
+        self.conflicts.fetch_add(1, Ordering::Relaxed);
+        *conflicts += 1;
+        if *conflicts > MAX_CONFLICTS {
+            return Err(unavailable(format!(
+                "{what}: gave up after {MAX_CONFLICTS} conflicting writes by other nodes; retry \
+                 later"
+            )));
+        }
+        if *conflicts > EAGER_RETRIES {
+            backoff(*conflicts - EAGER_RETRIES).await;
+        }
+        Ok(())
+    }
+
+    async fn acquire_locked(
+        &self,
+        request: &LeaseRequest,
+        granted: &mut Option<(i64, Duration)>,
+    ) -> Result<WorkerLease, LeaseError> {
+        let group = &request.group;
+        let what = format!("acquiring a worker of lease group {group}");
+        let mut conflicts = 0u32;
+        loop {
+            let read = self.read_group(group).await?;
+            let record = read.record.as_ref().map(|(r, _)| r);
+            let grant = match plan_acquire(request, record, &read.slots(&BTreeMap::new())) {
+                Ok(grant) => grant,
+                Err(refused @ (LeaseError::Held { .. } | LeaseError::PoolFull { .. })) => {
+                    // Say how long the live leases have left, by etcd's clock.
+                    let only = match &refused {
+                        LeaseError::Held { worker, .. } => Some(*worker),
+                        _ => None,
+                    };
+                    match self.expiries(&read, only).await? {
+                        Some(expiry) => {
+                            return Err(plan_acquire(request, record, &read.slots(&expiry))
+                                .err()
+                                .unwrap_or(refused))
+                        }
+                        // A live lease ran out meanwhile: decide again on a fresh read.
+                        None => continue,
+                    }
+                }
+                Err(e) => return Err(e),
+            };
+            let (lease_id, ttl) = match *granted {
+                Some(known) => known,
+                None => *granted.insert(self.grant(request.ttl).await?),
+            };
+            let group_key = self.group_key(group);
+            let worker_key = self.worker_key(group, grant.worker);
+            let live_key = self.live_key(group, grant.worker);
+            let record_rev = read
+                .workers
+                .get(&grant.worker)
+                .map(|(record, _)| record.mod_revision);
+            let slot = WorkerSlot {
+                worker: grant.worker,
+                token: grant.token,
+                holder: request.holder.clone(),
+                floor_unix_ms: grant.floor_unix_ms,
+                expires_in: None,
+            };
+            let txn = Txn::new()
+                .when([
+                    unchanged(&group_key, read.record.as_ref().map(|(_, rev)| *rev)),
+                    unchanged(&worker_key, record_rev),
+                    unchanged(&live_key, None),
+                ])
+                .and_then([
+                    TxnOp::put(group_key, encode_group(&grant.group), None),
+                    TxnOp::put(worker_key, encode_record(&slot), None),
+                    TxnOp::put(
+                        live_key,
+                        encode_live(grant.token, ttl, &request.holder),
+                        Some(PutOptions::new().with_lease(lease_id)),
+                    ),
+                ]);
+            let mut kv = self.kv.clone();
+            let response = self.call(&what, kv.txn(txn)).await?;
+            if response.succeeded() {
+                *granted = None;
+                return Ok(WorkerLease {
+                    group: group.clone(),
+                    worker: grant.worker,
+                    token: grant.token,
+                    floor_unix_ms: grant.floor_unix_ms,
+                    ttl,
+                    holder: request.holder.clone(),
+                });
+            }
+            self.lease_conflict(&what, &mut conflicts).await?;
+        }
+    }
+
+    /// Sends one keep-alive for etcd lease `id`: `false` if etcd no longer has it.
+    async fn keep_alive_once(&self, id: i64) -> Result<bool, StoreError> {
+        let mut lease = self.lease.clone();
+        let sent = tokio::time::timeout(self.config.op_timeout, lease.keep_alive(id)).await;
+        match sent {
+            // The client has read etcd's answer (a TTL above zero) before it returns; dropping
+            // the keeper and the stream ends the keep-alive stream.
+            Ok(Ok(_)) => Ok(true),
+            Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => Ok(false),
+            Ok(Err(e)) => Err(unavailable(format!(
+                "renewing an etcd lease: {}",
+                describe(&e)
+            ))),
+            Err(_) => Err(unavailable(format!(
+                "renewing an etcd lease: no answer within {:?}",
+                self.config.op_timeout
+            ))),
+        }
+    }
+}
+
+/// A comparison that `key` is as read: at `mod_revision`, or absent (`None`).
+fn unchanged(key: &str, mod_revision: Option<i64>) -> Compare {
+    match mod_revision {
+        Some(rev) => Compare::mod_revision(key, CompareOp::Equal, rev),
+        None => Compare::create_revision(key, CompareOp::Equal, 0),
+    }
+}
+
+#[async_trait]
+impl WorkerLeases for EtcdAuthority {
+    async fn acquire(&self, request: &LeaseRequest) -> Result<WorkerLease, LeaseError> {
+        let lock = self.group_lock(&request.group);
+        let _turn = tokio::time::timeout(self.config.op_timeout, lock.lock())
+            .await
+            .map_err(|_| {
+                unavailable(format!(
+                    "lease group {}: waited longer than {:?} behind earlier acquisitions",
+                    request.group, self.config.op_timeout
+                ))
+            })?;
+        let mut granted = None;
+        let result = self.acquire_locked(request, &mut granted).await;
+        if let Some((id, _)) = granted {
+            // Not attached to a committed live key (or the commit is unknown: then the
+            // caller was told it failed, and revoking frees the worker id it may have taken).
+            self.revoke_quietly(id).await;
+        }
+        result
+    }
+
+    async fn renew(
+        &self,
+        lease: &WorkerLease,
+        floor_unix_ms: u64,
+    ) -> Result<WorkerLease, LeaseError> {
+        let group = &lease.group;
+        let what = format!("renewing worker {} of lease group {group}", lease.worker);
+        let worker_key = self.worker_key(group, lease.worker);
+        let live_key = self.live_key(group, lease.worker);
+        let mut conflicts = 0u32;
+        loop {
+            let (record, live) = self.read_worker(group, lease.worker).await?;
+            // Superseded: returned before anything is written.
+            check_current(lease, record.as_ref().map(|r| &r.slot))?;
+            let Some(record) = record else {
+                return Err(crate::lease::superseded(lease, None));
+            };
+            let mut slot = record.slot.clone();
+            slot.floor_unix_ms = slot.floor_unix_ms.max(floor_unix_ms);
+            let renewed = WorkerLease {
+                floor_unix_ms: slot.floor_unix_ms,
+                ..lease.clone()
+            };
+            match live {
+                Some(live) => {
+                    if slot.floor_unix_ms > record.slot.floor_unix_ms {
+                        let txn = Txn::new()
+                            .when([
+                                unchanged(&worker_key, Some(record.mod_revision)),
+                                unchanged(&live_key, Some(live.mod_revision)),
+                            ])
+                            .and_then([TxnOp::put(worker_key.clone(), encode_record(&slot), None)]);
+                        let mut kv = self.kv.clone();
+                        if !self.call(&what, kv.txn(txn)).await?.succeeded() {
+                            self.lease_conflict(&what, &mut conflicts).await?;
+                            continue;
+                        }
+                    }
+                    if self.keep_alive_once(live.lease_id).await? {
+                        return Ok(renewed);
+                    }
+                    // The etcd lease ran out after the read: look again (if nobody acquired
+                    // the worker id since, the next round grants a new one).
+                }
+                None => {
+                    // The live key expired and nobody acquired the worker id since: the token
+                    // is still current, so the lease restarts on a new etcd lease.
+                    let (lease_id, ttl) = self.grant(lease.ttl).await?;
+                    let txn = Txn::new()
+                        .when([
+                            unchanged(&worker_key, Some(record.mod_revision)),
+                            unchanged(&live_key, None),
+                        ])
+                        .and_then([
+                            TxnOp::put(worker_key.clone(), encode_record(&slot), None),
+                            TxnOp::put(
+                                live_key.clone(),
+                                encode_live(lease.token, ttl, &lease.holder),
+                                Some(PutOptions::new().with_lease(lease_id)),
+                            ),
+                        ]);
+                    let mut kv = self.kv.clone();
+                    match self.call(&what, kv.txn(txn)).await {
+                        Ok(response) if response.succeeded() => return Ok(renewed),
+                        Ok(_) => {
+                            self.revoke_quietly(lease_id).await;
+                            self.lease_conflict(&what, &mut conflicts).await?;
+                        }
+                        Err(e) => {
+                            self.revoke_quietly(lease_id).await;
+                            return Err(e.into());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn release(&self, lease: &WorkerLease, floor_unix_ms: u64) -> Result<(), LeaseError> {
+        let group = &lease.group;
+        let what = format!("releasing worker {} of lease group {group}", lease.worker);
+        let worker_key = self.worker_key(group, lease.worker);
+        let live_key = self.live_key(group, lease.worker);
+        let mut conflicts = 0u32;
+        loop {
+            let (record, live) = self.read_worker(group, lease.worker).await?;
+            check_current(lease, record.as_ref().map(|r| &r.slot))?;
+            let Some(record) = record else {
+                return Err(crate::lease::superseded(lease, None));
+            };
+            let mut slot = record.slot.clone();
+            slot.floor_unix_ms = floor_unix_ms;
+            let mut ops = vec![TxnOp::put(worker_key.clone(), encode_record(&slot), None)];
+            if live.is_some() {
+                ops.push(TxnOp::delete(live_key.clone(), None));
+            }
+            let txn = Txn::new()
+                .when([
+                    unchanged(&worker_key, Some(record.mod_revision)),
+                    unchanged(&live_key, live.as_ref().map(|l| l.mod_revision)),
+                ])
+                .and_then(ops);
+            let mut kv = self.kv.clone();
+            if self.call(&what, kv.txn(txn)).await?.succeeded() {
+                if let Some(live) = live {
+                    // The live key is gone already: the worker id is free whether or not
+                    // this succeeds.
+                    self.revoke_quietly(live.lease_id).await;
+                }
+                return Ok(());
+            }
+            self.lease_conflict(&what, &mut conflicts).await?;
+        }
+    }
+
+    async fn group(
+        &self,
+        group: &NamespaceName,
+    ) -> Result<Option<(GroupRecord, Vec<WorkerSlot>)>, LeaseError> {
+        let mut read = self.read_group(group).await?;
+        let mut expiry = BTreeMap::new();
+        for (worker, (_, live)) in read.workers.iter_mut() {
+            let Some(known) = live else { continue };
+            match self.remaining(known.lease_id).await? {
+                Remaining::Left(left) => {
+                    expiry.insert(*worker, left);
+                }
+                // Expired since the read: free.
+                Remaining::Gone => *live = None,
+            }
+        }
+        let slots = read.slots(&expiry);
+        Ok(read.record.map(|(record, _)| (record, slots)))
+    }
+}
+
+fn parse_worker(group: &NamespaceName, key: &str, text: &str) -> Result<u64, StoreError> {
+    match text.parse::<u64>() {
+        Ok(worker) if worker.to_string() == text => Ok(worker),
+        _ => Err(StoreError::Corrupt {
+            message: format!("etcd key {key:?} of lease group {group} names no worker id"),
+        }),
+    }
+}
+
+fn live_without_record(group: &NamespaceName, worker: u64, token: u64) -> StoreError {
+    StoreError::Corrupt {
+        message: format!(
+            "lease group {group}: the live key of worker {worker} (token {token}) does not \
+             match its record"
+        ),
+    }
+}
+
+/// Parses `<format> <key>=<u64> … <last>=<text>`: the numbers of `keys`, then the text after
+/// `last=`.
+fn lease_fields<'a, const N: usize>(
+    text: &'a str,
+    format: &str,
+    keys: [&str; N],
+    last: &str,
+) -> Result<([u64; N], &'a str), String> {
+    let mut rest = text
+        .strip_prefix(format)
+        .and_then(|r| r.strip_prefix(' '))
+        .ok_or_else(|| {
+            format!("does not start with {format:?} (written by another idmint version?)")
+        })?;
+    let mut numbers = [0u64; N];
+    for (key, number) in keys.iter().zip(numbers.iter_mut()) {
+        let (field, tail) = rest
+            .split_once(' ')
+            .ok_or_else(|| format!("field {key} is missing"))?;
+        let value = field
+            .strip_prefix(key)
+            .and_then(|f| f.strip_prefix('='))
+            .ok_or_else(|| format!("field {key} is missing or out of place"))?;
+        *number = value
+            .parse::<u64>()
+            .map_err(|_| format!("field {key}={value} is not a number"))?;
+        rest = tail;
+    }
+    let tail = rest
+        .strip_prefix(last)
+        .and_then(|r| r.strip_prefix('='))
+        .ok_or_else(|| format!("field {last} is missing or out of place"))?;
+    Ok((numbers, tail))
+}
+
+fn lease_text<'a>(
+    raw: &'a [u8],
+    what: &dyn Fn(String) -> StoreError,
+) -> Result<&'a str, StoreError> {
+    std::str::from_utf8(raw).map_err(|_| what("not UTF-8 text".to_owned()))
+}
+
+fn encode_group(record: &GroupRecord) -> String {
+    format!(
+        "{GROUP_FORMAT} last_token={} layout={}",
+        record.last_token, record.layout
+    )
+}
+
+fn decode_group(group: &NamespaceName, raw: &[u8]) -> Result<GroupRecord, StoreError> {
+    let corrupt = |what: String| StoreError::Corrupt {
+        message: format!("etcd record of lease group {group}: {what}"),
+    };
+    let text = lease_text(raw, &corrupt)?;
+    let ([last_token], layout) =
+        lease_fields(text, GROUP_FORMAT, ["last_token"], "layout").map_err(corrupt)?;
+    let record = GroupRecord {
+        layout: layout.to_owned(),
+        last_token,
+    };
+    if encode_group(&record) != text {
+        return Err(corrupt(format!("{text:?} is not in canonical form")));
+    }
+    Ok(record)
+}
+
+fn encode_record(slot: &WorkerSlot) -> String {
+    format!(
+        "{WORKER_FORMAT} token={} floor={} holder={}",
+        slot.token, slot.floor_unix_ms, slot.holder
+    )
+}
+
+fn decode_record(
+    group: &NamespaceName,
+    worker: u64,
+    kv: &KeyValue,
+) -> Result<RecordRead, StoreError> {
+    let corrupt = |what: String| StoreError::Corrupt {
+        message: format!("etcd record of worker {worker} of lease group {group}: {what}"),
+    };
+    let text = lease_text(kv.value(), &corrupt)?;
+    let ([token, floor_unix_ms], holder) =
+        lease_fields(text, WORKER_FORMAT, ["token", "floor"], "holder").map_err(corrupt)?;
+    let slot = WorkerSlot {
+        worker,
+        token,
+        holder: holder.to_owned(),
+        floor_unix_ms,
+        expires_in: None,
+    };
+    if slot.token == 0 {
+        return Err(corrupt("token 0 is never granted".to_owned()));
+    }
+    if encode_record(&slot) != text {
+        return Err(corrupt(format!("{text:?} is not in canonical form")));
+    }
+    Ok(RecordRead {
+        slot,
+        mod_revision: kv.mod_revision(),
+    })
+}
+
+fn encode_live(token: u64, ttl: Duration, holder: &str) -> String {
+    format!(
+        "{LIVE_FORMAT} token={token} ttl={} holder={holder}",
+        ttl.as_secs()
+    )
+}
+
+fn decode_live(group: &NamespaceName, worker: u64, kv: &KeyValue) -> Result<LiveRead, StoreError> {
+    let corrupt = |what: String| StoreError::Corrupt {
+        message: format!("etcd live key of worker {worker} of lease group {group}: {what}"),
+    };
+    let text = lease_text(kv.value(), &corrupt)?;
+    let ([token, ttl_secs], holder) =
+        lease_fields(text, LIVE_FORMAT, ["token", "ttl"], "holder").map_err(corrupt)?;
+    if encode_live(token, Duration::from_secs(ttl_secs), holder) != text {
+        return Err(corrupt(format!("{text:?} is not in canonical form")));
+    }
+    if kv.lease() == 0 {
+        return Err(corrupt("not attached to an etcd lease".to_owned()));
+    }
+    Ok(LiveRead {
+        token,
+        ttl_secs,
+        lease_id: kv.lease(),
+        mod_revision: kv.mod_revision(),
+    })
 }
 
 fn unavailable(message: String) -> StoreError {
@@ -700,6 +1453,67 @@ mod tests {
             decode(&name(), &invalid_utf8),
             Err(StoreError::Corrupt { .. })
         ));
+    }
+
+    #[test]
+    fn lease_records_round_trip_and_damage_is_corrupt() {
+        let record = GroupRecord {
+            layout: "timestamp_bits=41 node_bits=2 sequence_bits=12 unit=1ms epoch=0".into(),
+            last_token: 7,
+        };
+        let text = encode_group(&record);
+        assert_eq!(
+            text,
+            "idmint.lease-group/v1 last_token=7 layout=timestamp_bits=41 node_bits=2 \
+             sequence_bits=12 unit=1ms epoch=0"
+        );
+        assert_eq!(decode_group(&name(), text.as_bytes()).unwrap(), record);
+        let bad = [
+            "",
+            "idmint.lease-group/v2 last_token=7 layout=L",
+            "idmint.lease-group/v1 last_token=07 layout=L",
+            "idmint.lease-group/v1 layout=L",
+            "idmint.lease-group/v1 last_token=x layout=L",
+        ];
+        for raw in bad {
+            assert!(
+                matches!(
+                    decode_group(&name(), raw.as_bytes()),
+                    Err(StoreError::Corrupt { .. })
+                ),
+                "{raw:?} was accepted"
+            );
+        }
+        let slot = WorkerSlot {
+            worker: 2,
+            token: 7,
+            holder: "host a b".into(),
+            floor_unix_ms: 1_700_000_005_000,
+            expires_in: None,
+        };
+        assert_eq!(
+            encode_record(&slot),
+            "idmint.worker/v1 token=7 floor=1700000005000 holder=host a b"
+        );
+        let text = encode_record(&slot);
+        let (numbers, holder) =
+            lease_fields(&text, WORKER_FORMAT, ["token", "floor"], "holder").unwrap();
+        assert_eq!((numbers, holder), ([7, 1_700_000_005_000], "host a b"));
+        assert!(lease_fields(
+            "idmint.worker/v1 floor=1 token=7 holder=h",
+            WORKER_FORMAT,
+            ["token", "floor"],
+            "holder"
+        )
+        .is_err());
+        assert_eq!(
+            encode_live(7, Duration::from_secs(60), "h"),
+            "idmint.live/v1 token=7 ttl=60 holder=h"
+        );
+        assert!(parse_worker(&name(), "k", "3").is_ok());
+        for bad in ["03", "-1", "x", ""] {
+            assert!(parse_worker(&name(), "k", bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -35,15 +35,45 @@
 //! A record is valid when its length and version match, the name is a valid
 //! [`NamespaceName`], `SequenceSpec::new(width, first, step, offset)` accepts the spec, and
 //! `first <= watermark <= max_id + 1`.
+//!
+//! ## Worker leases
+//!
+//! [`WorkerLeases`] keeps two more tables, written by the same kind of transaction (one redb
+//! write transaction per `acquire`, `renew` and `release`, committed with
+//! [`redb::Durability::Immediate`] before the call returns, the decision taken inside it by
+//! [`plan_acquire`]):
+//!
+//! - `idmint.lease_groups.v1`, keyed by the group name: version `1` (1 byte), `last_token`
+//!   (u64 big-endian), then the recorded layout (UTF-8, the rest of the value);
+//! - `idmint.worker_leases.v1`, keyed by `(group, worker id)`: version `1`, the token and the
+//!   time floor (u64 big-endian each), then the latest holder (UTF-8, the rest).
+//!
+//! Expiry is **not** on disk: whether a lease is live is kept in memory, as the token it was
+//! granted with and its expiry on the authority's monotonic clock (the operating system's, or
+//! the one given to [`FileAuthority::open_with_clock`]). So every lease recorded in the file
+//! when it is opened is expired. That is safe, and exact: redb's lock gives the directory to one process at a
+//! time, so a lease found at open was granted by a process that no longer holds the directory
+//! (it exited or crashed) and cannot issue under it through this store; and what protects the
+//! ids that process issued is not the lease but the durable time floor and the token, which
+//! the file keeps and the next holder starts from (a larger token, at or above the floor).
 
+use crate::lease::{
+    check_current, plan_acquire, GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases,
+    WorkerSlot,
+};
 use crate::{ops, Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
-use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
-use redb::{Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use idmint_core::{Block, Clock, NamespaceName, SequenceSpec, SystemClock, Width};
+use redb::{
+    Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, TableDefinition,
+    WriteTransaction,
+};
+use std::collections::HashMap;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 /// The database file's name inside the data directory.
 pub const FILE_NAME: &str = "idmint.redb";
@@ -52,6 +82,10 @@ const KIND: &str = "file";
 const NAMESPACES: TableDefinition<&str, &[u8]> = TableDefinition::new("idmint.namespaces.v1");
 const RECORD_VERSION: u8 = 1;
 const RECORD_LEN: usize = 34;
+const LEASE_GROUPS: TableDefinition<&str, &[u8]> = TableDefinition::new("idmint.lease_groups.v1");
+const WORKER_LEASES: TableDefinition<(&str, u64), &[u8]> =
+    TableDefinition::new("idmint.worker_leases.v1");
+const LEASE_RECORD_VERSION: u8 = 1;
 /// The whole store is a few kilobytes per thousand namespaces; redb's default cache is 1 GiB.
 const CACHE_BYTES: usize = 4 * 1024 * 1024;
 
@@ -59,6 +93,29 @@ const CACHE_BYTES: usize = 4 * 1024 * 1024;
 pub struct FileAuthority {
     db: Arc<Database>,
     path: PathBuf,
+    leases: Arc<Liveness>,
+}
+
+/// Which leases are live, in memory only (see the module docs: none survives the process).
+struct Liveness {
+    clock: Arc<dyn Clock>,
+    /// Per `(group, worker id)`: the token of its live lease and when it expires (monotonic
+    /// nanos of `clock`). A slot is live only if this token is its recorded one.
+    ///
+    /// A `std::sync::Mutex`: taken inside a blocking lease transaction, after redb's write
+    /// lock (so writers change it one at a time, in the order of their commits), and held
+    /// until the commit is done, so no other writer sees a lease before it is durable or after
+    /// it ended; never across an `.await`.
+    live: Mutex<LiveMap>,
+}
+
+type LiveMap = HashMap<(NamespaceName, u64), (u64, u64)>;
+
+impl Liveness {
+    fn lock(&self) -> MutexGuard<'_, LiveMap> {
+        // Every change is one insert or remove: consistent even after a panic.
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl fmt::Debug for FileAuthority {
@@ -74,8 +131,15 @@ impl FileAuthority {
     ///
     /// Blocks. [`StoreError::Locked`] if another process, or another `FileAuthority` of this
     /// process, has it open; [`StoreError::Corrupt`] if the file is not a valid idmint store;
-    /// [`StoreError::Unavailable`] on I/O errors.
+    /// [`StoreError::Unavailable`] on I/O errors. Worker leases expire by the operating
+    /// system's monotonic clock.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with_clock(dir, Arc::new(SystemClock::new()))
+    }
+
+    /// Like [`Self::open`], with worker leases expiring by `clock`'s monotonic time (tests step
+    /// it with a `ManualClock` instead of sleeping).
+    pub fn open_with_clock(dir: &Path, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
         let created_dir = !dir.exists();
         std::fs::create_dir_all(dir).map_err(|e| {
             unavailable(format!(
@@ -106,9 +170,11 @@ impl FileAuthority {
                 })
             }
         };
-        // Create the table up front so that readers never meet a missing table.
+        // Create the tables up front so that readers never meet a missing table.
         let txn = db.begin_write().map_err(redb_error)?;
         txn.open_table(NAMESPACES).map_err(redb_error)?;
+        txn.open_table(LEASE_GROUPS).map_err(redb_error)?;
+        txn.open_table(WORKER_LEASES).map_err(redb_error)?;
         txn.commit().map_err(redb_error)?;
         // The file's own fsyncs do not make its name durable: the directory's entry is.
         sync_dir(dir)?;
@@ -120,6 +186,11 @@ impl FileAuthority {
         Ok(FileAuthority {
             db: Arc::new(db),
             path,
+            // Empty: every lease in the file belongs to a process that is gone (module docs).
+            leases: Arc::new(Liveness {
+                clock,
+                live: Mutex::new(HashMap::new()),
+            }),
         })
     }
 
@@ -139,6 +210,21 @@ impl FileAuthority {
         match tokio::task::spawn_blocking(move || op(&db)).await {
             Ok(result) => result,
             Err(e) => Err(unavailable(format!("file store operation failed: {e}"))),
+        }
+    }
+
+    /// Runs a lease operation on the blocking pool with the liveness table; see
+    /// [`Self::blocking`].
+    async fn lease_op<T, F>(&self, op: F) -> Result<T, LeaseError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Database, &Liveness) -> Result<T, LeaseError> + Send + 'static,
+    {
+        let db = self.db.clone();
+        let leases = self.leases.clone();
+        match tokio::task::spawn_blocking(move || op(&db, &leases)).await {
+            Ok(result) => result,
+            Err(e) => Err(unavailable(format!("file store lease operation failed: {e}")).into()),
         }
     }
 
@@ -182,6 +268,10 @@ impl FileAuthority {
 impl Authority for FileAuthority {
     fn kind(&self) -> &'static str {
         KIND
+    }
+
+    fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
+        Some(self)
     }
 
     async fn ensure_namespace(
@@ -265,6 +355,280 @@ impl Authority for FileAuthority {
     }
 }
 
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A write transaction committed with fsync.
+fn begin_durable(db: &Database) -> Result<WriteTransaction, StoreError> {
+    let mut txn = db.begin_write().map_err(redb_error)?;
+    txn.set_durability(Durability::Immediate)
+        .map_err(redb_error)?;
+    Ok(txn)
+}
+
+/// The recorded worker ids of `group`, sorted, all marked free.
+fn read_slots(
+    table: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
+    group: &str,
+) -> Result<Vec<WorkerSlot>, StoreError> {
+    let mut slots = Vec::new();
+    for entry in table
+        .range((group, 0u64)..=(group, u64::MAX))
+        .map_err(redb_error)?
+    {
+        let (key, value) = entry.map_err(redb_error)?;
+        let (_, worker) = key.value();
+        slots.push(decode_worker(group, worker, value.value())?);
+    }
+    Ok(slots)
+}
+
+/// Marks the slots of `group` live whose lease is live at `now` by `live`.
+fn mark_live(slots: &mut [WorkerSlot], group: &NamespaceName, live: &LiveMap, now: u64) {
+    for slot in slots {
+        slot.expires_in = live
+            .get(&(group.clone(), slot.worker))
+            .filter(|(token, at)| *token == slot.token && *at > now)
+            .map(|(_, at)| Duration::from_nanos(at - now));
+    }
+}
+
+fn read_group(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    group: &str,
+) -> Result<Option<GroupRecord>, StoreError> {
+    match table.get(group).map_err(redb_error)? {
+        Some(value) => decode_group(group, value.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The record of one worker id, free.
+fn read_slot(
+    table: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
+    group: &str,
+    worker: u64,
+) -> Result<Option<WorkerSlot>, StoreError> {
+    match table.get((group, worker)).map_err(redb_error)? {
+        Some(value) => decode_worker(group, worker, value.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+#[async_trait]
+impl WorkerLeases for FileAuthority {
+    async fn acquire(&self, request: &LeaseRequest) -> Result<WorkerLease, LeaseError> {
+        let request = request.clone();
+        self.lease_op(move |db, leases| {
+            let txn = begin_durable(db)?;
+            // Taken after redb's write lock, held to the commit (see `Liveness::live`).
+            let mut live = leases.lock();
+            let now = leases.clock.monotonic_nanos();
+            let name = request.group.as_str();
+            let grant = {
+                let mut groups = txn.open_table(LEASE_GROUPS).map_err(redb_error)?;
+                let mut workers = txn.open_table(WORKER_LEASES).map_err(redb_error)?;
+                let record = read_group(&groups, name)?;
+                let mut slots = read_slots(&workers, name)?;
+                mark_live(&mut slots, &request.group, &live, now);
+                let grant = plan_acquire(&request, record.as_ref(), &slots)?;
+                groups
+                    .insert(name, encode_group(&grant.group).as_slice())
+                    .map_err(redb_error)?;
+                let slot = WorkerSlot {
+                    worker: grant.worker,
+                    token: grant.token,
+                    holder: request.holder.clone(),
+                    floor_unix_ms: grant.floor_unix_ms,
+                    expires_in: None,
+                };
+                workers
+                    .insert((name, grant.worker), encode_worker(&slot).as_slice())
+                    .map_err(redb_error)?;
+                grant
+            };
+            // Dropping an uncommitted transaction (the `?`s above) aborts it: nothing changes.
+            txn.commit().map_err(redb_error)?;
+            live.insert(
+                (request.group.clone(), grant.worker),
+                (grant.token, now.saturating_add(nanos(request.ttl))),
+            );
+            Ok(WorkerLease {
+                group: request.group.clone(),
+                worker: grant.worker,
+                token: grant.token,
+                floor_unix_ms: grant.floor_unix_ms,
+                ttl: request.ttl,
+                holder: request.holder,
+            })
+        })
+        .await
+    }
+
+    async fn renew(
+        &self,
+        lease: &WorkerLease,
+        floor_unix_ms: u64,
+    ) -> Result<WorkerLease, LeaseError> {
+        let lease = lease.clone();
+        self.lease_op(move |db, leases| {
+            let txn = begin_durable(db)?;
+            let mut live = leases.lock();
+            let now = leases.clock.monotonic_nanos();
+            let name = lease.group.as_str();
+            let floor = {
+                let mut workers = txn.open_table(WORKER_LEASES).map_err(redb_error)?;
+                let slot = read_slot(&workers, name, lease.worker)?;
+                // Superseded: returned before any write, the transaction aborts.
+                check_current(&lease, slot.as_ref())?;
+                let mut slot = slot.ok_or_else(|| unavailable("lease record vanished".into()))?;
+                if floor_unix_ms > slot.floor_unix_ms {
+                    slot.floor_unix_ms = floor_unix_ms;
+                    workers
+                        .insert((name, lease.worker), encode_worker(&slot).as_slice())
+                        .map_err(redb_error)?;
+                }
+                slot.floor_unix_ms
+            };
+            txn.commit().map_err(redb_error)?;
+            live.insert(
+                (lease.group.clone(), lease.worker),
+                (lease.token, now.saturating_add(nanos(lease.ttl))),
+            );
+            Ok(WorkerLease {
+                floor_unix_ms: floor,
+                ..lease
+            })
+        })
+        .await
+    }
+
+    async fn release(&self, lease: &WorkerLease, floor_unix_ms: u64) -> Result<(), LeaseError> {
+        let lease = lease.clone();
+        self.lease_op(move |db, leases| {
+            let txn = begin_durable(db)?;
+            let mut live = leases.lock();
+            let name = lease.group.as_str();
+            {
+                let mut workers = txn.open_table(WORKER_LEASES).map_err(redb_error)?;
+                let slot = read_slot(&workers, name, lease.worker)?;
+                check_current(&lease, slot.as_ref())?;
+                let mut slot = slot.ok_or_else(|| unavailable("lease record vanished".into()))?;
+                slot.floor_unix_ms = floor_unix_ms;
+                workers
+                    .insert((name, lease.worker), encode_worker(&slot).as_slice())
+                    .map_err(redb_error)?;
+            }
+            txn.commit().map_err(redb_error)?;
+            live.remove(&(lease.group.clone(), lease.worker));
+            Ok(())
+        })
+        .await
+    }
+
+    async fn group(
+        &self,
+        group: &NamespaceName,
+    ) -> Result<Option<(GroupRecord, Vec<WorkerSlot>)>, LeaseError> {
+        let group = group.clone();
+        self.lease_op(move |db, leases| {
+            let txn = db.begin_read().map_err(redb_error)?;
+            let groups = txn.open_table(LEASE_GROUPS).map_err(redb_error)?;
+            let workers = txn.open_table(WORKER_LEASES).map_err(redb_error)?;
+            let Some(record) = read_group(&groups, group.as_str())? else {
+                return Ok(None);
+            };
+            let mut slots = read_slots(&workers, group.as_str())?;
+            // A lease granted after this read transaction began carries a token the records
+            // read here do not have: it shows as free, as it was when the records were read.
+            let live = leases.lock();
+            mark_live(&mut slots, &group, &live, leases.clock.monotonic_nanos());
+            Ok(Some((record, slots)))
+        })
+        .await
+    }
+}
+
+fn encode_group(record: &GroupRecord) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9 + record.layout.len());
+    out.push(LEASE_RECORD_VERSION);
+    out.extend_from_slice(&record.last_token.to_be_bytes());
+    out.extend_from_slice(record.layout.as_bytes());
+    out
+}
+
+fn decode_group(group: &str, bytes: &[u8]) -> Result<GroupRecord, StoreError> {
+    let corrupt = |what: String| StoreError::Corrupt {
+        message: format!("lease group {group:?}: {what}"),
+    };
+    NamespaceName::new(group).map_err(|e| corrupt(format!("invalid name: {e}")))?;
+    let (head, layout) = lease_head(bytes, 9).map_err(corrupt)?;
+    let layout = std::str::from_utf8(layout)
+        .map_err(|_| corrupt("the layout is not UTF-8".into()))?
+        .to_owned();
+    Ok(GroupRecord {
+        layout,
+        last_token: u64_at(head, 1),
+    })
+}
+
+fn encode_worker(slot: &WorkerSlot) -> Vec<u8> {
+    let mut out = Vec::with_capacity(17 + slot.holder.len());
+    out.push(LEASE_RECORD_VERSION);
+    out.extend_from_slice(&slot.token.to_be_bytes());
+    out.extend_from_slice(&slot.floor_unix_ms.to_be_bytes());
+    out.extend_from_slice(slot.holder.as_bytes());
+    out
+}
+
+fn decode_worker(group: &str, worker: u64, bytes: &[u8]) -> Result<WorkerSlot, StoreError> {
+    let corrupt = |what: String| StoreError::Corrupt {
+        message: format!("lease of worker {worker} of group {group:?}: {what}"),
+    };
+    NamespaceName::new(group).map_err(|e| corrupt(format!("invalid group name: {e}")))?;
+    let (head, holder) = lease_head(bytes, 17).map_err(corrupt)?;
+    let token = u64_at(head, 1);
+    if token == 0 {
+        return Err(corrupt("token 0 is never granted".into()));
+    }
+    let holder = std::str::from_utf8(holder)
+        .map_err(|_| corrupt("the holder is not UTF-8".into()))?
+        .to_owned();
+    Ok(WorkerSlot {
+        worker,
+        token,
+        holder,
+        floor_unix_ms: u64_at(head, 9),
+        expires_in: None,
+    })
+}
+
+/// Splits a lease record into its fixed `head` (version checked) and its text tail.
+fn lease_head(bytes: &[u8], head: usize) -> Result<(&[u8], &[u8]), String> {
+    if bytes.len() < head {
+        return Err(format!(
+            "record is {} bytes long, expected at least {head}",
+            bytes.len()
+        ));
+    }
+    if bytes[0] != LEASE_RECORD_VERSION {
+        return Err(format!(
+            "record format version {} is not {LEASE_RECORD_VERSION} (written by another \
+             idmint version?)",
+            bytes[0]
+        ));
+    }
+    Ok(bytes.split_at(head))
+}
+
+/// The u64 big-endian at `i` of `bytes` (`bytes` is at least `i + 8` long).
+fn u64_at(bytes: &[u8], i: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&bytes[i..i + 8]);
+    u64::from_be_bytes(b)
+}
+
 /// Makes the entries of directory `dir` durable (fsync of the directory). Unix only: elsewhere
 /// a directory cannot be opened for it, and the file system journals its entries itself.
 fn sync_dir(dir: &Path) -> Result<(), StoreError> {
@@ -296,7 +660,7 @@ fn redb_error(e: impl Into<redb::Error>) -> StoreError {
             message: e.to_string(),
         },
         redb::Error::TableTypeMismatch { table, .. } => StoreError::Corrupt {
-            message: format!("table {table} does not hold idmint namespace records"),
+            message: format!("table {table} does not hold the records idmint writes there"),
         },
         other => unavailable(other.to_string()),
     }
@@ -416,6 +780,48 @@ mod tests {
         }
         assert!(matches!(
             decode("-bad", &good),
+            Err(StoreError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn lease_records_round_trip_and_damage_is_corrupt() {
+        let record = GroupRecord {
+            layout: "timestamp_bits=41 node_bits=2".into(),
+            last_token: 9,
+        };
+        assert_eq!(decode_group("g", &encode_group(&record)).unwrap(), record);
+        let slot = WorkerSlot {
+            worker: 3,
+            token: 9,
+            holder: "host pid=1".into(),
+            floor_unix_ms: 1_700_000_000_000,
+            expires_in: None,
+        };
+        assert_eq!(decode_worker("g", 3, &encode_worker(&slot)).unwrap(), slot);
+        let good = encode_worker(&slot);
+        let mut bad_version = good.clone();
+        bad_version[0] = 2;
+        let mut zero_token = good.clone();
+        zero_token[1..9].copy_from_slice(&[0; 8]);
+        let not_utf8 = [&good[..17], &[0xff][..]].concat();
+        for case in [
+            &good[..16],
+            &bad_version[..],
+            &zero_token[..],
+            &not_utf8[..],
+        ] {
+            assert!(
+                matches!(decode_worker("g", 3, case), Err(StoreError::Corrupt { .. })),
+                "{case:?}"
+            );
+        }
+        assert!(matches!(
+            decode_group("g", &[1, 0, 0]),
+            Err(StoreError::Corrupt { .. })
+        ));
+        assert!(matches!(
+            decode_group("-bad", &encode_group(&record)),
             Err(StoreError::Corrupt { .. })
         ));
     }

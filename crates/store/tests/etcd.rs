@@ -2,10 +2,12 @@
 //!
 //! The conformance suite runs from `idmint_store::conformance`, one test per property
 //! (`etcd::…`), with its fault scenarios: cut, stall, lost reply, two nodes, odd and even key
-//! prefixes on one server. What is specific to etcd stays here: the lost reply checked against
-//! etcd's own history of the key (exactly which rounds committed), compare-and-swap contention
-//! retried and counted, kill -9 of the server and restart on the same data, records idmint did
-//! not write (`Corrupt`), and no server at all.
+//! prefixes on one server; and its worker-lease properties (`etcd_leases::…`). What is specific
+//! to etcd stays here: the lost reply checked against etcd's own history of the key (exactly
+//! which rounds committed), compare-and-swap contention retried and counted, kill -9 of the
+//! server and restart on the same data (watermarks, worker leases and their floors), a worker
+//! lease freed by revoking its etcd lease directly (expiry is etcd's), records idmint did not
+//! write (`Corrupt`), and no server at all.
 //!
 //! Every test starts its own private `etcd` process (`idmint_testkit::etcd::PrivateEtcd`, from
 //! the `etcd-server` Debian package), so the tests run in parallel; without the binary they
@@ -16,6 +18,7 @@
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
 use idmint_store::conformance::EtcdBackend;
 use idmint_store::etcd::{EtcdAuthority, EtcdConfig};
+use idmint_store::lease::{LeaseError, LeaseRequest, WorkerChoice, WorkerLeases};
 use idmint_store::{Authority, StoreError};
 use idmint_testkit::etcd::PrivateEtcd;
 use idmint_testkit::proxy::{Fault, FaultProxy};
@@ -23,6 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 idmint_store::conformance_tests!(etcd => EtcdBackend, with faults);
+idmint_store::conformance_tests!(etcd_leases => EtcdBackend, leases);
 
 /// Short enough to keep fault tests quick, long enough for a loaded 2-core CI machine.
 const FAULT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -350,4 +354,340 @@ async fn no_server_is_unavailable() {
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::InvalidSetup { .. }), "{err:?}");
+}
+
+fn lease_request(group: &str, choice: WorkerChoice, holder: &str) -> LeaseRequest {
+    LeaseRequest {
+        group: name(group),
+        workers: 4,
+        choice,
+        prefer_floor_at_most: None,
+        holder: holder.to_owned(),
+        layout: "timestamp_bits=41 node_bits=2 sequence_bits=12 unit=1ms epoch=0".to_owned(),
+        ttl: Duration::from_secs(60),
+    }
+}
+
+fn leases_of(a: &EtcdAuthority) -> &dyn WorkerLeases {
+    a.worker_leases().unwrap()
+}
+
+/// etcd killed with SIGKILL and started again on the same data: a live worker lease is still
+/// live (etcd keeps its leases), with its token and floor; its holder renews it through the
+/// reconnected authority; a released worker id keeps its floor across the crash too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_leases_survive_kill_9_of_etcd() {
+    let mut etcd = PrivateEtcd::start().await;
+    let a = connect(config(&etcd.client_url(), FAULT_TIMEOUT)).await;
+    let held = leases_of(&a)
+        .acquire(&lease_request(
+            "crash-leases",
+            WorkerChoice::Exactly(1),
+            "held",
+        ))
+        .await
+        .unwrap();
+    let held = leases_of(&a).renew(&held, 1_700_000_001_000).await.unwrap();
+    let freed = leases_of(&a)
+        .acquire(&lease_request(
+            "crash-leases",
+            WorkerChoice::Exactly(2),
+            "freed",
+        ))
+        .await
+        .unwrap();
+    leases_of(&a)
+        .release(&freed, 1_700_000_002_000)
+        .await
+        .unwrap();
+
+    etcd.kill();
+    match leases_of(&a).renew(&held, 1_700_000_003_000).await {
+        Err(e) if e.is_unavailable() => {}
+        other => panic!("renew while etcd is down: expected Unavailable, got {other:?}"),
+    }
+    etcd.restart().await;
+
+    let b = connect(EtcdConfig::new([etcd.client_url()])).await;
+    let (record, slots) = leases_of(&b)
+        .group(&name("crash-leases"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.last_token, freed.token);
+    let slot1 = slots.iter().find(|s| s.worker == 1).unwrap();
+    assert!(
+        slot1.is_live(),
+        "a live lease was freed by the crash: {slot1:?}"
+    );
+    assert_eq!(
+        (slot1.token, slot1.floor_unix_ms),
+        (held.token, 1_700_000_001_000)
+    );
+    let slot2 = slots.iter().find(|s| s.worker == 2).unwrap();
+    assert!(!slot2.is_live());
+    assert_eq!(slot2.floor_unix_ms, 1_700_000_002_000);
+    match leases_of(&b)
+        .acquire(&lease_request(
+            "crash-leases",
+            WorkerChoice::Exactly(1),
+            "thief",
+        ))
+        .await
+    {
+        Err(LeaseError::Held { holder, .. }) => assert_eq!(holder, "held"),
+        other => panic!("expected Held after the crash, got {other:?}"),
+    }
+    let again = leases_of(&b)
+        .acquire(&lease_request(
+            "crash-leases",
+            WorkerChoice::Exactly(2),
+            "next",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(again.floor_unix_ms, 1_700_000_002_000);
+    assert!(again.token > freed.token);
+
+    // The holder's authority reconnects by itself and renews.
+    let start = Instant::now();
+    let renewed = loop {
+        match leases_of(&a).renew(&held, 1_700_000_004_000).await {
+            Ok(renewed) => break renewed,
+            Err(e) if e.is_unavailable() && start.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("renewing after the restart: {e}"),
+        }
+    };
+    assert_eq!(renewed.floor_unix_ms, 1_700_000_004_000);
+}
+
+/// Expiry is etcd's: revoking the live key's etcd lease directly (as its expiry would) frees
+/// the worker id at once, with the floor its holder recorded; the old holder is superseded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_etcd_lease_frees_the_worker_at_once() {
+    let etcd = PrivateEtcd::start().await;
+    let a = connect(EtcdConfig::new([etcd.client_url()])).await;
+    let b = connect(EtcdConfig::new([etcd.client_url()])).await;
+    let old = leases_of(&a)
+        .acquire(&lease_request("revoked", WorkerChoice::LowestFree, "old"))
+        .await
+        .unwrap();
+    assert_eq!(old.worker, 0);
+    assert!(old.ttl >= Duration::from_secs(60));
+    let old = leases_of(&a).renew(&old, 1_700_000_009_000).await.unwrap();
+    match leases_of(&b)
+        .acquire(&lease_request("revoked", WorkerChoice::Exactly(0), "new"))
+        .await
+    {
+        Err(LeaseError::Held { expires_in, .. }) => {
+            assert!(expires_in > Duration::from_secs(50), "{expires_in:?}")
+        }
+        other => panic!("expected Held, got {other:?}"),
+    }
+
+    let mut raw = etcd_client::Client::connect([etcd.client_url()], None)
+        .await
+        .unwrap();
+    let live = raw
+        .get("/idmint/leases/revoked/live/0", None)
+        .await
+        .unwrap();
+    let etcd_lease = live.kvs()[0].lease();
+    assert_ne!(etcd_lease, 0, "the live key is attached to an etcd lease");
+    raw.lease_revoke(etcd_lease).await.unwrap();
+
+    let new = leases_of(&b)
+        .acquire(&lease_request("revoked", WorkerChoice::Exactly(0), "new"))
+        .await
+        .unwrap();
+    assert!(new.token > old.token);
+    assert_eq!(new.floor_unix_ms, 1_700_000_009_000);
+    match leases_of(&a).renew(&old, 1_800_000_000_000).await {
+        Err(LeaseError::Superseded { current, .. }) => assert_eq!(current, new.token),
+        other => panic!("expected Superseded, got {other:?}"),
+    }
+    let (_, slots) = leases_of(&a)
+        .group(&name("revoked"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(slots[0].floor_unix_ms, 1_700_000_009_000);
+    assert_eq!(slots[0].holder, "new");
+}
+
+/// A renewal after the live key's etcd lease ran out (nobody acquired since) restarts the
+/// lease on a new etcd lease; lease records idmint did not write are `Corrupt`.
+#[tokio::test]
+async fn a_lapsed_lease_renews_and_foreign_lease_records_are_corrupt() {
+    let etcd = PrivateEtcd::start().await;
+    let a = connect(EtcdConfig::new([etcd.client_url()])).await;
+    let mut raw = etcd_client::Client::connect([etcd.client_url()], None)
+        .await
+        .unwrap();
+    let lease = leases_of(&a)
+        .acquire(&lease_request("lapsed", WorkerChoice::Exactly(3), "me"))
+        .await
+        .unwrap();
+    let live = raw.get("/idmint/leases/lapsed/live/3", None).await.unwrap();
+    raw.lease_revoke(live.kvs()[0].lease()).await.unwrap();
+    let renewed = leases_of(&a).renew(&lease, 42).await.unwrap();
+    assert_eq!(renewed.floor_unix_ms, 42);
+    let (_, slots) = leases_of(&a).group(&name("lapsed")).await.unwrap().unwrap();
+    assert!(slots[0].is_live(), "{slots:?}");
+    leases_of(&a).release(&renewed, 43).await.unwrap();
+    let (_, slots) = leases_of(&a).group(&name("lapsed")).await.unwrap().unwrap();
+    assert!(!slots[0].is_live());
+    assert_eq!(slots[0].floor_unix_ms, 43);
+
+    raw.put(
+        "/idmint/leases/lapsed/worker/3",
+        "idmint.worker/v1 token=x floor=1 holder=me",
+        None,
+    )
+    .await
+    .unwrap();
+    let corrupt = |r: Result<(), LeaseError>, what: &str| match r {
+        Err(LeaseError::Store(StoreError::Corrupt { message })) => {
+            assert!(message.contains("lapsed"), "{message}")
+        }
+        other => panic!("{what}: expected Corrupt, got {other:?}"),
+    };
+    corrupt(
+        leases_of(&a).group(&name("lapsed")).await.map(drop),
+        "group",
+    );
+    corrupt(
+        leases_of(&a)
+            .acquire(&lease_request("lapsed", WorkerChoice::LowestFree, "me"))
+            .await
+            .map(drop),
+        "acquire",
+    );
+    corrupt(leases_of(&a).renew(&renewed, 50).await.map(drop), "renew");
+}
+
+/// Worker-lease operations on a stalled or cut connection are `Unavailable` within the
+/// operation timeout, never a hang, and work again once the connection does: the lease held
+/// across the outage is still the holder's (etcd's TTL, not the outage, decides).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_operations_fail_fast_and_recover() {
+    let etcd = PrivateEtcd::start().await;
+    let proxy = FaultProxy::start(etcd.client_addr()).await.unwrap();
+    let a = authority_via(&proxy).await;
+    let held = leases_of(&a)
+        .acquire(&lease_request("outage", WorkerChoice::LowestFree, "held"))
+        .await
+        .unwrap();
+    for fault in [Fault::Stall, Fault::Cut] {
+        proxy.set_fault(fault);
+        let started = Instant::now();
+        let results = [
+            leases_of(&a)
+                .acquire(&lease_request("outage", WorkerChoice::LowestFree, "other"))
+                .await
+                .map(drop),
+            leases_of(&a).renew(&held, 10).await.map(drop),
+            leases_of(&a).group(&name("outage")).await.map(drop),
+        ];
+        for result in results {
+            match result {
+                Err(e) if e.is_unavailable() => {}
+                other => panic!("{fault:?}: expected Unavailable, got {other:?}"),
+            }
+        }
+        assert!(
+            started.elapsed() < 3 * (FAULT_TIMEOUT + Duration::from_millis(500)),
+            "{fault:?}: {:?}",
+            started.elapsed()
+        );
+        proxy.set_fault(Fault::None);
+    }
+    let start = Instant::now();
+    let renewed = loop {
+        match leases_of(&a).renew(&held, 20).await {
+            Ok(renewed) => break renewed,
+            Err(e) if e.is_unavailable() && start.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("renewing after the outage: {e}"),
+        }
+    };
+    assert_eq!(renewed.floor_unix_ms, 20);
+    leases_of(&a).release(&renewed, 30).await.unwrap();
+    let next = leases_of(&a)
+        .acquire(&lease_request("outage", WorkerChoice::LowestFree, "next"))
+        .await
+        .unwrap();
+    assert_eq!((next.worker, next.floor_unix_ms), (held.worker, 30));
+}
+
+/// Contention: 12 tasks on 3 authorities acquire and release the 4 worker ids of one group
+/// over and over. Seen from the holders, the spans during which each worker id was held
+/// (from acquire's answer to the call of release) never overlap, and every token differs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contended_leases_never_overlap() {
+    const ROUNDS: usize = 8;
+    let etcd = PrivateEtcd::start().await;
+    let mut authorities = Vec::new();
+    for _ in 0..3 {
+        authorities.push(connect(EtcdConfig::new([etcd.client_url()])).await);
+    }
+    let origin = Instant::now();
+    let tasks: Vec<_> = (0..12)
+        .map(|t| {
+            let a = authorities[t % 3].clone();
+            tokio::spawn(async move {
+                let mut spans = Vec::new();
+                let mut rounds = 0;
+                while rounds < ROUNDS {
+                    let request =
+                        lease_request("contended", WorkerChoice::LowestFree, &format!("t{t}"));
+                    match leases_of(&a).acquire(&request).await {
+                        Ok(lease) => {
+                            let from = origin.elapsed();
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            let to = origin.elapsed();
+                            leases_of(&a)
+                                .release(&lease, u64::try_from(to.as_millis()).unwrap())
+                                .await
+                                .unwrap();
+                            spans.push((lease.worker, lease.token, from, to));
+                            rounds += 1;
+                        }
+                        Err(LeaseError::PoolFull { .. }) => {
+                            tokio::time::sleep(Duration::from_millis(3)).await;
+                        }
+                        Err(e) => panic!("task {t}: {e}"),
+                    }
+                }
+                spans
+            })
+        })
+        .collect();
+    let mut spans = Vec::new();
+    for task in tasks {
+        spans.extend(task.await.unwrap());
+    }
+    let tokens: std::collections::HashSet<u64> = spans.iter().map(|s| s.1).collect();
+    assert_eq!(tokens.len(), spans.len(), "a token was granted twice");
+    for worker in 0..4 {
+        let mut held: Vec<_> = spans.iter().filter(|s| s.0 == worker).collect();
+        held.sort_by_key(|s| s.2);
+        for pair in held.windows(2) {
+            assert!(
+                pair[0].3 <= pair[1].2,
+                "worker {worker} held twice at once: {:?} and {:?}",
+                pair[0],
+                pair[1]
+            );
+            assert!(pair[0].1 < pair[1].1, "tokens must grow: {pair:?}");
+        }
+    }
+    let conflicts: u64 = authorities.iter().map(|a| a.conflicts_retried()).sum();
+    println!(
+        "{} acquisitions by 12 tasks on 3 authorities; {conflicts} conflicts retried",
+        spans.len()
+    );
 }
