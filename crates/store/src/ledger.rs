@@ -379,6 +379,10 @@ impl Authority for LedgerAuthority {
         self.inner.residues(spec)
     }
 
+    fn worker_leases(&self) -> Option<&dyn crate::WorkerLeases> {
+        self.inner.worker_leases()
+    }
+
     /// Refuses a namespace the ledger records but the store does not have, or has at a lower
     /// watermark; otherwise sets it up in the store and records it durably before answering.
     async fn ensure_namespace(
