@@ -71,6 +71,8 @@ pub use backend::PostgresBackend;
 pub use backend::{Backend, FaultProfile, Grants, MemoryBackend, NetworkBackend};
 #[cfg(all(feature = "conformance", feature = "mysql"))]
 pub use backend::{MysqlBackend, MysqlTicketBackend};
+#[cfg(feature = "zookeeper")]
+pub use backend::ZookeeperBackend;
 
 /// A namespace name no other call of this process (nor, by the pid and time, an earlier run
 /// against the same database) has used.
