@@ -368,13 +368,14 @@ impl ZookeeperAuthority {
         let deadline = self.deadline();
         let result = {
             let slot = self.slot(name);
-            match tokio::time::timeout_at(deadline.0, slot.lock()).await {
+            let outcome = match tokio::time::timeout_at(deadline.0, slot.lock()).await {
                 Ok(mut cache) => self.update_locked(name, &mut cache, deadline, decide).await,
                 Err(_) => Err(unavailable(format!(
                     "namespace {name}: waited longer than {:?} behind earlier operations",
                     self.config.op_timeout
                 ))),
-            }
+            };
+            outcome
         };
         if matches!(result, Err(StoreError::UnknownNamespace { .. })) {
             self.forget_slot(name);
@@ -1071,12 +1072,12 @@ async fn resume_session(
 }
 
 /// Awaits a call under `deadline`; the outer error is the timeout.
-async fn timed<T>(
+async fn timed<T, E>(
     (deadline, op_timeout): Deadline,
     what: &str,
-    call: impl Future<Output = Result<T, ZkError>>,
-) -> Result<Result<T, ZkError>, StoreError> {
-    match tokio::time::timeout_at(deadline.0, call).await {
+    call: impl Future<Output = Result<T, E>>,
+) -> Result<Result<T, E>, StoreError> {
+    match tokio::time::timeout_at(deadline, call).await {
         Ok(result) => Ok(result),
         Err(_) => Err(unavailable(format!("{what}: no answer within {op_timeout:?}"))),
     }

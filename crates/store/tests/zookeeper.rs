@@ -18,7 +18,7 @@ use idmint_core::{NamespaceName, SequenceSpec};
 use idmint_store::conformance::ZookeeperBackend;
 use idmint_store::lease::{LeaseError, LeaseRequest, WorkerChoice};
 use idmint_store::zookeeper::{ZookeeperAuthority, ZookeeperConfig};
-use idmint_store::{Authority, StoreError, WorkerLeases};
+use idmint_store::{Authority, StoreError};
 use idmint_testkit::proxy::{Fault, FaultProxy};
 use idmint_testkit::zookeeper::PrivateZookeeper;
 use std::sync::Arc;
