@@ -136,7 +136,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
 use zookeeper_client::{
-    Acls, Client, CreateMode, CreateOptions, Error as ZkError, MultiWriteError, SessionInfo, Stat,
+    Acls, Client, CreateMode, CreateOptions, Error as ZkError, MultiWriteError, SessionInfo,
+    SessionState, Stat,
 };
 
 const KIND: &str = "zookeeper";
@@ -149,6 +150,9 @@ const LIVE_FORMAT: &str = "idmint.live/v1";
 pub const MAX_CONFLICTS: u32 = 32;
 /// Conflicts retried at once with a fresh read; later ones back off first.
 const EAGER_RETRIES: u32 = 3;
+/// The pause before a read that failed with a connection loss, or a session that could not be
+/// opened, is tried again (within the operation's deadline).
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 const PERSISTENT: CreateOptions<'static> = CreateMode::Persistent.with_acls(Acls::anyone_all());
 const EPHEMERAL: CreateOptions<'static> = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
@@ -293,8 +297,52 @@ impl ZookeeperAuthority {
         Ok(())
     }
 
-    /// The current session's client, or a new session if there is none or it ended.
+    /// The current session's client, connected, or a new session if there is none or it
+    /// ended.
+    ///
+    /// While the library reconnects, this waits (within the deadline) until it is connected
+    /// again rather than hand it a request: the library would keep such a request queued and
+    /// send it once reconnected, long after its caller gave up, so a write made during an
+    /// outage would land after it (still a compare-and-swap, so never a duplicate block, but a
+    /// burned one and a watermark that moved while the caller was told nothing happened).
+    ///
+    /// A session that ended (expired, or given up by the library after failing to reconnect
+    /// for 7/5 of its timeout, which also fails every request still queued in it) is replaced
+    /// by a new one; opening one that fails at once (no server reachable) is tried again until
+    /// the deadline, so every failure takes the operation timeout, as a stalled server does.
     async fn client(&self, deadline: Deadline) -> Result<Client, StoreError> {
+        loop {
+            let client = match self.session(deadline).await {
+                Ok(client) => client,
+                Err(e) if Instant::now() + RETRY_PAUSE < deadline.0 => {
+                    drop(e);
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let mut watcher = client.state_watcher();
+            loop {
+                let state = watcher.state();
+                if state == SessionState::SyncConnected {
+                    return Ok(client);
+                }
+                if state.is_terminated() {
+                    break; // replaced by `session`
+                }
+                if tokio::time::timeout_at(deadline.0, watcher.changed())
+                    .await
+                    .is_err()
+                {
+                    return Err(self.timed_out("waiting for the connection to ZooKeeper"));
+                }
+            }
+        }
+    }
+
+    /// The current session's client (connected or not), or a new session if there is none or
+    /// it ended.
+    async fn session(&self, deadline: Deadline) -> Result<Client, StoreError> {
         let mut current = match tokio::time::timeout_at(deadline.0, self.client.lock()).await {
             Ok(guard) => guard,
             Err(_) => return Err(self.timed_out("waiting for the ZooKeeper session")),
@@ -330,16 +378,21 @@ impl ZookeeperAuthority {
         name: &NamespaceName,
         deadline: Deadline,
     ) -> Result<Option<Cached>, StoreError> {
-        let client = self.client(deadline).await?;
         let path = self.ns_path(name);
         let what = format!("reading namespace {name}");
-        match timed(deadline, &what, client.get_data(&path)).await? {
-            Ok((data, stat)) => Ok(Some(Cached {
-                state: decode_ns(name, &data)?,
-                version: stat.version,
-            })),
-            Err(ZkError::NoNode) => Ok(None),
-            Err(e) => Err(failed(&what, &e)),
+        loop {
+            let client = self.client(deadline).await?;
+            match timed(deadline, &what, client.get_data(&path)).await? {
+                Ok((data, stat)) => {
+                    return Ok(Some(Cached {
+                        state: decode_ns(name, &data)?,
+                        version: stat.version,
+                    }))
+                }
+                Err(ZkError::NoNode) => return Ok(None),
+                Err(e) if transient(&e) => retry_pause(deadline).await,
+                Err(e) => return Err(failed(&what, &e)),
+            }
         }
     }
 
@@ -446,19 +499,33 @@ impl ZookeeperAuthority {
 
     // ----- leases -----
 
-    /// The group as stored now: `None` if never acquired.
+    /// The group as stored now: `None` if never acquired. Read again after a connection loss.
     async fn read_group(
         &self,
         group: &NamespaceName,
         deadline: Deadline,
     ) -> Result<Option<GroupView>, StoreError> {
+        loop {
+            match self.read_group_once(group, deadline).await {
+                Err(Fail::Transient) => retry_pause(deadline).await,
+                Err(Fail::Store(e)) => return Err(e),
+                Ok(view) => return Ok(view),
+            }
+        }
+    }
+
+    async fn read_group_once(
+        &self,
+        group: &NamespaceName,
+        deadline: Deadline,
+    ) -> Result<Option<GroupView>, Fail> {
         let client = self.client(deadline).await?;
         let path = self.group_path(group);
         let what = format!("reading lease group {group}");
         let (data, stat) = match timed(deadline, &what, client.get_data(&path)).await? {
             Ok(found) => found,
             Err(ZkError::NoNode) => return Ok(None),
-            Err(e) => return Err(failed(&what, &e)),
+            Err(e) => return Err(fail(&what, e)),
         };
         let record = decode_group(group, &data)?;
         let workers_dir = format!("{path}/workers");
@@ -468,10 +535,10 @@ impl ZookeeperAuthority {
         let live = client.list_children(&live_dir);
         let workers = timed(deadline, &what, workers)
             .await?
-            .map_err(|e| failed(&what, &e))?;
+            .map_err(|e| fail(&what, e))?;
         let live = timed(deadline, &what, live)
             .await?
-            .map_err(|e| failed(&what, &e))?;
+            .map_err(|e| fail(&what, e))?;
         let worker_reads: Vec<_> = workers
             .iter()
             .map(|w| (w.clone(), client.get_data(&format!("{workers_dir}/{w}"))))
@@ -495,7 +562,7 @@ impl ZookeeperAuthority {
                 }
                 // Worker records are never deleted; a vanished one is a concurrent edit by hand.
                 Err(ZkError::NoNode) => {}
-                Err(e) => return Err(failed(&what, &e)),
+                Err(e) => return Err(fail(&what, e)),
             }
         }
         for (child, read) in live_reads {
@@ -507,18 +574,33 @@ impl ZookeeperAuthority {
                 }
                 // Expired in between: free.
                 Err(ZkError::NoNode) => {}
-                Err(e) => return Err(failed(&what, &e)),
+                Err(e) => return Err(fail(&what, e)),
             }
         }
         Ok(Some(view))
     }
 
-    /// The worker record of `lease` with its version, and its live znode (if any).
+    /// The worker record of `lease` with its version, and its live znode (if any). Read again
+    /// after a connection loss.
     async fn read_worker(
         &self,
         lease: &WorkerLease,
         deadline: Deadline,
-    ) -> Result<(Option<(WorkerSlot, i32)>, Option<(Live, Stat)>), StoreError> {
+    ) -> Result<WorkerRead, StoreError> {
+        loop {
+            match self.read_worker_once(lease, deadline).await {
+                Err(Fail::Transient) => retry_pause(deadline).await,
+                Err(Fail::Store(e)) => return Err(e),
+                Ok(read) => return Ok(read),
+            }
+        }
+    }
+
+    async fn read_worker_once(
+        &self,
+        lease: &WorkerLease,
+        deadline: Deadline,
+    ) -> Result<WorkerRead, Fail> {
         let client = self.client(deadline).await?;
         let (worker_path, live_path) = self.worker_paths(&lease.group, lease.worker);
         let what = format!("reading worker {} of group {}", lease.worker, lease.group);
@@ -530,12 +612,12 @@ impl ZookeeperAuthority {
                 stat.version,
             )),
             Err(ZkError::NoNode) => None,
-            Err(e) => return Err(failed(&what, &e)),
+            Err(e) => return Err(fail(&what, e)),
         };
         let live = match timed(deadline, &what, live).await? {
             Ok((data, stat)) => Some((decode_live(&lease.group, lease.worker, &data)?, stat)),
             Err(ZkError::NoNode) => None,
-            Err(e) => return Err(failed(&what, &e)),
+            Err(e) => return Err(fail(&what, e)),
         };
         Ok((record, live))
     }
@@ -880,11 +962,36 @@ impl Authority for ZookeeperAuthority {
 
     async fn list(&self) -> Result<Vec<NamespaceState>, StoreError> {
         let deadline = self.deadline();
+        loop {
+            match self.list_once(deadline).await {
+                Err(Fail::Transient) => retry_pause(deadline).await,
+                Err(Fail::Store(e)) => return Err(e),
+                Ok(all) => return Ok(all),
+            }
+        }
+    }
+
+    async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
+        self.update(name, |state| match ops::give_back(state, tail)? {
+            Ok(watermark) => {
+                let mut next = state.clone();
+                next.watermark = watermark;
+                Ok(Decision::Write(next, GiveBack::Returned))
+            }
+            Err(refused) => Ok(Decision::Keep(refused)),
+        })
+        .await
+    }
+}
+
+impl ZookeeperAuthority {
+    /// One try of `list`.
+    async fn list_once(&self, deadline: Deadline) -> Result<Vec<NamespaceState>, Fail> {
         let client = self.client(deadline).await?;
         let what = "listing namespaces";
         let children = timed(deadline, what, client.list_children(&self.ns_dir))
             .await?
-            .map_err(|e| failed(what, &e))?;
+            .map_err(|e| fail(what, e))?;
         let mut reads = Vec::with_capacity(children.len());
         for child in children {
             let name = NamespaceName::new(&child).map_err(|e| StoreError::Corrupt {
@@ -899,23 +1006,11 @@ impl Authority for ZookeeperAuthority {
             match timed(deadline, what, read).await? {
                 Ok((data, _)) => all.push(decode_ns(&name, &data)?),
                 Err(ZkError::NoNode) => {}
-                Err(e) => return Err(failed(what, &e)),
+                Err(e) => return Err(fail(what, e)),
             }
         }
         all.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(all)
-    }
-
-    async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
-        self.update(name, |state| match ops::give_back(state, tail)? {
-            Ok(watermark) => {
-                let mut next = state.clone();
-                next.watermark = watermark;
-                Ok(Decision::Write(next, GiveBack::Returned))
-            }
-            Err(refused) => Ok(Decision::Keep(refused)),
-        })
-        .await
     }
 }
 
@@ -1012,6 +1107,49 @@ struct Live {
     token: u64,
     ttl: Duration,
     holder: String,
+}
+
+/// The result of [`ZookeeperAuthority::read_worker`]: the worker record and its version, and the
+/// live znode and its stat.
+type WorkerRead = (Option<(WorkerSlot, i32)>, Option<(Live, Stat)>);
+
+/// A failed read: worth another try (the connection was lost under it), or not.
+enum Fail {
+    Transient,
+    Store(StoreError),
+}
+
+impl From<StoreError> for Fail {
+    fn from(e: StoreError) -> Self {
+        Fail::Store(e)
+    }
+}
+
+/// A read's failure: transient if the connection or session was lost under it.
+fn fail(what: &str, e: ZkError) -> Fail {
+    if transient(&e) {
+        Fail::Transient
+    } else {
+        Fail::Store(failed(what, &e))
+    }
+}
+
+/// Whether a call failed because the connection or the session went away (a read may be sent
+/// again; a write's outcome is unknown).
+fn transient(e: &ZkError) -> bool {
+    matches!(
+        e,
+        ZkError::ConnectionLoss
+            | ZkError::SessionExpired
+            | ZkError::SessionMoved
+            | ZkError::ClientClosed
+            | ZkError::Timeout
+    )
+}
+
+/// Pauses before a read is tried again (the deadline bounds the next try).
+async fn retry_pause(deadline: Deadline) {
+    tokio::time::sleep_until(deadline.0.min(Instant::now() + RETRY_PAUSE)).await;
 }
 
 /// A resumed lease session turned out to have expired (or be unknown to the ensemble).

@@ -107,7 +107,9 @@ async fn watermarks_and_floors_survive_kill_9_of_zookeeper() {
     zk.restart().await;
 
     let next = until_available("reserve after the restart", || a.reserve(&ns, 7)).await;
-    assert_eq!(next.block.start(), last.watermark, "{last:?} then {next:?}");
+    // The reservation that failed may have reached the server just before the kill: then its
+    // block is burned, never reused.
+    assert!(next.block.start() >= last.watermark, "{last:?} then {next:?}");
     // A fresh authority (a restarted node) reads the same.
     let b = connect(&zk.connect_string(), "/idmint").await;
     assert_eq!(b.state(&ns).await.unwrap().unwrap().watermark, next.watermark);
