@@ -1144,6 +1144,9 @@ fn transient(e: &ZkError) -> bool {
             | ZkError::SessionMoved
             | ZkError::ClientClosed
             | ZkError::Timeout
+            | ZkError::NoHosts
+            // The library's own connection failures (I/O errors, no response in time).
+            | ZkError::Custom(_)
     )
 }
 
