@@ -765,7 +765,10 @@ impl ZookeeperConfig {
         if let Err(why) = check_root(&self.root) {
             return Err(invalid(
                 format!("{key}.root"),
-                format!("{:?}: {why}; expected an absolute znode path, e.g. \"/idmint\"", self.root),
+                format!(
+                    "{:?}: {why}; expected an absolute znode path, e.g. \"/idmint\"",
+                    self.root
+                ),
             ));
         }
         Ok(())
@@ -780,8 +783,7 @@ impl Named for ZookeeperConfig {
 /// chroot).
 pub(crate) fn check_server(server: &str) -> Result<(), &'static str> {
     let (host, port) = server.rsplit_once(':').ok_or("no port")?;
-    if host.is_empty() || host.contains([',', '/', '@']) || host.chars().any(char::is_whitespace)
-    {
+    if host.is_empty() || host.contains([',', '/', '@']) || host.chars().any(char::is_whitespace) {
         return Err("not a host name or address");
     }
     match port.parse::<u16>() {
@@ -1408,16 +1410,28 @@ mod tests {
         );
         let bad = [
             ("", "authority.servers: a zookeeper authority needs servers"),
-            ("servers = []\n", "authority.servers: a zookeeper authority needs servers"),
+            (
+                "servers = []\n",
+                "authority.servers: a zookeeper authority needs servers",
+            ),
             ("servers = [\"h\"]\n", "authority.servers[0]"),
             ("servers = [\"h:0\"]\n", "authority.servers[0]"),
             ("servers = [\"h:1\", \"a,b:2\"]\n", "authority.servers[1]"),
             ("servers = [\"h:1\"]\nroot = \"idmint\"\n", "authority.root"),
             ("servers = [\"h:1\"]\nroot = \"/\"\n", "authority.root"),
             ("servers = [\"h:1\"]\nroot = \"/a/\"\n", "authority.root"),
-            ("servers = [\"h:1\"]\nroot = \"/zookeeper\"\n", "authority.root"),
-            ("servers = [\"h:1\"]\nop_timeout_ms = 0\n", "authority.op_timeout_ms"),
-            ("servers = [\"h:1\"]\nsession_timeout_ms = 0\n", "authority.session_timeout_ms"),
+            (
+                "servers = [\"h:1\"]\nroot = \"/zookeeper\"\n",
+                "authority.root",
+            ),
+            (
+                "servers = [\"h:1\"]\nop_timeout_ms = 0\n",
+                "authority.op_timeout_ms",
+            ),
+            (
+                "servers = [\"h:1\"]\nsession_timeout_ms = 0\n",
+                "authority.session_timeout_ms",
+            ),
             ("servers = [\"h:1\"]\ntimeout_ms = 5\n", "timeout_ms"),
         ];
         for (keys, expected) in bad {

@@ -65,11 +65,11 @@ pub mod mysql;
 mod pool;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-#[cfg(feature = "zookeeper")]
-pub mod zookeeper;
 mod source;
 #[cfg(feature = "upstream")]
 pub mod upstream;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 pub use config::AuthorityConfig;
 pub use connect::{connect, connect_observed, ConnectError};

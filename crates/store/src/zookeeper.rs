@@ -264,7 +264,10 @@ impl ZookeeperAuthority {
     }
 
     fn deadline(&self) -> Deadline {
-        (Instant::now() + self.config.op_timeout, self.config.op_timeout)
+        (
+            Instant::now() + self.config.op_timeout,
+            self.config.op_timeout,
+        )
     }
 
     fn ns_path(&self, name: &NamespaceName) -> String {
@@ -287,8 +290,12 @@ impl ZookeeperAuthority {
         paths.push(self.ns_dir.clone());
         paths.push(self.lease_dir.clone());
         for path in paths {
-            match timed(deadline, "creating the root znodes", client.create(&path, b"", &PERSISTENT))
-                .await?
+            match timed(
+                deadline,
+                "creating the root znodes",
+                client.create(&path, b"", &PERSISTENT),
+            )
+            .await?
             {
                 Ok(_) | Err(ZkError::NodeExists) => {}
                 Err(e) => return Err(failed(&format!("creating {path}"), &e)),
@@ -707,7 +714,9 @@ impl ZookeeperAuthority {
         let mut multi = client.new_multi_writer();
         let built = (|| {
             match &view {
-                Some(v) => multi.add_set_data(&group_path, group_data.as_bytes(), Some(v.version))?,
+                Some(v) => {
+                    multi.add_set_data(&group_path, group_data.as_bytes(), Some(v.version))?
+                }
                 None => {
                     multi.add_create(&group_path, group_data.as_bytes(), &PERSISTENT)?;
                     multi.add_create(&format!("{group_path}/workers"), b"", &PERSISTENT)?;
@@ -780,8 +789,12 @@ impl ZookeeperAuthority {
         let known = self.lease_session(&lease.group, lease.worker, lease.token);
         if let (Some((_, stat)), Some(session)) = (&live, known) {
             if stat.ephemeral_owner == session.id().0 {
-                match resume_session(&self.connect_string, session, lease.ttl, deadline).await {
-                    Ok(()) => {
+                // If it lapsed, it is re-established below (the stale znode goes with the
+                // session).
+                if let Ok(()) =
+                    resume_session(&self.connect_string, session, lease.ttl, deadline).await
+                {
+                    {
                         let client = self.client(deadline).await?;
                         let mut multi = client.new_multi_writer();
                         multi
@@ -797,8 +810,6 @@ impl ZookeeperAuthority {
                         let done = committed(&what, timed(deadline, &what, multi.commit()).await?)?;
                         return Ok(done.map(|_| renewed));
                     }
-                    // Lapsed: re-establish below (the stale znode goes with the session).
-                    Err(SessionGone) => {}
                 }
             }
         }
@@ -916,8 +927,12 @@ impl Authority for ZookeeperAuthority {
         let what = format!("creating namespace {name}");
         for attempt in 0..2 {
             let client = self.client(deadline).await?;
-            match timed(deadline, &what, client.create(&path, data.as_bytes(), &PERSISTENT))
-                .await?
+            match timed(
+                deadline,
+                &what,
+                client.create(&path, data.as_bytes(), &PERSISTENT),
+            )
+            .await?
             {
                 Ok(_) => return Ok(created),
                 Err(ZkError::NodeExists) => break,
@@ -1220,7 +1235,9 @@ async fn timed<T, E>(
 ) -> Result<Result<T, E>, StoreError> {
     match tokio::time::timeout_at(deadline, call).await {
         Ok(result) => Ok(result),
-        Err(_) => Err(unavailable(format!("{what}: no answer within {op_timeout:?}"))),
+        Err(_) => Err(unavailable(format!(
+            "{what}: no answer within {op_timeout:?}"
+        ))),
     }
 }
 
@@ -1229,14 +1246,10 @@ async fn timed<T, E>(
 fn committed<T>(what: &str, result: Result<T, MultiWriteError>) -> Attempt<T> {
     match result {
         Ok(done) => Ok(Some(done)),
-        Err(MultiWriteError::OperationFailed { source, .. })
-            if matches!(
-                source,
-                ZkError::BadVersion | ZkError::NodeExists | ZkError::NoNode
-            ) =>
-        {
-            Ok(None)
-        }
+        Err(MultiWriteError::OperationFailed {
+            source: ZkError::BadVersion | ZkError::NodeExists | ZkError::NoNode,
+            ..
+        }) => Ok(None),
         Err(MultiWriteError::OperationFailed { source, .. })
         | Err(MultiWriteError::RequestFailed { source }) => Err(failed(what, &source)),
     }
@@ -1321,7 +1334,9 @@ fn fields(
     let mut rest = s
         .strip_prefix(format)
         .and_then(|r| r.strip_prefix(' '))
-        .ok_or_else(|| format!("does not start with {format:?} (written by another idmint version?)"))?;
+        .ok_or_else(|| {
+            format!("does not start with {format:?} (written by another idmint version?)")
+        })?;
     let mut values = Vec::with_capacity(numbers.len());
     for (i, key) in numbers.iter().enumerate() {
         let last = i + 1 == numbers.len() && text.is_none();
@@ -1377,11 +1392,12 @@ fn decode_ns(name: &NamespaceName, raw: &[u8]) -> Result<NamespaceState, StoreEr
 }
 
 fn decode_group(group: &NamespaceName, raw: &[u8]) -> Result<GroupRecord, StoreError> {
-    let (v, layout) = fields(raw, GROUP_FORMAT, &["last_token"], Some("layout")).map_err(|what| {
-        StoreError::Corrupt {
-            message: format!("ZooKeeper record of lease group {group}: {what}"),
-        }
-    })?;
+    let (v, layout) =
+        fields(raw, GROUP_FORMAT, &["last_token"], Some("layout")).map_err(|what| {
+            StoreError::Corrupt {
+                message: format!("ZooKeeper record of lease group {group}: {what}"),
+            }
+        })?;
     Ok(GroupRecord {
         layout,
         last_token: v[0],
@@ -1389,11 +1405,14 @@ fn decode_group(group: &NamespaceName, raw: &[u8]) -> Result<GroupRecord, StoreE
 }
 
 fn decode_worker(group: &NamespaceName, worker: u64, raw: &[u8]) -> Result<WorkerSlot, StoreError> {
-    let (v, holder) = fields(raw, WORKER_FORMAT, &["token", "floor"], Some("holder")).map_err(
-        |what| StoreError::Corrupt {
-            message: format!("ZooKeeper record of worker {worker} of lease group {group}: {what}"),
-        },
-    )?;
+    let (v, holder) =
+        fields(raw, WORKER_FORMAT, &["token", "floor"], Some("holder")).map_err(|what| {
+            StoreError::Corrupt {
+                message: format!(
+                    "ZooKeeper record of worker {worker} of lease group {group}: {what}"
+                ),
+            }
+        })?;
     Ok(WorkerSlot {
         worker,
         token: v[0],
@@ -1404,13 +1423,14 @@ fn decode_worker(group: &NamespaceName, worker: u64, raw: &[u8]) -> Result<Worke
 }
 
 fn decode_live(group: &NamespaceName, worker: u64, raw: &[u8]) -> Result<Live, StoreError> {
-    let (v, holder) = fields(raw, LIVE_FORMAT, &["token", "ttl_ms"], Some("holder")).map_err(
-        |what| StoreError::Corrupt {
-            message: format!(
-                "ZooKeeper live lease of worker {worker} of lease group {group}: {what}"
-            ),
-        },
-    )?;
+    let (v, holder) =
+        fields(raw, LIVE_FORMAT, &["token", "ttl_ms"], Some("holder")).map_err(|what| {
+            StoreError::Corrupt {
+                message: format!(
+                    "ZooKeeper live lease of worker {worker} of lease group {group}: {what}"
+                ),
+            }
+        })?;
     Ok(Live {
         token: v[0],
         ttl: Duration::from_millis(v[1]),
@@ -1441,7 +1461,10 @@ mod tests {
                     spec,
                     watermark,
                 };
-                assert_eq!(decode_ns(&name(), encode_ns(&state).as_bytes()).unwrap(), state);
+                assert_eq!(
+                    decode_ns(&name(), encode_ns(&state).as_bytes()).unwrap(),
+                    state
+                );
             }
         }
         let group = GroupRecord {
@@ -1502,11 +1525,18 @@ mod tests {
         ];
         for raw in bad {
             assert!(
-                matches!(decode_ns(&name(), raw.as_bytes()), Err(StoreError::Corrupt { .. })),
+                matches!(
+                    decode_ns(&name(), raw.as_bytes()),
+                    Err(StoreError::Corrupt { .. })
+                ),
                 "{raw:?} was accepted"
             );
         }
-        for raw in ["", "idmint.group/v1 layout=x", "idmint.group/v1 last_token=x layout=y"] {
+        for raw in [
+            "",
+            "idmint.group/v1 layout=x",
+            "idmint.group/v1 last_token=x layout=y",
+        ] {
             assert!(decode_group(&name(), raw.as_bytes()).is_err(), "{raw:?}");
         }
         for raw in [
@@ -1514,7 +1544,10 @@ mod tests {
             "idmint.worker/v1 token=01 floor=1 holder=x",
             "idmint.live/v1 token=1 ttl_ms=5 holder=x",
         ] {
-            assert!(decode_worker(&name(), 1, raw.as_bytes()).is_err(), "{raw:?}");
+            assert!(
+                decode_worker(&name(), 1, raw.as_bytes()).is_err(),
+                "{raw:?}"
+            );
         }
         assert!(decode_live(&name(), 1, b"idmint.live/v1 token=1 holder=x").is_err());
         assert!(worker_id(&name(), "01").is_err());

@@ -46,7 +46,12 @@ async fn connect(server: &str, root: &str) -> Arc<ZookeeperAuthority> {
     )
 }
 
-fn request(group: &NamespaceName, choice: WorkerChoice, holder: &str, ttl: Duration) -> LeaseRequest {
+fn request(
+    group: &NamespaceName,
+    choice: WorkerChoice,
+    holder: &str,
+    ttl: Duration,
+) -> LeaseRequest {
     LeaseRequest {
         group: group.clone(),
         workers: 4,
@@ -94,7 +99,12 @@ async fn watermarks_and_floors_survive_kill_9_of_zookeeper() {
     let group = name("kill9-group");
     let leases = a.worker_leases().unwrap();
     let lease = leases
-        .acquire(&request(&group, WorkerChoice::LowestFree, "before", Duration::from_secs(30)))
+        .acquire(&request(
+            &group,
+            WorkerChoice::LowestFree,
+            "before",
+            Duration::from_secs(30),
+        ))
         .await
         .unwrap();
     let lease = leases.renew(&lease, 1_700_000_123_000).await.unwrap();
@@ -103,21 +113,39 @@ async fn watermarks_and_floors_survive_kill_9_of_zookeeper() {
     zk.kill9();
     let started = Instant::now();
     assert!(a.reserve(&ns, 7).await.unwrap_err().is_unavailable());
-    assert!(started.elapsed() < Duration::from_secs(5), "bounded by the op timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "bounded by the op timeout"
+    );
     zk.restart().await;
 
     let next = until_available("reserve after the restart", || a.reserve(&ns, 7)).await;
     // The reservation that failed may have reached the server just before the kill: then its
     // block is burned, never reused.
-    assert!(next.block.start() >= last.watermark, "{last:?} then {next:?}");
+    assert!(
+        next.block.start() >= last.watermark,
+        "{last:?} then {next:?}"
+    );
     // A fresh authority (a restarted node) reads the same.
     let b = connect(&zk.connect_string(), "/idmint").await;
-    assert_eq!(b.state(&ns).await.unwrap().unwrap().watermark, next.watermark);
-    let (record, slots) = b.worker_leases().unwrap().group(&group).await.unwrap().unwrap();
+    assert_eq!(
+        b.state(&ns).await.unwrap().unwrap().watermark,
+        next.watermark
+    );
+    let (record, slots) = b
+        .worker_leases()
+        .unwrap()
+        .group(&group)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(record.layout, LAYOUT);
     assert_eq!(record.last_token, lease.token);
     let slot = slots.iter().find(|s| s.worker == lease.worker).unwrap();
-    assert_eq!(slot.floor_unix_ms, 1_700_000_123_000, "the floor is durable");
+    assert_eq!(
+        slot.floor_unix_ms, 1_700_000_123_000,
+        "the floor is durable"
+    );
     assert_eq!(slot.token, lease.token);
 }
 
@@ -213,7 +241,13 @@ async fn a_holder_cut_off_past_its_ttl_loses_the_worker_id_but_not_the_floor() {
             other => panic!("the old holder's renewal must be Superseded: {other:?}"),
         }
     }
-    let (_, slots) = other.worker_leases().unwrap().group(&group).await.unwrap().unwrap();
+    let (_, slots) = other
+        .worker_leases()
+        .unwrap()
+        .group(&group)
+        .await
+        .unwrap()
+        .unwrap();
     let slot = slots.iter().find(|s| s.worker == 2).unwrap();
     assert_eq!(
         (slot.token, slot.holder.as_str(), slot.floor_unix_ms),
@@ -231,7 +265,12 @@ async fn a_lapsed_lease_nobody_took_is_renewed_with_its_token() {
     let group = name("lapsed");
     let leases = a.worker_leases().unwrap();
     let lease = leases
-        .acquire(&request(&group, WorkerChoice::LowestFree, "me", Duration::from_secs(1)))
+        .acquire(&request(
+            &group,
+            WorkerChoice::LowestFree,
+            "me",
+            Duration::from_secs(1),
+        ))
         .await
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -240,7 +279,10 @@ async fn a_lapsed_lease_nobody_took_is_renewed_with_its_token() {
         if !slots[0].is_live() {
             break;
         }
-        assert!(Instant::now() < deadline, "a 1 s lease still live after 30 s");
+        assert!(
+            Instant::now() < deadline,
+            "a 1 s lease still live after 30 s"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let renewed = leases.renew(&lease, 42).await.unwrap();

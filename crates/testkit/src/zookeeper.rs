@@ -246,7 +246,11 @@ fn classpath() -> String {
     };
     let mut parts = vec![server];
     // Its own dependencies, should the manifest not name them all.
-    parts.extend(["zookeeper-jute.jar", "slf4j-api.jar"].iter().filter_map(|j| find(j)));
+    parts.extend(
+        ["zookeeper-jute.jar", "slf4j-api.jar"]
+            .iter()
+            .filter_map(|j| find(j)),
+    );
     // Logs to stderr (the log file) if a simple binding is there, else nowhere.
     if let Some(binding) = find("slf4j-simple.jar").or_else(|| find("slf4j-nop.jar")) {
         parts.push(binding);

@@ -67,12 +67,12 @@ pub use backend::EtcdBackend;
 pub use backend::FileBackend;
 #[cfg(all(feature = "conformance", feature = "postgres"))]
 pub use backend::PostgresBackend;
+#[cfg(all(feature = "conformance", feature = "zookeeper"))]
+pub use backend::ZookeeperBackend;
 #[cfg(feature = "conformance")]
 pub use backend::{Backend, FaultProfile, Grants, MemoryBackend, NetworkBackend};
 #[cfg(all(feature = "conformance", feature = "mysql"))]
 pub use backend::{MysqlBackend, MysqlTicketBackend};
-#[cfg(feature = "zookeeper")]
-pub use backend::ZookeeperBackend;
 
 /// A namespace name no other call of this process (nor, by the pid and time, an earlier run
 /// against the same database) has used.
