@@ -683,7 +683,8 @@ impl fmt::Debug for EtcdConfig {
 /// Configuration of the ZooKeeper authority (`zookeeper::ZookeeperAuthority`). Parsed in every
 /// build; only connecting needs the cargo feature `zookeeper`.
 ///
-/// Keys: `servers` (required, not empty, each `host:port`), `root`, `op_timeout_ms` (into
+/// Keys: `servers` (required, not empty, each `host:port`), `root`, `op_timeout_ms` (or
+/// `timeout_ms`, into
 /// [`ZookeeperConfig::op_timeout`]), `session_timeout_ms` (into
 /// [`ZookeeperConfig::session_timeout`]).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -696,9 +697,11 @@ pub struct ZookeeperConfig {
     #[serde(default = "ZookeeperConfig::default_root")]
     pub root: String,
     /// Bound on every call to ZooKeeper, connecting included (and on waiting behind other
-    /// operations on a namespace). Default 5 s.
+    /// operations on a namespace). Default 5 s. `timeout_ms`, the other backends' name, is
+    /// accepted too.
     #[serde(
         rename = "op_timeout_ms",
+        alias = "timeout_ms",
         default = "default_timeout",
         with = "timeout_ms"
     )]
@@ -1408,6 +1411,12 @@ mod tests {
                 ..ZookeeperConfig::new(["h:1"])
             })
         );
+        let alias =
+            parse("[authority]\nkind = \"zookeeper\"\nservers = [\"h:1\"]\ntimeout_ms = 300\n")
+                .unwrap();
+        assert!(
+            matches!(&alias, AuthorityConfig::Zookeeper(c) if c.op_timeout == Duration::from_millis(300))
+        );
         let bad = [
             ("", "authority.servers: a zookeeper authority needs servers"),
             (
@@ -1432,7 +1441,7 @@ mod tests {
                 "servers = [\"h:1\"]\nsession_timeout_ms = 0\n",
                 "authority.session_timeout_ms",
             ),
-            ("servers = [\"h:1\"]\ntimeout_ms = 5\n", "timeout_ms"),
+            ("servers = [\"h:1\"]\ntimeout = 5\n", "timeout"),
         ];
         for (keys, expected) in bad {
             let text = format!("[authority]\nkind = \"zookeeper\"\n{keys}");
