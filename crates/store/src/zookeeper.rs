@@ -55,11 +55,20 @@
 //!
 //! ## Lost replies never hand out a block twice
 //!
-//! A request is never resent: a call that fails with a connection loss, an expired session or
-//! the operation timeout is [`StoreError::Unavailable`] and drops the namespace's cached state.
+//! A write is never resent: a `setData` or `multi` that fails with a connection loss, an
+//! expired session or the operation timeout is [`StoreError::Unavailable`] and drops the
+//! namespace's cached state. (Reads, and `ensure_namespace`'s create, whose repetition finds the
+//! first one's znode, are sent again after a connection loss, within the operation timeout.)
 //! A `setData` whose reply was lost may have committed; every later write is conditional on the
 //! version it read, which the lost write changed if it committed, so whichever lands second
 //! fails its check and is recomputed from the first: the possibly granted block is burned.
+//!
+//! Calls wait for the session to be connected before they hand the library a request, because
+//! the library keeps a request it was given while disconnected and sends it once reconnected,
+//! after its caller gave up. A write handed over in the instant the connection died (before the
+//! library noticed) can still go out that way, up to 7/5 of the session timeout later (then the
+//! library gives the session up and fails it); it is a compare-and-swap like any other, so it
+//! lands only if nothing was written since, and its block is then burned.
 //!
 //! ## Sessions, timeouts and reconnection
 //!
@@ -925,7 +934,10 @@ impl Authority for ZookeeperAuthority {
         let created = NamespaceState::new(name.clone(), spec);
         let data = encode_ns(&created);
         let what = format!("creating namespace {name}");
-        for attempt in 0..2 {
+        // Sending the create again is harmless: a second one finds the first's znode and
+        // compares specs.
+        let mut remade_dirs = false;
+        loop {
             let client = self.client(deadline).await?;
             match timed(
                 deadline,
@@ -937,7 +949,11 @@ impl Authority for ZookeeperAuthority {
                 Ok(_) => return Ok(created),
                 Err(ZkError::NodeExists) => break,
                 // `<root>/namespaces` is gone (removed by hand): make it again, once.
-                Err(ZkError::NoNode) if attempt == 0 => self.ensure_dirs(deadline).await?,
+                Err(ZkError::NoNode) if !remade_dirs => {
+                    remade_dirs = true;
+                    self.ensure_dirs(deadline).await?;
+                }
+                Err(e) if transient(&e) => retry_pause(deadline).await,
                 Err(e) => return Err(failed(&what, &e)),
             }
         }
