@@ -52,7 +52,8 @@ ensure_python_grpc() {
 
 # --- Backend servers the tests talk to (real servers, never mocks) -------------------------
 # PostgreSQL and MariaDB: started if installed but not running; installed from Debian as root if
-# missing. etcd: the tests start private etcd processes, so only the binary is needed. promtool:
+# missing. etcd: the tests start private etcd processes, so only the binary is needed; ZooKeeper
+# likewise (private standalone servers from the `zookeeper` package's jars). promtool:
 # only the binary, no server.
 apt_updated=0
 apt_install() {
@@ -137,6 +138,12 @@ if ! command -v etcd >/dev/null 2>&1; then
   apt_install "etcd" etcd-server
 fi
 echo "etcd: $(etcd --version 2>/dev/null | head -n1) (tests start private instances)"
+
+# ZooKeeper: the tests start private standalone servers from the package's jars (and Java).
+if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null 2>&1; then
+  apt_install "ZooKeeper" zookeeper
+fi
+echo "ZooKeeper: $(basename "$(readlink -f /usr/share/java/zookeeper.jar)" .jar) (tests start private instances)"
 
 # promtool lints /metrics in crates/node/tests/metrics.rs; Debian ships it in `prometheus`.
 if ! command -v promtool >/dev/null 2>&1; then

@@ -55,6 +55,8 @@ pub enum AuthorityConfig {
     Mysql(MysqlConfig),
     /// etcd v3 (cargo feature `etcd`).
     Etcd(EtcdConfig),
+    /// ZooKeeper (cargo feature `zookeeper`).
+    Zookeeper(ZookeeperConfig),
     /// Several authorities, each owning one residue class of every namespace.
     Multi(MultiConfig),
     /// Other idmint nodes, over gRPC: blocks come from the tier above (cargo feature
@@ -79,6 +81,7 @@ impl AuthorityConfig {
             AuthorityConfig::Postgres(_) => "postgres",
             AuthorityConfig::Mysql(_) => "mysql",
             AuthorityConfig::Etcd(_) => "etcd",
+            AuthorityConfig::Zookeeper(_) => "zookeeper",
             AuthorityConfig::Multi(_) => "multi",
             AuthorityConfig::Upstream(_) => "upstream",
         }
@@ -167,6 +170,11 @@ impl AuthorityConfig {
                 }
                 AuthorityConfig::Etcd(config)
             }
+            "zookeeper" => {
+                let config: ZookeeperConfig = typed(key, table)?;
+                config.validate(key)?;
+                AuthorityConfig::Zookeeper(config)
+            }
             "multi" => AuthorityConfig::Multi(MultiConfig::from_table(key, table)?),
             "upstream" => {
                 let config: UpstreamConfig = typed(key, table)?;
@@ -232,6 +240,14 @@ impl fmt::Display for AuthorityConfig {
                     c.prefix
                 )
             }
+            AuthorityConfig::Zookeeper(c) => {
+                write!(
+                    f,
+                    "ZooKeeper authority at {}, root {}",
+                    c.servers.join(","),
+                    c.root
+                )
+            }
             AuthorityConfig::Upstream(c) => {
                 let urls: Vec<String> = c.urls.iter().map(|u| redact_url(u)).collect();
                 write!(f, "upstream authority: idmint nodes at {}", urls.join(","))
@@ -261,8 +277,15 @@ enum Position {
 }
 
 /// The kinds, as the config names them.
-const KINDS: [&str; 7] = [
-    "file", "postgres", "mysql", "etcd", "multi", "upstream", "memory",
+const KINDS: [&str; 8] = [
+    "file",
+    "postgres",
+    "mysql",
+    "etcd",
+    "zookeeper",
+    "multi",
+    "upstream",
+    "memory",
 ];
 
 /// A configuration error, naming the key at fault.
@@ -289,6 +312,7 @@ fn invalid(key: impl Into<String>, message: impl Into<String>) -> AuthorityConfi
 fn needs(key: &str, kind: &str, field: &str) -> AuthorityConfigError {
     let example = match field {
         "endpoints" => ", e.g. [\"http://127.0.0.1:2379\"]",
+        "servers" => ", e.g. [\"127.0.0.1:2181\"]",
         "urls" => ", e.g. [\"http://global-a:7879\", \"http://global-b:7879\"]",
         "url" if kind == "postgres" => ", e.g. \"postgres://user:password@host:5432/db\"",
         "url" if kind == "mysql" => ", e.g. \"mysql://user:password@host:3306/db\"",
@@ -651,6 +675,145 @@ impl fmt::Debug for EtcdConfig {
             .field("op_timeout", &self.op_timeout)
             .finish()
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ZooKeeper
+
+/// Configuration of the ZooKeeper authority (`zookeeper::ZookeeperAuthority`). Parsed in every
+/// build; only connecting needs the cargo feature `zookeeper`.
+///
+/// Keys: `servers` (required, not empty, each `host:port`), `root`, `op_timeout_ms` (or
+/// `timeout_ms`, into
+/// [`ZookeeperConfig::op_timeout`]), `session_timeout_ms` (into
+/// [`ZookeeperConfig::session_timeout`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZookeeperConfig {
+    /// The ensemble's servers, `host:port` each; joined with `,` into the connect string.
+    pub servers: Vec<String>,
+    /// The znode under which everything lives (`<root>/namespaces/<name>`,
+    /// `<root>/leases/<group>`): an absolute path without a trailing `/`. Default `/idmint`.
+    #[serde(default = "ZookeeperConfig::default_root")]
+    pub root: String,
+    /// Bound on every call to ZooKeeper, connecting included (and on waiting behind other
+    /// operations on a namespace). Default 5 s. `timeout_ms`, the other backends' name, is
+    /// accepted too.
+    #[serde(
+        rename = "op_timeout_ms",
+        alias = "timeout_ms",
+        default = "default_timeout",
+        with = "timeout_ms"
+    )]
+    pub op_timeout: Duration,
+    /// The timeout of the authority's own ZooKeeper session (the server clamps it to its
+    /// `minSessionTimeout`/`maxSessionTimeout`). Worker leases do not use it: each lease has a
+    /// session of its own whose timeout is the lease's TTL. Default 10 s.
+    #[serde(
+        rename = "session_timeout_ms",
+        default = "ZookeeperConfig::default_session_timeout",
+        with = "timeout_ms"
+    )]
+    pub session_timeout: Duration,
+}
+
+impl ZookeeperConfig {
+    /// The default root znode.
+    pub const DEFAULT_ROOT: &'static str = "/idmint";
+    /// The default timeout of one call.
+    pub const DEFAULT_OP_TIMEOUT: Duration = DEFAULT_TIMEOUT;
+    /// The default timeout of the authority's session.
+    pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// A config for `servers` with the default root and timeouts.
+    pub fn new<I, S>(servers: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ZookeeperConfig {
+            servers: servers.into_iter().map(Into::into).collect(),
+            root: Self::DEFAULT_ROOT.to_owned(),
+            op_timeout: Self::DEFAULT_OP_TIMEOUT,
+            session_timeout: Self::DEFAULT_SESSION_TIMEOUT,
+        }
+    }
+
+    /// The connect string, `host1:port1,host2:port2`.
+    pub fn connect_string(&self) -> String {
+        self.servers.join(",")
+    }
+
+    fn default_root() -> String {
+        Self::DEFAULT_ROOT.to_owned()
+    }
+
+    fn default_session_timeout() -> Duration {
+        Self::DEFAULT_SESSION_TIMEOUT
+    }
+
+    /// At least one server, each `host:port`; a root that is an absolute znode path.
+    fn validate(&self, key: &str) -> Result<(), AuthorityConfigError> {
+        if self.servers.is_empty() {
+            return Err(needs(key, "zookeeper", "servers"));
+        }
+        for (i, server) in self.servers.iter().enumerate() {
+            if let Err(why) = check_server(server) {
+                return Err(invalid(
+                    format!("{key}.servers[{i}]"),
+                    format!("{server:?}: {why}; expected host:port, e.g. \"127.0.0.1:2181\""),
+                ));
+            }
+        }
+        if let Err(why) = check_root(&self.root) {
+            return Err(invalid(
+                format!("{key}.root"),
+                format!(
+                    "{:?}: {why}; expected an absolute znode path, e.g. \"/idmint\"",
+                    self.root
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Named for ZookeeperConfig {
+    const KIND: &'static str = "zookeeper";
+}
+
+/// Why `server` is not `host:port` (the connect string is split on `,`; a `/` would start a
+/// chroot).
+pub(crate) fn check_server(server: &str) -> Result<(), &'static str> {
+    let (host, port) = server.rsplit_once(':').ok_or("no port")?;
+    if host.is_empty() || host.contains([',', '/', '@']) || host.chars().any(char::is_whitespace) {
+        return Err("not a host name or address");
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => Err("the port is not a number from 1 to 65535"),
+    }
+}
+
+/// Why `root` is not an absolute znode path usable as a prefix (`/a/b`, not `/`, no trailing
+/// `/`, no empty, `.` or `..` component).
+pub(crate) fn check_root(root: &str) -> Result<(), &'static str> {
+    let rest = root.strip_prefix('/').ok_or("does not start with /")?;
+    if rest.is_empty() {
+        return Err("is the ZooKeeper root itself");
+    }
+    for part in rest.split('/') {
+        if part.is_empty() || part == "." || part == ".." {
+            return Err("has an empty, . or .. component (or ends with /)");
+        }
+        if part == "zookeeper" && !rest.contains('/') {
+            return Err("/zookeeper is ZooKeeper's own");
+        }
+        if part.chars().any(|c| c.is_control() || c == '\u{0}') {
+            return Err("has a control character");
+        }
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1217,6 +1380,74 @@ mod tests {
         );
         let err = err("[authority]\nkind = \"upstream\"\nurls = [\"http://u:hunter2@a:1\"]\n");
         assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn zookeeper_parses_with_clear_errors() {
+        let c = parse(
+            "[authority]\nkind = \"zookeeper\"\nservers = [\"10.0.0.1:2181\", \"zk2:2181\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.kind(), "zookeeper");
+        assert_eq!(
+            c,
+            AuthorityConfig::Zookeeper(ZookeeperConfig::new(["10.0.0.1:2181", "zk2:2181"]))
+        );
+        assert_eq!(
+            c.to_string(),
+            "ZooKeeper authority at 10.0.0.1:2181,zk2:2181, root /idmint"
+        );
+        let c = parse(
+            "[authority]\nkind = \"zookeeper\"\nservers = [\"h:1\"]\nroot = \"/a/b\"\n\
+             op_timeout_ms = 300\nsession_timeout_ms = 4000\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c,
+            AuthorityConfig::Zookeeper(ZookeeperConfig {
+                root: "/a/b".into(),
+                op_timeout: Duration::from_millis(300),
+                session_timeout: Duration::from_secs(4),
+                ..ZookeeperConfig::new(["h:1"])
+            })
+        );
+        let alias =
+            parse("[authority]\nkind = \"zookeeper\"\nservers = [\"h:1\"]\ntimeout_ms = 300\n")
+                .unwrap();
+        assert!(
+            matches!(&alias, AuthorityConfig::Zookeeper(c) if c.op_timeout == Duration::from_millis(300))
+        );
+        let bad = [
+            ("", "authority.servers: a zookeeper authority needs servers"),
+            (
+                "servers = []\n",
+                "authority.servers: a zookeeper authority needs servers",
+            ),
+            ("servers = [\"h\"]\n", "authority.servers[0]"),
+            ("servers = [\"h:0\"]\n", "authority.servers[0]"),
+            ("servers = [\"h:1\", \"a,b:2\"]\n", "authority.servers[1]"),
+            ("servers = [\"h:1\"]\nroot = \"idmint\"\n", "authority.root"),
+            ("servers = [\"h:1\"]\nroot = \"/\"\n", "authority.root"),
+            ("servers = [\"h:1\"]\nroot = \"/a/\"\n", "authority.root"),
+            (
+                "servers = [\"h:1\"]\nroot = \"/zookeeper\"\n",
+                "authority.root",
+            ),
+            (
+                "servers = [\"h:1\"]\nop_timeout_ms = 0\n",
+                "authority.op_timeout_ms",
+            ),
+            (
+                "servers = [\"h:1\"]\nsession_timeout_ms = 0\n",
+                "authority.session_timeout_ms",
+            ),
+            ("servers = [\"h:1\"]\ntimeout = 5\n", "timeout"),
+        ];
+        for (keys, expected) in bad {
+            let text = format!("[authority]\nkind = \"zookeeper\"\n{keys}");
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(err.contains(expected), "{keys:?}: {err}");
+        }
     }
 
     #[test]

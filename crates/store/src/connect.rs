@@ -135,6 +135,7 @@ async fn connect_single(
         AuthorityConfig::Postgres(c) => connect_postgres(c).await,
         AuthorityConfig::Mysql(c) => connect_mysql(c).await,
         AuthorityConfig::Etcd(c) => connect_etcd(c).await,
+        AuthorityConfig::Zookeeper(c) => connect_zookeeper(c).await,
         AuthorityConfig::Upstream(c) => connect_upstream(c).await,
         AuthorityConfig::Multi(_) => Err(ConnectError::Setup(StoreError::InvalidSetup {
             message: "a multi authority cannot be a member of another".into(),
@@ -297,6 +298,26 @@ async fn connect_etcd(_: &crate::config::EtcdConfig) -> Result<Arc<dyn Authority
     Err(not_built("etcd", "etcd", " (needs protoc)"))
 }
 
+#[cfg(feature = "zookeeper")]
+async fn connect_zookeeper(
+    c: &crate::config::ZookeeperConfig,
+) -> Result<Arc<dyn Authority>, ConnectError> {
+    match crate::zookeeper::ZookeeperAuthority::connect(c.clone()).await {
+        Ok(a) => Ok(Arc::new(a)),
+        Err(source) => Err(ConnectError::Connect {
+            kind: "zookeeper",
+            source,
+        }),
+    }
+}
+
+#[cfg(not(feature = "zookeeper"))]
+async fn connect_zookeeper(
+    _: &crate::config::ZookeeperConfig,
+) -> Result<Arc<dyn Authority>, ConnectError> {
+    Err(not_built("zookeeper", "zookeeper", ""))
+}
+
 #[cfg(feature = "upstream")]
 async fn connect_upstream(
     c: &crate::config::UpstreamConfig,
@@ -323,6 +344,7 @@ async fn connect_upstream(
     not(feature = "postgres"),
     not(feature = "mysql"),
     not(feature = "etcd"),
+    not(feature = "zookeeper"),
     not(feature = "upstream")
 ))]
 fn not_built(kind: &'static str, feature: &'static str, needs: &'static str) -> ConnectError {
@@ -337,6 +359,7 @@ fn not_built(kind: &'static str, feature: &'static str, needs: &'static str) -> 
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    #[cfg(feature = "postgres")]
     use crate::config::{MemberConfig, MultiConfig, PostgresConfig};
 
     #[tokio::test]
@@ -358,6 +381,7 @@ mod tests {
         assert!(dir.path().join(crate::FILE_NAME).exists());
     }
 
+    #[cfg(feature = "postgres")]
     fn dead_postgres() -> AuthorityConfig {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()

@@ -9,7 +9,8 @@
 //! - [`MemoryAuthority`]: in memory, for tests; nothing survives the process.
 //! - `FileAuthority` (cargo feature `file`, on by default): an embedded redb file, the default
 //!   backend of `idmint serve`; one process per data directory.
-//! - `postgres`, `mysql`, `etcd` (cargo features of the same names): networked backends.
+//! - `postgres`, `mysql`, `etcd`, `zookeeper` (cargo features of the same names): networked
+//!   backends.
 //! - [`MultiAuthority`]: several authorities, each owning one residue class.
 //! - `upstream` (cargo feature `upstream`): other idmint nodes over gRPC, the tier above
 //!   (`UpstreamAuthority`).
@@ -67,6 +68,8 @@ pub mod postgres;
 mod source;
 #[cfg(feature = "upstream")]
 pub mod upstream;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 pub use config::AuthorityConfig;
 pub use connect::{connect, connect_observed, ConnectError};
@@ -426,7 +429,8 @@ pub(crate) mod ops {
             feature = "file",
             feature = "postgres",
             feature = "mysql",
-            feature = "etcd"
+            feature = "etcd",
+            feature = "zookeeper"
         )),
         allow(dead_code)
     )]

@@ -3,6 +3,7 @@
 //! - [`proxy::FaultProxy`]: a TCP proxy placed between a node and its backend that can pass
 //!   traffic, add latency, stall, cut every connection, or drop the reply to a request that went
 //!   through (an ambiguous commit).
+//! - [`zookeeper::PrivateZookeeper`]: a private standalone ZooKeeper server per test.
 //!
 //! Faults come from this proxy and from killing real processes, never from mocks. Nothing here
 //! is used outside tests.
@@ -11,3 +12,4 @@ pub mod etcd;
 pub mod mysql;
 pub mod postgres;
 pub mod proxy;
+pub mod zookeeper;

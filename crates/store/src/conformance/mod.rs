@@ -67,6 +67,8 @@ pub use backend::EtcdBackend;
 pub use backend::FileBackend;
 #[cfg(all(feature = "conformance", feature = "postgres"))]
 pub use backend::PostgresBackend;
+#[cfg(all(feature = "conformance", feature = "zookeeper"))]
+pub use backend::ZookeeperBackend;
 #[cfg(feature = "conformance")]
 pub use backend::{Backend, FaultProfile, Grants, MemoryBackend, NetworkBackend};
 #[cfg(all(feature = "conformance", feature = "mysql"))]
