@@ -474,9 +474,16 @@ impl LeasedWorker {
         if !self.leased {
             return;
         }
-        let period = self.settings.ttl / 3;
-        let retry = (self.settings.ttl / 10).max(Duration::from_millis(10));
-        let mut wait = period;
+        // A backend may grant less than asked (ZooKeeper clamps to its session timeouts).
+        let ttl = || {
+            self.current()
+                .lease
+                .as_ref()
+                .map_or(self.settings.ttl, |l| l.ttl.min(self.settings.ttl))
+        };
+        let period = || ttl() / 3;
+        let retry = || (ttl() / 10).max(Duration::from_millis(10));
+        let mut wait = period();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
@@ -490,12 +497,12 @@ impl LeasedWorker {
                 match self.take_lease().await {
                     Ok(g) => {
                         self.current.store(Arc::new(g));
-                        wait = period;
+                        wait = period();
                     }
                     Err(e) => {
                         tracing::warn!(group = %self.group, error = %e, "could not acquire a new worker lease");
                         self.lock_status().last_error = Some(e.to_string());
-                        wait = retry;
+                        wait = retry();
                     }
                 }
                 continue;
@@ -508,14 +515,14 @@ impl LeasedWorker {
                     let mut status = self.lock_status();
                     status.status = api::LeaseStatus::Lost;
                     status.last_error = Some(e.to_string());
-                    wait = retry;
+                    wait = retry();
                 }
                 Err(e) => {
                     tracing::warn!(group = %self.group, error = %e, "worker lease renewal failed; retrying");
                     let mut status = self.lock_status();
                     status.status = api::LeaseStatus::Renewing;
                     status.last_error = Some(e.to_string());
-                    wait = retry;
+                    wait = retry();
                 }
             }
         }

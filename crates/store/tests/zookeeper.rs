@@ -56,6 +56,7 @@ fn request(
         group: group.clone(),
         workers: 4,
         choice,
+        prefer_floor_at_most: None,
         holder: holder.to_owned(),
         layout: LAYOUT.to_owned(),
         ttl,
