@@ -508,7 +508,7 @@ impl LeasedWorker {
                 continue;
             }
             match self.renew(&generation).await {
-                Ok(()) => wait = period,
+                Ok(()) => wait = period(),
                 Err(e @ LeaseError::Superseded { .. }) => {
                     generation.generator.set_limit(0);
                     tracing::error!(group = %self.group, error = %e, "worker lease lost; not issuing under it again");
