@@ -180,8 +180,12 @@ fn unix_ms_of(id: u64) -> u64 {
 async fn two_nodes_never_share_a_worker_id() {
     let clock = TestClock::new();
     let authority: Arc<dyn Authority> = Arc::new(MemoryAuthority::with_clock(clock.clone()));
-    let a = start(WorkerConfig::Lease, authority.clone(), &clock).await.unwrap();
-    let b = start(WorkerConfig::Lease, authority.clone(), &clock).await.unwrap();
+    let a = start(WorkerConfig::Lease, authority.clone(), &clock)
+        .await
+        .unwrap();
+    let b = start(WorkerConfig::Lease, authority.clone(), &clock)
+        .await
+        .unwrap();
     let (na, nb) = (events(&a).await, events(&b).await);
     let mut seen = HashSet::new();
     for _ in 0..50 {
@@ -201,7 +205,10 @@ async fn two_nodes_never_share_a_worker_id() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("worker 1 of group events is held by"), "{err}");
-    assert!(err.contains(&format!("pid {}", std::process::id())), "{err}");
+    assert!(
+        err.contains(&format!("pid {}", std::process::id())),
+        "{err}"
+    );
     // The holders kept issuing while the third node waited and gave up.
     take(&nb, 10).await.unwrap();
     a.shutdown().await;
@@ -215,15 +222,22 @@ async fn two_nodes_never_share_a_worker_id() {
 async fn a_clock_stepped_back_while_down_never_repeats_a_timestamp() {
     let clock = TestClock::new();
     let authority: Arc<dyn Authority> = Arc::new(MemoryAuthority::with_clock(clock.clone()));
-    let first = start(WorkerConfig::Fixed(0), authority.clone(), &clock).await.unwrap();
+    let first = start(WorkerConfig::Fixed(0), authority.clone(), &clock)
+        .await
+        .unwrap();
     let before = take(&*events(&first).await, 5000).await.unwrap();
     let last = *before.iter().max().unwrap();
     first.shutdown().await;
 
     clock.step_wall_ms(-1_000);
-    let second = start(WorkerConfig::Fixed(0), authority.clone(), &clock).await.unwrap();
+    let second = start(WorkerConfig::Fixed(0), authority.clone(), &clock)
+        .await
+        .unwrap();
     let after = take(&*events(&second).await, 5000).await.unwrap();
-    assert!(after.iter().all(|&id| id > last), "an id at or below {last} after the restart");
+    assert!(
+        after.iter().all(|&id| id > last),
+        "an id at or below {last} after the restart"
+    );
     assert!(unix_ms_of(after[0]) > unix_ms_of(last));
     let last = *after.iter().max().unwrap();
     second.shutdown().await;
@@ -237,9 +251,14 @@ async fn a_clock_stepped_back_while_down_never_repeats_a_timestamp() {
     assert!(err.contains("this clock reads"), "{err}");
     assert!(err.contains("stepped back"), "{err}");
 
-    let leased = start(WorkerConfig::Lease, authority.clone(), &clock).await.unwrap();
+    let leased = start(WorkerConfig::Lease, authority.clone(), &clock)
+        .await
+        .unwrap();
     let ids = take(&*events(&leased).await, 100).await.unwrap();
-    assert!(ids.iter().all(|&id| worker_of(id) == 1), "a never-used worker id");
+    assert!(
+        ids.iter().all(|&id| worker_of(id) == 1),
+        "a never-used worker id"
+    );
     assert!(!ids.contains(&last));
     leased.shutdown().await;
 }
@@ -256,7 +275,9 @@ async fn a_node_that_cannot_renew_stops_and_a_lost_lease_is_never_used_again() {
         inner: memory.clone(),
         down: AtomicBool::new(false),
     });
-    let a = start(WorkerConfig::Lease, flaky.clone(), &clock).await.unwrap();
+    let a = start(WorkerConfig::Lease, flaky.clone(), &clock)
+        .await
+        .unwrap();
     let na = events(&a).await;
     let mut a_ids = take(&na, 1000).await.unwrap();
     assert!(a_ids.iter().all(|&id| worker_of(id) == 0));
@@ -269,13 +290,26 @@ async fn a_node_that_cannot_renew_stops_and_a_lost_lease_is_never_used_again() {
             Err(e) => break e,
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(stopped_at.elapsed() < Duration::from_secs(10), "still issuing");
+        assert!(
+            stopped_at.elapsed() < Duration::from_secs(10),
+            "still issuing"
+        );
     };
-    assert!(matches!(refusal, IdError::Unavailable { .. }), "{refusal:?}");
-    assert!(refusal.to_string().contains("worker lease of group events"), "{refusal}");
+    assert!(
+        matches!(refusal, IdError::Unavailable { .. }),
+        "{refusal:?}"
+    );
+    assert!(
+        refusal.to_string().contains("worker lease of group events"),
+        "{refusal}"
+    );
     // It stopped before the authority could have let the lease go (TTL 10 s after the last
     // renewal, which was at most a third of the TTL before the switch).
-    assert!(stopped_at.elapsed() <= Duration::from_secs(8), "{:?}", stopped_at.elapsed());
+    assert!(
+        stopped_at.elapsed() <= Duration::from_secs(8),
+        "{:?}",
+        stopped_at.elapsed()
+    );
     let a_max = *a_ids.iter().max().unwrap();
 
     // B takes worker 0 over once the authority says A's lease expired.

@@ -211,6 +211,22 @@ fn namespaces(s: &Snapshot) -> Markup {
                                 "worker " (settings.worker) ", " (l.timestamp_bits) "/"
                                 (l.node_bits) "/" (l.sequence_bits) " bits, unit " (l.time_unit)
                                 ", epoch " (l.epoch)
+                                @if let Some(lease) = &state.worker_lease {
+                                    br;
+                                    @let held = lease.status == idmint_api::LeaseStatus::Held;
+                                    @if held {
+                                        "lease: group " (lease.group) ", token " (lease.token)
+                                        ", floor " (lease.floor)
+                                    } @else {
+                                        span .warn {
+                                            "(!) lease " (format!("{:?}", lease.status).to_lowercase())
+                                            ": group " (lease.group) ", token " (lease.token)
+                                            @if let Some(e) = &lease.last_error { ", " (e) }
+                                        }
+                                    }
+                                } @else {
+                                    br; "no lease (fixed worker id)"
+                                }
                             }
                             td {} td {} td {} td {}
                             td .n { (state.ids_served) }
