@@ -130,6 +130,7 @@
 
 mod blocks;
 mod conn;
+mod leases;
 mod sql;
 mod tickets;
 

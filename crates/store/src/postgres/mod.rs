@@ -95,18 +95,20 @@
 //! `idmint sql postgres`; the authority itself does not use it.
 
 mod conn;
+mod leases;
 mod sql;
 
 pub use crate::config::PostgresConfig;
 pub use sql::{instagram_sql, schema_sql, InstagramSqlError};
 
+use crate::lease::WorkerLeases;
 use crate::ops::{self, GIVE_BACK_RACE_ATTEMPTS};
 use crate::pool::{Pool, PoolLimits};
 use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use conn::{chain, describe_server, PgConnector, Statements};
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
-use sql::{schema_sql_quoted, validate_table, StatementsSql};
+use sql::{schema_sql_quoted, validate_table, LeaseTables, StatementsSql};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -157,9 +159,19 @@ impl PostgresAuthority {
             pg.application_name("idmint");
         }
         let server = describe_server(&pg);
+        // Without room for the lease tables' names the authority still serves sequences; its
+        // lease operations say why they cannot run.
+        let lease_tables = LeaseTables::for_table(&config.table);
+        let mut ddl = schema_sql_quoted(&table);
+        if let Ok(tables) = &lease_tables {
+            ddl.push_str(&tables.ddl());
+        }
         let connector = PgConnector {
             pg,
-            sql: Arc::new(StatementsSql::new(&table)),
+            sql: Arc::new(StatementsSql::new(
+                &table,
+                lease_tables.as_ref().map_err(Clone::clone),
+            )),
         };
         let limits = PoolLimits {
             max_size: config.pool_size,
@@ -170,7 +182,6 @@ impl PostgresAuthority {
             pool: Pool::new(connector, KIND, server, limits)?,
             table,
         };
-        let ddl = schema_sql_quoted(&authority.table);
         authority
             .pool
             .on_conn("connect", async |conn| {
@@ -230,6 +241,10 @@ impl PostgresAuthority {
 impl Authority for PostgresAuthority {
     fn kind(&self) -> &'static str {
         KIND
+    }
+
+    fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
+        Some(self)
     }
 
     async fn ensure_namespace(
