@@ -31,6 +31,8 @@ use std::time::{Duration, Instant};
 
 idmint_store::conformance_tests!(mysql => MysqlBackend, with faults);
 idmint_store::conformance_tests!(mysql_tickets => MysqlTicketBackend, faults only);
+idmint_store::conformance_tests!(mysql_leases => MysqlBackend, leases);
+idmint_store::conformance_tests!(mysql_ticket_leases => MysqlTicketBackend, leases);
 
 /// Short enough for the stall test to be quick, long enough for a loaded 2-core machine.
 const OP_TIMEOUT: Duration = Duration::from_secs(2);

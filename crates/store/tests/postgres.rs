@@ -26,6 +26,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 idmint_store::conformance_tests!(postgres => PostgresBackend, with faults);
+idmint_store::conformance_tests!(postgres_leases => PostgresBackend, leases);
 
 fn config(url: String, op_timeout: Duration, pool_size: usize) -> PostgresConfig {
     PostgresConfig {
