@@ -19,6 +19,7 @@ use idmint_core::instagram::{instagram_id, shard_of, ShardCounterGenerator};
 use idmint_core::{Layout, NamespaceName, SequenceSpec, SystemClock, Width};
 use idmint_store::conformance::faults::until_ok;
 use idmint_store::conformance::PostgresBackend;
+use idmint_store::lease::{LeaseError, LeaseRequest, WorkerChoice};
 use idmint_store::postgres::{instagram_sql, schema_sql, PostgresAuthority, PostgresConfig};
 use idmint_store::{Authority, GiveBack, StoreError};
 use idmint_testkit::postgres::TempDatabase;
@@ -352,4 +353,127 @@ async fn instagram_shards_fill_without_collision() {
         }
     }
     assert_eq!(all.len(), SHARDS.len() * ROWS_PER_SHARD as usize);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker leases (the properties run as `postgres_leases::…`)
+
+fn lease_request(group: &NamespaceName, worker: u64, holder: &str, ttl: Duration) -> LeaseRequest {
+    LeaseRequest {
+        group: group.clone(),
+        workers: 2,
+        choice: WorkerChoice::Exactly(worker),
+        holder: holder.to_owned(),
+        layout: "twitter".to_owned(),
+        ttl,
+    }
+}
+
+/// Expiry is judged by the database's clock, never the node's: the stored expiry is the
+/// server's `clock_timestamp()` plus the TTL (read in a session whose time zone is far from
+/// the node's: `timestamptz` is absolute); when the database says it passed (moved with SQL,
+/// nothing changed on the node) the worker id is taken over at once and the old holder is
+/// refused; and an expiry the database puts a day ahead holds the worker id for that day,
+/// whatever TTL the node asked for. A release clears the expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_expiry_is_the_database_clock() {
+    let db = TempDatabase::create().await;
+    let client = db.client().await;
+    client
+        .batch_execute("SET TIME ZONE 'Pacific/Kiritimati'")
+        .await
+        .unwrap();
+    let a = connect_default(&db).await;
+    let leases = a.worker_leases().unwrap();
+    let g = name("clock");
+    let hour = Duration::from_secs(3600);
+    let old = leases
+        .acquire(&lease_request(&g, 0, "old", hour))
+        .await
+        .unwrap();
+    let left: f64 = client
+        .query_one(
+            "SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 \
+             FROM idmint_namespaces_leases WHERE grp = 'clock' AND worker = 0",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!((3500.0..=3600.0).contains(&left), "{left} s left");
+    let (_, slots) = leases.group(&g).await.unwrap().unwrap();
+    let expires_in = slots[0].expires_in.unwrap();
+    assert!(expires_in <= hour && expires_in > hour - Duration::from_secs(100));
+    assert!(matches!(
+        leases.acquire(&lease_request(&g, 0, "new", hour)).await,
+        Err(LeaseError::Held { .. })
+    ));
+
+    client
+        .batch_execute(
+            "UPDATE idmint_namespaces_leases SET expires_at = clock_timestamp() - interval '1 second' \
+             WHERE grp = 'clock'",
+        )
+        .await
+        .unwrap();
+    let (_, slots) = leases.group(&g).await.unwrap().unwrap();
+    assert!(!slots[0].is_live(), "{slots:?}");
+    let new = leases
+        .acquire(&lease_request(&g, 0, "new", hour))
+        .await
+        .unwrap();
+    assert!(new.token > old.token);
+    assert!(matches!(
+        leases.renew(&old, 1).await,
+        Err(LeaseError::Superseded { current, .. }) if current == new.token
+    ));
+
+    client
+        .batch_execute(
+            "UPDATE idmint_namespaces_leases SET expires_at = clock_timestamp() + interval '1 day' \
+             WHERE grp = 'clock'",
+        )
+        .await
+        .unwrap();
+    let (_, slots) = leases.group(&g).await.unwrap().unwrap();
+    assert!(slots[0].expires_in.unwrap() > hour * 23, "{slots:?}");
+
+    leases.release(&new, 42).await.unwrap();
+    let row = client
+        .query_one(
+            "SELECT expires_at IS NULL, floor_unix_ms FROM idmint_namespaces_leases \
+             WHERE grp = 'clock' AND worker = 0",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!((row.get::<_, bool>(0), row.get::<_, i64>(1)), (true, 42));
+}
+
+/// A table name without room for the lease tables' suffixes still serves sequences; its
+/// lease operations are `InvalidSetup`, saying why.
+#[tokio::test]
+async fn a_table_name_too_long_for_leases_serves_sequences_only() {
+    let db = TempDatabase::create().await;
+    let a = connect(PostgresConfig {
+        table: "t".repeat(60),
+        ..PostgresConfig::new(db.url())
+    })
+    .await;
+    let n = name("long");
+    a.ensure_namespace(&n, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    a.reserve(&n, 3).await.unwrap();
+    let err = a
+        .worker_leases()
+        .unwrap()
+        .acquire(&lease_request(&n, 0, "me", Duration::from_secs(5)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LeaseError::Store(StoreError::InvalidSetup { message }) if message.contains("_lease_groups")),
+        "{err:?}"
+    );
+    assert!(schema_sql(&"t".repeat(60)).contains("-- no worker-lease tables"));
 }
