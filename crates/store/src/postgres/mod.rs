@@ -21,6 +21,16 @@
 //! ([`SequenceSpec::new`], `first <= watermark <= max + 1`, a valid [`NamespaceName`]); a row that
 //! fails is [`StoreError::Corrupt`], never a panic.
 //!
+//! ## Worker leases
+//!
+//! The authority stores snowflake worker leases too ([`WorkerLeases`], see `leases`): two more
+//! tables, `<table>_lease_groups` and `<table>_leases`, created with the namespace table and
+//! printed by [`schema_sql`]. Their expiry is judged by the server's `clock_timestamp()` only;
+//! an acquisition is one transaction around [`crate::lease::plan_acquire`] (group row locked
+//! `FOR UPDATE`), renew and release one compare-and-swap `UPDATE` each. Both names must fit 63
+//! bytes: with a longer table name the authority serves sequences, and its lease operations
+//! are [`StoreError::InvalidSetup`].
+//!
 //! ## The statements, and what a compatible server must support
 //!
 //! - `reserve` is **one** autocommitted statement,
@@ -82,13 +92,13 @@
 //! Every operation, including waiting for a pooled connection and connecting, is bounded by
 //! [`PostgresConfig::op_timeout`]; a stalled server yields [`StoreError::Unavailable`], never a
 //! hang. The code is split along the seams: `conn` (one connection: session setup, prepared
-//! statements, error mapping), `sql` (the DDL, the statements and [`instagram_sql`]), and this
-//! module (the authority).
+//! statements, error mapping), `sql` (the DDL, the statements and [`instagram_sql`]), `leases`
+//! (worker leases), and this module (the authority).
 //!
 //! ## What it does not do
 //!
 //! TLS (use a local socket, a tunnel or a sidecar), migrations of the table (the layout is
-//! version 1; a change will come with its own), snowflake worker leases, retries of writes,
+//! version 1; a change will come with its own), retries of writes,
 //! failover between servers (list several hosts in the URL and tokio-postgres tries them in
 //! order at connect; consistency across a failover is the replication setup's business: use
 //! synchronous replication). [`instagram_sql`] prints Instagram's PL/pgSQL id function for
