@@ -28,7 +28,7 @@ pub struct MysqlAuthority {
     client: Client,
     table: String,
     specs: SpecCache<SequenceSpec>,
-    /// The worker-lease tables, named after the table (see [`leases`](super::leases)).
+    /// The worker-lease tables, named after the table (see [`leases`]).
     leases: Tables,
 }
 

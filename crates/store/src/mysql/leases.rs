@@ -1,4 +1,4 @@
-//! Worker leases of both MySQL authorities ([`WorkerLeases`] for
+//! Worker leases of both MySQL authorities ([`WorkerLeases`](crate::lease::WorkerLeases) for
 //! [`MysqlAuthority`](super::MysqlAuthority) and
 //! [`MysqlTicketAuthority`](super::MysqlTicketAuthority)), in the InnoDB tables
 //! `<table>_lease_groups` and `<table>_leases` (`sql::LeaseTables`), created at connect when

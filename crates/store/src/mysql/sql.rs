@@ -1,4 +1,5 @@
-//! The SQL text of the MySQL authority: block mode's table ([`schema_sql`]), the ticket tables
+//! The SQL text of the MySQL authority: block mode's table and the worker-lease tables
+//! ([`schema_sql`], `LeaseTables`), the ticket tables
 //! of Flickr's ticket mode ([`ticket_table_name`], [`ticket_table_sql`]) with their
 //! self-describing comments, and [`ticket_sql`], the setup of N ticket servers that
 //! `idmint sql mysql` prints.

@@ -124,7 +124,7 @@ struct Ticket {
 pub struct MysqlTicketAuthority {
     client: Client,
     tickets: SpecCache<Ticket>,
-    /// The worker-lease tables, named after `config.table` (see [`leases`](super::leases)).
+    /// The worker-lease tables, named after `config.table` (see [`leases`]).
     leases: Tables,
 }
 

@@ -1,6 +1,7 @@
-//! The SQL text of the PostgreSQL authority: the namespace table's DDL ([`schema_sql`], which
-//! `idmint sql postgres` prints and `PostgresAuthority::connect` runs), the statements the
-//! authority prepares on every connection, and Instagram's PL/pgSQL id function
+//! The SQL text of the PostgreSQL authority: the DDL of the namespace table and of its
+//! worker-lease tables ([`schema_sql`], which `idmint sql postgres` prints and
+//! `PostgresAuthority::connect` runs), the statements the authority prepares on every
+//! connection (the lease statements on first use, `LeaseSql`), and Instagram's PL/pgSQL id function
 //! ([`instagram_sql`]).
 //!
 //! Invariants: every identifier is double-quoted (inner quotes doubled), so a table name is
