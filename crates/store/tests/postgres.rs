@@ -477,3 +477,72 @@ async fn a_table_name_too_long_for_leases_serves_sequences_only() {
     );
     assert!(schema_sql(&"t".repeat(60)).contains("-- no worker-lease tables"));
 }
+
+/// A renewal racing a takeover of its expired lease ends with one holder: either the renewal
+/// comes first (the takeover then finds the lease live: `Held`) or the takeover does (the
+/// renewal then finds another token: `Superseded`), never both `Ok`. Guards the row locks an
+/// acquisition takes on the group's slots: without them, a renewal committed between the
+/// takeover's read and its write was overwritten while its holder was told `Ok`. The test
+/// holds the slot's row lock until both wait for it, then lets them race, 8 times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_racing_a_takeover_never_leaves_two_holders() {
+    let db = TempDatabase::create().await;
+    let mut client = db.client().await;
+    let a = std::sync::Arc::new(connect_default(&db).await);
+    let hour = Duration::from_secs(3600);
+    for round in 0..8 {
+        let g = name(&format!("race{round}"));
+        let old = a
+            .worker_leases()
+            .unwrap()
+            .acquire(&lease_request(&g, 0, "old", hour))
+            .await
+            .unwrap();
+        client
+            .execute(
+                "UPDATE idmint_namespaces_leases \
+                 SET expires_at = clock_timestamp() - interval '1 second' WHERE grp = $1",
+                &[&g.as_str()],
+            )
+            .await
+            .unwrap();
+        let tx = client.transaction().await.unwrap();
+        tx.execute(
+            "SELECT 1 FROM idmint_namespaces_leases WHERE grp = $1 FOR UPDATE",
+            &[&g.as_str()],
+        )
+        .await
+        .unwrap();
+        let (a1, a2, g1) = (a.clone(), a.clone(), g.clone());
+        let takeover = tokio::spawn(async move {
+            let request = lease_request(&g1, 0, "new", hour);
+            a1.worker_leases().unwrap().acquire(&request).await
+        });
+        let renewal =
+            tokio::spawn(async move { a2.worker_leases().unwrap().renew(&old, 5).await });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let waiting: i64 = tx
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if waiting == 2 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "round {round}: {waiting} waiting");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tx.commit().await.unwrap();
+        let (takeover, renewal) = (takeover.await.unwrap(), renewal.await.unwrap());
+        match (&takeover, &renewal) {
+            (Ok(new), Err(LeaseError::Superseded { current, .. })) if *current == new.token => {}
+            (Err(LeaseError::Held { holder, .. }), Ok(_)) if holder == "old" => {}
+            other => panic!("round {round}: two holders or an unexpected outcome: {other:?}"),
+        }
+    }
+}
