@@ -695,3 +695,75 @@ async fn a_table_name_too_long_for_leases_serves_sequences_only() {
         "{err:?}"
     );
 }
+
+/// A renewal racing a takeover of its expired lease ends with one holder: either the renewal
+/// comes first (the takeover then finds the lease live: `Held`) or the takeover does (the
+/// renewal then finds another token: `Superseded`), never both `Ok`. Guards the locking read an
+/// acquisition makes of the group's slots: a plain read let a renewal committed between the
+/// takeover's read and its write be overwritten while its holder was told `Ok`. The test holds
+/// the slot's row lock until both wait for it, then lets them race, 8 times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_racing_a_takeover_never_leaves_two_holders() {
+    use mysql_async::prelude::Queryable;
+    let db = TempDatabase::new();
+    let a = blocks(db.url()).await;
+    let mut conn = mysql_async::Conn::from_url(db.url()).await.unwrap();
+    let hour = Duration::from_secs(3600);
+    for round in 0..8 {
+        let g = name(&format!("race{round}"));
+        let old = a
+            .worker_leases()
+            .unwrap()
+            .acquire(&lease_request(&g, 0, "old", hour))
+            .await
+            .unwrap();
+        conn.exec_drop(
+            "UPDATE idmint_namespaces_leases \
+             SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE grp = ?",
+            (g.as_str(),),
+        )
+        .await
+        .unwrap();
+        conn.query_drop("START TRANSACTION").await.unwrap();
+        let _: Vec<u64> = conn
+            .exec(
+                "SELECT worker FROM idmint_namespaces_leases WHERE grp = ? AND worker = 0 \
+                 FOR UPDATE",
+                (g.as_str(),),
+            )
+            .await
+            .unwrap();
+        let (a1, a2, g1) = (a.clone(), a.clone(), g.clone());
+        let takeover = tokio::spawn(async move {
+            let request = lease_request(&g1, 0, "new", hour);
+            a1.worker_leases().unwrap().acquire(&request).await
+        });
+        let renewal = tokio::spawn(async move { a2.worker_leases().unwrap().renew(&old, 5).await });
+        // Both wait once two statements of this database stay in flight (two polls in a row:
+        // the takeover's first statements do not wait).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut seen = 0;
+        while seen < 2 {
+            let in_flight: Option<u64> = conn
+                .query_first(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+                     WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND INFO IS NOT NULL",
+                )
+                .await
+                .unwrap();
+            seen = if in_flight == Some(2) { seen + 1 } else { 0 };
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: {in_flight:?} in flight"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        conn.query_drop("COMMIT").await.unwrap();
+        let (takeover, renewal) = (takeover.await.unwrap(), renewal.await.unwrap());
+        match (&takeover, &renewal) {
+            (Ok(new), Err(LeaseError::Superseded { current, .. })) if *current == new.token => {}
+            (Err(LeaseError::Held { holder, .. }), Ok(_)) if holder == "old" => {}
+            other => panic!("round {round}: two holders or an unexpected outcome: {other:?}"),
+        }
+    }
+}

@@ -518,8 +518,7 @@ async fn a_renewal_racing_a_takeover_never_leaves_two_holders() {
             let request = lease_request(&g1, 0, "new", hour);
             a1.worker_leases().unwrap().acquire(&request).await
         });
-        let renewal =
-            tokio::spawn(async move { a2.worker_leases().unwrap().renew(&old, 5).await });
+        let renewal = tokio::spawn(async move { a2.worker_leases().unwrap().renew(&old, 5).await });
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let waiting: i64 = tx
@@ -534,7 +533,10 @@ async fn a_renewal_racing_a_takeover_never_leaves_two_holders() {
             if waiting == 2 {
                 break;
             }
-            assert!(Instant::now() < deadline, "round {round}: {waiting} waiting");
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: {waiting} waiting"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         tx.commit().await.unwrap();
