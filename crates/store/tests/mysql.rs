@@ -9,7 +9,10 @@
 //! edges of u64, rows idmint did not write (`Corrupt`), an unreachable server and bad
 //! configurations, and Flickr ticket mode itself: single increasing ids, specs the server does
 //! not issue, 32-bit exhaustion, two private odd/even servers (one of them killed) and a
-//! server crash (SIGKILL) and restart.
+//! server crash (SIGKILL) and restart. Worker leases: the lease properties run for both modes
+//! (`mysql_leases::…`, `mysql_ticket_leases::…`); here, expiry by the database's clock,
+//! concurrent first acquisitions through InnoDB deadlocks, a renewal racing a takeover, and a
+//! table name too long for the lease tables.
 //!
 //! Needs MariaDB (or MySQL) on 127.0.0.1:3306, user root without password, for the
 //! per-test databases, and the `mariadbd` / `mariadb-install-db` binaries for the private
@@ -22,6 +25,7 @@
 
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
 use idmint_store::conformance::{MysqlBackend, MysqlTicketBackend};
+use idmint_store::lease::{LeaseError, LeaseRequest, WorkerChoice};
 use idmint_store::mysql::{MysqlAuthority, MysqlConfig, MysqlTicketAuthority};
 use idmint_store::{Authority, GiveBack, StoreError};
 use idmint_testkit::mysql::{PrivateMariadb, TempDatabase};
@@ -31,6 +35,8 @@ use std::time::{Duration, Instant};
 
 idmint_store::conformance_tests!(mysql => MysqlBackend, with faults);
 idmint_store::conformance_tests!(mysql_tickets => MysqlTicketBackend, faults only);
+idmint_store::conformance_tests!(mysql_leases => MysqlBackend, leases);
+idmint_store::conformance_tests!(mysql_ticket_leases => MysqlTicketBackend, leases);
 
 /// Short enough for the stall test to be quick, long enough for a loaded 2-core machine.
 const OP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -526,4 +532,244 @@ async fn ticket_deadlocks_are_retried_and_never_repeat_an_id() {
         }
     }
     assert_eq!(all.len(), 1600);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker leases (the properties run as `mysql_leases::…` and `mysql_ticket_leases::…`)
+
+fn lease_request(group: &NamespaceName, worker: u64, holder: &str, ttl: Duration) -> LeaseRequest {
+    LeaseRequest {
+        group: group.clone(),
+        workers: 2,
+        choice: WorkerChoice::Exactly(worker),
+        holder: holder.to_owned(),
+        layout: "twitter".to_owned(),
+        ttl,
+    }
+}
+
+/// The remaining whole seconds of `(group, worker)`'s lease by the server's clock, read with
+/// SQL.
+fn seconds_left(db: &TempDatabase, group: &str, worker: u64) -> i64 {
+    db.sql(&format!(
+        "SELECT TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(6), expires_at) \
+         FROM idmint_namespaces_leases WHERE grp = '{group}' AND worker = {worker}"
+    ))
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap()
+}
+
+/// Expiry is judged by the database's clock, never the node's: the stored expiry is the
+/// server's UTC clock plus the TTL; when the database says it passed (moved with SQL, nothing
+/// changed on the node) the worker id is taken over at once and the old holder is refused; and
+/// an expiry the database puts a day ahead holds the worker id for that day, whatever TTL the
+/// node asked for. Both modes store leases the same way.
+#[tokio::test]
+async fn lease_expiry_is_the_database_clock() {
+    let db = TempDatabase::new();
+    let block_mode: Arc<dyn Authority> = blocks(db.url()).await;
+    let ticket_mode: Arc<dyn Authority> = tickets(db.url()).await;
+    let hour = Duration::from_secs(3600);
+    for (authority, group) in [(block_mode, "clock_blocks"), (ticket_mode, "clock_tickets")] {
+        let leases = authority.worker_leases().unwrap();
+        let g = name(group);
+        let old = leases
+            .acquire(&lease_request(&g, 0, "old", hour))
+            .await
+            .unwrap();
+        let left = seconds_left(&db, group, 0);
+        assert!((3500..=3600).contains(&left), "{group}: {left} s left");
+        let (_, slots) = leases.group(&g).await.unwrap().unwrap();
+        let expires_in = slots[0].expires_in.unwrap();
+        assert!(expires_in <= hour && expires_in > hour - Duration::from_secs(100));
+        assert!(matches!(
+            leases.acquire(&lease_request(&g, 0, "new", hour)).await,
+            Err(LeaseError::Held { .. })
+        ));
+
+        db.sql(&format!(
+            "UPDATE idmint_namespaces_leases SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND \
+             WHERE grp = '{group}'"
+        ))
+        .unwrap();
+        let (_, slots) = leases.group(&g).await.unwrap().unwrap();
+        assert!(!slots[0].is_live(), "{group}: {slots:?}");
+        let new = leases
+            .acquire(&lease_request(&g, 0, "new", hour))
+            .await
+            .unwrap();
+        assert!(new.token > old.token);
+        assert!(matches!(
+            leases.renew(&old, 1).await,
+            Err(LeaseError::Superseded { current, .. }) if current == new.token
+        ));
+
+        db.sql(&format!(
+            "UPDATE idmint_namespaces_leases SET expires_at = UTC_TIMESTAMP(6) + INTERVAL 1 DAY \
+             WHERE grp = '{group}'"
+        ))
+        .unwrap();
+        let (_, slots) = leases.group(&g).await.unwrap().unwrap();
+        assert!(slots[0].expires_in.unwrap() > hour * 23, "{slots:?}");
+
+        // A release clears the expiry: NULL in the table, free at once.
+        leases.release(&new, 42).await.unwrap();
+        let row = db
+            .sql(&format!(
+                "SELECT expires_at IS NULL, floor_unix_ms FROM idmint_namespaces_leases \
+                 WHERE grp = '{group}' AND worker = 0"
+            ))
+            .unwrap();
+        assert_eq!(row.trim(), "1\t42");
+    }
+}
+
+/// Regression guard for InnoDB deadlocks (1213) between concurrent first acquisitions of one
+/// group and of neighbouring groups (gap locks): every one of 2 authorities x 8 tasks x 5
+/// groups gets its lease, and no worker id is granted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_first_acquisitions_survive_deadlocks() {
+    let db = TempDatabase::new();
+    let (a, b) = (blocks(db.url()).await, blocks(db.url()).await);
+    let mut tasks = Vec::new();
+    for t in 0..16u64 {
+        let authority = if t % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            let leases = authority.worker_leases().unwrap();
+            let mut got = Vec::new();
+            for round in 0..5 {
+                let mut request = lease_request(
+                    &name(&format!("g{round}")),
+                    0,
+                    &format!("t{t}"),
+                    Duration::from_secs(60),
+                );
+                request.workers = 16;
+                request.choice = WorkerChoice::LowestFree;
+                let lease = leases
+                    .acquire(&request)
+                    .await
+                    .unwrap_or_else(|e| panic!("task {t}, group g{round}: {e}"));
+                got.push((round, lease.worker, lease.token));
+            }
+            got
+        }));
+    }
+    let mut workers = HashSet::new();
+    let mut tokens = HashSet::new();
+    for task in tasks {
+        for (round, worker, token) in task.await.unwrap() {
+            assert!(
+                workers.insert((round, worker)),
+                "g{round} worker {worker} granted twice"
+            );
+            assert!(
+                tokens.insert((round, token)),
+                "g{round} token {token} granted twice"
+            );
+        }
+    }
+    assert_eq!(workers.len(), 80);
+}
+
+/// A table name without room for the lease tables' suffixes still serves sequences; its
+/// lease operations are `InvalidSetup`, saying why.
+#[tokio::test]
+async fn a_table_name_too_long_for_leases_serves_sequences_only() {
+    let db = TempDatabase::new();
+    let mut c = config(db.url());
+    c.table = "t".repeat(60);
+    let a = MysqlAuthority::connect(c).await.unwrap();
+    let n = name("long");
+    a.ensure_namespace(&n, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    a.reserve(&n, 3).await.unwrap();
+    let err = a
+        .worker_leases()
+        .unwrap()
+        .acquire(&lease_request(&n, 0, "me", Duration::from_secs(5)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LeaseError::Store(StoreError::InvalidSetup { message }) if message.contains("_lease_groups")),
+        "{err:?}"
+    );
+}
+
+/// A renewal racing a takeover of its expired lease ends with one holder: either the renewal
+/// comes first (the takeover then finds the lease live: `Held`) or the takeover does (the
+/// renewal then finds another token: `Superseded`), never both `Ok`. Guards the locking read an
+/// acquisition makes of the group's slots: a plain read let a renewal committed between the
+/// takeover's read and its write be overwritten while its holder was told `Ok`. The test holds
+/// the slot's row lock until both wait for it, then lets them race, 8 times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_racing_a_takeover_never_leaves_two_holders() {
+    use mysql_async::prelude::Queryable;
+    let db = TempDatabase::new();
+    // The operations wait for the test's lock: give them time on a loaded machine.
+    let mut slow = config(db.url());
+    slow.op_timeout = Duration::from_secs(120);
+    let a: Arc<dyn Authority> = Arc::new(MysqlAuthority::connect(slow).await.unwrap());
+    let mut conn = mysql_async::Conn::from_url(db.url()).await.unwrap();
+    let hour = Duration::from_secs(3600);
+    for round in 0..8 {
+        let g = name(&format!("race{round}"));
+        let old = a
+            .worker_leases()
+            .unwrap()
+            .acquire(&lease_request(&g, 0, "old", hour))
+            .await
+            .unwrap();
+        conn.exec_drop(
+            "UPDATE idmint_namespaces_leases \
+             SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE grp = ?",
+            (g.as_str(),),
+        )
+        .await
+        .unwrap();
+        conn.query_drop("START TRANSACTION").await.unwrap();
+        let _: Vec<u64> = conn
+            .exec(
+                "SELECT worker FROM idmint_namespaces_leases WHERE grp = ? AND worker = 0 \
+                 FOR UPDATE",
+                (g.as_str(),),
+            )
+            .await
+            .unwrap();
+        let (a1, a2, g1) = (a.clone(), a.clone(), g.clone());
+        let takeover = tokio::spawn(async move {
+            let request = lease_request(&g1, 0, "new", hour);
+            a1.worker_leases().unwrap().acquire(&request).await
+        });
+        let renewal = tokio::spawn(async move { a2.worker_leases().unwrap().renew(&old, 5).await });
+        // Both wait once two statements of this database stay in flight (two polls in a row:
+        // the takeover's first statements do not wait).
+        let deadline = Instant::now() + Duration::from_secs(100);
+        let mut seen = 0;
+        while seen < 2 {
+            let in_flight: Option<u64> = conn
+                .query_first(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+                     WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND INFO IS NOT NULL",
+                )
+                .await
+                .unwrap();
+            seen = if in_flight == Some(2) { seen + 1 } else { 0 };
+            assert!(
+                Instant::now() < deadline && !takeover.is_finished() && !renewal.is_finished(),
+                "round {round}: {in_flight:?} in flight, one of them ended"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        conn.query_drop("COMMIT").await.unwrap();
+        let (takeover, renewal) = (takeover.await.unwrap(), renewal.await.unwrap());
+        match (&takeover, &renewal) {
+            (Ok(new), Err(LeaseError::Superseded { current, .. })) if *current == new.token => {}
+            (Err(LeaseError::Held { holder, .. }), Ok(_)) if holder == "old" => {}
+            other => panic!("round {round}: two holders or an unexpected outcome: {other:?}"),
+        }
+    }
 }

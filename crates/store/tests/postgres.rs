@@ -6,8 +6,10 @@
 //! `idmint_store::conformance`. What is specific to PostgreSQL stays here: backends killed by
 //! the server (`pg_terminate_backend`), the edges of the 64-bit range past `bigint`, an
 //! unreachable server and a bad URL (no password leaked), `schema_sql` and concurrent first
-//! connects, rows idmint did not write (`Corrupt`), and Instagram's PL/pgSQL id function
-//! against idmint's Instagram layout.
+//! connects, rows idmint did not write (`Corrupt`), Instagram's PL/pgSQL id function
+//! against idmint's Instagram layout, and worker leases: the lease properties run as
+//! `postgres_leases::…`; here, expiry by the database's clock, a renewal racing a takeover,
+//! and a table name too long for the lease tables.
 //!
 //! Each test runs in a database of its own (`TempDatabase`), so they run in parallel. They fail,
 //! saying how to start the server, when it is not running.
@@ -19,6 +21,7 @@ use idmint_core::instagram::{instagram_id, shard_of, ShardCounterGenerator};
 use idmint_core::{Layout, NamespaceName, SequenceSpec, SystemClock, Width};
 use idmint_store::conformance::faults::until_ok;
 use idmint_store::conformance::PostgresBackend;
+use idmint_store::lease::{LeaseError, LeaseRequest, WorkerChoice};
 use idmint_store::postgres::{instagram_sql, schema_sql, PostgresAuthority, PostgresConfig};
 use idmint_store::{Authority, GiveBack, StoreError};
 use idmint_testkit::postgres::TempDatabase;
@@ -26,6 +29,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 idmint_store::conformance_tests!(postgres => PostgresBackend, with faults);
+idmint_store::conformance_tests!(postgres_leases => PostgresBackend, leases);
 
 fn config(url: String, op_timeout: Duration, pool_size: usize) -> PostgresConfig {
     PostgresConfig {
@@ -351,4 +355,201 @@ async fn instagram_shards_fill_without_collision() {
         }
     }
     assert_eq!(all.len(), SHARDS.len() * ROWS_PER_SHARD as usize);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker leases (the properties run as `postgres_leases::…`)
+
+fn lease_request(group: &NamespaceName, worker: u64, holder: &str, ttl: Duration) -> LeaseRequest {
+    LeaseRequest {
+        group: group.clone(),
+        workers: 2,
+        choice: WorkerChoice::Exactly(worker),
+        holder: holder.to_owned(),
+        layout: "twitter".to_owned(),
+        ttl,
+    }
+}
+
+/// Expiry is judged by the database's clock, never the node's: the stored expiry is the
+/// server's `clock_timestamp()` plus the TTL (read in a session whose time zone is far from
+/// the node's: `timestamptz` is absolute); when the database says it passed (moved with SQL,
+/// nothing changed on the node) the worker id is taken over at once and the old holder is
+/// refused; and an expiry the database puts a day ahead holds the worker id for that day,
+/// whatever TTL the node asked for. A release clears the expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_expiry_is_the_database_clock() {
+    let db = TempDatabase::create().await;
+    let client = db.client().await;
+    client
+        .batch_execute("SET TIME ZONE 'Pacific/Kiritimati'")
+        .await
+        .unwrap();
+    let a = connect_default(&db).await;
+    let leases = a.worker_leases().unwrap();
+    let g = name("clock");
+    let hour = Duration::from_secs(3600);
+    let old = leases
+        .acquire(&lease_request(&g, 0, "old", hour))
+        .await
+        .unwrap();
+    let left: f64 = client
+        .query_one(
+            "SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 \
+             FROM idmint_namespaces_leases WHERE grp = 'clock' AND worker = 0",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!((3500.0..=3600.0).contains(&left), "{left} s left");
+    let (_, slots) = leases.group(&g).await.unwrap().unwrap();
+    let expires_in = slots[0].expires_in.unwrap();
+    assert!(expires_in <= hour && expires_in > hour - Duration::from_secs(100));
+    assert!(matches!(
+        leases.acquire(&lease_request(&g, 0, "new", hour)).await,
+        Err(LeaseError::Held { .. })
+    ));
+
+    client
+        .batch_execute(
+            "UPDATE idmint_namespaces_leases SET expires_at = clock_timestamp() - interval '1 second' \
+             WHERE grp = 'clock'",
+        )
+        .await
+        .unwrap();
+    let (_, slots) = leases.group(&g).await.unwrap().unwrap();
+    assert!(!slots[0].is_live(), "{slots:?}");
+    let new = leases
+        .acquire(&lease_request(&g, 0, "new", hour))
+        .await
+        .unwrap();
+    assert!(new.token > old.token);
+    assert!(matches!(
+        leases.renew(&old, 1).await,
+        Err(LeaseError::Superseded { current, .. }) if current == new.token
+    ));
+
+    client
+        .batch_execute(
+            "UPDATE idmint_namespaces_leases SET expires_at = clock_timestamp() + interval '1 day' \
+             WHERE grp = 'clock'",
+        )
+        .await
+        .unwrap();
+    let (_, slots) = leases.group(&g).await.unwrap().unwrap();
+    assert!(slots[0].expires_in.unwrap() > hour * 23, "{slots:?}");
+
+    leases.release(&new, 42).await.unwrap();
+    let row = client
+        .query_one(
+            "SELECT expires_at IS NULL, floor_unix_ms FROM idmint_namespaces_leases \
+             WHERE grp = 'clock' AND worker = 0",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!((row.get::<_, bool>(0), row.get::<_, i64>(1)), (true, 42));
+}
+
+/// A table name without room for the lease tables' suffixes still serves sequences; its
+/// lease operations are `InvalidSetup`, saying why.
+#[tokio::test]
+async fn a_table_name_too_long_for_leases_serves_sequences_only() {
+    let db = TempDatabase::create().await;
+    let a = connect(PostgresConfig {
+        table: "t".repeat(60),
+        ..PostgresConfig::new(db.url())
+    })
+    .await;
+    let n = name("long");
+    a.ensure_namespace(&n, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    a.reserve(&n, 3).await.unwrap();
+    let err = a
+        .worker_leases()
+        .unwrap()
+        .acquire(&lease_request(&n, 0, "me", Duration::from_secs(5)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LeaseError::Store(StoreError::InvalidSetup { message }) if message.contains("_lease_groups")),
+        "{err:?}"
+    );
+    assert!(schema_sql(&"t".repeat(60)).contains("-- no worker-lease tables"));
+}
+
+/// A renewal racing a takeover of its expired lease ends with one holder: either the renewal
+/// comes first (the takeover then finds the lease live: `Held`) or the takeover does (the
+/// renewal then finds another token: `Superseded`), never both `Ok`. Guards the row locks an
+/// acquisition takes on the group's slots: without them, a renewal committed between the
+/// takeover's read and its write was overwritten while its holder was told `Ok`. The test
+/// holds the slot's row lock until both wait for it, then lets them race, 8 times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_racing_a_takeover_never_leaves_two_holders() {
+    let db = TempDatabase::create().await;
+    let mut client = db.client().await;
+    let watcher = db.client().await;
+    // The operations wait for the test's lock: give them time on a loaded machine.
+    let a = std::sync::Arc::new(connect(config(db.url(), Duration::from_secs(120), 4)).await);
+    let hour = Duration::from_secs(3600);
+    for round in 0..8 {
+        let g = name(&format!("race{round}"));
+        let old = a
+            .worker_leases()
+            .unwrap()
+            .acquire(&lease_request(&g, 0, "old", hour))
+            .await
+            .unwrap();
+        client
+            .execute(
+                "UPDATE idmint_namespaces_leases \
+                 SET expires_at = clock_timestamp() - interval '1 second' WHERE grp = $1",
+                &[&g.as_str()],
+            )
+            .await
+            .unwrap();
+        let tx = client.transaction().await.unwrap();
+        tx.execute(
+            "SELECT 1 FROM idmint_namespaces_leases WHERE grp = $1 FOR UPDATE",
+            &[&g.as_str()],
+        )
+        .await
+        .unwrap();
+        let (a1, a2, g1) = (a.clone(), a.clone(), g.clone());
+        let takeover = tokio::spawn(async move {
+            let request = lease_request(&g1, 0, "new", hour);
+            a1.worker_leases().unwrap().acquire(&request).await
+        });
+        let renewal = tokio::spawn(async move { a2.worker_leases().unwrap().renew(&old, 5).await });
+        let deadline = Instant::now() + Duration::from_secs(100);
+        loop {
+            // From another session: pg_stat_activity is a snapshot taken once per transaction.
+            let waiting: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if waiting == 2 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline && !takeover.is_finished() && !renewal.is_finished(),
+                "round {round}: {waiting} waiting, one of them ended"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tx.commit().await.unwrap();
+        let (takeover, renewal) = (takeover.await.unwrap(), renewal.await.unwrap());
+        match (&takeover, &renewal) {
+            (Ok(new), Err(LeaseError::Superseded { current, .. })) if *current == new.token => {}
+            (Err(LeaseError::Held { holder, .. }), Ok(_)) if holder == "old" => {}
+            other => panic!("round {round}: two holders or an unexpected outcome: {other:?}"),
+        }
+    }
 }

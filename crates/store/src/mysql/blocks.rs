@@ -11,9 +11,11 @@
 //! What it does not do: ticket mode (`tickets`), connection handling (`conn` and the pool).
 
 use super::conn::{self, Client};
-use super::sql::{quote_identifier, schema_sql, valid_identifier};
+use super::leases::{self, Tables};
+use super::sql::{namespace_table_sql, quote_identifier, valid_identifier, LeaseTables};
 use super::{col, execute, invalid_setup, literal, query, unavailable, SpecCache, KIND};
 use crate::config::MysqlConfig;
+use crate::lease::{GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases, WorkerSlot};
 use crate::ops::{self, GIVE_BACK_RACE_ATTEMPTS};
 use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
@@ -26,6 +28,8 @@ pub struct MysqlAuthority {
     client: Client,
     table: String,
     specs: SpecCache<SequenceSpec>,
+    /// The worker-lease tables, named after the table (see [`leases`]).
+    leases: Tables,
 }
 
 impl fmt::Debug for MysqlAuthority {
@@ -57,15 +61,22 @@ impl MysqlAuthority {
              WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '{}'",
             config.table
         );
-        let ddl = schema_sql(&config.table);
+        let ddl = namespace_table_sql(&config.table);
+        let lease_tables = LeaseTables::for_table(&config.table);
         client
             .on_conn("creating the schema", async |s| {
                 // Create only when absent: a user without the CREATE privilege can still use
                 // a table made for it.
                 let rows = query(&mut s.conn, &exists).await?;
                 match rows.first().map(|row| col::<u64>(row, 0, "COUNT(*)")) {
-                    Some(Ok(n)) if n > 0 => Ok(()),
-                    _ => execute(&mut s.conn, &ddl).await.map(drop),
+                    Some(Ok(n)) if n > 0 => {}
+                    _ => drop(execute(&mut s.conn, &ddl).await?),
+                }
+                match &lease_tables {
+                    Ok(tables) => leases::ensure_tables(&mut s.conn, tables).await,
+                    // A table name without room for the lease tables' suffixes still serves
+                    // sequences; the lease operations say why they cannot run.
+                    Err(_) => Ok(()),
                 }
             })
             .await?;
@@ -73,6 +84,7 @@ impl MysqlAuthority {
             table: quote_identifier(&config.table),
             client,
             specs: SpecCache::default(),
+            leases: lease_tables,
         })
     }
 
@@ -286,6 +298,10 @@ impl Authority for MysqlAuthority {
         KIND
     }
 
+    fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
+        Some(self)
+    }
+
     async fn ensure_namespace(
         &self,
         name: &NamespaceName,
@@ -342,5 +358,31 @@ impl Authority for MysqlAuthority {
                 self.give_back_on(&mut s.conn, &name, tail).await
             })
             .await
+    }
+}
+
+#[async_trait]
+impl WorkerLeases for MysqlAuthority {
+    async fn acquire(&self, request: &LeaseRequest) -> Result<WorkerLease, LeaseError> {
+        leases::acquire(&self.client, &self.leases, request).await
+    }
+
+    async fn renew(
+        &self,
+        lease: &WorkerLease,
+        floor_unix_ms: u64,
+    ) -> Result<WorkerLease, LeaseError> {
+        leases::renew(&self.client, &self.leases, lease, floor_unix_ms).await
+    }
+
+    async fn release(&self, lease: &WorkerLease, floor_unix_ms: u64) -> Result<(), LeaseError> {
+        leases::release(&self.client, &self.leases, lease, floor_unix_ms).await
+    }
+
+    async fn group(
+        &self,
+        group: &NamespaceName,
+    ) -> Result<Option<(GroupRecord, Vec<WorkerSlot>)>, LeaseError> {
+        leases::group(&self.client, &self.leases, group).await
     }
 }

@@ -11,8 +11,9 @@
 //! Both speak the text protocol through [`mysql_async`] (pure Rust), on the crate's one
 //! connection pool and its policy (health checks, reconnection, retries, timeouts: see the
 //! `pool` module's docs), sized by [`PoolConfig`]. The code is split along the seams:
-//! `blocks` (block mode), `tickets` (ticket mode), `sql` (the statements and the DDL that
-//! `idmint sql mysql` prints), `conn` (one connection and its session settings).
+//! `blocks` (block mode), `tickets` (ticket mode), `leases` (worker leases, both modes), `sql`
+//! (the statements and the DDL that `idmint sql mysql` prints), `conn` (one connection and its
+//! session settings).
 //!
 //! ## Block mode: schema and statements
 //!
@@ -126,10 +127,21 @@
 //! No retries of writes, no failover between servers (point the URL at the primary, or at a proxy that
 //! follows it; an asynchronous replica promoted after a crash may lack the last reservations),
 //! no TLS setup beyond what the URL can say, no schema migrations, no deletion of namespaces.
-//! Snowflake worker leases are not stored here.
+//!
+//! ## Worker leases
+//!
+//! Both modes store snowflake worker leases ([`crate::lease::WorkerLeases`], module `leases`)
+//! in `<table>_lease_groups` and `<table>_leases`, named after [`MysqlConfig::table`] (in
+//! ticket mode too) and created at connect when absent ([`schema_sql`] prints them). Expiry is
+//! judged by the server's `UTC_TIMESTAMP(6)` only; an acquisition is one transaction around
+//! [`crate::lease::plan_acquire`] (group row locked `FOR UPDATE`), retried when InnoDB rolls it
+//! back as a deadlock; renew and release are one compare-and-swap `UPDATE` each. A table name
+//! without room for the suffixes (more than 51 characters) serves ids, and its lease operations
+//! are [`StoreError::InvalidSetup`].
 
 mod blocks;
 mod conn;
+mod leases;
 mod sql;
 mod tickets;
 

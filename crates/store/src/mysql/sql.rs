@@ -1,4 +1,5 @@
-//! The SQL text of the MySQL authority: block mode's table ([`schema_sql`]), the ticket tables
+//! The SQL text of the MySQL authority: block mode's table and the worker-lease tables
+//! ([`schema_sql`], `LeaseTables`), the ticket tables
 //! of Flickr's ticket mode ([`ticket_table_name`], [`ticket_table_sql`]) with their
 //! self-describing comments, and [`ticket_sql`], the setup of N ticket servers that
 //! `idmint sql mysql` prints.
@@ -33,8 +34,89 @@ pub(super) fn quote_identifier(name: &str) -> String {
     format!("`{}`", name.replace('`', "``"))
 }
 
-/// `CREATE TABLE IF NOT EXISTS` of block mode's table `table` (for `idmint sql mysql`).
+/// `CREATE TABLE IF NOT EXISTS` of block mode's table `table` and of its worker-lease tables
+/// `<table>_lease_groups` and `<table>_leases` (left out, with a comment saying why, when those
+/// names would pass 64 characters), each statement ended by `;` (for `idmint sql mysql`).
 pub fn schema_sql(table: &str) -> String {
+    let mut out = format!("{};\n", namespace_table_sql(table));
+    match LeaseTables::for_table(table) {
+        Ok(tables) => {
+            for ddl in tables.ddl() {
+                out.push_str(&ddl);
+                out.push_str(";\n");
+            }
+        }
+        Err(e) => out.push_str(&format!("-- no worker-lease tables: {e}\n")),
+    }
+    out
+}
+
+/// The worker-lease tables of one namespace table (block mode's, or the `table` setting in
+/// ticket mode).
+#[derive(Debug, Clone)]
+pub(super) struct LeaseTables {
+    /// `<table>_lease_groups`, unquoted (for `information_schema`).
+    pub(super) groups_name: String,
+    /// `<table>_leases`, unquoted.
+    pub(super) leases_name: String,
+    /// The same, quoted.
+    pub(super) groups: String,
+    pub(super) leases: String,
+}
+
+impl LeaseTables {
+    /// The lease tables of `table`; an error when it is not a plain identifier or leaves no
+    /// room for the suffixes within 64 characters.
+    pub(super) fn for_table(table: &str) -> Result<Self, String> {
+        let groups_name = format!("{table}_lease_groups");
+        let leases_name = format!("{table}_leases");
+        if !valid_identifier(table) || !valid_identifier(&groups_name) {
+            return Err(format!(
+                "worker leases need a table name of letters, digits, _ and $ of at most {} \
+                 characters (for {table}_lease_groups), got {table:?}",
+                MAX_IDENTIFIER - "_lease_groups".len()
+            ));
+        }
+        Ok(LeaseTables {
+            groups: quote_identifier(&groups_name),
+            leases: quote_identifier(&leases_name),
+            groups_name,
+            leases_name,
+        })
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS` of the groups table, then of the leases table.
+    /// `expires_at` is UTC by the server's clock (`UTC_TIMESTAMP(6)`), whatever the session's
+    /// time zone; `NULL` once released.
+    pub(super) fn ddl(&self) -> [String; 2] {
+        [
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n  \
+                 grp VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,\n  \
+                 layout TEXT CHARACTER SET utf8mb4 NOT NULL,\n  \
+                 last_token BIGINT UNSIGNED NOT NULL\n\
+                 ) ENGINE=InnoDB COMMENT='idmint worker lease groups v1'",
+                self.groups
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n  \
+                 grp VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n  \
+                 worker BIGINT UNSIGNED NOT NULL,\n  \
+                 token BIGINT UNSIGNED NOT NULL,\n  \
+                 holder TEXT CHARACTER SET utf8mb4 NOT NULL,\n  \
+                 floor_unix_ms BIGINT UNSIGNED NOT NULL,\n  \
+                 expires_at DATETIME(6) NULL,\n  \
+                 PRIMARY KEY (grp, worker)\n\
+                 ) ENGINE=InnoDB COMMENT='idmint worker leases v1: expires_at is UTC by the \
+                 server clock, NULL once released'",
+                self.leases
+            ),
+        ]
+    }
+}
+
+/// `CREATE TABLE IF NOT EXISTS` of block mode's namespace table alone.
+pub(super) fn namespace_table_sql(table: &str) -> String {
     format!(
         "CREATE TABLE IF NOT EXISTS {} (\n  \
          name VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,\n  \
@@ -171,6 +253,26 @@ mod tests {
 
     fn name(s: &str) -> NamespaceName {
         NamespaceName::new(s).unwrap()
+    }
+
+    #[test]
+    fn schema_sql_holds_the_lease_tables_when_their_names_fit() {
+        let sql = schema_sql("ids");
+        assert_eq!(
+            sql.matches("CREATE TABLE IF NOT EXISTS").count(),
+            3,
+            "{sql}"
+        );
+        assert!(sql.contains("`ids_lease_groups`") && sql.contains("`ids_leases`"));
+        let long = "t".repeat(52);
+        let sql = schema_sql(&long);
+        assert_eq!(
+            sql.matches("CREATE TABLE IF NOT EXISTS").count(),
+            1,
+            "{sql}"
+        );
+        assert!(sql.contains("-- no worker-lease tables"));
+        assert!(LeaseTables::for_table(&"t".repeat(51)).is_ok());
     }
 
     #[test]

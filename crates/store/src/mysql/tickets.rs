@@ -14,8 +14,9 @@
 //! What it does not do: block mode (`blocks`), connection handling (`conn` and the pool).
 
 use super::conn::{self, AutoIncrement, Client, Session};
+use super::leases::{self, Tables};
 use super::sql::{
-    parse_ticket_comment, quote_identifier, ticket_table_name, ticket_table_sql,
+    parse_ticket_comment, quote_identifier, ticket_table_name, ticket_table_sql, LeaseTables,
     TICKET_TABLE_PREFIX,
 };
 use super::{
@@ -23,6 +24,7 @@ use super::{
     ER_LOCK_DEADLOCK, ER_NO_SUCH_TABLE, KIND,
 };
 use crate::config::MysqlConfig;
+use crate::lease::{GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases, WorkerSlot};
 use crate::ops;
 use crate::{Authority, AutoIncrementSettings, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
@@ -86,7 +88,7 @@ pub const DEADLOCK_ATTEMPTS: u32 = 16;
 
 /// The pause before the `attempt`th try (from 2) after a deadlock: random up to 2^attempt
 /// times 100 µs, capped at 20 ms, so that the `REPLACE`s that collided do not collide again.
-fn deadlock_pause(attempt: u32) -> std::time::Duration {
+pub(super) fn deadlock_pause(attempt: u32) -> std::time::Duration {
     let ceiling_us = (100u64 << attempt.min(8)).min(20_000);
     let jitter = u64::from(
         std::time::SystemTime::now()
@@ -122,6 +124,8 @@ struct Ticket {
 pub struct MysqlTicketAuthority {
     client: Client,
     tickets: SpecCache<Ticket>,
+    /// The worker-lease tables, named after `config.table` (see [`leases`]).
+    leases: Tables,
 }
 
 impl fmt::Debug for MysqlTicketAuthority {
@@ -141,16 +145,24 @@ impl MysqlTicketAuthority {
     /// [`StoreError::Unavailable`] if the server cannot be reached or refuses.
     pub async fn connect(config: MysqlConfig) -> Result<Self, StoreError> {
         let client = conn::client(&config, true)?;
+        let lease_tables = LeaseTables::for_table(&config.table);
         client
             .on_conn("connecting", async |s| {
                 s.auto_increment
                     .map(drop)
-                    .ok_or_else(|| unavailable("auto-increment settings not read".into()))
+                    .ok_or_else(|| unavailable("auto-increment settings not read".into()))?;
+                match &lease_tables {
+                    Ok(tables) => leases::ensure_tables(&mut s.conn, tables).await,
+                    // Without room for the lease tables' names the authority still serves
+                    // tickets; its lease operations say why they cannot run.
+                    Err(_) => Ok(()),
+                }
             })
             .await?;
         Ok(MysqlTicketAuthority {
             client,
             tickets: SpecCache::default(),
+            leases: lease_tables,
         })
     }
 
@@ -415,6 +427,10 @@ impl Authority for MysqlTicketAuthority {
         KIND
     }
 
+    fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
+        Some(self)
+    }
+
     async fn ensure_namespace(
         &self,
         name: &NamespaceName,
@@ -463,6 +479,32 @@ impl Authority for MysqlTicketAuthority {
                 self.refuse_tail(&mut s.conn, &name, tail).await
             })
             .await
+    }
+}
+
+#[async_trait]
+impl WorkerLeases for MysqlTicketAuthority {
+    async fn acquire(&self, request: &LeaseRequest) -> Result<WorkerLease, LeaseError> {
+        leases::acquire(&self.client, &self.leases, request).await
+    }
+
+    async fn renew(
+        &self,
+        lease: &WorkerLease,
+        floor_unix_ms: u64,
+    ) -> Result<WorkerLease, LeaseError> {
+        leases::renew(&self.client, &self.leases, lease, floor_unix_ms).await
+    }
+
+    async fn release(&self, lease: &WorkerLease, floor_unix_ms: u64) -> Result<(), LeaseError> {
+        leases::release(&self.client, &self.leases, lease, floor_unix_ms).await
+    }
+
+    async fn group(
+        &self,
+        group: &NamespaceName,
+    ) -> Result<Option<(GroupRecord, Vec<WorkerSlot>)>, LeaseError> {
+        leases::group(&self.client, &self.leases, group).await
     }
 }
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls, Row, Statement};
+use tokio_postgres::{Client, NoTls, Row, Statement, Transaction};
 
 /// Opens connections to one server (or list of hosts) for one table.
 pub(super) struct PgConnector {
@@ -34,6 +34,7 @@ impl Connector for PgConnector {
         let mut conn = PgConn {
             client,
             statements: None,
+            lease_statements: None,
             sql: self.sql.clone(),
             task,
             last_code: None,
@@ -72,11 +73,26 @@ pub(super) struct Statements {
     pub(super) give_back: Statement,
 }
 
+/// The worker-lease statements, prepared on one connection (on first use).
+#[derive(Clone)]
+pub(super) struct LeaseStatements {
+    pub(super) insert_group: Statement,
+    pub(super) lock_group: Statement,
+    pub(super) lock_slots: Statement,
+    pub(super) upsert_slot: Statement,
+    pub(super) update_group: Statement,
+    pub(super) renew: Statement,
+    pub(super) release: Statement,
+    pub(super) slot: Statement,
+    pub(super) group: Statement,
+}
+
 /// One open connection: the client, its statements once prepared, and the task driving the
 /// socket.
 pub(super) struct PgConn {
     client: Client,
     statements: Option<Statements>,
+    lease_statements: Option<LeaseStatements>,
     sql: Arc<StatementsSql>,
     task: JoinHandle<()>,
     /// The SQLSTATE of the last server-reported error, if the last failure was one.
@@ -137,6 +153,79 @@ impl PgConn {
                 backend: KIND,
                 message: "connection has no prepared statements".into(),
             })
+    }
+
+    /// Prepares the worker-lease statements, if not done yet on this connection (on first
+    /// use: a node without snowflake namespaces never pays for them).
+    pub(super) async fn lease_statements(&mut self) -> Result<LeaseStatements, StoreError> {
+        if self.lease_statements.is_none() {
+            let sql = match &self.sql.leases {
+                Ok(sql) => sql,
+                Err(e) => {
+                    return Err(StoreError::InvalidSetup { message: e.clone() });
+                }
+            };
+            let c = &self.client;
+            let prepared = tokio::try_join!(
+                c.prepare(&sql.insert_group),
+                c.prepare(&sql.lock_group),
+                c.prepare(&sql.lock_slots),
+                c.prepare(&sql.upsert_slot),
+                c.prepare(&sql.update_group),
+                c.prepare(&sql.renew),
+                c.prepare(&sql.release),
+                c.prepare(&sql.slot),
+                c.prepare(&sql.group),
+            );
+            match prepared {
+                Ok((
+                    insert_group,
+                    lock_group,
+                    lock_slots,
+                    upsert_slot,
+                    update_group,
+                    renew,
+                    release,
+                    slot,
+                    group,
+                )) => {
+                    self.lease_statements = Some(LeaseStatements {
+                        insert_group,
+                        lock_group,
+                        lock_slots,
+                        upsert_slot,
+                        update_group,
+                        renew,
+                        release,
+                        slot,
+                        group,
+                    });
+                }
+                Err(e) => return Err(self.fail(&e)),
+            }
+        }
+        self.lease_statements
+            .clone()
+            .ok_or_else(|| StoreError::Unavailable {
+                backend: KIND,
+                message: "connection has no prepared lease statements".into(),
+            })
+    }
+
+    /// Starts a transaction (`BEGIN`, read committed). Dropped without
+    /// [`Transaction::commit`], it is rolled back before anything else runs on the connection.
+    pub(super) async fn transaction(&mut self) -> Result<Transaction<'_>, StoreError> {
+        self.client.transaction().await.map_err(|e| pg_error(&e))
+    }
+
+    /// Runs a prepared statement outside a transaction (autocommit).
+    pub(super) async fn query_statement(
+        &mut self,
+        statement: &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        let result = self.client.query(statement, params).await;
+        result.map_err(|e| self.fail(&e))
     }
 
     pub(super) async fn query(
@@ -205,7 +294,7 @@ pub(super) fn chain(e: &dyn std::error::Error) -> String {
 /// not what this version expects: `Corrupt`. Everything else (I/O, closed connections, the
 /// server shutting down, a missing table, permissions) is `Unavailable`, which the pool also
 /// takes as "do not reuse this connection". The pool prefixes the server's address.
-fn pg_error(e: &tokio_postgres::Error) -> StoreError {
+pub(super) fn pg_error(e: &tokio_postgres::Error) -> StoreError {
     match e.as_db_error() {
         Some(db) => {
             let code = db.code().code();

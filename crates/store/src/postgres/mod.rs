@@ -21,6 +21,16 @@
 //! ([`SequenceSpec::new`], `first <= watermark <= max + 1`, a valid [`NamespaceName`]); a row that
 //! fails is [`StoreError::Corrupt`], never a panic.
 //!
+//! ## Worker leases
+//!
+//! The authority stores snowflake worker leases too ([`WorkerLeases`], see `leases`): two more
+//! tables, `<table>_lease_groups` and `<table>_leases`, created with the namespace table and
+//! printed by [`schema_sql`]. Their expiry is judged by the server's `clock_timestamp()` only;
+//! an acquisition is one transaction around [`crate::lease::plan_acquire`] (group row locked
+//! `FOR UPDATE`), renew and release one compare-and-swap `UPDATE` each. Both names must fit 63
+//! bytes: with a longer table name the authority serves sequences, and its lease operations
+//! are [`StoreError::InvalidSetup`].
+//!
 //! ## The statements, and what a compatible server must support
 //!
 //! - `reserve` is **one** autocommitted statement,
@@ -82,31 +92,33 @@
 //! Every operation, including waiting for a pooled connection and connecting, is bounded by
 //! [`PostgresConfig::op_timeout`]; a stalled server yields [`StoreError::Unavailable`], never a
 //! hang. The code is split along the seams: `conn` (one connection: session setup, prepared
-//! statements, error mapping), `sql` (the DDL, the statements and [`instagram_sql`]), and this
-//! module (the authority).
+//! statements, error mapping), `sql` (the DDL, the statements and [`instagram_sql`]), `leases`
+//! (worker leases), and this module (the authority).
 //!
 //! ## What it does not do
 //!
 //! TLS (use a local socket, a tunnel or a sidecar), migrations of the table (the layout is
-//! version 1; a change will come with its own), snowflake worker leases, retries of writes,
+//! version 1; a change will come with its own), retries of writes,
 //! failover between servers (list several hosts in the URL and tokio-postgres tries them in
 //! order at connect; consistency across a failover is the replication setup's business: use
 //! synchronous replication). [`instagram_sql`] prints Instagram's PL/pgSQL id function for
 //! `idmint sql postgres`; the authority itself does not use it.
 
 mod conn;
+mod leases;
 mod sql;
 
 pub use crate::config::PostgresConfig;
 pub use sql::{instagram_sql, schema_sql, InstagramSqlError};
 
+use crate::lease::WorkerLeases;
 use crate::ops::{self, GIVE_BACK_RACE_ATTEMPTS};
 use crate::pool::{Pool, PoolLimits};
 use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use conn::{chain, describe_server, PgConnector, Statements};
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
-use sql::{schema_sql_quoted, validate_table, StatementsSql};
+use sql::{schema_sql_quoted, validate_table, LeaseTables, StatementsSql};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -157,9 +169,19 @@ impl PostgresAuthority {
             pg.application_name("idmint");
         }
         let server = describe_server(&pg);
+        // Without room for the lease tables' names the authority still serves sequences; its
+        // lease operations say why they cannot run.
+        let lease_tables = LeaseTables::for_table(&config.table);
+        let mut ddl = schema_sql_quoted(&table);
+        if let Ok(tables) = &lease_tables {
+            ddl.push_str(&tables.ddl());
+        }
         let connector = PgConnector {
             pg,
-            sql: Arc::new(StatementsSql::new(&table)),
+            sql: Arc::new(StatementsSql::new(
+                &table,
+                lease_tables.as_ref().map_err(Clone::clone),
+            )),
         };
         let limits = PoolLimits {
             max_size: config.pool_size,
@@ -170,7 +192,6 @@ impl PostgresAuthority {
             pool: Pool::new(connector, KIND, server, limits)?,
             table,
         };
-        let ddl = schema_sql_quoted(&authority.table);
         authority
             .pool
             .on_conn("connect", async |conn| {
@@ -230,6 +251,10 @@ impl PostgresAuthority {
 impl Authority for PostgresAuthority {
     fn kind(&self) -> &'static str {
         KIND
+    }
+
+    fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
+        Some(self)
     }
 
     async fn ensure_namespace(

@@ -1,6 +1,7 @@
-//! The SQL text of the PostgreSQL authority: the namespace table's DDL ([`schema_sql`], which
-//! `idmint sql postgres` prints and `PostgresAuthority::connect` runs), the statements the
-//! authority prepares on every connection, and Instagram's PL/pgSQL id function
+//! The SQL text of the PostgreSQL authority: the DDL of the namespace table and of its
+//! worker-lease tables ([`schema_sql`], which `idmint sql postgres` prints and
+//! `PostgresAuthority::connect` runs), the statements the authority prepares on every
+//! connection (the lease statements on first use, `LeaseSql`), and Instagram's PL/pgSQL id function
 //! ([`instagram_sql`]).
 //!
 //! Invariants: every identifier is double-quoted (inner quotes doubled), so a table name is
@@ -35,10 +36,159 @@ pub(super) fn validate_table(table: &str) -> Result<String, StoreError> {
     Ok(quote_ident(table))
 }
 
-/// The DDL of the namespace table `table` (taken exactly as written: it is quoted), as
-/// [`PostgresAuthority::connect`](super::PostgresAuthority::connect) runs it. Idempotent (`CREATE TABLE IF NOT EXISTS`).
+/// The DDL of the namespace table `table` (taken exactly as written: it is quoted) and of its
+/// worker-lease tables `<table>_lease_groups` and `<table>_leases` (left out, with a comment
+/// saying why, when those names would pass PostgreSQL's 63 bytes), as
+/// [`PostgresAuthority::connect`](super::PostgresAuthority::connect) runs it. Idempotent
+/// (`CREATE TABLE IF NOT EXISTS`).
 pub fn schema_sql(table: &str) -> String {
-    schema_sql_quoted(&quote_ident(table))
+    let mut ddl = schema_sql_quoted(&quote_ident(table));
+    match LeaseTables::for_table(table) {
+        Ok(tables) => ddl.push_str(&tables.ddl()),
+        Err(e) => ddl.push_str(&format!("-- no worker-lease tables: {e}\n")),
+    }
+    ddl
+}
+
+/// The quoted names of the worker-lease tables of one namespace table.
+#[derive(Debug, Clone)]
+pub(super) struct LeaseTables {
+    /// `<table>_lease_groups`: one row per group (its layout and last token).
+    pub(super) groups: String,
+    /// `<table>_leases`: one row per worker id ever leased.
+    pub(super) leases: String,
+}
+
+impl LeaseTables {
+    /// The lease tables of the namespace table `table` (as written, unquoted); an error when
+    /// a name would pass PostgreSQL's identifier limit (it would silently truncate them, maybe
+    /// to one name).
+    pub(super) fn for_table(table: &str) -> Result<Self, String> {
+        let groups = format!("{table}_lease_groups");
+        if groups.len() > MAX_IDENTIFIER_BYTES {
+            return Err(format!(
+                "the table name {table:?} leaves no room for the suffix _lease_groups within \
+                 {MAX_IDENTIFIER_BYTES} bytes: worker leases need a table name of at most {} bytes",
+                MAX_IDENTIFIER_BYTES - "_lease_groups".len()
+            ));
+        }
+        Ok(LeaseTables {
+            groups: quote_ident(&groups),
+            leases: quote_ident(&format!("{table}_leases")),
+        })
+    }
+
+    /// Their DDL. `expires_at` is set by the server's clock only (`clock_timestamp()`); `NULL`
+    /// once released. Tokens and floors are `bigint` (idmint refuses values past 2^63 - 1).
+    pub(super) fn ddl(&self) -> String {
+        let LeaseTables { groups, leases } = self;
+        format!(
+            "CREATE TABLE IF NOT EXISTS {groups} (
+    grp        text PRIMARY KEY,
+    layout     text NOT NULL,
+    last_token bigint NOT NULL CHECK (last_token >= 0)
+);
+CREATE TABLE IF NOT EXISTS {leases} (
+    grp           text NOT NULL REFERENCES {groups} (grp),
+    worker        bigint NOT NULL CHECK (worker >= 0),
+    token         bigint NOT NULL CHECK (token >= 1),
+    holder        text NOT NULL,
+    floor_unix_ms bigint NOT NULL CHECK (floor_unix_ms >= 0),
+    expires_at    timestamptz NULL,
+    PRIMARY KEY (grp, worker)
+);
+"
+        )
+    }
+}
+
+/// A slot's columns (`worker, token, holder, floor_unix_ms, expires_in_us`) of the lease table
+/// aliased `l`, with `n.now` the server's clock: the time left in microseconds while live
+/// (at least 1), `NULL` when released or expired.
+const SLOT_COLUMNS: &str = "l.worker, l.token, l.holder, l.floor_unix_ms, \
+     CASE WHEN l.expires_at > n.now THEN \
+     GREATEST(1, floor(extract(epoch FROM (l.expires_at - n.now)) * 1000000))::bigint END";
+
+/// The server's clock, read once per statement (`clock_timestamp()`: the time the statement
+/// runs, not the transaction's start).
+const NOW: &str = "(SELECT clock_timestamp() AS now) n";
+
+/// The worker-lease statements for one pair of lease tables. Parameters: `$1` the group,
+/// `$2` the worker id, `$3` the token; the rest as each says.
+#[derive(Debug)]
+pub(super) struct LeaseSql {
+    /// Creates the group's row if absent (`$2` the layout, token 0), so it can be locked.
+    pub(super) insert_group: String,
+    /// Locks the group's row: `layout, last_token`.
+    pub(super) lock_group: String,
+    /// Every slot of the group, locked (a concurrent renew or release waits, then sees the new
+    /// token).
+    pub(super) lock_slots: String,
+    /// Writes the granted slot: `$4` holder, `$5` floor, `$6` TTL in microseconds.
+    pub(super) upsert_slot: String,
+    /// Writes the group's record: `$2` layout, `$3` last token.
+    pub(super) update_group: String,
+    /// Extends a lease by `$4` microseconds and raises its floor to `$5`; returns the floor.
+    pub(super) renew: String,
+    /// Ends a lease, setting its floor to `$4`; returns the floor.
+    pub(super) release: String,
+    /// One slot (`$2`), unlocked.
+    pub(super) slot: String,
+    /// The group's record and its slots: `layout, last_token` then [`SLOT_COLUMNS`] (`NULL`s
+    /// for a group without slots), ordered by worker id.
+    pub(super) group: String,
+}
+
+impl LeaseSql {
+    pub(super) fn new(tables: &LeaseTables) -> Self {
+        let LeaseTables { groups, leases } = tables;
+        let expiry = "clock_timestamp() + $6::bigint * interval '1 microsecond'";
+        LeaseSql {
+            insert_group: format!(
+                "INSERT INTO {groups} (grp, layout, last_token) VALUES ($1::text, $2::text, 0) \
+                 ON CONFLICT (grp) DO NOTHING"
+            ),
+            lock_group: format!(
+                "SELECT layout, last_token FROM {groups} WHERE grp = $1::text FOR UPDATE"
+            ),
+            lock_slots: format!(
+                "SELECT {SLOT_COLUMNS} FROM {leases} l, {NOW} WHERE l.grp = $1::text \
+                 FOR UPDATE OF l"
+            ),
+            upsert_slot: format!(
+                "INSERT INTO {leases} (grp, worker, token, holder, floor_unix_ms, expires_at) \
+                 VALUES ($1::text, $2::bigint, $3::bigint, $4::text, $5::bigint, {expiry}) \
+                 ON CONFLICT (grp, worker) DO UPDATE SET token = EXCLUDED.token, \
+                 holder = EXCLUDED.holder, floor_unix_ms = EXCLUDED.floor_unix_ms, \
+                 expires_at = EXCLUDED.expires_at"
+            ),
+            update_group: format!(
+                "UPDATE {groups} SET layout = $2::text, last_token = $3::bigint \
+                 WHERE grp = $1::text"
+            ),
+            renew: format!(
+                "UPDATE {leases} SET \
+                 expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond', \
+                 floor_unix_ms = GREATEST(floor_unix_ms, $5::bigint) \
+                 WHERE grp = $1::text AND worker = $2::bigint AND token = $3::bigint \
+                 RETURNING floor_unix_ms"
+            ),
+            release: format!(
+                "UPDATE {leases} SET expires_at = NULL, floor_unix_ms = $4::bigint \
+                 WHERE grp = $1::text AND worker = $2::bigint AND token = $3::bigint \
+                 RETURNING floor_unix_ms"
+            ),
+            slot: format!(
+                "SELECT {SLOT_COLUMNS} FROM {leases} l, {NOW} \
+                 WHERE l.grp = $1::text AND l.worker = $2::bigint"
+            ),
+            group: format!(
+                "SELECT g.layout, g.last_token, {SLOT_COLUMNS} FROM {groups} g \
+                 CROSS JOIN {NOW} LEFT JOIN {leases} l ON l.grp = g.grp \
+                 WHERE g.grp = $1::text ORDER BY l.worker"
+            ),
+        }
+    }
 }
 
 pub(super) fn schema_sql_quoted(table: &str) -> String {
@@ -76,10 +226,14 @@ pub(super) struct StatementsSql {
     pub(super) list: String,
     pub(super) reserve: String,
     pub(super) give_back: String,
+    /// The worker-lease statements, or why there are none (the table name is too long).
+    pub(super) leases: Result<LeaseSql, String>,
 }
 
 impl StatementsSql {
-    pub(super) fn new(table: &str) -> Self {
+    /// The statements of the namespace table `table` (quoted) and of the lease tables
+    /// `leases`.
+    pub(super) fn new(table: &str, leases: Result<&LeaseTables, String>) -> Self {
         // The reservation arithmetic of `SequenceSpec::reserve`, in numeric, on the row's
         // current values (an UPDATE's SET sees the row version it locked):
         //   x     = max(watermark, first)
@@ -110,6 +264,7 @@ impl StatementsSql {
                 "UPDATE {table} SET watermark = $2::text::numeric, block_start = NULL \
                  WHERE name = $1::text AND watermark = $3::text::numeric"
             ),
+            leases: leases.map(LeaseSql::new),
         }
     }
 }
@@ -306,7 +461,10 @@ mod tests {
 
     #[test]
     fn the_reserve_statement_is_one_update() {
-        let sql = StatementsSql::new("\"t\"");
+        let sql = StatementsSql::new(
+            "\"t\"",
+            LeaseTables::for_table("t").as_ref().map_err(Clone::clone),
+        );
         assert!(sql.reserve.starts_with("UPDATE \"t\" SET"));
         assert_eq!(sql.reserve.matches(';').count(), 0);
         assert!(sql.give_back.contains("AND watermark = $3::text::numeric"));
