@@ -542,6 +542,7 @@ fn lease_request(group: &NamespaceName, worker: u64, holder: &str, ttl: Duration
         group: group.clone(),
         workers: 2,
         choice: WorkerChoice::Exactly(worker),
+        prefer_floor_at_most: None,
         holder: holder.to_owned(),
         layout: "twitter".to_owned(),
         ttl,
