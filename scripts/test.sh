@@ -145,6 +145,12 @@ if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null 2>&1; 
 fi
 echo "ZooKeeper: $(basename "$(readlink -f /usr/share/java/zookeeper.jar)" .jar) (tests start private instances)"
 
+# libfaketime: crates/cli/tests/leases.rs starts a node with its clock 30 s behind.
+if ! command -v faketime >/dev/null 2>&1; then
+  apt_install "faketime (a node started under a clock stepped back)" faketime
+fi
+echo "faketime: $(command -v faketime)"
+
 # promtool lints /metrics in crates/node/tests/metrics.rs; Debian ships it in `prometheus`.
 if ! command -v promtool >/dev/null 2>&1; then
   apt_install "promtool (checks the /metrics exposition)" prometheus

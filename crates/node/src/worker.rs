@@ -11,7 +11,9 @@
 //!   carries (every earlier holder of the worker id issued below it). If the clock reads
 //!   behind the floor by at most `leases.max_floor_wait_ms` the node waits for it; further
 //!   behind, it refuses to start and names both times (a clock stepped back while the node was
-//!   down would otherwise repeat timestamps);
+//!   down would otherwise repeat timestamps). A fixed worker id last held under this host's
+//!   name (this node's previous run, killed before it released) may also wait out the
+//!   `leases.floor_ahead_ms` that run recorded ahead;
 //! - **nothing is issued above a recorded floor**: the generator's limit
 //!   ([`SnowflakeGenerator::set_limit`]) is raised only after a renewal recorded a floor
 //!   durably (`now + leases.floor_ahead_ms`), and only to that floor;
@@ -316,6 +318,20 @@ impl LeasedWorker {
             layout: layout_text(&self.layout),
             ttl: self.settings.ttl,
         };
+        // A fixed worker id last held under this host's name was most likely held by this
+        // node's previous run: after a kill -9 its floor is up to `floor_ahead` ahead (recorded
+        // before issuing), which is worth waiting for rather than refusing to start.
+        let mut allowed_wait = self.settings.max_floor_wait;
+        if let WorkerChoice::Exactly(w) = self.choice {
+            if let Ok(Some((_, slots))) = leases.group(&self.group).await {
+                let ours = slots.iter().any(|s| {
+                    s.worker == w && s.holder.split(" pid ").next() == Some(host_name().as_str())
+                });
+                if ours {
+                    allowed_wait += self.settings.floor_ahead;
+                }
+            }
+        }
         let lease = match leases.acquire(&request).await {
             // A fixed worker id held under this host's name: most likely this node's previous
             // run, killed before it released. Wait once for that lease to expire.
@@ -334,14 +350,14 @@ impl LeasedWorker {
         .map_err(|e| self.lease_error(e))?;
         let floor = lease.floor_unix_ms;
         // Wait for the floor if it is near; refuse if it is far.
-        let deadline = self.clock.monotonic_nanos() + nanos(self.settings.max_floor_wait);
+        let deadline = self.clock.monotonic_nanos() + nanos(allowed_wait);
         loop {
             let now = self.now_ms();
             if now >= floor {
                 break;
             }
             let behind = Duration::from_millis(floor - now);
-            if behind > self.settings.max_floor_wait || self.clock.monotonic_nanos() > deadline {
+            if behind > allowed_wait || self.clock.monotonic_nanos() > deadline {
                 // Keep the floor; free the worker id.
                 if let Err(e) = leases.release(&lease, floor).await {
                     tracing::warn!(group = %self.group, error = %e, "could not release the worker lease");
