@@ -161,7 +161,12 @@ impl Client {
     /// The next id of `ns` if one is buffered; `None` without waiting if not, or if `ns` was
     /// not set up yet (use [`Client::namespace`] first).
     pub fn try_next(&self, ns: &str) -> Option<Id> {
-        self.lookup(ns)?.try_next()
+        self.inner
+            .namespaces
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(ns)?
+            .try_next()
     }
 
     /// The state of `ns` on this client, if it was set up.
