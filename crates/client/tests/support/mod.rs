@@ -27,6 +27,15 @@ impl TestNode {
     pub async fn start(toml: &str) -> TestNode {
         let dir = tempfile::tempdir().unwrap();
         let authority = Arc::new(FileAuthority::open(dir.path()).unwrap());
+        Self::start_on(authority, toml, dir).await
+    }
+
+    /// A node on `authority` (shared by several nodes, as a database outlives the nodes on it).
+    pub async fn start_on(
+        authority: Arc<dyn idmint_store::Authority>,
+        toml: &str,
+        dir: tempfile::TempDir,
+    ) -> TestNode {
         let config: NodeConfig = FileConfig::parse(toml).unwrap().node;
         let node = Node::start(config, authority).await.unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
