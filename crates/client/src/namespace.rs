@@ -117,13 +117,7 @@ impl Namespace {
         let state = &self.state;
         match &state.ids {
             Ids::Sequence(s) => s.try_next(|| state.wake.notify_one()).map(Id::Sequence),
-            Ids::Timed(t) => {
-                let mut out = Vec::with_capacity(1);
-                t.take(1, state.clock.monotonic_nanos(), &mut out, || {
-                    state.wake.notify_one()
-                });
-                out.pop().map(|(id, _)| id)
-            }
+            Ids::Timed(t) => t.take_one(state.clock.monotonic_nanos(), || state.wake.notify_one()),
         }
     }
 

@@ -148,6 +148,29 @@ impl TimedIds {
         }
     }
 
+    /// One fresh id at `now`, if any.
+    pub(crate) fn take_one(&self, now: u64, wake: impl Fn()) -> Option<Id> {
+        let mut inner = self.lock();
+        if inner.closed {
+            return None;
+        }
+        self.expire(&mut inner, now);
+        while let Some(front) = inner.batches.front_mut() {
+            if let Some(id) = front.ids.pop_front() {
+                inner.cached -= 1;
+                inner.served += 1;
+                if inner.cached < (inner.batch / 2).max(1) {
+                    wake();
+                }
+                return Some(id);
+            }
+            inner.batches.pop_front();
+        }
+        inner.shortfall = true;
+        wake();
+        None
+    }
+
     /// Ids taken but not handed out (a batch call found some too old at the end): they count as
     /// expired.
     pub(crate) fn unserve_expired(&self, n: u64) {
