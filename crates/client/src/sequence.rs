@@ -19,7 +19,7 @@
 //!   the hot path ([`SequenceIds::try_next`]) takes no lock while the window has ids.
 
 use crate::error::ClientError;
-use crate::nodes::{CallError, Nodes};
+use crate::nodes::Nodes;
 use crate::window::{Take, Window};
 use idmint_core::buffer::{PutBack, Taken};
 use idmint_core::{Block, Buffer, BufferError, BufferPolicy, Width};
@@ -309,14 +309,13 @@ impl SequenceIds {
                 },
             )
             .await;
+        // Refused, or the answer was lost: either way never used again (burned).
         let given = matches!(answer, Ok(ref a) if a.given_back);
         let mut inner = self.lock();
         if given {
             inner.buffer.record_given_back(tail.block.len());
             tail.block.len()
         } else {
-            // Refused, or the answer was lost: either way never used again.
-            let _: Option<CallError> = answer.err();
             inner.buffer.record_burned(tail.block.len());
             0
         }

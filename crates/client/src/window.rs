@@ -9,8 +9,10 @@
 //! Invariants (a reader never sees a torn window, and no claim number is ever valid twice):
 //! - windows rotate through [`SLOTS`] slots, one per install; a slot's fields are written only
 //!   between a store of `u64::MAX` and a store of the window's epoch into the slot's `epoch`,
-//!   and the slot becomes the active one only after; a reader accepts fields only if it read
-//!   the same epoch before and after them (a seqlock; every access is a `SeqCst` atomic);
+//!   and the slot becomes the active one only after; a reader reads the fields after seeing the
+//!   window active and accepts its claim only if the slot still holds that epoch after the
+//!   claim (every access is a `SeqCst` atomic, so a reader that saw any rewritten field, or
+//!   claimed after the rewrite began, sees the mark or a newer epoch);
 //! - a slot's claim counter `next` never goes down. The window's claims are the numbers in
 //!   `[base, base + len)`, `base` being the counter when the window was installed;
 //!   [`Window::retire`] adds `len` to the counter, so every later claim lies above the range,
@@ -83,27 +85,23 @@ impl Window {
         &self.slots[(epoch % SLOTS as u64) as usize]
     }
 
-    /// The next id of the active window. Lock-free: a few loads and one `fetch_add`.
+    /// The next id of the active window. Lock-free: five loads, one `fetch_add`, one load.
+    ///
+    /// The fields are read after seeing the window active (so they are its own or a later
+    /// window's of the slot) and accepted only if the slot still holds the window after the
+    /// claim: a recycling writer marks the slot (`u64::MAX`) before rewriting it, so a reader
+    /// that saw any rewritten field, or claimed after the rewrite began, sees the mark or the
+    /// new epoch and gives up its claim (that id is burned, never handed out).
     #[inline]
     pub(crate) fn take(&self) -> Take {
         let epoch = self.active.0.load(SeqCst);
         let slot = self.slot(epoch);
-        if slot.epoch.load(SeqCst) != epoch {
-            return Take::Empty;
-        }
         let start = slot.start.load(SeqCst);
         let step = slot.step.load(SeqCst);
         let base = slot.base.load(SeqCst);
         let len = slot.len.load(SeqCst);
-        if slot.epoch.load(SeqCst) != epoch {
-            return Take::Empty;
-        }
-        // Do not push the counter on without end once the window is used up.
-        if slot.next.load(SeqCst).wrapping_sub(base) >= len {
-            return Take::Empty;
-        }
         let k = slot.next.fetch_add(1, SeqCst).wrapping_sub(base);
-        if k < len {
+        if k < len && slot.epoch.load(SeqCst) == epoch {
             // k < len: inside the window's block, so no overflow.
             Take::Id(start + k * step)
         } else {
