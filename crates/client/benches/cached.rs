@@ -90,36 +90,49 @@ fn cached(c: &mut Criterion) {
     group.bench_function("try_next", |bench| {
         bench.iter(|| black_box(take(&b, &mut waits)))
     });
+    // `client.next(ns)` awaited inside async code: the name looked up, then the same take.
     group.bench_function("client_next_by_name", |bench| {
-        bench.iter(|| black_box(b.rt.block_on(b.client.next("bench")).unwrap()))
+        bench.iter_custom(|iters| {
+            b.rt.block_on(async {
+                let t = Instant::now();
+                for _ in 0..iters {
+                    black_box(b.client.next("bench").await.unwrap());
+                }
+                t.elapsed()
+            })
+        })
     });
     group.finish();
 
-    // The same run, timed plainly: ids/s of each and the ratio.
-    const N: u64 = 300_000_000;
-    let t = Instant::now();
-    for _ in 0..N {
-        black_box(counter.fetch_add(1, Ordering::Relaxed));
-    }
-    let atomic = N as f64 / t.elapsed().as_secs_f64();
+    // The same run, timed plainly, alternating three rounds of each (the machine is shared:
+    // the best round of each is compared): ids/s of each and the ratio.
+    const N: u64 = 100_000_000;
+    let (mut atomic, mut client) = (0f64, 0f64);
     let waits_before = waits;
-    let t = Instant::now();
     let mut last = 0;
-    for _ in 0..N {
-        let id = take(&b, &mut waits);
-        assert!(id > last, "ids increase");
-        last = id;
+    for _ in 0..3 {
+        let t = Instant::now();
+        for _ in 0..N {
+            black_box(counter.fetch_add(1, Ordering::Relaxed));
+        }
+        atomic = atomic.max(N as f64 / t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        for _ in 0..N {
+            let id = take(&b, &mut waits);
+            assert!(id > last, "ids increase");
+            last = id;
+        }
+        client = client.max(N as f64 / t.elapsed().as_secs_f64());
     }
-    let client = N as f64 / t.elapsed().as_secs_f64();
     let stats = b.ns.stats();
     println!(
-        "cached: fetch_add {:.1}M ids/s, try_next {:.1}M ids/s, ratio {:.2}; {} waits in {}M ids; \
-         refills {}, block size {}, demand {:.1}M/s",
+        "cached: fetch_add {:.1}M ids/s, try_next {:.1}M ids/s, ratio {:.2} (best of 3 rounds \
+         of {}M each); {} waits; refills {}, block size {}, demand {:.1}M/s",
         atomic / 1e6,
         client / 1e6,
         client / atomic,
-        waits - waits_before,
         N / 1_000_000,
+        waits - waits_before,
         stats.refills,
         stats.next_fetch,
         stats.demand_per_sec / 1e6
