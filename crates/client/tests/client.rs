@@ -6,7 +6,8 @@
 //! the client falls back to the next; a clean close hands the unused tail back (the node's
 //! `ids_served` drops back to what the client served) and the next client continues right after the last id served; snowflake
 //! and ULID ids older than the validity limit (an injected clock moved by hand) are never
-//! handed out; the blocking wrapper works from plain threads; errors map to their variants.
+//! handed out; ids taken one after another through handles, calls by name and batches
+//! increase across all of them; the blocking wrapper works from plain threads; errors map to their variants.
 //!
 //! No test sleeps to order events, and none bounds how long something takes.
 
@@ -255,6 +256,39 @@ async fn errors_map_to_their_variants() {
         Err(ClientError::InvalidConfig { .. })
     ));
     assert!(client.next("photos").await.is_ok());
+    client.close().await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_increase_per_client_across_handles_calls_and_batches() {
+    // One after another through every entry point: each id is above every id handed out
+    // before it by this client (the window's unclaimed ids go back in front of a batch).
+    let node = TestNode::start("").await;
+    let config = ClientConfig::new([node.url()]).fixed_blocks(1000).unwrap();
+    let client = Client::connect_with(config, Arc::new(SystemClock::new()))
+        .await
+        .unwrap();
+    let (h1, h2) = (
+        client.namespace("photos").await.unwrap(),
+        client.namespace("photos").await.unwrap(),
+    );
+    let mut last = 0;
+    for i in 0..20_000u64 {
+        let ids = match i % 5 {
+            0 => vec![h1.next().await.unwrap()],
+            1 => h2.try_next().into_iter().collect(),
+            2 => vec![client.next("photos").await.unwrap()],
+            3 => h1.next_batch(1 + i % 300).await.unwrap(),
+            _ => client.try_next("photos").into_iter().collect(),
+        };
+        for id in u64s(&ids) {
+            assert!(id > last, "{id} after {last}");
+            last = id;
+        }
+    }
+    let stats = h1.stats();
+    assert_eq!(stats.burned, 0, "{stats:?}");
     client.close().await;
     node.stop().await;
 }
