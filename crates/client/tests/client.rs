@@ -2,12 +2,13 @@
 //! temporary directory, gRPC on 127.0.0.1:0).
 //!
 //! What is checked: over a million sequence ids from several tasks are unique, increase per
-//! task, and lie below the node's watermark (only ids of blocks it granted); the first url dead,
-//! the client falls back to the next; a clean close hands the unused tail back (the node's
-//! `ids_served` drops back to what the client served) and the next client continues right after the last id served; snowflake
-//! and ULID ids older than the validity limit (an injected clock moved by hand) are never
-//! handed out; ids taken one after another through handles, calls by name and batches
-//! increase across all of them; the blocking wrapper works from plain threads; errors map to their variants.
+//! task, and lie below the node's watermark (only ids of blocks it granted); ids taken one
+//! after another through handles, calls by name and batches increase across all of them; the
+//! first url dead, the client falls back to the next; a clean close hands the unused tail back
+//! (the node's `ids_served` drops back to what the client served) and the next client
+//! continues right after the last id served; snowflake, ULID and UUIDv7 ids older than the
+//! validity limit (an injected clock moved by hand) are never handed out; the blocking wrapper
+//! works from plain threads; errors map to their variants.
 //!
 //! No test sleeps to order events, and none bounds how long something takes.
 
