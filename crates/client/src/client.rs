@@ -150,6 +150,9 @@ impl Client {
 
     /// The next id of namespace `ns`, waiting for a refill only when none is buffered.
     pub async fn next(&self, ns: &str) -> Result<Id, ClientError> {
+        if let Some(id) = self.try_next(ns) {
+            return Ok(id);
+        }
         self.namespace(ns).await?.next().await
     }
 
