@@ -393,3 +393,94 @@ fn retire_window(window: &Window, inner: &mut Inner) {
 fn window_len(buffer: &Buffer) -> u64 {
     (buffer.target_block() / 8).clamp(1, 65_536)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leased(start: u64, end: u64, step: u64) -> proto::LeasedBlock {
+        proto::LeasedBlock {
+            start,
+            end,
+            step,
+            lease: 7,
+        }
+    }
+
+    #[test]
+    fn only_blocks_of_the_namespace_are_used() {
+        let check = SpecCheck {
+            step: 4,
+            residues: vec![1, 3],
+            max_id: (1 << 31) - 1,
+        };
+        assert!(check.block(&leased(1, 41, 4)).is_ok());
+        assert!(check.block(&leased(3, 43, 4)).is_ok());
+        for bad in [
+            leased(2, 42, 4),                  // another residue class
+            leased(1, 41, 2),                  // another step
+            leased(5, 5, 4),                   // empty
+            leased((1 << 31) - 3, 1 << 32, 4), // beyond the width
+        ] {
+            assert!(check.block(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_block_below_the_ids_held_is_cut_to_the_part_above() {
+        let policy = BufferPolicy::new(idmint_core::BufferConfig {
+            sizing: idmint_core::Sizing::Fixed(100),
+            ..Default::default()
+        })
+        .unwrap_or_else(|_| unreachable!());
+        let ids = SequenceIds::new(
+            policy,
+            SpecCheck {
+                step: 1,
+                residues: vec![0],
+                max_id: u64::MAX >> 1,
+            },
+        );
+        let block = |s, e| Block::new(s, e, 1).unwrap_or_else(|| unreachable!());
+        ids.first_block(block(100, 200), 1, 0);
+        // Another node's block reaching into what is held: only 200..250 is used.
+        ids.first_block(block(150, 250), 2, 1);
+        // Entirely below: burned whole, and no lease can go back.
+        ids.first_block(block(10, 20), 3, 1);
+        let mut got = vec![];
+        while let Some(id) = ids.try_next(|| {}) {
+            got.push(id);
+        }
+        assert_eq!(got, (100..250).collect::<Vec<_>>());
+        let s = ids.stats();
+        assert_eq!((s.served, s.burned, s.buffered), (150, 50 + 10, 0));
+        assert!(ids.begin_close().is_none());
+    }
+
+    #[test]
+    fn close_gives_back_the_newest_blocks_tail_and_burns_older_ids() {
+        let ids = SequenceIds::new(
+            BufferPolicy::default(),
+            SpecCheck {
+                step: 1,
+                residues: vec![0],
+                max_id: u64::MAX >> 1,
+            },
+        );
+        let block = |s, e| Block::new(s, e, 1).unwrap_or_else(|| unreachable!());
+        ids.first_block(block(1, 1001), 11, 0);
+        ids.first_block(block(1001, 2001), 12, 1); // contiguous: merged in the buffer
+        for _ in 0..10 {
+            assert!(ids.try_next(|| {}).is_some());
+        }
+        let tail = ids.begin_close().unwrap_or_else(|| unreachable!());
+        assert_eq!(
+            (tail.block.start(), tail.block.end(), tail.lease, tail.node),
+            (1001, 2001, 12, 1)
+        );
+        // 11..=1000 began in the older block: burned, never used again.
+        assert_eq!(ids.stats().burned, 990);
+        assert_eq!(ids.try_next(|| {}), None);
+        assert!(ids.begin_close().is_none(), "once");
+    }
+}
