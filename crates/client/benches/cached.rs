@@ -104,13 +104,14 @@ fn cached(c: &mut Criterion) {
     });
     group.finish();
 
-    // The same run, timed plainly, alternating three rounds of each (the machine is shared:
+    // The same run, timed plainly, alternating ROUNDS rounds of each (the machine is shared:
     // the best round of each is compared): ids/s of each and the ratio.
-    const N: u64 = 100_000_000;
+    const N: u64 = 20_000_000;
+    const ROUNDS: u64 = 10;
     let (mut atomic, mut client) = (0f64, 0f64);
     let waits_before = waits;
     let mut last = 0;
-    for _ in 0..3 {
+    for _ in 0..ROUNDS {
         let t = Instant::now();
         for _ in 0..N {
             black_box(counter.fetch_add(1, Ordering::Relaxed));
@@ -126,7 +127,7 @@ fn cached(c: &mut Criterion) {
     }
     let stats = b.ns.stats();
     println!(
-        "cached: fetch_add {:.1}M ids/s, try_next {:.1}M ids/s, ratio {:.2} (best of 3 rounds \
+        "cached: fetch_add {:.1}M ids/s, try_next {:.1}M ids/s, ratio {:.2} (best of {ROUNDS} rounds \
          of {}M each); {} waits; refills {}, block size {}, demand {:.1}M/s",
         atomic / 1e6,
         client / 1e6,
