@@ -60,8 +60,10 @@ use tokio::task::JoinHandle;
 /// assert!(c > batch[999]);
 /// println!("{:?}", photos.stats());
 ///
+/// // The unused tail of the newest block goes back to the node; the end of an older block
+/// // still buffered (refills run ahead) cannot and is burned.
 /// let report = client.close().await;
-/// assert_eq!(report.burned, 0); // the unused tail went back to the node
+/// println!("given back {}, burned {}", report.given_back, report.burned);
 /// # shutdown.drain();
 /// # served.await??;
 /// # Ok(())
