@@ -10,15 +10,14 @@
 //! validity limit (an injected clock moved by hand) are never handed out; the blocking wrapper
 //! works from plain threads; errors map to their variants.
 //!
-//! No test sleeps to order events, and none bounds how long something takes.
+//! No test sleeps to order events, and none bounds how long something takes: nodes and
+//! clients wait a minute for a refill (`support::config`), never what a test runs into.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
-use idmint_client::{
-    BlockingClient, Client, ClientConfig, ClientError, Id, Kind, ManualClock, SystemClock,
-};
+use idmint_client::{BlockingClient, Client, ClientError, Id, Kind, ManualClock, SystemClock};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +30,7 @@ fn u64s(ids: &[Id]) -> Vec<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_million_ids_from_several_tasks_are_unique_and_increase_per_task() {
     let node = TestNode::start("").await;
-    let client = Client::connect([node.url()]).await.unwrap();
+    let client = support::client([node.url()]).await;
     let photos = client.namespace("photos").await.unwrap();
     assert_eq!(photos.kind(), Kind::Sequence);
     let tasks: Vec<_> = (0..4)
@@ -79,9 +78,7 @@ async fn a_million_ids_from_several_tasks_are_unique_and_increase_per_task() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_url_dead_the_client_falls_back_to_the_next() {
     let node = TestNode::start("").await;
-    let client = Client::connect([dead_url().await, node.url()])
-        .await
-        .unwrap();
+    let client = support::client([dead_url().await, node.url()]).await;
     let a = client.next("photos").await.unwrap();
     let b = client.next_batch("photos", 5000).await.unwrap();
     assert!(b[0] > a);
@@ -99,7 +96,7 @@ async fn the_first_url_dead_the_client_falls_back_to_the_next() {
 async fn a_clean_close_hands_the_tail_back_and_the_next_client_continues() {
     // Fixed blocks of 1,000 and 100 ids taken: one block held, no refill (900 > half a block).
     let node = TestNode::start("").await;
-    let config = ClientConfig::new([node.url()]).fixed_blocks(1000).unwrap();
+    let config = support::config([node.url()]).fixed_blocks(1000).unwrap();
     let client = Client::connect_with(config.clone(), Arc::new(SystemClock::new()))
         .await
         .unwrap();
@@ -149,7 +146,7 @@ const TIMED: &str = r#"
 async fn time_ordered_ids_older_than_the_validity_limit_are_never_handed_out() {
     let node = TestNode::start(TIMED).await;
     let clock = ManualClock::at_unix_millis(1_700_000_000_000);
-    let mut config = ClientConfig::new([node.url()]);
+    let mut config = support::config([node.url()]);
     config.validity = Duration::from_millis(500);
     let client = Client::connect_with(config, Arc::new(clock.clone()))
         .await
@@ -192,7 +189,9 @@ async fn time_ordered_ids_older_than_the_validity_limit_are_never_handed_out() {
 fn the_blocking_client_works_from_plain_threads() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let node = rt.block_on(TestNode::start(TIMED));
-    let client = BlockingClient::connect([node.url()]).unwrap();
+    let client =
+        BlockingClient::connect_with(support::config([node.url()]), Arc::new(SystemClock::new()))
+            .unwrap();
     let threads: Vec<_> = (0..4)
         .map(|_| {
             let client = client.clone();
@@ -237,7 +236,7 @@ async fn errors_map_to_their_variants() {
         "[server]\nauto_create = false\n\n[namespaces.photos]\nkind = \"sequence\"\n",
     )
     .await;
-    let client = Client::connect([node.url()]).await.unwrap();
+    let client = support::client([node.url()]).await;
     assert_eq!(
         client.next("nothing").await,
         Err(ClientError::UnknownNamespace {
@@ -266,7 +265,7 @@ async fn ids_increase_per_client_across_handles_calls_and_batches() {
     // One after another through every entry point: each id is above every id handed out
     // before it by this client (the window's unclaimed ids go back in front of a batch).
     let node = TestNode::start("").await;
-    let config = ClientConfig::new([node.url()]).fixed_blocks(1000).unwrap();
+    let config = support::config([node.url()]).fixed_blocks(1000).unwrap();
     let client = Client::connect_with(config, Arc::new(SystemClock::new()))
         .await
         .unwrap();

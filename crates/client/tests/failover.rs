@@ -12,7 +12,7 @@
 
 mod support;
 
-use idmint_client::{Client, ClientConfig, SystemClock};
+use idmint_client::{Client, SystemClock};
 use idmint_store::FileAuthority;
 use idmint_testkit::proxy::{Fault, FaultProxy};
 use std::collections::HashSet;
@@ -44,7 +44,7 @@ fn check_increasing_and_unique(ids: &[u64]) {
 async fn a_block_whose_answer_is_lost_is_burned_not_resent() {
     let node = TestNode::start("").await;
     let proxy = FaultProxy::start(node.addr).await.unwrap();
-    let config = ClientConfig::new([format!("http://{}", proxy.addr())])
+    let config = support::config([format!("http://{}", proxy.addr())])
         .fixed_blocks(1000)
         .unwrap();
     let client = Client::connect_with(config, Arc::new(SystemClock::new()))
@@ -81,12 +81,12 @@ async fn a_second_node_on_the_same_store_takes_over_without_going_back() {
     let a = TestNode::start_on(store.clone(), cfg, tempfile::tempdir().unwrap()).await;
     let b = TestNode::start_on(store, cfg, tempfile::tempdir().unwrap()).await;
     // Node b buffers the namespace's first block; then a client of a gets later blocks.
-    let small = ClientConfig::new([b.url()]).fixed_blocks(10).unwrap();
+    let small = support::config([b.url()]).fixed_blocks(10).unwrap();
     let other = Client::connect_with(small, Arc::new(SystemClock::new()))
         .await
         .unwrap();
     let first = other.next("photos").await.unwrap().as_u64().unwrap();
-    let config = ClientConfig::new([a.url(), b.url()])
+    let config = support::config([a.url(), b.url()])
         .fixed_blocks(1000)
         .unwrap();
     let client = Client::connect_with(config, Arc::new(SystemClock::new()))

@@ -14,6 +14,25 @@ use tokio::net::TcpListener;
 
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
+/// How long nodes and clients in tests wait for a refill: long enough never to be the bound.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// A client configuration for tests: the defaults, with waits and call timeouts that are never
+/// what a test runs into (a dead url or a cut connection fails at once, not by timeout).
+pub fn config<S: Into<String>>(urls: impl IntoIterator<Item = S>) -> idmint_client::ClientConfig {
+    let mut config = idmint_client::ClientConfig::new(urls);
+    config.refill_wait = WAIT;
+    config.op_timeout = WAIT + Duration::from_secs(10);
+    config
+}
+
+/// A client of `urls` with [`config`] and the system clock.
+pub async fn client<S: Into<String>>(urls: impl IntoIterator<Item = S>) -> idmint_client::Client {
+    idmint_client::Client::connect_with(config(urls), Arc::new(idmint_client::SystemClock::new()))
+        .await
+        .unwrap()
+}
+
 /// A node serving gRPC over a file store in its own temporary directory.
 pub struct TestNode {
     pub addr: SocketAddr,
@@ -36,7 +55,10 @@ impl TestNode {
         toml: &str,
         dir: tempfile::TempDir,
     ) -> TestNode {
-        let config: NodeConfig = FileConfig::parse(toml).unwrap().node;
+        let mut config: NodeConfig = FileConfig::parse(toml).unwrap().node;
+        // No timing bound in tests: a request on an empty buffer waits for the store as long
+        // as it takes (a loaded machine's fsync), up to the longest the node allows.
+        config.refill_wait = WAIT;
         let node = Node::start(config, authority).await.unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
