@@ -11,7 +11,7 @@
 //!
 //! This is the same policy as `idmint_store::upstream` (`UpstreamAuthority::call`), whose
 //! helpers are private to that crate and typed with its `StoreError`; it is kept small here
-//! rather than shared (see the crate's report in docs/client.md).
+//! rather than shared (docs/client.md, "Several nodes").
 
 use crate::error::{from_status, ClientError};
 use idmint_proto::v1::idmint_client::IdmintClient;
