@@ -1,0 +1,188 @@
+//! [`ClientError`]: what a client call can fail with, and the one place gRPC statuses become
+//! client errors ([`from_status`]).
+//!
+//! The node puts its stable idmint code (docs/api.md) in the `idmint-error-code` trailer of every
+//! error (docs/grpc.md, "Status codes"); it is kept here as `code` where it tells more than the
+//! gRPC code. Messages never contain a node's url (design.md section 7): nodes are named by
+//! their position in the list given to `Client::connect`.
+
+use idmint_core::NamespaceNameError;
+use thiserror::Error;
+use tonic::{Code, Status};
+
+/// The metadata key holding the idmint error code of a status (the node's `grpc::status`).
+const ERROR_CODE_KEY: &str = "idmint-error-code";
+
+/// Why a client call failed.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// No node answered (`UNAVAILABLE`, `DEADLINE_EXCEEDED`, a connection error or the client's
+    /// timeout at every url), or nothing arrived within the refill wait. Retry later.
+    #[error("unavailable: {message}")]
+    Unavailable {
+        /// The idmint code when a node sent one (`authority_unavailable`, `shutting_down`).
+        code: Option<String>,
+        /// What went wrong, last node first.
+        message: String,
+    },
+    /// The node does not serve this namespace (`NOT_FOUND`), and would not create it.
+    #[error("unknown namespace {namespace}")]
+    UnknownNamespace {
+        /// The namespace.
+        namespace: String,
+    },
+    /// The namespace ran out of ids or time (`RESOURCE_EXHAUSTED`: `namespace_exhausted`,
+    /// `time_exhausted`), or the node serves too many namespaces (`too_many_namespaces`).
+    #[error("exhausted: {message}")]
+    Exhausted {
+        /// The idmint code.
+        code: Option<String>,
+        /// The node's message.
+        message: String,
+    },
+    /// The node lost the namespace's state (`DATA_LOSS`, `namespace_lost`): it stopped serving
+    /// it rather than risk a duplicate.
+    #[error("namespace lost: {message}")]
+    Lost {
+        /// The node's message.
+        message: String,
+    },
+    /// The node refused the request (`INVALID_ARGUMENT`, `FAILED_PRECONDITION`): a count above
+    /// its limits, a namespace of another kind or settings.
+    #[error("rejected: {message}")]
+    Rejected {
+        /// The idmint code.
+        code: Option<String>,
+        /// The node's message.
+        message: String,
+    },
+    /// The node failed (`INTERNAL` or another status), or answered something that breaks the
+    /// protocol (a block outside the namespace, ids of the wrong kind): nothing of the answer
+    /// was used.
+    #[error("node error: {message}")]
+    Node {
+        /// What went wrong.
+        message: String,
+    },
+    /// The namespace name is not valid.
+    #[error(transparent)]
+    InvalidNamespace(#[from] NamespaceNameError),
+    /// A count of zero or above the client's limit.
+    #[error("invalid count {count}: must be 1 to {max}")]
+    InvalidCount {
+        /// The count asked for.
+        count: u64,
+        /// The most allowed.
+        max: u64,
+    },
+    /// The client's configuration is unusable (no urls, a url that is not `http://`, a bad
+    /// buffer policy).
+    #[error("invalid client configuration: {message}")]
+    InvalidConfig {
+        /// What is wrong.
+        message: String,
+    },
+    /// The client was closed.
+    #[error("the client is closed")]
+    Closed,
+    /// The blocking wrapper could not start its runtime.
+    #[error("cannot start the client's runtime: {message}")]
+    Runtime {
+        /// The operating system's reason.
+        message: String,
+    },
+}
+
+impl ClientError {
+    /// Whether retrying later may succeed (the node or its authority was unavailable).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ClientError::Unavailable { .. })
+    }
+
+    pub(crate) fn unavailable(message: impl Into<String>) -> Self {
+        ClientError::Unavailable {
+            code: None,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn node(message: impl Into<String>) -> Self {
+        ClientError::Node {
+            message: message.into(),
+        }
+    }
+}
+
+/// The idmint code of `status`, from its trailer.
+pub(crate) fn idmint_code(status: &Status) -> Option<String> {
+    status
+        .metadata()
+        .get(ERROR_CODE_KEY)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// The client error of a status a node answered about `namespace` (`node` names the node).
+pub(crate) fn from_status(namespace: &str, node: usize, status: &Status) -> ClientError {
+    let code = idmint_code(status);
+    let message = format!("node #{node}: {}", status.message());
+    match status.code() {
+        Code::NotFound => ClientError::UnknownNamespace {
+            namespace: namespace.to_owned(),
+        },
+        Code::ResourceExhausted => ClientError::Exhausted { code, message },
+        Code::DataLoss => ClientError::Lost { message },
+        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
+            ClientError::Rejected { code, message }
+        }
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted => {
+            ClientError::Unavailable { code, message }
+        }
+        _ => ClientError::Node { message },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_to_their_variants_with_the_idmint_code() {
+        let mut status = Status::new(Code::ResourceExhausted, "namespace_exhausted: out");
+        status.metadata_mut().insert(
+            ERROR_CODE_KEY,
+            "namespace_exhausted"
+                .parse()
+                .unwrap_or_else(|_| unreachable!()),
+        );
+        match from_status("photos", 1, &status) {
+            ClientError::Exhausted { code, message } => {
+                assert_eq!(code.as_deref(), Some("namespace_exhausted"));
+                assert_eq!(message, "node #1: namespace_exhausted: out");
+            }
+            other => panic!("{other:?}"),
+        }
+        let cases = [
+            (Code::NotFound, "unknown"),
+            (Code::DataLoss, "lost"),
+            (Code::InvalidArgument, "rejected"),
+            (Code::FailedPrecondition, "rejected"),
+            (Code::Unavailable, "unavailable"),
+            (Code::DeadlineExceeded, "unavailable"),
+            (Code::Internal, "node"),
+        ];
+        for (code, want) in cases {
+            let got = match from_status("photos", 0, &Status::new(code, "x")) {
+                ClientError::UnknownNamespace { .. } => "unknown",
+                ClientError::Lost { .. } => "lost",
+                ClientError::Rejected { .. } => "rejected",
+                ClientError::Unavailable { .. } => "unavailable",
+                ClientError::Node { .. } => "node",
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(got, want, "{code:?}");
+        }
+        assert!(from_status("p", 0, &Status::new(Code::Unavailable, "x")).is_retryable());
+    }
+}

@@ -1,0 +1,294 @@
+//! The client against real nodes in process (`support`: idmint_node over the file store in a
+//! temporary directory, gRPC on 127.0.0.1:0).
+//!
+//! What is checked: over a million sequence ids from several tasks are unique, increase per
+//! task, and lie below the node's watermark (only ids of blocks it granted); ids taken one
+//! after another through handles, calls by name and batches increase across all of them; the
+//! first url dead, the client falls back to the next; a clean close hands the unused tail back
+//! (the node's `ids_served` drops back to what the client served) and the next client
+//! continues right after the last id served; snowflake, ULID and UUIDv7 ids older than the
+//! validity limit (an injected clock moved by hand) are never handed out; the blocking wrapper
+//! works from plain threads; errors map to their variants.
+//!
+//! No test sleeps to order events, and none bounds how long something takes: nodes and
+//! clients wait a minute for a refill (`support::config`), never what a test runs into.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use idmint_client::{BlockingClient, Client, ClientError, Id, Kind, ManualClock, SystemClock};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+use support::{dead_url, TestNode};
+
+fn u64s(ids: &[Id]) -> Vec<u64> {
+    ids.iter().map(|id| id.as_u64().unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_million_ids_from_several_tasks_are_unique_and_increase_per_task() {
+    let node = TestNode::start("").await;
+    let client = support::client([node.url()]).await;
+    let photos = client.namespace("photos").await.unwrap();
+    assert_eq!(photos.kind(), Kind::Sequence);
+    let tasks: Vec<_> = (0..4)
+        .map(|t| {
+            let photos = photos.clone();
+            let client = client.clone();
+            tokio::spawn(async move {
+                let mut ids = Vec::with_capacity(300_000);
+                while ids.len() < 300_000 {
+                    match ids.len() % 3 {
+                        // The three ways in: the sync hot path, the async one, batches.
+                        0 if t % 2 == 0 => match photos.try_next() {
+                            Some(id) => ids.push(id.as_u64().unwrap()),
+                            None => ids.push(photos.next().await.unwrap().as_u64().unwrap()),
+                        },
+                        1 => ids.push(client.next("photos").await.unwrap().as_u64().unwrap()),
+                        _ => ids.extend(u64s(&photos.next_batch(97).await.unwrap())),
+                    }
+                }
+                ids
+            })
+        })
+        .collect();
+    let mut all = HashSet::new();
+    let mut highest = 0;
+    for task in tasks {
+        let ids = task.await.unwrap();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids increase per task");
+        highest = highest.max(*ids.last().unwrap());
+        for id in ids {
+            assert!(all.insert(id), "{id} handed out twice");
+        }
+    }
+    assert!(all.len() >= 1_200_000);
+    let state = node.sequence("photos").await;
+    assert!(highest < state.watermark, "only ids of granted blocks");
+    let stats = photos.stats();
+    assert_eq!(stats.served, all.len() as u64);
+    assert!(stats.refills > 1, "{stats:?}");
+    assert!(stats.demand_per_sec > 0.0, "{stats:?}");
+    client.close().await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_url_dead_the_client_falls_back_to_the_next() {
+    let node = TestNode::start("").await;
+    let client = support::client([dead_url().await, node.url()]).await;
+    let a = client.next("photos").await.unwrap();
+    let b = client.next_batch("photos", 5000).await.unwrap();
+    assert!(b[0] > a);
+    assert_eq!(client.stats("photos").unwrap().last_error, None);
+    // Every url dead: a clear, retryable error.
+    let e = Client::connect([dead_url().await, dead_url().await])
+        .await
+        .unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+    client.close().await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_close_hands_the_tail_back_and_the_next_client_continues() {
+    // Fixed blocks of 1,000 and 100 ids taken: one block held, no refill (900 > half a block).
+    let node = TestNode::start("").await;
+    let config = support::config([node.url()]).fixed_blocks(1000).unwrap();
+    let client = Client::connect_with(config.clone(), Arc::new(SystemClock::new()))
+        .await
+        .unwrap();
+    let photos = client.namespace("photos").await.unwrap();
+    let mut last = 0;
+    for _ in 0..100 {
+        last = photos.next().await.unwrap().as_u64().unwrap();
+    }
+    let report = client.close().await;
+    assert_eq!((report.given_back, report.burned), (900, 0));
+    let stats = photos.stats();
+    assert_eq!(
+        (stats.buffered, stats.served, stats.given_back),
+        (0, 100, 900)
+    );
+    // On the node, a tail taken back moves from served to buffered (docs/grpc.md, GiveBack):
+    // of the 1,000 ids leased, 100 stay served.
+    let state = node.sequence("photos").await;
+    assert_eq!((state.ids_served, state.ids_burned), (100, 0));
+    // Closed: nothing more from this client.
+    assert_eq!(photos.try_next(), None);
+    assert_eq!(photos.next().await, Err(ClientError::Closed));
+    assert_eq!(client.next("photos").await, Err(ClientError::Closed));
+    // The next client gets the tail first: nothing was burned.
+    let again = Client::connect_with(config, Arc::new(SystemClock::new()))
+        .await
+        .unwrap();
+    assert_eq!(again.next("photos").await.unwrap(), Id::Sequence(last + 1));
+    again.close().await;
+    node.stop().await;
+}
+
+const TIMED: &str = r#"
+    [namespaces.tweets]
+    kind = "snowflake"
+    layout = "twitter"
+    worker = 7
+
+    [namespaces.events]
+    kind = "ulid"
+
+    [namespaces.sessions]
+    kind = "uuid7"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_ordered_ids_older_than_the_validity_limit_are_never_handed_out() {
+    let node = TestNode::start(TIMED).await;
+    let clock = ManualClock::at_unix_millis(1_700_000_000_000);
+    let mut config = support::config([node.url()]);
+    config.validity = Duration::from_millis(500);
+    let client = Client::connect_with(config, Arc::new(clock.clone()))
+        .await
+        .unwrap();
+    for (ns, kind) in [
+        ("tweets", Kind::Snowflake),
+        ("events", Kind::Ulid),
+        ("sessions", Kind::Uuid7),
+    ] {
+        let handle = client.namespace(ns).await.unwrap();
+        assert_eq!(handle.kind(), kind);
+        let first = handle.next().await.unwrap();
+        assert_eq!(first.kind(), kind);
+        let before = handle.stats();
+        assert!(before.buffered > 0, "fetched in a batch: {before:?}");
+        // Within the limit: from the cache, no fetch.
+        clock.advance_millis(500);
+        let second = handle.next().await.unwrap();
+        assert!(second > first);
+        // Past it: the cached ids are dropped, the next id comes from a new fetch.
+        clock.advance_millis(1);
+        let held = handle.stats().buffered;
+        let refills = handle.stats().refills;
+        let third = handle.next().await.unwrap();
+        assert!(third > second);
+        let after = handle.stats();
+        assert_eq!(after.expired, held, "{ns}: {after:?}");
+        assert!(after.refills > refills, "{ns}: {after:?}");
+        // A batch: fresh ids only, increasing.
+        clock.advance_millis(10_000);
+        let batch = handle.next_batch(50).await.unwrap();
+        assert!(batch[0] > third && batch.windows(2).all(|w| w[0] < w[1]));
+        assert!(handle.stats().expired > after.expired);
+    }
+    client.close().await;
+    node.stop().await;
+}
+
+#[test]
+fn the_blocking_client_works_from_plain_threads() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let node = rt.block_on(TestNode::start(TIMED));
+    let client =
+        BlockingClient::connect_with(support::config([node.url()]), Arc::new(SystemClock::new()))
+            .unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let client = client.clone();
+            std::thread::spawn(move || {
+                let orders = client.namespace("orders").unwrap();
+                let mut ids = Vec::new();
+                for i in 0..20_000 {
+                    let id = if i % 2 == 0 {
+                        orders.next().unwrap()
+                    } else {
+                        client.next("orders").unwrap()
+                    };
+                    ids.push(id.as_u64().unwrap());
+                }
+                ids.extend(u64s(&client.next_batch("orders", 1000).unwrap()));
+                let event = client.next("events").unwrap();
+                assert_eq!(event.kind(), Kind::Ulid);
+                ids
+            })
+        })
+        .collect();
+    let mut all = HashSet::new();
+    for t in threads {
+        let ids = t.join().unwrap();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        for id in ids {
+            assert!(all.insert(id));
+        }
+    }
+    assert_eq!(all.len(), 4 * 21_000);
+    let report = client.close().unwrap();
+    let stats = client.stats("orders").unwrap();
+    assert_eq!(stats.buffered, 0);
+    assert_eq!(stats.given_back, report.given_back);
+    drop(client);
+    rt.block_on(node.stop());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_map_to_their_variants() {
+    let node = TestNode::start(
+        "[server]\nauto_create = false\n\n[namespaces.photos]\nkind = \"sequence\"\n",
+    )
+    .await;
+    let client = support::client([node.url()]).await;
+    assert_eq!(
+        client.next("nothing").await,
+        Err(ClientError::UnknownNamespace {
+            namespace: "nothing".into()
+        })
+    );
+    assert!(matches!(
+        client.next("-bad").await,
+        Err(ClientError::InvalidNamespace(_))
+    ));
+    assert!(matches!(
+        client.next_batch("photos", 0).await,
+        Err(ClientError::InvalidCount { .. })
+    ));
+    assert!(matches!(
+        Client::connect(["not a url"]).await,
+        Err(ClientError::InvalidConfig { .. })
+    ));
+    assert!(client.next("photos").await.is_ok());
+    client.close().await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_increase_per_client_across_handles_calls_and_batches() {
+    // One after another through every entry point: each id is above every id handed out
+    // before it by this client (the window's unclaimed ids go back in front of a batch).
+    let node = TestNode::start("").await;
+    let config = support::config([node.url()]).fixed_blocks(1000).unwrap();
+    let client = Client::connect_with(config, Arc::new(SystemClock::new()))
+        .await
+        .unwrap();
+    let (h1, h2) = (
+        client.namespace("photos").await.unwrap(),
+        client.namespace("photos").await.unwrap(),
+    );
+    let mut last = 0;
+    for i in 0..20_000u64 {
+        let ids = match i % 5 {
+            0 => vec![h1.next().await.unwrap()],
+            1 => h2.try_next().into_iter().collect(),
+            2 => vec![client.next("photos").await.unwrap()],
+            3 => h1.next_batch(1 + i % 300).await.unwrap(),
+            _ => client.try_next("photos").into_iter().collect(),
+        };
+        for id in u64s(&ids) {
+            assert!(id > last, "{id} after {last}");
+            last = id;
+        }
+    }
+    let stats = h1.stats();
+    assert_eq!(stats.burned, 0, "{stats:?}");
+    client.close().await;
+    node.stop().await;
+}
