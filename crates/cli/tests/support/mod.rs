@@ -133,6 +133,11 @@ impl Server {
             .unwrap_or_else(|e| panic!("no further stdout line: {e}"))
     }
 
+    /// The process id (to send it other signals, SIGSTOP say).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL: no hand-back, no goodbye.
     pub fn kill9(mut self) {
         self.child.kill().unwrap();
