@@ -458,9 +458,10 @@ fn bad_config_names_the_key() {
         ),
         ("[server]\nhttpp = \"127.0.0.1:1\"\n", "httpp"),
         (
-            "[namespaces.t]\nkind = \"snowflake\"\n",
+            "[namespaces.t]\nkind = \"snowflake\"\nworker = \"some\"\n",
             "namespaces.t.worker",
         ),
+        ("[leases]\nttl_ms = 1000\n", "leases.floor_ahead_ms"),
         ("[server]\nrefill_wait_ms = 0\n", "server.refill_wait_ms"),
         ("[server]\nmax_namespaces = 0\n", "server.max_namespaces"),
     ] {

@@ -55,7 +55,7 @@ pub enum WorkerError {
         /// The group.
         group: String,
         /// What the authority said.
-        source: LeaseError,
+        source: Box<LeaseError>,
     },
     /// The clock is behind the worker id's floor by more than the configured wait.
     #[error("worker {worker} of group {group} has issued ids up to {floor} (its recorded time floor), but this clock reads {now}, {behind:?} behind; the clock may have been stepped back while the node was down. Not issuing: fix the clock, or raise leases.max_floor_wait_ms to wait for it")]
@@ -290,7 +290,7 @@ impl LeasedWorker {
     fn lease_error(&self, source: LeaseError) -> WorkerError {
         WorkerError::Lease {
             group: self.group.to_string(),
-            source,
+            source: Box::new(source),
         }
     }
 
