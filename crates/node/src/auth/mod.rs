@@ -456,7 +456,9 @@ mod tests {
     fn tokens_scopes_and_quotas_decide_in_order() {
         let clock = Arc::new(ManualClock::default());
         let a = auth(ORDERS, clock.clone());
-        let code = |r: Result<_, IdError>| r.err().map(|e| e.code());
+        fn code<T>(r: Result<T, IdError>) -> Option<ErrorCode> {
+            r.err().map(|e| e.code())
+        }
         assert_eq!(code(a.authenticate_header(None)), Some(ErrorCode::Unauthorized));
         assert_eq!(
             code(a.authenticate_header(Some(b"Basic abc"))),
