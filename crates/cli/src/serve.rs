@@ -296,11 +296,7 @@ fn check_exposure<'a>(
         return Ok(());
     }
     for (flag, addrs) in listeners {
-        let Some(exposed) = addrs
-            .unwrap_or(&[])
-            .iter()
-            .find(|a| !a.ip().is_loopback())
-        else {
+        let Some(exposed) = addrs.unwrap_or(&[]).iter().find(|a| !a.ip().is_loopback()) else {
             continue;
         };
         if insecure_no_auth {

@@ -58,7 +58,10 @@ mod tests {
     fn the_printed_hash_is_the_printed_tokens() {
         let text = new(Some("orders-service")).unwrap();
         let token = text.lines().nth(1).unwrap();
-        assert!(token.starts_with(PREFIX) && token.len() == PREFIX.len() + 64, "{token}");
+        assert!(
+            token.starts_with(PREFIX) && token.len() == PREFIX.len() + 64,
+            "{token}"
+        );
         let hash = TokenHash::of(token.as_bytes()).to_string();
         assert!(text.contains(&format!("hash = \"{hash}\"")), "{text}");
         assert!(text.contains("name = \"orders-service\""), "{text}");

@@ -762,7 +762,10 @@ fn a_non_loopback_listener_without_auth_is_refused() {
     let config = write_config(dir.path(), entry);
     let server = Server::start_on(dir.path(), &data, "0.0.0.0:0", Some(&config));
     let (status, body) = http(server.addr, "GET", "/v1/ids/photos").unwrap();
-    assert_eq!((status, body["error"]["code"].as_str()), (401, Some("unauthorized")));
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (401, Some("unauthorized"))
+    );
     let (status, _) = server.terminate();
     assert!(status.success());
 }

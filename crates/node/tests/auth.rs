@@ -12,8 +12,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use idmint_node::grpc::proto::idmint_client::IdmintClient;
 use idmint_node::grpc::proto;
+use idmint_node::grpc::proto::idmint_client::IdmintClient;
 use idmint_node::{FileConfig, Node, NodeConfig, Shutdown};
 use idmint_store::MemoryAuthority;
 use redis_protocol::resp2::decode::decode as decode2;
@@ -85,7 +85,11 @@ impl AuthNode {
             .await
             .unwrap();
         let bind = || TcpListener::bind("127.0.0.1:0");
-        let (http, grpc, resp) = (bind().await.unwrap(), bind().await.unwrap(), bind().await.unwrap());
+        let (http, grpc, resp) = (
+            bind().await.unwrap(),
+            bind().await.unwrap(),
+            bind().await.unwrap(),
+        );
         let addrs = (
             http.local_addr().unwrap(),
             grpc.local_addr().unwrap(),
@@ -95,8 +99,16 @@ impl AuthNode {
         let resp_node = node.clone();
         let resp_shutdown = shutdown.clone();
         let front_ends: Vec<idmint_node::FrontEnd> = vec![
-            Box::pin(idmint_node::http::listen(node.clone(), http, shutdown.clone())),
-            Box::pin(idmint_node::grpc::serve(node.clone(), grpc, shutdown.clone())),
+            Box::pin(idmint_node::http::listen(
+                node.clone(),
+                http,
+                shutdown.clone(),
+            )),
+            Box::pin(idmint_node::grpc::serve(
+                node.clone(),
+                grpc,
+                shutdown.clone(),
+            )),
             Box::pin(async move {
                 idmint_node::resp::serve_with(resp_node, resp, resp_shutdown)
                     .await
@@ -112,7 +124,10 @@ impl AuthNode {
             http: format!("http://{}", addrs.0),
             grpc: addrs.1,
             resp: addrs.2,
-            client: reqwest::Client::builder().timeout(DEADLINE).build().unwrap(),
+            client: reqwest::Client::builder()
+                .timeout(DEADLINE)
+                .build()
+                .unwrap(),
             shutdown,
             served,
         }
@@ -133,7 +148,11 @@ impl AuthNode {
         let status = answer.status().as_u16();
         let headers = answer.headers().clone();
         let text = answer.text().await.unwrap();
-        (status, headers, serde_json::from_str(&text).unwrap_or(Value::Null))
+        (
+            status,
+            headers,
+            serde_json::from_str(&text).unwrap_or(Value::Null),
+        )
     }
 
     async fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
@@ -172,9 +191,17 @@ async fn http_answers_401_403_429_and_200_as_the_token_allows() {
     let node = AuthNode::start(config()).await;
 
     // No token, a malformed header, an unknown token: 401 with the JSON body and the scheme.
-    let (status, headers, body) = node.call(reqwest::Method::GET, "/v1/ids/orders.eu", None).await;
+    let (status, headers, body) = node
+        .call(reqwest::Method::GET, "/v1/ids/orders.eu", None)
+        .await;
     assert_eq!((status, code(&body)), (401, "unauthorized"), "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("Bearer"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Bearer"),
+        "{body}"
+    );
     assert_eq!(headers["www-authenticate"], "Bearer realm=\"idmint\"");
     let (status, body) = node.get("/v1/ids/orders.eu", Some("idmint_wrong")).await;
     assert_eq!((status, code(&body)), (401, "unauthorized"), "{body}");
@@ -190,40 +217,72 @@ async fn http_answers_401_403_429_and_200_as_the_token_allows() {
     // A known token without the scope: 403, and nothing is created.
     let (status, body) = node.get("/v1/ids/users", Some(ORDERS_TOKEN)).await;
     assert_eq!((status, code(&body)), (403, "forbidden"), "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("ids scope"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ids scope"),
+        "{body}"
+    );
     let (status, body) = node.get("/v1/ids/orders.eu", Some(READER_TOKEN)).await;
     assert_eq!((status, code(&body)), (403, "forbidden"), "{body}");
     let (status, _, body) = node
-        .call(reqwest::Method::POST, "/v1/blocks/orders.eu?count=10", Some(ORDERS_TOKEN))
+        .call(
+            reqwest::Method::POST,
+            "/v1/blocks/orders.eu?count=10",
+            Some(ORDERS_TOKEN),
+        )
         .await;
     assert_eq!((status, code(&body)), (403, "forbidden"), "{body}");
     assert!(listed(&node, READER_TOKEN).await.is_empty());
 
     // The right token: ids; above its max_count: 400 like server.max_count.
-    let (status, body) = node.get("/v1/ids/orders.eu?count=10", Some(ORDERS_TOKEN)).await;
+    let (status, body) = node
+        .get("/v1/ids/orders.eu?count=10", Some(ORDERS_TOKEN))
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["ids"].as_array().unwrap().len(), 10);
-    let (status, body) = node.get("/v1/ids/orders.eu?count=51", Some(ORDERS_TOKEN)).await;
+    let (status, body) = node
+        .get("/v1/ids/orders.eu?count=51", Some(ORDERS_TOKEN))
+        .await;
     assert_eq!((status, code(&body)), (400, "invalid_count"), "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("max_count"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_count"),
+        "{body}"
+    );
 
     // Bursts of 50 at 1 per second: 10 + 40 pass, the next 50 waits about 50 s: 429.
-    let (status, body) = node.get("/v1/ids/orders.eu?count=40", Some(ORDERS_TOKEN)).await;
+    let (status, body) = node
+        .get("/v1/ids/orders.eu?count=40", Some(ORDERS_TOKEN))
+        .await;
     assert_eq!(status, 200, "{body}");
     let (status, headers, body) = node
-        .call(reqwest::Method::GET, "/v1/ids/orders.eu?count=50", Some(ORDERS_TOKEN))
+        .call(
+            reqwest::Method::GET,
+            "/v1/ids/orders.eu?count=50",
+            Some(ORDERS_TOKEN),
+        )
         .await;
     assert_eq!((status, code(&body)), (429, "rate_limited"), "{body}");
     let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
     assert!(retry >= 1, "{retry}");
     // The quota is per namespace: another one of the token's passes.
-    let (status, body) = node.get("/v1/ids/orders.us?count=50", Some(ORDERS_TOKEN)).await;
+    let (status, body) = node
+        .get("/v1/ids/orders.us?count=50", Some(ORDERS_TOKEN))
+        .await;
     assert_eq!(status, 200, "{body}");
 
     // Blocks need the blocks scope; reads need read, and the listing shows what the token may
     // read.
     let (status, _, body) = node
-        .call(reqwest::Method::POST, "/v1/blocks/photos?count=10", Some(BLOCKS_TOKEN))
+        .call(
+            reqwest::Method::POST,
+            "/v1/blocks/photos?count=10",
+            Some(BLOCKS_TOKEN),
+        )
         .await;
     assert_eq!(status, 200, "{body}");
     let (status, body) = node.get("/v1/namespaces/photos", Some(ORDERS_TOKEN)).await;
@@ -284,7 +343,9 @@ async fn metrics_may_need_a_token() {
     );
     let node = AuthNode::start(FileConfig::parse(&toml).unwrap().node).await;
     assert_eq!(node.get("/metrics", None).await.0, 401);
-    let (status, _, _) = node.call(reqwest::Method::GET, "/metrics", Some(READER_TOKEN)).await;
+    let (status, _, _) = node
+        .call(reqwest::Method::GET, "/metrics", Some(READER_TOKEN))
+        .await;
     assert_eq!(status, 200);
     assert_eq!(node.get("/healthz", None).await.0, 200);
     node.stop().await;
@@ -328,7 +389,11 @@ async fn grpc_takes_the_token_from_metadata() {
         (Code::Unauthenticated, "unauthorized".into())
     );
     assert_eq!(
-        refused(client.next(next("orders.eu", 1, Some("idmint_wrong"))).await),
+        refused(
+            client
+                .next(next("orders.eu", 1, Some("idmint_wrong")))
+                .await
+        ),
         (Code::Unauthenticated, "unauthorized".into())
     );
     assert_eq!(
@@ -427,20 +492,51 @@ async fn resp_needs_auth_then_checks_scopes() {
     )
     .await;
     assert_eq!(replies[0], Frame::SimpleString(b"PONG".to_vec()));
-    assert!(error_line(&replies[1]).starts_with("NOAUTH "), "{:?}", replies[1]);
-    assert!(error_line(&replies[2]).starts_with("WRONGPASS "), "{:?}", replies[2]);
-    assert!(error_line(&replies[3]).starts_with("NOAUTH "), "{:?}", replies[3]);
+    assert!(
+        error_line(&replies[1]).starts_with("NOAUTH "),
+        "{:?}",
+        replies[1]
+    );
+    assert!(
+        error_line(&replies[2]).starts_with("WRONGPASS "),
+        "{:?}",
+        replies[2]
+    );
+    assert!(
+        error_line(&replies[3]).starts_with("NOAUTH "),
+        "{:?}",
+        replies[3]
+    );
     assert_eq!(replies[4], Frame::SimpleString(b"OK".to_vec()));
     assert_eq!(replies[5], Frame::Integer(1));
-    assert!(error_line(&replies[6]).starts_with("NOPERM "), "{:?}", replies[6]);
-    assert!(error_line(&replies[7]).starts_with("NOPERM "), "{:?}", replies[7]);
-    assert!(matches!(&replies[8], Frame::Array(ids) if ids.len() == 49), "{:?}", replies[8]);
-    assert!(error_line(&replies[9]).starts_with("BUSY "), "{:?}", replies[9]);
+    assert!(
+        error_line(&replies[6]).starts_with("NOPERM "),
+        "{:?}",
+        replies[6]
+    );
+    assert!(
+        error_line(&replies[7]).starts_with("NOPERM "),
+        "{:?}",
+        replies[7]
+    );
+    assert!(
+        matches!(&replies[8], Frame::Array(ids) if ids.len() == 49),
+        "{:?}",
+        replies[8]
+    );
+    assert!(
+        error_line(&replies[9]).starts_with("BUSY "),
+        "{:?}",
+        replies[9]
+    );
 
     // HELLO 3 AUTH user token authenticates too.
     let replies = resp_session(
         node.resp,
-        &[&["HELLO", "2", "AUTH", "default", READER_TOKEN], &["IDMINT.DECODE", "orders.eu", "1"]],
+        &[
+            &["HELLO", "2", "AUTH", "default", READER_TOKEN],
+            &["IDMINT.DECODE", "orders.eu", "1"],
+        ],
     )
     .await;
     assert!(matches!(replies[0], Frame::Array(_)), "{:?}", replies[0]);
@@ -460,19 +556,34 @@ async fn without_auth_everything_is_open_and_32_bit_blocks_are_capped() {
     .node;
     let node = AuthNode::start(config).await;
     let (status, _, body) = node
-        .call(reqwest::Method::POST, "/v1/blocks/small?count=1000000", None)
+        .call(
+            reqwest::Method::POST,
+            "/v1/blocks/small?count=1000000",
+            None,
+        )
         .await;
     assert_eq!(status, 200, "{body}");
-    let number = |v: &Value| v.as_u64().unwrap_or_else(|| v.as_str().unwrap().parse().unwrap());
+    let number = |v: &Value| {
+        v.as_u64()
+            .unwrap_or_else(|| v.as_str().unwrap().parse().unwrap())
+    };
     let (start, end) = (number(&body["start"]), number(&body["end"]));
     let cap = u64::from(u32::MAX) / 100_000;
     assert!(end - start <= cap && end > start, "{body}");
     let replies = resp_session(
         node.resp,
-        &[&["AUTH", "x"], &["INCR", "photos"], &["IDMINT.BLOCK", "small", "1000000"]],
+        &[
+            &["AUTH", "x"],
+            &["INCR", "photos"],
+            &["IDMINT.BLOCK", "small", "1000000"],
+        ],
     )
     .await;
-    assert!(error_line(&replies[0]).starts_with("ERR "), "{:?}", replies[0]);
+    assert!(
+        error_line(&replies[0]).starts_with("ERR "),
+        "{:?}",
+        replies[0]
+    );
     assert_eq!(replies[1], Frame::Integer(1));
     match &replies[2] {
         Frame::Array(parts) => {

@@ -158,10 +158,10 @@ impl RawAuth {
                     .map_err(|e| invalid(format!("auth.tokens[{i}].scopes"), e))?;
                 let mut set = Scopes::default();
                 for s in &scopes {
-                    set = set.with(
-                        Scope::parse(s)
-                            .map_err(|e| invalid(format!("auth.tokens[{i}].scopes.{pattern:?}"), e))?,
-                    );
+                    set =
+                        set.with(Scope::parse(s).map_err(|e| {
+                            invalid(format!("auth.tokens[{i}].scopes.{pattern:?}"), e)
+                        })?);
                 }
                 grants.push((parsed, set));
             }
@@ -447,9 +447,16 @@ mod tests {
 
     #[test]
     fn off_lets_everyone_through() {
-        let a = Auth::new(None, Arc::new(ManualClock::default()), Arc::new(Metrics::new()));
+        let a = Auth::new(
+            None,
+            Arc::new(ManualClock::default()),
+            Arc::new(Metrics::new()),
+        );
         assert_eq!(a.authenticate_header(None), Ok(Caller::Open));
-        assert_eq!(a.authorize(Caller::Open, "x", Scope::Admin, 1_000_000), Ok(()));
+        assert_eq!(
+            a.authorize(Caller::Open, "x", Scope::Admin, 1_000_000),
+            Ok(())
+        );
     }
 
     #[test]
@@ -459,7 +466,10 @@ mod tests {
         fn code<T>(r: Result<T, IdError>) -> Option<ErrorCode> {
             r.err().map(|e| e.code())
         }
-        assert_eq!(code(a.authenticate_header(None)), Some(ErrorCode::Unauthorized));
+        assert_eq!(
+            code(a.authenticate_header(None)),
+            Some(ErrorCode::Unauthorized)
+        );
         assert_eq!(
             code(a.authenticate_header(Some(b"Basic abc"))),
             Some(ErrorCode::Unauthorized)
@@ -510,7 +520,10 @@ mod tests {
         }
         a.served(caller, 7);
         let text = a.metrics.encode(crate::metrics::Format::Prometheus);
-        assert!(text.contains("idmint_auth_ids_total{token=\"orders\"} 7"), "{text}");
+        assert!(
+            text.contains("idmint_auth_ids_total{token=\"orders\"} 7"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -525,7 +538,11 @@ mod tests {
         let two = format!("[[tokens]]\nhash = \"{hash}\"\n[[tokens]]\nhash = \"{hash}\"");
         assert!(err(&two).starts_with("auth.tokens[1].hash:"));
         let scope = format!("[[tokens]]\nhash = \"{hash}\"\nscopes = {{ \"*\" = [\"write\"] }}");
-        assert!(err(&scope).starts_with("auth.tokens[0].scopes."), "{}", err(&scope));
+        assert!(
+            err(&scope).starts_with("auth.tokens[0].scopes."),
+            "{}",
+            err(&scope)
+        );
         let pattern = format!("[[tokens]]\nhash = \"{hash}\"\nscopes = {{ \"a*\" = [\"ids\"] }}");
         assert!(err(&pattern).starts_with("auth.tokens[0].scopes:"));
         let rate = format!("[[tokens]]\nhash = \"{hash}\"\nrate = 0");

@@ -43,7 +43,9 @@ impl Scope {
         Scope::ALL
             .into_iter()
             .find(|s| s.name() == text)
-            .ok_or_else(|| format!("unknown scope {text:?}; the scopes are ids, blocks, read and admin"))
+            .ok_or_else(|| {
+                format!("unknown scope {text:?}; the scopes are ids, blocks, read and admin")
+            })
     }
 
     fn bit(self) -> u8 {
@@ -151,7 +153,9 @@ mod tests {
         assert!(exact.matches("orders"));
         assert!(!exact.matches("orders.eu") && !exact.matches("orders2"));
         assert!(prefix.matches("orders.eu") && prefix.matches("orders.eu.west"));
-        assert!(!prefix.matches("orders") && !prefix.matches("orders.") && !prefix.matches("ordersx"));
+        assert!(
+            !prefix.matches("orders") && !prefix.matches("orders.") && !prefix.matches("ordersx")
+        );
         assert_eq!(prefix.to_string(), "orders.*");
     }
 
@@ -161,14 +165,22 @@ mod tests {
             assert!(Pattern::parse(bad).is_err(), "{bad:?}");
         }
         assert_eq!(Scope::parse("ids"), Ok(Scope::Ids));
-        assert!(Scope::parse("write").unwrap_err().contains("ids, blocks, read and admin"));
+        assert!(Scope::parse("write")
+            .unwrap_err()
+            .contains("ids, blocks, read and admin"));
     }
 
     #[test]
     fn scopes_are_the_union_of_covering_grants() {
         let grants = vec![
-            (Pattern::parse("orders.*").unwrap(), Scopes::default().with(Scope::Ids)),
-            (Pattern::parse("*").unwrap(), Scopes::default().with(Scope::Read)),
+            (
+                Pattern::parse("orders.*").unwrap(),
+                Scopes::default().with(Scope::Ids),
+            ),
+            (
+                Pattern::parse("*").unwrap(),
+                Scopes::default().with(Scope::Read),
+            ),
         ];
         let on = scopes_on(&grants, "orders.eu");
         assert!(on.contains(Scope::Ids) && on.contains(Scope::Read));

@@ -266,7 +266,10 @@ impl proto::idmint_server::Idmint for IdmintService {
             }
             let chunk = if req.chunk == 0 {
                 // The token's own limit, if lower, so a default chunk is never refused.
-                self.node.auth().max_count(caller).map_or(max, |t| t.min(max))
+                self.node
+                    .auth()
+                    .max_count(caller)
+                    .map_or(max, |t| t.min(max))
             } else {
                 count_or_one(req.chunk, max, "server.max_count")?
             };
@@ -313,9 +316,7 @@ impl proto::idmint_server::Idmint for IdmintService {
             let auth = self.node.auth();
             auth.authorize(caller, &req.namespace, Scope::Blocks, count)?;
             let ns = self.node.namespace(&req.namespace).await?;
-            let lease = ns
-                .lease(crate::config::block_request(&ns, count))
-                .await?;
+            let lease = ns.lease(crate::config::block_request(&ns, count)).await?;
             auth.served(caller, lease.block.len());
             Ok(proto::LeasedBlock {
                 start: lease.block.start(),

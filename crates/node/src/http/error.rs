@@ -83,7 +83,9 @@ impl IntoResponse for ApiError {
             );
         }
         if let Some(secs) = self.retry_after {
-            answer.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            answer
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         answer
     }

@@ -122,15 +122,18 @@ pub(crate) fn routes() -> Routes {
 
 /// The caller the request's `Authorization` header names ([`crate::auth::Auth`]).
 fn caller(node: &Node, headers: &HeaderMap) -> Result<Caller, IdError> {
-    node.auth()
-        .authenticate_header(headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes))
+    node.auth().authenticate_header(
+        headers
+            .get(header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes),
+    )
 }
 
 /// `GET /` and `/ui`: the status page, which shows every namespace, so with `[auth]` it needs
 /// `read` on `*`.
 async fn status_page(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
-    let allowed = caller(&node, &headers)
-        .and_then(|caller| node.auth().authorize_node(caller, Scope::Read));
+    let allowed =
+        caller(&node, &headers).and_then(|caller| node.auth().authorize_node(caller, Scope::Read));
     match allowed {
         Ok(()) => status_page::serve(State(node)).await,
         Err(e) => fail(&node, e),

@@ -167,7 +167,10 @@ pub fn document(max_count: u64, max_block_request: u64) -> Value {
             if takes_ids {
                 responses["429"] = refusal(
                     "`rate_limited`: the token's rate quota on this namespace is used up for now",
-                    Some(("Retry-After", "Whole seconds to wait before the request can pass")),
+                    Some((
+                        "Retry-After",
+                        "Whole seconds to wait before the request can pass",
+                    )),
                 );
             }
         }
@@ -217,7 +220,8 @@ const OPEN_PATHS: [&str; 3] = ["/healthz", "/readyz", "/openapi.json"];
 /// unless `metrics_need_token`) requires the `bearer` scheme, the others none.
 pub fn with_security(mut doc: Value, metrics_need_token: bool) -> Value {
     for (path, item) in doc["paths"].as_object_mut().into_iter().flatten() {
-        let open = OPEN_PATHS.contains(&path.as_str()) || (path == "/metrics" && !metrics_need_token);
+        let open =
+            OPEN_PATHS.contains(&path.as_str()) || (path == "/metrics" && !metrics_need_token);
         let security = if open {
             serde_json::json!([])
         } else {
@@ -587,21 +591,32 @@ mod tests {
     #[test]
     fn authentication_is_documented_and_required_only_when_on() {
         let doc = document(10, 20);
-        assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+        assert_eq!(
+            doc["components"]["securitySchemes"]["bearer"]["scheme"],
+            "bearer"
+        );
         let ids = &doc["paths"][super::super::IDS]["get"];
         for status in ["401", "403", "429"] {
             assert!(ids["responses"].get(status).is_some(), "{status}");
         }
         assert!(ids["responses"]["429"]["headers"]["Retry-After"]["required"] == true);
-        assert!(doc["paths"]["/healthz"]["get"]["responses"].get("401").is_none());
+        assert!(doc["paths"]["/healthz"]["get"]["responses"]
+            .get("401")
+            .is_none());
         assert!(ids.get("security").is_none());
         let on = with_security(doc, false);
         assert_eq!(
             on["paths"][super::super::IDS]["get"]["security"],
             serde_json::json!([{"bearer": []}])
         );
-        assert_eq!(on["paths"]["/healthz"]["get"]["security"], serde_json::json!([]));
-        assert_eq!(on["paths"]["/metrics"]["get"]["security"], serde_json::json!([]));
+        assert_eq!(
+            on["paths"]["/healthz"]["get"]["security"],
+            serde_json::json!([])
+        );
+        assert_eq!(
+            on["paths"]["/metrics"]["get"]["security"],
+            serde_json::json!([])
+        );
     }
 
     /// The decimal adapter's fields are strings in the schema, as on the wire.

@@ -449,19 +449,19 @@ async fn run(shared: &Shared, client: &mut Client, command: Command<'_>) -> Repl
         Command::Decode(name, id) => match allow(node, client, name, Scope::Read, 0) {
             Err(e) => Err(e),
             Ok(_) => match node.read_namespace(name).await {
-            Ok(ns) => ns.decode(id).map(|d| reply::decoded(&d)),
-            // The domain's message is about auto_create, which does not matter to a read.
-            Err(e @ IdError::UnknownNamespace(_)) if node.config().auto_create => {
-                count_error(node, &e);
-                return Reply::error(
-                    error::code_of(&e),
-                    &format!(
-                        "namespace {name:?} does not exist; reads do not create namespaces \
+                Ok(ns) => ns.decode(id).map(|d| reply::decoded(&d)),
+                // The domain's message is about auto_create, which does not matter to a read.
+                Err(e @ IdError::UnknownNamespace(_)) if node.config().auto_create => {
+                    count_error(node, &e);
+                    return Reply::error(
+                        error::code_of(&e),
+                        &format!(
+                            "namespace {name:?} does not exist; reads do not create namespaces \
                          (INCR {name} does)"
-                    ),
-                );
-            }
-            Err(e) => Err(e),
+                        ),
+                    );
+                }
+                Err(e) => Err(e),
             },
         },
     };
@@ -511,10 +511,7 @@ fn auth(node: &Node, client: &mut Client, token: &[u8]) -> Reply {
         }
         Err(e) => {
             count_error(node, &e);
-            Reply::error(
-                "WRONGPASS",
-                "invalid token: it is not one this node knows",
-            )
+            Reply::error("WRONGPASS", "invalid token: it is not one this node knows")
         }
     }
 }
