@@ -544,6 +544,30 @@ async fn resp_needs_auth_then_checks_scopes() {
     node.stop().await;
 }
 
+/// redis-py, a client idmint did not write, authenticates with `password=` (RESP2 `AUTH`,
+/// RESP3 `HELLO 3 AUTH`) and maps the refusals to its own exceptions: see resp_client.py.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_py_authenticates_with_its_password() {
+    let node = AuthNode::start(config()).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/resp_client.py");
+    let port = node.resp.port().to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .args([script, &port, ORDERS_TOKEN])
+            .output()
+            .expect("python3 with the redis module (scripts/test.sh installs it)")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("checks passed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    node.stop().await;
+}
+
 /// Without `[auth]`, RESP `AUTH` is an error (as Redis without a password) and the rest works;
 /// and a 32-bit namespace's block requests get at most 1/100,000 of its space, however much
 /// `server.max_block_request` allows.
