@@ -331,6 +331,28 @@ async fn http_answers_401_403_429_and_200_as_the_token_allows() {
         assert!(metrics.contains(&line), "no {line} in\n{metrics}");
     }
     assert!(!metrics.contains(ORDERS_TOKEN));
+    // The per-token series are valid exposition (tests/metrics.rs checks the rest).
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian: prometheus; scripts/test.sh installs it)");
+    use std::io::Write as _;
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(metrics.as_bytes())
+        .unwrap();
+    let checked = promtool.wait_with_output().unwrap();
+    assert!(
+        checked.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
     node.stop().await;
 }
 
