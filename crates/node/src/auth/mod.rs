@@ -30,7 +30,7 @@ use crate::config::ConfigError;
 use crate::error::IdError;
 use crate::metrics::{AuthLabels, Metrics, RefusedLabels};
 use crate::time::SharedClock;
-use idmint_core::Clock;
+use idmint_core::{Clock, NamespaceName};
 pub use quota::{Quotas, Rate};
 pub use scope::{Pattern, Scope, Scopes};
 use serde::Deserialize;
@@ -364,6 +364,10 @@ impl Auth {
             )));
         }
         if let (Some(rate), Caller::Token(i)) = (t.rate, caller) {
+            // Buckets are kept per name: only valid names (at most 128 bytes) get one, so a
+            // token cannot grow the map with long junk names. The request would fail on the
+            // name anyway.
+            NamespaceName::new(namespace)?;
             let now = self.clock.monotonic_nanos();
             if let Err(wait) = self.quotas.take(i, namespace, rate, count, now) {
                 self.refuse(&t.label, "rate_limited");

@@ -30,6 +30,8 @@ pub struct Rate {
 /// One bucket's state.
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
+    /// The rate it refills at (its token's), so a sweep judges every bucket by its own.
+    rate: Rate,
     /// Ids available; negative while in debt.
     level: f64,
     /// When `level` was computed, monotonic nanoseconds.
@@ -37,9 +39,9 @@ struct Bucket {
 }
 
 impl Bucket {
-    fn refill(&mut self, rate: Rate, now: u64) {
+    fn refill(&mut self, now: u64) {
         let elapsed = now.saturating_sub(self.at) as f64 / 1e9;
-        self.level = (self.level + elapsed * rate.per_second).min(rate.burst);
+        self.level = (self.level + elapsed * self.rate.per_second).min(self.rate.burst);
         self.at = self.at.max(now);
     }
 }
@@ -66,17 +68,19 @@ impl Quotas {
         if buckets.len() >= MAX_BUCKETS && !buckets.contains_key(&(token, namespace.to_owned())) {
             buckets.retain(|_, b| {
                 let mut b = *b;
-                b.refill(rate, now);
-                b.level < rate.burst
+                b.refill(now);
+                b.level < b.rate.burst
             });
         }
         let bucket = buckets
             .entry((token, namespace.to_owned()))
             .or_insert(Bucket {
+                rate,
                 level: rate.burst,
                 at: now,
             });
-        bucket.refill(rate, now);
+        bucket.rate = rate;
+        bucket.refill(now);
         let need = (count as f64).min(rate.burst);
         if bucket.level >= need {
             bucket.level -= count as f64;
