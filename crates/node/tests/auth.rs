@@ -590,6 +590,31 @@ async fn redis_py_authenticates_with_its_password() {
     node.stop().await;
 }
 
+/// Python's grpcio, a client idmint did not write, sends the token as metadata: see
+/// grpc_client.py.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_grpcio_sends_the_token_as_metadata() {
+    let node = AuthNode::start(config()).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpc_client.py");
+    let proto_root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../proto");
+    let addr = node.grpc.to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .args([script, &addr, proto_root, ORDERS_TOKEN])
+            .output()
+            .expect("python3 with grpcio and grpcio-tools (scripts/test.sh installs them)")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("all checks passed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    node.stop().await;
+}
+
 /// Without `[auth]`, RESP `AUTH` is an error (as Redis without a password) and the rest works;
 /// and a 32-bit namespace's block requests get at most 1/100,000 of its space, however much
 /// `server.max_block_request` allows.
