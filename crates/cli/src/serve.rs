@@ -302,11 +302,15 @@ fn check_exposure<'a>(
         if insecure_no_auth {
             tracing::warn!(
                 address = %exposed,
-                "{flag} is not loopback and there is no [auth]: anyone who reaches it may create                  namespaces and take ids (--insecure-no-auth)"
+                "{flag} is not loopback and there is no [auth]: anyone who reaches it may create \
+                 namespaces and take ids (--insecure-no-auth)"
             );
         } else {
             bail!(
-                "{flag} {exposed} is not a loopback address and the configuration has no [auth]:                  anyone who can reach the port could create namespaces and take ids. Add [auth]                  with tokens to the configuration (idmint token new prints one), or pass                  --insecure-no-auth to serve without authentication anyway"
+                "{flag} {exposed} is not a loopback address and the configuration has no [auth]: \
+                 anyone who can reach the port could create namespaces and take ids. Add [auth] \
+                 with tokens to the configuration (idmint token new prints one), or pass \
+                 --insecure-no-auth to serve without authentication anyway"
             );
         }
     }

@@ -569,7 +569,8 @@ async fn incr_by(
     }
     if crate::config::block_request(&ns, count) < count {
         return Err(IdError::InvalidCount(format!(
-            "INCRBY {name} {count}: a 32-bit namespace hands out at most {} ids per block              request; use IDMINT.NEXT {name} {count}",
+            "INCRBY {name} {count}: a 32-bit namespace hands out at most {} ids per block \
+             request; use IDMINT.NEXT {name} {count}",
             crate::config::block_request(&ns, count)
         )));
     }
