@@ -72,6 +72,13 @@ pub enum ErrorCode {
     NotFound,
     /// The route exists, not with this method (405).
     MethodNotAllowed,
+    /// No bearer token, or one this node does not know (401).
+    Unauthorized,
+    /// The token is known and lacks the scope for this namespace and operation (403).
+    Forbidden,
+    /// The token's rate quota for this namespace is used up for now; retry after the time the
+    /// answer says (429, `Retry-After`).
+    RateLimited,
     /// A code this version of the client does not know (a newer server).
     #[serde(other)]
     Unknown,
@@ -80,7 +87,7 @@ pub enum ErrorCode {
 impl ErrorCode {
     /// Every code a server of this version sends: all but [`ErrorCode::Unknown`], which only a
     /// reader produces. The OpenAPI schema of `code` is this list.
-    pub const SENT: [ErrorCode; 16] = [
+    pub const SENT: [ErrorCode; 19] = [
         ErrorCode::InvalidNamespace,
         ErrorCode::UnknownNamespace,
         ErrorCode::InvalidCount,
@@ -97,6 +104,9 @@ impl ErrorCode {
         ErrorCode::TooManyNamespaces,
         ErrorCode::NotFound,
         ErrorCode::MethodNotAllowed,
+        ErrorCode::Unauthorized,
+        ErrorCode::Forbidden,
+        ErrorCode::RateLimited,
     ];
 
     /// The snake_case text of the code, as on the wire.
@@ -118,6 +128,9 @@ impl ErrorCode {
             ErrorCode::TooManyNamespaces => "too_many_namespaces",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::RateLimited => "rate_limited",
             ErrorCode::Unknown => "unknown",
         }
     }

@@ -13,6 +13,7 @@ mod client;
 mod decode;
 mod output;
 mod serve;
+mod token;
 
 use anyhow::{anyhow, bail, Result};
 use clap::{Parser, Subcommand};
@@ -47,7 +48,7 @@ struct Cli {
 enum Command {
     /// Run a node: HTTP/JSON API over an embedded durable store.
     #[command(
-        after_help = "Examples:\n  idmint serve\n  idmint serve --config idmint.toml\n  idmint serve --data-dir /var/lib/idmint --http 0.0.0.0:7878\n  idmint serve --http localhost:7878\n  idmint serve --grpc 127.0.0.1:7879\n  idmint serve --resp 127.0.0.1:7380   (then: redis-cli -p 7380 INCR photos)\n\nWith no arguments: file authority in $XDG_DATA_HOME/idmint (else ~/.local/share/idmint),\nHTTP on 127.0.0.1:7878, 64-bit sequence namespaces created on first use. Stop with Ctrl-C or SIGTERM: requests in\nflight are answered and unused ids are handed back. Logs: RUST_LOG=debug for more."
+        after_help = "Examples:\n  idmint serve\n  idmint serve --config idmint.toml\n  idmint serve --config idmint.toml --http 0.0.0.0:7878   (idmint.toml with [auth] tokens: see idmint token new)\n  idmint serve --http localhost:7878\n  idmint serve --grpc 127.0.0.1:7879\n  idmint serve --resp 127.0.0.1:7380   (then: redis-cli -p 7380 INCR photos)\n\nWith no arguments: file authority in $XDG_DATA_HOME/idmint (else ~/.local/share/idmint),\nHTTP on 127.0.0.1:7878, 64-bit sequence namespaces created on first use, no authentication.\nWithout [auth] anyone who reaches a port may create namespaces and take ids, so a\nnon-loopback --http, --grpc or --resp is refused unless the configuration has [auth] or\n--insecure-no-auth is given. Stop with Ctrl-C or SIGTERM: requests in\nflight are answered and unused ids are handed back. Logs: RUST_LOG=debug for more."
     )]
     Serve {
         /// TOML configuration file (namespaces, authority, server settings); see docs/configuration.md.
@@ -62,7 +63,8 @@ enum Command {
         #[arg(long)]
         init: bool,
         /// HTTP listen address, HOST:PORT with a name or an address (localhost:7878,
-        /// 0.0.0.0:7878) [default: 127.0.0.1:7878].
+        /// 0.0.0.0:7878; an address other than loopback needs [auth] in the configuration, or
+        /// --insecure-no-auth) [default: 127.0.0.1:7878].
         #[arg(long, value_name = "HOST:PORT")]
         http: Option<String>,
         /// Also serve the gRPC API (idmint.v1, docs/grpc.md) on HOST:PORT, e.g.
@@ -78,7 +80,14 @@ enum Command {
         /// for log shippers).
         #[arg(long, value_enum, default_value_t = serve::LogFormat::Text)]
         log_format: serve::LogFormat,
+        /// Serve on addresses other than loopback without [auth]: anyone who reaches the ports
+        /// may create namespaces and take ids. For a network that is private already.
+        #[arg(long)]
+        insecure_no_auth: bool,
     },
+    /// Bearer tokens for the [auth] section of the configuration.
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// Fetch ids from a running node.
     #[command(
         after_help = "Examples:\n  idmint next photos\n  idmint next photos -n 5\n  idmint next tweets --server http://10.0.0.5:7878\n  idmint next tweets --server 10.0.0.5:7878   (no scheme: http://)\n  idmint next photos -n 10000 > ids.txt"
@@ -150,6 +159,21 @@ The first id that cannot be decoded stops the command (exit 1), naming its line.
         /// Node URL; without a scheme, http:// (127.0.0.1:7878, localhost:7878).
         #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]
         server: ServerUrl,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Make a new random token: prints it once, and the [[auth.tokens]] entry (its SHA-256, never
+    /// the token) to put in idmint.toml.
+    #[command(
+        after_help = "Example:\n  idmint token new --name orders-service\n\nThen send it: curl -H 'Authorization: Bearer idmint_…' http://host:7878/v1/ids/orders"
+    )]
+    New {
+        /// The token's name in metrics and messages [default: the first 12 hex digits of its
+        /// hash].
+        #[arg(long)]
+        name: Option<String>,
     },
 }
 
@@ -263,12 +287,14 @@ fn main() -> ExitCode {
             resp,
             log_format,
             init,
+            insecure_no_auth,
         } => serve::serve(
             config,
             data_dir,
             serve::Listeners { http, grpc, resp },
             log_format,
             init,
+            insecure_no_auth,
         ),
         command => {
             let mut out = Out::new();
@@ -359,6 +385,10 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
             Ok(out.line(format_args!("{line}"))?)
         }
         Command::Sql(command) => sql(out, command),
+        Command::Token(TokenCommand::New { name }) => {
+            out.line(format_args!("{}", token::new(name.as_deref())?.trim_end()))?;
+            Ok(())
+        }
     }
 }
 

@@ -17,6 +17,10 @@
 //! stdout must not stop a server. The listening line is printed once, after the declared
 //! namespaces are set up: a node that fails to start never claims to listen.
 //!
+//! Without `[auth]` in the configuration, every address must be loopback unless
+//! `--insecure-no-auth` is given ([`check_exposure`]): otherwise anyone who can reach a port
+//! could create namespaces and take ids.
+//!
 //! Logs go to stderr: `--log-format text` (the default) colours them only when stderr is a
 //! terminal; `--log-format json` writes one JSON object per line for log shippers.
 
@@ -156,6 +160,7 @@ pub fn serve(
     listeners: Listeners,
     log_format: LogFormat,
     init: bool,
+    insecure_no_auth: bool,
 ) -> Result<()> {
     let Listeners { http, grpc, resp } = listeners;
     init_logs(log_format);
@@ -181,6 +186,19 @@ pub fn serve(
         };
         let grpc = optional_address("--grpc", grpc, file.grpc, "127.0.0.1:7879").await?;
         let resp = optional_address("--resp", resp, file.resp, "127.0.0.1:7380").await?;
+        let http_addrs = match &http {
+            Some((_, addrs)) => addrs.clone(),
+            None => vec![file.http.unwrap_or(DEFAULT_HTTP)],
+        };
+        check_exposure(
+            &file,
+            [
+                ("--http", Some(http_addrs.as_slice())),
+                ("--grpc", grpc.as_ref().map(|(_, a)| a.as_slice())),
+                ("--resp", resp.as_ref().map(|(_, a)| a.as_slice())),
+            ],
+            insecure_no_auth,
+        )?;
         tracing::info!(authority = %file.authority, "connecting the authority");
         tracing::info!(data_dir = %data_dir.display(), "data directory");
         let authority =
@@ -265,6 +283,38 @@ pub fn serve(
         ));
         Ok(())
     })
+}
+
+/// Refuses to listen on an address other than loopback without `[auth]`, unless
+/// `insecure_no_auth` (then warns). `listeners`: each flag and the addresses it would bind.
+fn check_exposure<'a>(
+    file: &FileConfig,
+    listeners: impl IntoIterator<Item = (&'a str, Option<&'a [SocketAddr]>)>,
+    insecure_no_auth: bool,
+) -> Result<()> {
+    if file.node.auth.is_some() {
+        return Ok(());
+    }
+    for (flag, addrs) in listeners {
+        let Some(exposed) = addrs.unwrap_or(&[]).iter().find(|a| !a.ip().is_loopback()) else {
+            continue;
+        };
+        if insecure_no_auth {
+            tracing::warn!(
+                address = %exposed,
+                "{flag} is not loopback and there is no [auth]: anyone who reaches it may create \
+                 namespaces and take ids (--insecure-no-auth)"
+            );
+        } else {
+            bail!(
+                "{flag} {exposed} is not a loopback address and the configuration has no [auth]: \
+                 anyone who can reach the port could create namespaces and take ids. Add [auth] \
+                 with tokens to the configuration (idmint token new prints one), or pass \
+                 --insecure-no-auth to serve without authentication anyway"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The addresses of `flag`'s `HOST:PORT` value, at least one (`example` for the error).

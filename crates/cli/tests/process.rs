@@ -732,6 +732,45 @@ fn serve_http_takes_host_names() {
     );
 }
 
+/// Issue 13: a node reachable from the network without `[auth]` lets anyone create namespaces
+/// and take ids, so `serve` refuses a non-loopback `--http` (or `--grpc`, `--resp`) without
+/// `[auth]` and names `--insecure-no-auth`, before the authority is set up; with `[auth]` it
+/// starts (on port 0 of every interface, so no fixed port is needed).
+#[test]
+fn a_non_loopback_listener_without_auth_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for args in [
+        &["--http", "0.0.0.0:0"][..],
+        &["--http", "127.0.0.1:0", "--grpc", "0.0.0.0:0"],
+    ] {
+        let out = run(idmint()
+            .current_dir(dir.path())
+            .arg("serve")
+            .args(args)
+            .arg("--data-dir")
+            .arg(&data));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains("--insecure-no-auth"), "{stderr}");
+        assert!(stderr.contains("[auth]"), "{stderr}");
+        assert!(!data.exists(), "the authority was set up before the check");
+    }
+    let token = run(idmint().args(["token", "new", "--name", "t"]));
+    assert!(token.status.success(), "{token:?}");
+    let entry = text(&token.stdout);
+    let entry = &entry[entry.find("[[auth.tokens]]").unwrap()..];
+    let config = write_config(dir.path(), entry);
+    let server = Server::start_on(dir.path(), &data, "0.0.0.0:0", Some(&config));
+    let (status, body) = http(server.addr, "GET", "/v1/ids/photos").unwrap();
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (401, Some("unauthorized"))
+    );
+    let (status, _) = server.terminate();
+    assert!(status.success());
+}
+
 /// `--grpc` serves the gRPC API beside HTTP under the same shutdown: the node announces the
 /// address it bound and still hands back its tail on SIGTERM (the API itself is tested in
 /// crates/node/tests/grpc.rs); an

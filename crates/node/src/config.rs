@@ -64,6 +64,33 @@ pub fn block_cap(spec: &SequenceSpec) -> u64 {
     (spec.capacity() / SPACE_FRACTION).clamp(MIN_BLOCK_CAP, MAX_REFILL)
 }
 
+/// A block request (`POST /v1/blocks`, gRPC `Block`, RESP `IDMINT.BLOCK`) on a 32-bit sequence
+/// namespace gets at most `1 / BLOCK_REQUEST_FRACTION_32` of the ids its spec can ever hand out
+/// (about 43,000 of a whole 32-bit space), whatever `server.max_block_request` says: without
+/// it, any client could empty the namespace in about 2,150 requests. A larger request is
+/// answered with a shorter block (a block answer is "up to count" ids); never below
+/// [`MIN_BLOCK_CAP`].
+pub const BLOCK_REQUEST_FRACTION_32: u64 = 100_000;
+
+/// The most ids one block request may take from a namespace of `spec`: see
+/// [`BLOCK_REQUEST_FRACTION_32`]; 64-bit namespaces: no bound here (`server.max_block_request`
+/// bounds them).
+pub fn block_request_cap(spec: &SequenceSpec) -> u64 {
+    match spec.width() {
+        Width::Bits32 => (spec.capacity() / BLOCK_REQUEST_FRACTION_32).max(MIN_BLOCK_CAP),
+        _ => u64::MAX,
+    }
+}
+
+/// `count` lowered to the [`block_request_cap`] of `ns` (a sequence namespace; other kinds
+/// have no blocks and keep `count`).
+pub fn block_request(ns: &crate::namespace::Namespace, count: u64) -> u64 {
+    match ns {
+        crate::namespace::Namespace::Sequence(s) => count.min(block_request_cap(&s.spec())),
+        _ => count,
+    }
+}
+
 /// How a sequence namespace caches blocks.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum CacheMode {
@@ -238,6 +265,8 @@ pub struct NodeConfig {
     pub listen: ListenConfig,
     /// Worker lease timing of snowflake namespaces.
     pub leases: LeaseSettings,
+    /// `[auth]`: bearer tokens, scopes and quotas ([`crate::auth`]); `None`: off.
+    pub auth: Option<crate::auth::AuthConfig>,
 }
 
 impl Default for NodeConfig {
@@ -259,6 +288,7 @@ impl Default for NodeConfig {
             exhaustion_warning: Duration::from_secs(365 * DAY_SECS),
             listen: ListenConfig::default(),
             leases: LeaseSettings::default(),
+            auth: None,
         }
     }
 }
@@ -319,6 +349,7 @@ struct RawFile {
     namespaces: BTreeMap<String, RawNamespace>,
     #[serde(default)]
     leases: RawLeases,
+    auth: Option<crate::auth::RawAuth>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -592,6 +623,9 @@ impl FileConfig {
         check_worker_groups(&node)?;
         if raw.server.max_count.is_some() {
             check_max_count(&node)?;
+        }
+        if let Some(auth) = raw.auth {
+            node.auth = Some(auth.validate(node.max_count.max(node.max_block_request))?);
         }
         let authority = raw.authority.unwrap_or_default();
         if let Some(offsets) = authority.residue_offsets() {

@@ -71,6 +71,22 @@ pub enum IdError {
     /// The node is shutting down.
     #[error("the node is shutting down")]
     ShuttingDown,
+    /// Authentication is on and the request carries no token, or one the node does not know
+    /// ([`crate::auth`]).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The token lacks the scope the operation needs on this namespace ([`crate::auth`]).
+    #[error("{0}")]
+    Forbidden(String),
+    /// The token's rate quota on this namespace is used up for now ([`crate::auth::quota`]).
+    #[error("{message}")]
+    RateLimited {
+        /// What was refused and when to retry.
+        message: String,
+        /// Whole seconds to wait before the request can pass (at least 1): HTTP's
+        /// `Retry-After`.
+        retry_after_secs: u64,
+    },
     /// A broken invariant; the namespace stops serving rather than risk a duplicate.
     #[error("namespace {0:?} stopped serving after an internal consistency check failed; see the server log")]
     Internal(String),
@@ -94,6 +110,9 @@ impl IdError {
             IdError::TooManyNamespaces { .. } => ErrorCode::TooManyNamespaces,
             IdError::Lost { .. } => ErrorCode::NamespaceLost,
             IdError::ShuttingDown => ErrorCode::ShuttingDown,
+            IdError::Unauthorized(_) => ErrorCode::Unauthorized,
+            IdError::Forbidden(_) => ErrorCode::Forbidden,
+            IdError::RateLimited { .. } => ErrorCode::RateLimited,
             IdError::Internal(_) => ErrorCode::InternalError,
         }
     }

@@ -30,6 +30,7 @@
 //! authority (it is given one).
 
 pub mod accept;
+pub mod auth;
 pub mod config;
 pub mod error;
 pub mod grpc;

@@ -65,6 +65,23 @@ pub struct GrpcLabels {
     pub code: &'static str,
 }
 
+/// Labels of a token's series (`[[auth.tokens]]`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AuthLabels {
+    /// The token's name, or the first 12 hex digits of its hash; never the token.
+    pub token: String,
+}
+
+/// Labels of refused requests.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    /// As [`AuthLabels::token`]; `none` without a token, `unknown` for a token the node does
+    /// not know.
+    pub token: String,
+    /// `unauthorized`, `forbidden`, `max_count` or `rate_limited`.
+    pub reason: &'static str,
+}
+
 /// All metrics of a node.
 #[derive(Debug)]
 pub struct Metrics {
@@ -95,6 +112,10 @@ pub struct Metrics {
     pub member_up: Family<MemberLabels, Gauge>,
     /// gRPC requests answered, by method and status code (a stream counts once, when it ends).
     pub grpc_requests: Family<GrpcLabels, Counter>,
+    /// Ids handed out per token (authentication on).
+    pub auth_ids: Family<AuthLabels, Counter>,
+    /// Requests refused by authentication, scopes or quotas, per token and reason.
+    pub auth_refused: Family<RefusedLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -122,6 +143,8 @@ impl Metrics {
         let refill_waits = Family::<NamespaceLabels, Counter>::default();
         let member_up = Family::<MemberLabels, Gauge>::default();
         let grpc_requests = Family::<GrpcLabels, Counter>::default();
+        let auth_ids = Family::<AuthLabels, Counter>::default();
+        let auth_refused = Family::<RefusedLabels, Counter>::default();
         registry.register("ids_served", "Ids handed out", ids_served.clone());
         registry.register(
             "refills",
@@ -182,6 +205,16 @@ impl Metrics {
             "gRPC requests answered, by method and status code",
             grpc_requests.clone(),
         );
+        registry.register(
+            "auth_ids",
+            "Ids handed out per bearer token (by name, or the first 12 hex digits of its hash)",
+            auth_ids.clone(),
+        );
+        registry.register(
+            "auth_refused",
+            "Requests refused for want of a known token, a scope, or quota, per token and reason",
+            auth_refused.clone(),
+        );
         Metrics {
             registry,
             ids_served,
@@ -197,6 +230,8 @@ impl Metrics {
             refill_waits,
             member_up,
             grpc_requests,
+            auth_ids,
+            auth_refused,
         }
     }
 

@@ -18,6 +18,7 @@
 //! Shutdown order matters for uniqueness: stop the refill tasks and wait for them (an in-flight
 //! reservation completes and lands in the buffer), then hand back each buffer's unused tail.
 
+use crate::auth::Auth;
 use crate::config::{CacheMode, KindConfig, NodeConfig};
 use crate::error::{IdError, NodeError};
 use crate::metrics::{Metrics, NamespaceLabels, SupplyMetrics};
@@ -65,6 +66,8 @@ pub struct Node {
     draining: AtomicBool,
     /// The clock's monotonic reading when the node started, for [`Node::uptime`].
     started: u64,
+    /// Tokens, scopes and quotas (`[auth]`), which every front-end asks.
+    auth: Auth,
 }
 
 impl Node {
@@ -87,11 +90,13 @@ impl Node {
     ) -> Result<Arc<Node>, NodeError> {
         let (stop, _) = watch::channel(false);
         let started = clock.monotonic_nanos();
+        let metrics = Arc::new(Metrics::new());
+        let auth = Auth::new(config.auth.clone(), clock.clone(), metrics.clone());
         let node = Arc::new(Node {
             config,
             authority,
             clock: SharedClock(clock),
-            metrics: Arc::new(Metrics::new()),
+            metrics,
             namespaces: RwLock::new(HashMap::new()),
             workers: Mutex::new(HashMap::new()),
             creating: tokio::sync::Mutex::new(()),
@@ -100,6 +105,7 @@ impl Node {
             tasks: Mutex::new(Vec::new()),
             draining: AtomicBool::new(false),
             started,
+            auth,
         });
         let declared: Vec<(NamespaceName, KindConfig)> = node
             .config
@@ -139,6 +145,11 @@ impl Node {
 
     fn lock_tasks(&self) -> std::sync::MutexGuard<'_, Vec<JoinHandle<()>>> {
         self.tasks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Authentication, scopes and quotas.
+    pub fn auth(&self) -> &Auth {
+        &self.auth
     }
 
     /// The settings.

@@ -7,6 +7,10 @@ serving the namespaces of its KINDS configuration:
 
     python3 crates/node/tests/grpc_client.py HOST:PORT PROTO_ROOT
 
+    python3 crates/node/tests/grpc_client.py HOST:PORT PROTO_ROOT TOKEN
+
+checks `[auth]` instead (crates/node/tests/auth.rs): TOKEN may take ids of `orders.*` only.
+
 Exits non-zero on the first failed check; prints "python grpcio client: all checks passed".
 Needs `python3 -m pip install grpcio grpcio-tools` (scripts/test.sh installs them).
 """
@@ -37,6 +41,11 @@ def main():
     import grpc
     from idmint.v1 import idmint_pb2 as pb
     from idmint.v1 import idmint_pb2_grpc as rpc
+
+    if len(sys.argv) > 3:
+        auth_checks(grpc, pb, rpc, addr, sys.argv[3])
+        print("python grpcio client: all checks passed")
+        return
 
     with grpc.insecure_channel(addr) as channel:
         stub = rpc.IdmintStub(channel)
@@ -120,6 +129,29 @@ def main():
                 raise AssertionError(f"expected {code}")
 
     print("python grpcio client: all checks passed")
+
+
+def auth_checks(grpc, pb, rpc, addr, token):
+    """The token as `authorization` metadata; without it, or outside its scope, the codes."""
+    bearer = [("authorization", f"Bearer {token}")]
+    with grpc.insecure_channel(addr) as channel:
+        stub = rpc.IdmintStub(channel)
+        ids = stub.Next(pb.NextRequest(namespace="orders.grpc", count=2), metadata=bearer, timeout=10)
+        assert list(ids.u64.ids) == [1, 2], ids
+        for metadata, namespace, code, idmint in [
+            ([], "orders.grpc", grpc.StatusCode.UNAUTHENTICATED, "unauthorized"),
+            ([("authorization", "Bearer idmint_wrong")], "orders.grpc",
+             grpc.StatusCode.UNAUTHENTICATED, "unauthorized"),
+            (bearer, "users", grpc.StatusCode.PERMISSION_DENIED, "forbidden"),
+        ]:
+            try:
+                stub.Next(pb.NextRequest(namespace=namespace, count=1), metadata=metadata, timeout=10)
+            except grpc.RpcError as e:
+                assert e.code() == code, (e.code(), code, e.details())
+                trailers = dict(e.trailing_metadata() or ())
+                assert trailers.get("idmint-error-code") == idmint, (trailers, idmint)
+            else:
+                raise AssertionError(f"expected {code}")
 
 
 if __name__ == "__main__":

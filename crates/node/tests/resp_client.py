@@ -6,6 +6,9 @@ Run by crates/node/tests/resp.rs (`redis_py_gets_ids_over_resp2_and_resp3`) as
   sessions uuid7
   tweets   snowflake
 Exits non-zero with a traceback on the first failed check; prints "redis-py: N checks passed".
+
+`python3 resp_client.py PORT TOKEN` instead checks `[auth]` (crates/node/tests/auth.rs): TOKEN
+may take ids of `orders.*` only.
 """
 
 import sys
@@ -34,6 +37,40 @@ def raises(fn, prefix):
         return str(e)
     raise AssertionError(f"expected an error starting {prefix!r}, got {got!r}")
 
+
+def auth_checks(token):
+    """NOAUTH without a password, WRONGPASS with a wrong one, NOPERM outside the token's scope."""
+    for protocol in (2, 3):
+        if protocol == 2:
+            bare = redis.Redis(port=PORT, protocol=2, socket_timeout=30)
+            try:
+                bare.incr("orders.py")
+                raise AssertionError("INCR without AUTH was answered")
+            except redis.exceptions.AuthenticationError as e:
+                check("Authentication required" in str(e), f"NOAUTH: {e}")
+            bare.close()
+            wrong = redis.Redis(port=PORT, protocol=2, password="idmint_wrong", socket_timeout=30)
+            try:
+                wrong.ping()
+                raise AssertionError("a wrong password was accepted")
+            except redis.exceptions.AuthenticationError as e:
+                check("invalid token" in str(e), f"WRONGPASS: {e}")
+            wrong.close()
+        r = redis.Redis(port=PORT, protocol=protocol, password=token, socket_timeout=30)
+        a = r.incr("orders.py")
+        check(isinstance(a, int) and r.incr("orders.py") > a, f"INCR with the token (RESP{protocol})")
+        try:
+            r.incr("users")
+            raise AssertionError("INCR outside the token's scope was answered")
+        except redis.exceptions.NoPermissionError as e:  # the NOPERM line
+            check("ids scope" in str(e), f"NOPERM: {e}")
+        r.close()
+    print(f"redis-py: {checks} checks passed")
+    sys.exit(0)
+
+
+if len(sys.argv) > 2:
+    auth_checks(sys.argv[2])
 
 for protocol in (2, 3):
     r = redis.Redis(port=PORT, protocol=protocol, client_name=f"py{protocol}", socket_timeout=30)

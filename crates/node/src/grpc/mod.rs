@@ -22,7 +22,14 @@
 //!   `StopNow`, so [`serve::serve`] returns only once no request future is left
 //!   ([`gate`]).
 //!
-//! What it does not do: TLS, authentication, or reflection.
+//! - With `[auth]` ([`crate::auth`]), every method reads the metadata `authorization: Bearer
+//!   <token>` and is refused (`UNAUTHENTICATED`, `PERMISSION_DENIED`, `RESOURCE_EXHAUSTED` with
+//!   the idmint codes `unauthorized`, `forbidden`, `rate_limited`) before it looks a namespace
+//!   up. `Next`, `NextStream` need `ids`; `Block` and `GiveBack` `blocks`; the reads `read`
+//!   (`Namespaces` lists only what the token may read). A stream's chunks each take from the
+//!   token's rate quota; one refused ends the stream with its status.
+//!
+//! What it does not do: TLS, or reflection.
 
 pub mod convert;
 pub mod gate;
@@ -35,6 +42,7 @@ pub use serve::serve;
 /// `idmint-proto`).
 pub use idmint_proto::v1 as proto;
 
+use crate::auth::{Caller, Scope};
 use crate::error::IdError;
 use crate::metrics::{ErrorLabels, GrpcLabels};
 use crate::namespace::{Namespace, NamespaceView};
@@ -48,6 +56,7 @@ use std::future::Future;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataMap;
 use tonic::{Code, Request, Response, Status};
 
 /// The most ids one `NextStream` may ask for.
@@ -82,6 +91,13 @@ impl IdmintService {
     /// The tonic server of this service.
     pub fn into_server(self) -> IdmintServer {
         proto::idmint_server::IdmintServer::new(self)
+    }
+
+    /// The caller the request's `authorization` metadata names.
+    fn caller(&self, metadata: &MetadataMap) -> Result<Caller, IdError> {
+        self.node
+            .auth()
+            .authenticate_header(metadata.get("authorization").map(|v| v.as_bytes()))
     }
 
     fn enter(&self) -> Result<Pass, Status> {
@@ -204,12 +220,17 @@ impl proto::idmint_server::Idmint for IdmintService {
         &self,
         request: Request<proto::NextRequest>,
     ) -> Result<Response<proto::Ids>, Status> {
+        let caller = self.caller(request.metadata());
         let req = request.into_inner();
         self.unary("Next", async {
+            let caller = caller?;
             let max = self.node.config().max_count;
             let count = count_or_one(req.count, max, "server.max_count")?;
+            let auth = self.node.auth();
+            auth.authorize(caller, &req.namespace, Scope::Ids, count)?;
             let ns = self.node.namespace(&req.namespace).await?;
             let ids = ns.ids(count).await?;
+            auth.served(caller, ids.len() as u64);
             Ok(convert::ids(ns.name().as_str(), ids))
         })
         .await
@@ -221,6 +242,7 @@ impl proto::idmint_server::Idmint for IdmintService {
         &self,
         request: Request<proto::NextStreamRequest>,
     ) -> Result<Response<Self::NextStreamStream>, Status> {
+        let caller = self.caller(request.metadata());
         let req = request.into_inner();
         let pass = match self.enter() {
             Ok(pass) => pass,
@@ -230,6 +252,10 @@ impl proto::idmint_server::Idmint for IdmintService {
             }
         };
         let started = async {
+            let caller = caller?;
+            self.node
+                .auth()
+                .authorize(caller, &req.namespace, Scope::Ids, 0)?;
             let max = self.node.config().max_count;
             if req.total == 0 || req.total > MAX_STREAM_TOTAL {
                 return Err(IdError::InvalidCount(format!(
@@ -239,7 +265,11 @@ impl proto::idmint_server::Idmint for IdmintService {
                 .into());
             }
             let chunk = if req.chunk == 0 {
-                max
+                // The token's own limit, if lower, so a default chunk is never refused.
+                self.node
+                    .auth()
+                    .max_count(caller)
+                    .map_or(max, |t| t.min(max))
             } else {
                 count_or_one(req.chunk, max, "server.max_count")?
             };
@@ -247,10 +277,10 @@ impl proto::idmint_server::Idmint for IdmintService {
                 ns = self.node.namespace(&req.namespace) => ns?,
                 _ = self.shutdown.stopping_now() => return Err(shutting_down()),
             };
-            Ok::<_, Status>((ns, chunk))
+            Ok::<_, Status>((ns, chunk, caller))
         }
         .await;
-        let (ns, chunk) = match started {
+        let (ns, chunk, caller) = match started {
             Ok(started) => started,
             Err(e) => {
                 count(&self.node, "NextStream", Some(&e));
@@ -264,6 +294,7 @@ impl proto::idmint_server::Idmint for IdmintService {
                 ns,
                 total: req.total,
                 chunk,
+                caller,
                 shutdown: self.shutdown.clone(),
                 _pass: pass,
             },
@@ -276,16 +307,17 @@ impl proto::idmint_server::Idmint for IdmintService {
         &self,
         request: Request<proto::BlockRequest>,
     ) -> Result<Response<proto::LeasedBlock>, Status> {
+        let caller = self.caller(request.metadata());
         let req = request.into_inner();
         self.unary("Block", async {
+            let caller = caller?;
             let max = self.node.config().max_block_request;
             let count = count_or_one(req.count, max, "server.max_block_request")?;
-            let lease = self
-                .node
-                .namespace(&req.namespace)
-                .await?
-                .lease(count)
-                .await?;
+            let auth = self.node.auth();
+            auth.authorize(caller, &req.namespace, Scope::Blocks, count)?;
+            let ns = self.node.namespace(&req.namespace).await?;
+            let lease = ns.lease(crate::config::block_request(&ns, count)).await?;
+            auth.served(caller, lease.block.len());
             Ok(proto::LeasedBlock {
                 start: lease.block.start(),
                 end: lease.block.end(),
@@ -300,8 +332,12 @@ impl proto::idmint_server::Idmint for IdmintService {
         &self,
         request: Request<proto::GiveBackRequest>,
     ) -> Result<Response<proto::GiveBackResponse>, Status> {
+        let caller = self.caller(request.metadata());
         let req = request.into_inner();
         self.unary("GiveBack", async {
+            self.node
+                .auth()
+                .authorize(caller?, &req.namespace, Scope::Blocks, 0)?;
             let tail = Block::new(req.start, req.end, req.step).ok_or_else(|| {
                 IdError::InvalidRequest(format!(
                     "[{}, {}) step {} is not a block: start must be below end and step at \
@@ -353,8 +389,12 @@ impl proto::idmint_server::Idmint for IdmintService {
         &self,
         request: Request<proto::DecodeRequest>,
     ) -> Result<Response<proto::Decoded>, Status> {
+        let caller = self.caller(request.metadata());
         let req = request.into_inner();
         self.unary("Decode", async {
+            self.node
+                .auth()
+                .authorize(caller?, &req.namespace, Scope::Read, 0)?;
             let view = self
                 .node
                 .read_namespace(&req.namespace)
@@ -367,14 +407,21 @@ impl proto::idmint_server::Idmint for IdmintService {
 
     async fn namespaces(
         &self,
-        _request: Request<proto::NamespacesRequest>,
+        request: Request<proto::NamespacesRequest>,
     ) -> Result<Response<proto::NamespaceList>, Status> {
+        let caller = self.caller(request.metadata());
         self.unary("Namespaces", async {
+            let caller = caller?;
             let now = self.node.now();
             let namespaces = self
                 .node
                 .all()
                 .iter()
+                .filter(|ns| {
+                    self.node
+                        .auth()
+                        .may(caller, ns.name().as_str(), Scope::Read)
+                })
                 .map(|ns| {
                     with_residues(
                         &self.node,
@@ -391,8 +438,12 @@ impl proto::idmint_server::Idmint for IdmintService {
         &self,
         request: Request<proto::NamespaceRequest>,
     ) -> Result<Response<proto::NamespaceInfo>, Status> {
+        let caller = self.caller(request.metadata());
         let req = request.into_inner();
         self.unary("Namespace", async {
+            self.node
+                .auth()
+                .authorize(caller?, &req.namespace, Scope::Read, 0)?;
             let view = self
                 .node
                 .read_namespace(&req.namespace)
@@ -429,6 +480,8 @@ struct Stream {
     ns: Arc<Namespace>,
     total: u64,
     chunk: u64,
+    /// Who asked: each chunk takes from its quota.
+    caller: Caller,
     shutdown: Shutdown,
     /// Held until the producer ends (see [`gate`]).
     _pass: Pass,
@@ -460,8 +513,18 @@ async fn produce(stream: Stream, tx: mpsc::Sender<Result<proto::Ids, Status>>) {
             permit.send(Err(cut.clone()));
             break Err(cut);
         }
+        let want = left.min(stream.chunk);
+        if let Err(e) = stream
+            .node
+            .auth()
+            .authorize(stream.caller, name, Scope::Ids, want)
+        {
+            let e = Status::from(e);
+            permit.send(Err(e.clone()));
+            break Err(e);
+        }
         let taken = tokio::select! {
-            taken = stream.ns.ids(left.min(stream.chunk)) => taken,
+            taken = stream.ns.ids(want) => taken,
             _ = stream.shutdown.stopping_now() => Err(IdError::ShuttingDown),
             _ = tx.closed() => break Err(Status::cancelled("the client went away")),
         };
@@ -474,6 +537,7 @@ async fn produce(stream: Stream, tx: mpsc::Sender<Result<proto::Ids, Status>>) {
             }
             Ok(ids) => {
                 left = left.saturating_sub(ids.len() as u64);
+                stream.node.auth().served(stream.caller, ids.len() as u64);
                 permit.send(Ok(convert::ids(name, ids)));
             }
             Err(e) => {

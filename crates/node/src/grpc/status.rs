@@ -32,6 +32,10 @@ pub fn code_of(e: &IdError) -> Code {
         | IdError::TooManyNamespaces { .. } => Code::ResourceExhausted,
         // Retrying later may succeed.
         IdError::Unavailable { .. } | IdError::ShuttingDown => Code::Unavailable,
+        IdError::Unauthorized(_) => Code::Unauthenticated,
+        IdError::Forbidden(_) => Code::PermissionDenied,
+        // The token's rate quota; the message says when to retry.
+        IdError::RateLimited { .. } => Code::ResourceExhausted,
         // The store lost the namespace's data: never re-created, an operator re-seeds it.
         IdError::Lost { .. } => Code::DataLoss,
         // `IdError` is non_exhaustive for other crates only; a new variant is a compile error
@@ -81,6 +85,15 @@ mod tests {
                 Code::DataLoss,
             ),
             (IdError::Internal("x".into()), Code::Internal),
+            (IdError::Unauthorized("x".into()), Code::Unauthenticated),
+            (IdError::Forbidden("x".into()), Code::PermissionDenied),
+            (
+                IdError::RateLimited {
+                    message: "x".into(),
+                    retry_after_secs: 1,
+                },
+                Code::ResourceExhausted,
+            ),
         ];
         for (e, code) in cases {
             let s = from_id_error(&e);

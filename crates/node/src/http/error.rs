@@ -6,15 +6,17 @@
 //! decided here.
 
 use crate::error::IdError;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use idmint_api::{ErrorBody, ErrorCode};
 
-/// An error answer: status, code and message.
+/// An error answer: status, code and message (and the headers some statuses carry).
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
     body: ErrorBody,
+    /// 429: `Retry-After`, whole seconds.
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -23,6 +25,7 @@ impl ApiError {
         ApiError {
             status,
             body: ErrorBody::new(code, message),
+            retry_after: None,
         }
     }
 
@@ -46,6 +49,9 @@ pub fn status_of(e: &IdError) -> StatusCode {
         | IdError::Conflict(_)
         | IdError::TooManyNamespaces { .. } => StatusCode::CONFLICT,
         IdError::Unavailable { .. } | IdError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        IdError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+        IdError::Forbidden(_) => StatusCode::FORBIDDEN,
+        IdError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         // `IdError` is non_exhaustive for other crates only; a new variant is a compile error
         // here, so each gets a deliberate status.
         IdError::Internal(_) | IdError::Lost { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -54,13 +60,34 @@ pub fn status_of(e: &IdError) -> StatusCode {
 
 impl From<IdError> for ApiError {
     fn from(e: IdError) -> Self {
-        ApiError::new(status_of(&e), e.code(), e.to_string())
+        let mut answer = ApiError::new(status_of(&e), e.code(), e.to_string());
+        if let IdError::RateLimited {
+            retry_after_secs, ..
+        } = e
+        {
+            answer.retry_after = Some(retry_after_secs);
+        }
+        answer
     }
 }
 
 impl IntoResponse for ApiError {
+    /// The JSON body; a 401 also carries `WWW-Authenticate: Bearer` (RFC 6750) and a 429
+    /// `Retry-After` in whole seconds.
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body)).into_response()
+        let mut answer = (self.status, axum::Json(self.body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            answer.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"idmint\""),
+            );
+        }
+        if let Some(secs) = self.retry_after {
+            answer
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        answer
     }
 }
 
@@ -90,11 +117,35 @@ mod tests {
             ),
             (IdError::ShuttingDown, 503),
             (IdError::Internal("x".into()), 500),
+            (IdError::Unauthorized("x".into()), 401),
+            (IdError::Forbidden("x".into()), 403),
+            (
+                IdError::RateLimited {
+                    message: "x".into(),
+                    retry_after_secs: 2,
+                },
+                429,
+            ),
         ];
         for (e, status) in cases {
             assert_eq!(status_of(&e).as_u16(), status, "{e:?}");
             let api = ApiError::from(e.clone());
             assert_eq!(api.code(), e.code());
         }
+    }
+
+    #[test]
+    fn refusals_carry_their_headers() {
+        let answer = ApiError::from(IdError::RateLimited {
+            message: "x".into(),
+            retry_after_secs: 3,
+        })
+        .into_response();
+        assert_eq!(answer.headers()[header::RETRY_AFTER], "3");
+        let answer = ApiError::from(IdError::Unauthorized("x".into())).into_response();
+        assert_eq!(
+            answer.headers()[header::WWW_AUTHENTICATE],
+            "Bearer realm=\"idmint\""
+        );
     }
 }

@@ -19,6 +19,12 @@
 //!   `GET /openapi.json` ([`openapi`]) documents exactly those (a test compares them). `GET /`
 //!   ([`status_page`]) is the HTML view of the same reads.
 //!
+//! - With `[auth]` ([`crate::auth`]), every route but `/healthz`, `/readyz`, `/openapi.json`
+//!   (and `/metrics` unless `[auth] metrics = "read"`) reads `Authorization: Bearer <token>`
+//!   first and is refused (401, 403, 429 with `Retry-After`) before it parses anything else or
+//!   looks a namespace up: a refused request creates and reserves nothing. The listing shows
+//!   only the namespaces the token may read; the status page needs `read` on `*`.
+//!
 //! Ids are written as decimal strings (JavaScript-safe) or canonical UUID/ULID text.
 
 pub mod encode;
@@ -29,13 +35,14 @@ pub mod status_page;
 
 pub use listen::listen;
 
+use crate::auth::{Caller, Scope};
 use crate::error::IdError;
 use crate::metrics::ErrorLabels;
 use crate::registry::Node;
 use axum::extract::path::ErrorKind;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
@@ -109,8 +116,28 @@ pub(crate) fn routes() -> Routes {
     .route("/readyz", READ, get(readyz))
     .route("/metrics", READ, get(metrics))
     .route(OPENAPI, READ, get(openapi::serve))
-    .route("/", READ, get(status_page::serve))
-    .route("/ui", READ, get(status_page::serve))
+    .route("/", READ, get(status_page))
+    .route("/ui", READ, get(status_page))
+}
+
+/// The caller the request's `Authorization` header names ([`crate::auth::Auth`]).
+fn caller(node: &Node, headers: &HeaderMap) -> Result<Caller, IdError> {
+    node.auth().authenticate_header(
+        headers
+            .get(header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes),
+    )
+}
+
+/// `GET /` and `/ui`: the status page, which shows every namespace, so with `[auth]` it needs
+/// `read` on `*`.
+async fn status_page(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
+    let allowed =
+        caller(&node, &headers).and_then(|caller| node.auth().authorize_node(caller, Scope::Read));
+    match allowed {
+        Ok(()) => status_page::serve(State(node)).await,
+        Err(e) => fail(&node, e),
+    }
 }
 
 /// Counts the error in the metrics and turns it into its answer.
@@ -281,18 +308,22 @@ fn no_store(mut answer: Response) -> Response {
 
 async fn get_ids(
     State(node): State<Arc<Node>>,
+    headers: HeaderMap,
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Response {
     let result = async {
+        let caller = caller(&node, &headers)?;
         let name = path_params(path)?;
         let count = parse_count(
             &query_pairs(query)?,
             node.config().max_count,
             "server.max_count",
         )?;
+        node.auth().authorize(caller, &name, Scope::Ids, count)?;
         let ns = node.namespace(&name).await?;
         let ids = ns.ids(count).await?;
+        node.auth().served(caller, ids.len() as u64);
         Ok::<_, IdError>((ns, ids))
     }
     .await;
@@ -308,17 +339,23 @@ async fn get_ids(
 
 async fn post_block(
     State(node): State<Arc<Node>>,
+    headers: HeaderMap,
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Response {
     let result = async {
+        let caller = caller(&node, &headers)?;
         let name = path_params(path)?;
         let count = parse_count(
             &query_pairs(query)?,
             node.config().max_block_request,
             "server.max_block_request",
         )?;
-        node.namespace(&name).await?.block(count).await
+        node.auth().authorize(caller, &name, Scope::Blocks, count)?;
+        let ns = node.namespace(&name).await?;
+        let block = ns.block(crate::config::block_request(&ns, count)).await?;
+        node.auth().served(caller, block.len());
+        Ok::<_, IdError>(block)
     }
     .await;
     no_store(match result {
@@ -334,10 +371,13 @@ async fn post_block(
 
 async fn decode(
     State(node): State<Arc<Node>>,
+    headers: HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Response {
     let result = async {
+        let caller = caller(&node, &headers)?;
         let (name, id) = path_params(path)?;
+        node.auth().authorize(caller, &name, Scope::Read, 0)?;
         node.read_namespace(&name).await?.decode(&id)
     }
     .await;
@@ -347,11 +387,17 @@ async fn decode(
     }
 }
 
-async fn list_namespaces(State(node): State<Arc<Node>>) -> Response {
+/// Every namespace served; with `[auth]`, those the token may read.
+async fn list_namespaces(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
+    let caller = match caller(&node, &headers) {
+        Ok(caller) => caller,
+        Err(e) => return fail(&node, e),
+    };
     let now = node.now();
     let namespaces = node
         .all()
         .iter()
+        .filter(|ns| node.auth().may(caller, ns.name().as_str(), Scope::Read))
         .map(|ns| node.describe(ns.info(now)))
         .collect();
     axum::Json(NamespaceList { namespaces }).into_response()
@@ -359,10 +405,13 @@ async fn list_namespaces(State(node): State<Arc<Node>>) -> Response {
 
 async fn get_namespace(
     State(node): State<Arc<Node>>,
+    headers: HeaderMap,
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
     let result = async {
+        let caller = caller(&node, &headers)?;
         let name = path_params(path)?;
+        node.auth().authorize(caller, &name, Scope::Read, 0)?;
         node.read_namespace(&name).await
     }
     .await;
@@ -451,7 +500,15 @@ async fn readyz(State(node): State<Arc<Node>>) -> Response {
 
 /// The metrics in the format the `Accept` header asks for ([`crate::metrics::Format::negotiate`]):
 /// OpenMetrics only when asked for, otherwise the Prometheus text format 0.0.4.
-async fn metrics(State(node): State<Arc<Node>>, headers: axum::http::HeaderMap) -> Response {
+/// With `[auth] metrics = "read"`, only for a token with `read` on `*`.
+async fn metrics(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
+    if node.auth().metrics_need_token() {
+        let allowed = caller(&node, &headers)
+            .and_then(|caller| node.auth().authorize_node(caller, Scope::Read));
+        if let Err(e) = allowed {
+            return fail(&node, e);
+        }
+    }
     let accept = headers
         .get_all(header::ACCEPT)
         .iter()

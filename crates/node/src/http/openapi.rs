@@ -10,6 +10,12 @@
 //!   `Cache-Control: no-store`.
 //! - The one thing taken from the node is each `count`'s maximum (`server.max_count`,
 //!   `server.max_block_request`), so a client reads the limits of the server it talks to.
+//! - Authentication (`[auth]`, docs/api.md): the `bearer` security scheme is always described,
+//!   and every operation but `/healthz`, `/readyz` and `/openapi.json` documents its 401
+//!   (`WWW-Authenticate`) and 403 answers, the id routes their 429 (`Retry-After`). The
+//!   operations *require* the scheme only in the document of a node with `[auth]` on
+//!   ([`with_security`]), so a node with authentication off (the Schemathesis test's) does not
+//!   claim a requirement it does not enforce.
 //! - Serving the document reads nothing of the namespaces and changes nothing; it is the same
 //!   for the life of the process, so caches may keep it a few minutes.
 //!
@@ -121,6 +127,54 @@ pub fn document(max_count: u64, max_block_request: u64) -> Value {
             }
         }
     }
+    // Authentication's answers (see the module docs).
+    doc["components"]["securitySchemes"]["bearer"] = serde_json::json!({
+        "type": "http",
+        "scheme": "bearer",
+        "description": "A token of the node's `[[auth.tokens]]` (`idmint token new`), sent as \
+                        `Authorization: Bearer <token>`. Only with `[auth]` in the node's \
+                        configuration; without it nothing is checked."
+    });
+    let refusal = |description: &str, header: Option<(&str, &str)>| {
+        let mut answer = serde_json::json!({
+            "description": description,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+        });
+        if let Some((name, text)) = header {
+            answer["headers"][name] = serde_json::json!({
+                "description": text,
+                "schema": {"type": "string"}
+            });
+        }
+        answer
+    };
+    for (path, item) in doc["paths"].as_object_mut().into_iter().flatten() {
+        if OPEN_PATHS.contains(&path.as_str()) {
+            continue;
+        }
+        let takes_ids = path == super::IDS || path == super::BLOCKS;
+        for (_, op) in item.as_object_mut().into_iter().flatten() {
+            let responses = &mut op["responses"];
+            responses["401"] = refusal(
+                "`unauthorized`: `[auth]` is on and the request carries no bearer token, or one \
+                 the node does not know",
+                Some(("WWW-Authenticate", "`Bearer realm=\"idmint\"`")),
+            );
+            responses["403"] = refusal(
+                "`forbidden`: the token lacks the scope this operation needs on the namespace",
+                None,
+            );
+            if takes_ids {
+                responses["429"] = refusal(
+                    "`rate_limited`: the token's rate quota on this namespace is used up for now",
+                    Some((
+                        "Retry-After",
+                        "Whole seconds to wait before the request can pass",
+                    )),
+                );
+            }
+        }
+    }
     // Every documented header is always sent: say so, so that a checker demands it.
     for item in doc["paths"]
         .as_object_mut()
@@ -159,6 +213,27 @@ pub fn document(max_count: u64, max_block_request: u64) -> Value {
     doc
 }
 
+/// The routes that never need a token.
+const OPEN_PATHS: [&str; 3] = ["/healthz", "/readyz", "/openapi.json"];
+
+/// `doc` for a node with `[auth]` on: every operation but [`OPEN_PATHS`] (and `/metrics`
+/// unless `metrics_need_token`) requires the `bearer` scheme, the others none.
+pub fn with_security(mut doc: Value, metrics_need_token: bool) -> Value {
+    for (path, item) in doc["paths"].as_object_mut().into_iter().flatten() {
+        let open =
+            OPEN_PATHS.contains(&path.as_str()) || (path == "/metrics" && !metrics_need_token);
+        let security = if open {
+            serde_json::json!([])
+        } else {
+            serde_json::json!([{"bearer": []}])
+        };
+        for (_, op) in item.as_object_mut().into_iter().flatten() {
+            op["security"] = security.clone();
+        }
+    }
+    doc
+}
+
 /// Namespace names of every kind, from docs/configuration.md's example.
 const NAMESPACE_EXAMPLES: [&str; 6] = [
     "photos",
@@ -185,12 +260,16 @@ fn escape(path: &str) -> String {
 /// `GET /openapi.json`.
 pub(crate) async fn serve(State(node): State<Arc<Node>>) -> Response {
     let config = node.config();
+    let mut doc = document(config.max_count, config.max_block_request);
+    if node.auth().enabled() {
+        doc = with_security(doc, node.auth().metrics_need_token());
+    }
     (
         [
             (header::CONTENT_TYPE, "application/json"),
             (header::CACHE_CONTROL, "public, max-age=300"),
         ],
-        document(config.max_count, config.max_block_request).to_string(),
+        doc.to_string(),
     )
         .into_response()
 }
@@ -507,6 +586,37 @@ mod tests {
             }
         }
         assert!(errors > 20, "{errors}");
+    }
+
+    #[test]
+    fn authentication_is_documented_and_required_only_when_on() {
+        let doc = document(10, 20);
+        assert_eq!(
+            doc["components"]["securitySchemes"]["bearer"]["scheme"],
+            "bearer"
+        );
+        let ids = &doc["paths"][super::super::IDS]["get"];
+        for status in ["401", "403", "429"] {
+            assert!(ids["responses"].get(status).is_some(), "{status}");
+        }
+        assert!(ids["responses"]["429"]["headers"]["Retry-After"]["required"] == true);
+        assert!(doc["paths"]["/healthz"]["get"]["responses"]
+            .get("401")
+            .is_none());
+        assert!(ids.get("security").is_none());
+        let on = with_security(doc, false);
+        assert_eq!(
+            on["paths"][super::super::IDS]["get"]["security"],
+            serde_json::json!([{"bearer": []}])
+        );
+        assert_eq!(
+            on["paths"]["/healthz"]["get"]["security"],
+            serde_json::json!([])
+        );
+        assert_eq!(
+            on["paths"]["/metrics"]["get"]["security"],
+            serde_json::json!([])
+        );
     }
 
     /// The decimal adapter's fields are strings in the schema, as on the wire.

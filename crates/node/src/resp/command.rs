@@ -31,7 +31,12 @@ pub enum Command<'a> {
         protocol: Option<u8>,
         /// A connection name to set.
         name: Option<Bytes>,
+        /// `AUTH user token`'s token (the user name is ignored).
+        auth: Option<Bytes>,
     },
+    /// `AUTH token` or `AUTH user token` (the user name is ignored): the bearer token of
+    /// `[auth]` for the rest of the connection.
+    Auth(&'a [u8]),
     /// `CLIENT SETNAME name`.
     ClientSetName(Bytes),
     /// `CLIENT GETNAME`.
@@ -221,6 +226,10 @@ pub fn parse<'a>(
         }
         "QUIT" => Ok(Command::Quit),
         "HELLO" => hello(rest),
+        "AUTH" => {
+            arity(rest.len() == 1 || rest.len() == 2)?;
+            Ok(Command::Auth(rest[rest.len() - 1]))
+        }
         "CLIENT" => client(rest),
         "COMMAND" => Ok(Command::Command),
         "INFO" => Ok(Command::Info),
@@ -321,6 +330,7 @@ fn hello<'a>(rest: &[&[u8]]) -> Result<Command<'a>, Refusal> {
         return Ok(Command::Hello {
             protocol: None,
             name: None,
+            auth: None,
         });
     };
     let protocol = match *version {
@@ -329,6 +339,7 @@ fn hello<'a>(rest: &[&[u8]]) -> Result<Command<'a>, Refusal> {
         _ => return Err(Refusal::NoProto),
     };
     let mut name = None;
+    let mut auth = None;
     let mut i = 0;
     while i < options.len() {
         let option = options[i].to_ascii_uppercase();
@@ -338,9 +349,8 @@ fn hello<'a>(rest: &[&[u8]]) -> Result<Command<'a>, Refusal> {
                 i += 2;
             }
             b"AUTH" if i + 2 < options.len() => {
-                return Err(Refusal::Syntax(
-                    "AUTH is not supported: idmint's RESP port has no users or passwords".into(),
-                ))
+                auth = Some(Bytes::copy_from_slice(options[i + 2]));
+                i += 3;
             }
             _ => {
                 return Err(Refusal::Syntax(format!(
@@ -353,6 +363,7 @@ fn hello<'a>(rest: &[&[u8]]) -> Result<Command<'a>, Refusal> {
     Ok(Command::Hello {
         protocol: Some(protocol),
         name,
+        auth,
     })
 }
 
@@ -424,9 +435,20 @@ mod tests {
             p(&["HELLO", "3", "setname", "me"]),
             Ok(Command::Hello {
                 protocol: Some(3),
-                name: Some(Bytes::from_static(b"me"))
+                name: Some(Bytes::from_static(b"me")),
+                auth: None,
             })
         );
+        assert_eq!(
+            p(&["HELLO", "3", "AUTH", "default", "tok", "SETNAME", "me"]),
+            Ok(Command::Hello {
+                protocol: Some(3),
+                name: Some(Bytes::from_static(b"me")),
+                auth: Some(Bytes::from_static(b"tok")),
+            })
+        );
+        assert_eq!(p(&["auth", "tok"]), Ok(Command::Auth(b"tok")));
+        assert_eq!(p(&["AUTH", "default", "tok"]), Ok(Command::Auth(b"tok")));
     }
 
     #[test]

@@ -19,6 +19,9 @@
 //! | `shutting_down` | `SHUTDOWN` |
 //! | `internal_error` | `INTERNAL` |
 //! | `namespace_lost` | `LOST` |
+//! | `unauthorized` | `NOAUTH` (a failed `AUTH` itself: `WRONGPASS`, as Redis) |
+//! | `forbidden` | `NOPERM` |
+//! | `rate_limited` | `BUSY` (the message says when to retry) |
 
 use super::reply::Reply;
 use crate::error::IdError;
@@ -40,6 +43,9 @@ pub fn code_of(e: &IdError) -> &'static str {
         // A new variant is a compile error here, so each gets a deliberate code.
         IdError::Internal(_) => "INTERNAL",
         IdError::Lost { .. } => "LOST",
+        IdError::Unauthorized(_) => "NOAUTH",
+        IdError::Forbidden(_) => "NOPERM",
+        IdError::RateLimited { .. } => "BUSY",
     }
 }
 
@@ -68,6 +74,8 @@ mod tests {
             ),
             (IdError::ShuttingDown, "SHUTDOWN the node is shutting down"),
             (IdError::WrongKind("x".into()), "WRONGKIND x"),
+            (IdError::Unauthorized("x".into()), "NOAUTH x"),
+            (IdError::Forbidden("x".into()), "NOPERM x"),
         ];
         for (e, line) in cases {
             assert_eq!(reply_of(&e), Reply::Error(line.into()), "{e:?}");

@@ -20,6 +20,12 @@
 //!   read them) once they pass 256 KiB, even with more requests in the buffer.
 //!   An unknown command, a wrong arity, a bad argument or a domain error answers an error line
 //!   and the connection goes on.
+//! - With `[auth]` ([`crate::auth`]), a connection starts unauthenticated: `INCR`, `INCRBY`,
+//!   `IDMINT.*` and `INFO` answer `-NOAUTH` until `AUTH <token>` (or `AUTH user <token>`,
+//!   or `HELLO 3 AUTH user <token>`; the user name is ignored) names a token the node knows
+//!   (otherwise `-WRONGPASS`). Then each command is checked like an HTTP request: `-NOPERM`
+//!   without the scope, `-BUSY` over the token's rate. The handshake commands (`PING`,
+//!   `HELLO`, `CLIENT`, `COMMAND`, `SELECT`, `CONFIG GET`, `QUIT`) stay open.
 //! - Only `INCR`, `INCRBY`, `IDMINT.NEXT` and `IDMINT.BLOCK` may create a namespace or reserve
 //!   ids ([`Node::namespace`]); `IDMINT.DECODE` goes through [`Node::read_namespace`].
 //! - Shutdown ([`serve`]): accepting stops; a connection finishes the command it is executing,
@@ -32,6 +38,7 @@ pub mod command;
 pub mod error;
 pub mod reply;
 
+use crate::auth::{Caller, Scope};
 use crate::error::IdError;
 use crate::metrics::ErrorLabels;
 use crate::namespace::Namespace;
@@ -172,6 +179,8 @@ struct Client {
     /// one [`Node::namespace`] would return, and the hot path skips the name check, the hash
     /// and the map's lock.
     namespaces: Vec<Arc<Namespace>>,
+    /// Who this connection is: `None` until a successful `AUTH` when `[auth]` is on.
+    caller: Option<Caller>,
 }
 
 /// How many namespaces a connection remembers.
@@ -210,6 +219,7 @@ async fn connection(
         protocol: Protocol::Resp2,
         name: None,
         namespaces: Vec::new(),
+        caller: (!shared.node.auth().enabled()).then_some(Caller::Open),
     };
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut output = BytesMut::with_capacity(READ_CHUNK);
@@ -384,7 +394,18 @@ async fn run(shared: &Shared, client: &mut Client, command: Command<'_>) -> Repl
         Command::Ping(None) => Ok(Reply::Simple("PONG")),
         Command::Ping(Some(message)) | Command::Echo(message) => Ok(Reply::Bulk(message)),
         Command::Quit => Ok(Reply::OK),
-        Command::Hello { protocol, name } => {
+        Command::Auth(token) => return auth(node, client, token),
+        Command::Hello {
+            protocol,
+            name,
+            auth: token,
+        } => {
+            if let Some(token) = token {
+                let answer = auth(node, client, &token);
+                if answer != Reply::OK {
+                    return answer;
+                }
+            }
             match protocol {
                 Some(2) => client.protocol = Protocol::Resp2,
                 Some(3) => client.protocol = Protocol::Resp3,
@@ -403,37 +424,45 @@ async fn run(shared: &Shared, client: &mut Client, command: Command<'_>) -> Repl
         Command::ClientId => Ok(Reply::Int(i64::try_from(client.id).unwrap_or(i64::MAX))),
         Command::ClientSetInfo | Command::Select => Ok(Reply::OK),
         Command::Command | Command::ConfigGet => Ok(Reply::Array(Vec::new())),
-        Command::Info => Ok(Reply::text(info(shared))),
+        Command::Info => authenticated(client).map(|_| Reply::text(info(shared))),
         Command::Incr(name) => incr(node, client, name).await,
         Command::IncrBy(name, count) => incr_by(node, client, name, count).await,
         Command::Next(name, count) => {
             async {
+                let caller = allow(node, client, name, Scope::Ids, count)?;
                 let ids = client.namespace(node, name).await?.ids(count).await?;
+                node.auth().served(caller, ids.len() as u64);
                 Ok(reply::ids(&ids))
             }
             .await
         }
         Command::Block(name, count) => {
             async {
-                let block = client.namespace(node, name).await?.block(count).await?;
+                let caller = allow(node, client, name, Scope::Blocks, count)?;
+                let ns = client.namespace(node, name).await?;
+                let block = ns.block(crate::config::block_request(&ns, count)).await?;
+                node.auth().served(caller, block.len());
                 Ok(reply::block(&block))
             }
             .await
         }
-        Command::Decode(name, id) => match node.read_namespace(name).await {
-            Ok(ns) => ns.decode(id).map(|d| reply::decoded(&d)),
-            // The domain's message is about auto_create, which does not matter to a read.
-            Err(e @ IdError::UnknownNamespace(_)) if node.config().auto_create => {
-                count_error(node, &e);
-                return Reply::error(
-                    error::code_of(&e),
-                    &format!(
-                        "namespace {name:?} does not exist; reads do not create namespaces \
-                         (INCR {name} does)"
-                    ),
-                );
-            }
+        Command::Decode(name, id) => match allow(node, client, name, Scope::Read, 0) {
             Err(e) => Err(e),
+            Ok(_) => match node.read_namespace(name).await {
+                Ok(ns) => ns.decode(id).map(|d| reply::decoded(&d)),
+                // The domain's message is about auto_create, which does not matter to a read.
+                Err(e @ IdError::UnknownNamespace(_)) if node.config().auto_create => {
+                    count_error(node, &e);
+                    return Reply::error(
+                        error::code_of(&e),
+                        &format!(
+                            "namespace {name:?} does not exist; reads do not create namespaces \
+                         (INCR {name} does)"
+                        ),
+                    );
+                }
+                Err(e) => Err(e),
+            },
         },
     };
     answer.unwrap_or_else(|e| {
@@ -442,10 +471,57 @@ async fn run(shared: &Shared, client: &mut Client, command: Command<'_>) -> Repl
     })
 }
 
+/// The connection's caller, or `NOAUTH` when `[auth]` is on and no `AUTH` succeeded yet.
+fn authenticated(client: &Client) -> Result<Caller, IdError> {
+    client.caller.ok_or_else(|| {
+        IdError::Unauthorized(
+            "Authentication required: this node has [auth] on; send AUTH <token> first".into(),
+        )
+    })
+}
+
+/// The connection's caller, once it may run an operation needing `scope` on `name` for
+/// `count` ids ([`crate::auth::Auth::authorize`]).
+fn allow(
+    node: &Node,
+    client: &Client,
+    name: &str,
+    scope: Scope,
+    count: u64,
+) -> Result<Caller, IdError> {
+    let caller = authenticated(client)?;
+    node.auth().authorize(caller, name, scope, count)?;
+    Ok(caller)
+}
+
+/// `AUTH`: the token for the rest of the connection. A token the node does not know answers
+/// `-WRONGPASS` (as Redis does) and leaves the connection as it was; with `[auth]` off,
+/// `-ERR` (as Redis answers when no password is set).
+fn auth(node: &Node, client: &mut Client, token: &[u8]) -> Reply {
+    if !node.auth().enabled() {
+        return Reply::error(
+            "ERR",
+            "AUTH called without any token configured on this node ([auth] is off)",
+        );
+    }
+    match node.auth().authenticate_token(token) {
+        Ok(caller) => {
+            client.caller = Some(caller);
+            Reply::OK
+        }
+        Err(e) => {
+            count_error(node, &e);
+            Reply::error("WRONGPASS", "invalid token: it is not one this node knows")
+        }
+    }
+}
+
 /// `INCR`: one id.
 async fn incr(node: &Node, client: &mut Client, name: &str) -> Result<Reply, IdError> {
+    let caller = allow(node, client, name, Scope::Ids, 1)?;
     let ns = client.namespace(node, name).await?;
     let ids = ns.ids(1).await?;
+    node.auth().served(caller, ids.len() as u64);
     reply::one_id(&ids).ok_or_else(|| IdError::Exhausted {
         name: name.to_owned(),
         bits: 0,
@@ -471,6 +547,7 @@ async fn incr_by(
     if count == 1 {
         return incr(node, client, name).await;
     }
+    let caller = allow(node, client, name, Scope::Ids, count)?;
     let ns = client.namespace(node, name).await?;
     match &*ns {
         Namespace::Sequence(s) if s.spec().step() == 1 => {}
@@ -490,9 +567,17 @@ async fn incr_by(
             )))
         }
     }
+    if crate::config::block_request(&ns, count) < count {
+        return Err(IdError::InvalidCount(format!(
+            "INCRBY {name} {count}: a 32-bit namespace hands out at most {} ids per block \
+             request; use IDMINT.NEXT {name} {count}",
+            crate::config::block_request(&ns, count)
+        )));
+    }
     for _ in 0..INCRBY_ATTEMPTS {
         let block = ns.block(count).await?;
         if block.len() == count {
+            node.auth().served(caller, count);
             return Ok(reply::u64_id(block.last()));
         }
     }

@@ -1,0 +1,562 @@
+//! Authentication, scopes and quotas (docs/api.md "Authentication"), the one place every
+//! front-end asks whether a request may run.
+//!
+//! With `[auth]` in the configuration, every request but the health checks (and the
+//! documentation, and `/metrics` unless `[auth] metrics = "read"`) must present a bearer token
+//! the node knows: HTTP `Authorization: Bearer <token>`, gRPC metadata of the same name, RESP
+//! `AUTH <token>` once per connection. The node knows tokens only by their SHA-256
+//! ([`token`]). Each token holds scopes per namespace pattern ([`scope`]), and optionally a
+//! per-request `max_count` and a rate of ids per second per namespace ([`quota`]).
+//!
+//! A front-end calls [`Auth::authenticate_header`] (or [`Auth::authenticate_token`]) to turn
+//! what the request carries into a [`Caller`], then [`Auth::authorize`] with the namespace, the
+//! [`Scope`] the operation needs and the count of ids it asks for, before it looks the
+//! namespace up (so a refused request creates nothing). Refusals are [`IdError`]s
+//! (`Unauthorized`, `Forbidden`, `RateLimited`; a count above the token's `max_count` is
+//! `InvalidCount`, like one above `server.max_count`: retrying cannot help), mapped to
+//! statuses at each edge like every domain error. Without `[auth]` every caller is
+//! [`Caller::Open`] and nothing is checked, counted or locked.
+//!
+//! Metrics: `idmint_auth_ids_total{token}` (ids handed out to a token, counted by the
+//! front-end after the answer is made, [`Auth::served`]) and
+//! `idmint_auth_refused_total{token,reason}`; `token` is the token's `name`, or the first 12
+//! hex digits of its hash, never the token.
+
+pub mod quota;
+pub mod scope;
+pub mod token;
+
+use crate::config::ConfigError;
+use crate::error::IdError;
+use crate::metrics::{AuthLabels, Metrics, RefusedLabels};
+use crate::time::SharedClock;
+use idmint_core::{Clock, NamespaceName};
+pub use quota::{Quotas, Rate};
+pub use scope::{Pattern, Scope, Scopes};
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+pub use token::TokenHash;
+
+/// The most ids per second a `rate` may name (a billion: beyond it, a quota means nothing).
+pub const MAX_RATE: f64 = 1e9;
+
+/// Who may read `/metrics` when authentication is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MetricsAccess {
+    /// Anyone (the default: scrapers rarely carry tokens; the metrics hold no ids and name
+    /// tokens by label only).
+    #[default]
+    Open,
+    /// A token with the `read` scope on `*`.
+    Read,
+}
+
+/// One configured token (`[[auth.tokens]]`), validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenConfig {
+    /// How metrics and messages name it: `name`, or the first 12 hex digits of the hash.
+    pub label: String,
+    /// The SHA-256 of the token.
+    pub hash: TokenHash,
+    /// Scopes per namespace pattern, in the order configured.
+    pub grants: Vec<(Pattern, Scopes)>,
+    /// Largest count of one request (ids or a block) this token may ask for.
+    pub max_count: Option<u64>,
+    /// Ids per second per namespace.
+    pub rate: Option<Rate>,
+}
+
+/// The `[auth]` table, validated. Its presence turns authentication on.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AuthConfig {
+    /// The tokens.
+    pub tokens: Vec<TokenConfig>,
+    /// Who may read `/metrics`.
+    pub metrics: MetricsAccess,
+}
+
+/// `[auth]` as written.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAuth {
+    metrics: Option<String>,
+    #[serde(default)]
+    tokens: Vec<RawToken>,
+}
+
+/// `[[auth.tokens]]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToken {
+    name: Option<String>,
+    hash: String,
+    #[serde(default)]
+    scopes: BTreeMap<String, Vec<String>>,
+    max_count: Option<u64>,
+    rate: Option<f64>,
+    burst: Option<u64>,
+}
+
+fn invalid(key: String, message: impl ToString) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        message: message.to_string(),
+    }
+}
+
+impl RawAuth {
+    /// Validates `[auth]`: each hash well formed and distinct, names distinct and usable as
+    /// labels, every pattern and scope known, counts and rates in range. `max_request` is the
+    /// largest count any request may have anyway (the larger of `server.max_count` and
+    /// `server.max_block_request`).
+    pub(crate) fn validate(self, max_request: u64) -> Result<AuthConfig, ConfigError> {
+        let metrics = match self.metrics.as_deref() {
+            None | Some("open") => MetricsAccess::Open,
+            Some("read") => MetricsAccess::Read,
+            Some(other) => {
+                return Err(invalid(
+                    "auth.metrics".into(),
+                    format!("{other:?}: must be \"open\" (anyone may scrape) or \"read\" (a token with read on *)"),
+                ))
+            }
+        };
+        let mut tokens = Vec::new();
+        let (mut labels, mut hashes) = (HashSet::new(), HashSet::new());
+        for (i, raw) in self.tokens.into_iter().enumerate() {
+            let key = |field: &str| format!("auth.tokens[{i}].{field}");
+            let hash = TokenHash::parse(&raw.hash).map_err(|e| invalid(key("hash"), e))?;
+            if !hashes.insert(hash) {
+                return Err(invalid(key("hash"), "the same hash is configured twice"));
+            }
+            let label = match raw.name {
+                Some(name) => {
+                    let usable = !name.is_empty()
+                        && name.len() <= 64
+                        && name
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+                    if !usable || name == "none" || name == "unknown" {
+                        return Err(invalid(
+                            key("name"),
+                            format!("{name:?}: 1 to 64 ASCII letters, digits, '_', '-' or '.', and not \"none\" or \"unknown\" (metrics use those for refused requests without a known token)"),
+                        ));
+                    }
+                    name
+                }
+                None => hash.short(),
+            };
+            if !labels.insert(label.clone()) {
+                return Err(invalid(
+                    key("name"),
+                    format!("{label:?} names two tokens; names label the metrics and must differ"),
+                ));
+            }
+            let mut grants = Vec::new();
+            for (pattern, scopes) in raw.scopes {
+                let parsed = Pattern::parse(&pattern)
+                    .map_err(|e| invalid(format!("auth.tokens[{i}].scopes"), e))?;
+                let mut set = Scopes::default();
+                for s in &scopes {
+                    set =
+                        set.with(Scope::parse(s).map_err(|e| {
+                            invalid(format!("auth.tokens[{i}].scopes.{pattern:?}"), e)
+                        })?);
+                }
+                grants.push((parsed, set));
+            }
+            if let Some(max) = raw.max_count {
+                if max == 0 || max > max_request {
+                    return Err(invalid(
+                        key("max_count"),
+                        format!("{max}: must be from 1 to {max_request} (the server's own request limit)"),
+                    ));
+                }
+            }
+            let rate = match (raw.rate, raw.burst) {
+                (None, None) => None,
+                (None, Some(_)) => {
+                    return Err(invalid(key("burst"), "burst needs a rate"));
+                }
+                (Some(r), burst) => {
+                    if !(r.is_finite() && r > 0.0 && r <= MAX_RATE) {
+                        return Err(invalid(
+                            key("rate"),
+                            format!("{r}: must be above 0 and at most {MAX_RATE} ids per second"),
+                        ));
+                    }
+                    let burst = match burst {
+                        Some(0) => return Err(invalid(key("burst"), "must be at least 1")),
+                        Some(b) => b as f64,
+                        None => r.max(1.0),
+                    };
+                    Some(Rate {
+                        per_second: r,
+                        burst,
+                    })
+                }
+            };
+            tokens.push(TokenConfig {
+                label,
+                hash,
+                grants,
+                max_count: raw.max_count,
+                rate,
+            });
+        }
+        Ok(AuthConfig { tokens, metrics })
+    }
+}
+
+/// Who a request comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// Authentication is off: anyone may do anything.
+    Open,
+    /// The configured token of this index.
+    Token(usize),
+}
+
+/// The node's authentication state: the tokens, their quotas' buckets, the clock the buckets
+/// refill on, and the metrics.
+#[derive(Debug)]
+pub struct Auth {
+    config: Option<AuthConfig>,
+    quotas: Quotas,
+    clock: SharedClock,
+    metrics: Arc<Metrics>,
+}
+
+impl Auth {
+    /// Authentication per `config` (`None`: off), quotas on `clock`'s monotonic time.
+    pub fn new(config: Option<AuthConfig>, clock: Arc<dyn Clock>, metrics: Arc<Metrics>) -> Self {
+        Auth {
+            config,
+            quotas: Quotas::default(),
+            clock: SharedClock(clock),
+            metrics,
+        }
+    }
+
+    /// Whether requests must carry a token.
+    pub fn enabled(&self) -> bool {
+        self.config.is_some()
+    }
+
+    /// Whether `/metrics` needs a token (with `read` on `*`).
+    pub fn metrics_need_token(&self) -> bool {
+        self.config
+            .as_ref()
+            .is_some_and(|c| c.metrics == MetricsAccess::Read)
+    }
+
+    fn refuse(&self, token: &str, reason: &'static str) {
+        self.metrics
+            .auth_refused
+            .get_or_create(&RefusedLabels {
+                token: token.to_owned(),
+                reason,
+            })
+            .inc();
+    }
+
+    fn token(&self, caller: Caller) -> Option<&TokenConfig> {
+        match caller {
+            Caller::Open => None,
+            Caller::Token(i) => self.config.as_ref().and_then(|c| c.tokens.get(i)),
+        }
+    }
+
+    /// The caller an HTTP `Authorization` header (or gRPC `authorization` metadata) names:
+    /// `Bearer <token>`, the scheme in any case. Off: [`Caller::Open`], whatever is sent.
+    pub fn authenticate_header(&self, header: Option<&[u8]>) -> Result<Caller, IdError> {
+        if !self.enabled() {
+            return Ok(Caller::Open);
+        }
+        let Some(header) = header else {
+            self.refuse("none", "unauthorized");
+            return Err(IdError::Unauthorized(
+                "this node requires a bearer token: send the header Authorization: Bearer <token>"
+                    .into(),
+            ));
+        };
+        let token = std::str::from_utf8(header)
+            .ok()
+            .and_then(|h| h.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim());
+        match token {
+            Some(token) if !token.is_empty() => self.authenticate_token(token.as_bytes()),
+            _ => {
+                self.refuse("none", "unauthorized");
+                Err(IdError::Unauthorized(
+                    "the Authorization header must be \"Bearer <token>\"".into(),
+                ))
+            }
+        }
+    }
+
+    /// The caller `token` is (RESP `AUTH`). Off: [`Caller::Open`].
+    pub fn authenticate_token(&self, token: &[u8]) -> Result<Caller, IdError> {
+        let Some(config) = &self.config else {
+            return Ok(Caller::Open);
+        };
+        let presented = TokenHash::of(token);
+        // Every hash is compared, so the time taken does not say which one matched.
+        let found = config
+            .tokens
+            .iter()
+            .enumerate()
+            .fold(None, |found, (i, t)| {
+                if t.hash.matches(&presented) {
+                    Some(i)
+                } else {
+                    found
+                }
+            });
+        match found {
+            Some(i) => Ok(Caller::Token(i)),
+            None => {
+                self.refuse("unknown", "unauthorized");
+                Err(IdError::Unauthorized(
+                    "the bearer token is not one this node knows".into(),
+                ))
+            }
+        }
+    }
+
+    /// Whether `caller` holds `scope` on `namespace` (no quota taken, nothing counted).
+    pub fn may(&self, caller: Caller, namespace: &str, scope: Scope) -> bool {
+        match self.token(caller) {
+            None => caller == Caller::Open,
+            Some(t) => scope::scopes_on(&t.grants, namespace).contains(scope),
+        }
+    }
+
+    /// Whether `caller` may run an operation needing `scope` on `namespace` for `count` ids
+    /// (0: the operation takes none, no quota applies): the scope, then the token's
+    /// `max_count`, then its rate, which this takes from.
+    pub fn authorize(
+        &self,
+        caller: Caller,
+        namespace: &str,
+        scope: Scope,
+        count: u64,
+    ) -> Result<(), IdError> {
+        let Some(t) = self.token(caller) else {
+            return Ok(());
+        };
+        if !scope::scopes_on(&t.grants, namespace).contains(scope) {
+            self.refuse(&t.label, "forbidden");
+            return Err(IdError::Forbidden(format!(
+                "token {:?} does not hold the {scope} scope on namespace {namespace:?}",
+                t.label
+            )));
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        if let Some(max) = t.max_count.filter(|max| count > *max) {
+            self.refuse(&t.label, "max_count");
+            return Err(IdError::InvalidCount(format!(
+                "count {count} is above token {:?}'s maximum of {max} per request (its max_count)",
+                t.label
+            )));
+        }
+        if let (Some(rate), Caller::Token(i)) = (t.rate, caller) {
+            // Buckets are kept per name: only valid names (at most 128 bytes) get one, so a
+            // token cannot grow the map with long junk names. The request would fail on the
+            // name anyway.
+            NamespaceName::new(namespace)?;
+            let now = self.clock.monotonic_nanos();
+            if let Err(wait) = self.quotas.take(i, namespace, rate, count, now) {
+                self.refuse(&t.label, "rate_limited");
+                let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+                return Err(IdError::RateLimited {
+                    message: format!(
+                        "token {:?} may take {} ids per second from namespace {namespace:?} \
+                         (bursts of {}); retry in {secs} s",
+                        t.label, rate.per_second, rate.burst
+                    ),
+                    retry_after_secs: secs.max(1),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `caller` may run a node-wide operation needing `scope` (the status page, and
+    /// `/metrics` when they need a token): only a grant on `*` covers the whole node.
+    pub fn authorize_node(&self, caller: Caller, scope: Scope) -> Result<(), IdError> {
+        let Some(t) = self.token(caller) else {
+            return Ok(());
+        };
+        let whole = t
+            .grants
+            .iter()
+            .any(|(p, s)| *p == Pattern::Any && s.contains(scope));
+        if whole {
+            Ok(())
+        } else {
+            self.refuse(&t.label, "forbidden");
+            Err(IdError::Forbidden(format!(
+                "token {:?} does not hold the {scope} scope on * (this covers every namespace)",
+                t.label
+            )))
+        }
+    }
+
+    /// The largest count `caller` may ask for in one request, if its token has a limit.
+    pub fn max_count(&self, caller: Caller) -> Option<u64> {
+        self.token(caller).and_then(|t| t.max_count)
+    }
+
+    /// Counts `ids` handed out to `caller` (`idmint_auth_ids_total`).
+    pub fn served(&self, caller: Caller, ids: u64) {
+        if let Some(t) = self.token(caller) {
+            self.metrics
+                .auth_ids
+                .get_or_create(&AuthLabels {
+                    token: t.label.clone(),
+                })
+                .inc_by(ids);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use idmint_api::ErrorCode;
+    use idmint_core::ManualClock;
+
+    fn config(toml_text: &str) -> AuthConfig {
+        let raw: RawAuth = toml::from_str(toml_text).unwrap();
+        raw.validate(1_000_000).unwrap()
+    }
+
+    fn auth(toml_text: &str, clock: Arc<ManualClock>) -> Auth {
+        Auth::new(Some(config(toml_text)), clock, Arc::new(Metrics::new()))
+    }
+
+    const ORDERS: &str = r#"
+        [[tokens]]
+        name = "orders"
+        hash = "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        scopes = { "orders.*" = ["ids", "read"], "*" = ["read"] }
+        max_count = 100
+        rate = 10
+    "#;
+
+    #[test]
+    fn off_lets_everyone_through() {
+        let a = Auth::new(
+            None,
+            Arc::new(ManualClock::default()),
+            Arc::new(Metrics::new()),
+        );
+        assert_eq!(a.authenticate_header(None), Ok(Caller::Open));
+        assert_eq!(
+            a.authorize(Caller::Open, "x", Scope::Admin, 1_000_000),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn tokens_scopes_and_quotas_decide_in_order() {
+        let clock = Arc::new(ManualClock::default());
+        let a = auth(ORDERS, clock.clone());
+        fn code<T>(r: Result<T, IdError>) -> Option<ErrorCode> {
+            r.err().map(|e| e.code())
+        }
+        assert_eq!(
+            code(a.authenticate_header(None)),
+            Some(ErrorCode::Unauthorized)
+        );
+        assert_eq!(
+            code(a.authenticate_header(Some(b"Basic abc"))),
+            Some(ErrorCode::Unauthorized)
+        );
+        assert_eq!(
+            code(a.authenticate_header(Some(b"Bearer abd"))),
+            Some(ErrorCode::Unauthorized)
+        );
+        let caller = a.authenticate_header(Some(b"bearer abc")).unwrap();
+        assert_eq!(caller, Caller::Token(0));
+        assert_eq!(
+            code(a.authorize(caller, "users", Scope::Ids, 1)),
+            Some(ErrorCode::Forbidden)
+        );
+        assert_eq!(a.authorize(caller, "users", Scope::Read, 0), Ok(()));
+        assert_eq!(
+            code(a.authorize(caller, "orders.eu", Scope::Blocks, 1)),
+            Some(ErrorCode::Forbidden)
+        );
+        assert_eq!(
+            code(a.authorize(caller, "orders.eu", Scope::Ids, 101)),
+            Some(ErrorCode::InvalidCount)
+        );
+        assert_eq!(a.authorize(caller, "orders.eu", Scope::Ids, 10), Ok(()));
+        let limited = a.authorize(caller, "orders.eu", Scope::Ids, 1).unwrap_err();
+        assert_eq!(
+            limited,
+            IdError::RateLimited {
+                message: limited.to_string(),
+                retry_after_secs: 1
+            }
+        );
+        // Another namespace has its own bucket; the first refills on the injected clock.
+        assert_eq!(a.authorize(caller, "orders.us", Scope::Ids, 10), Ok(()));
+        clock.advance_millis(100);
+        assert_eq!(a.authorize(caller, "orders.eu", Scope::Ids, 1), Ok(()));
+        assert!(a.authorize_node(caller, Scope::Read).is_ok());
+        assert!(a.authorize_node(caller, Scope::Ids).is_err());
+        let text = a.metrics.encode(crate::metrics::Format::Prometheus);
+        for line in [
+            "idmint_auth_refused_total{token=\"none\",reason=\"unauthorized\"} 2",
+            "idmint_auth_refused_total{token=\"unknown\",reason=\"unauthorized\"} 1",
+            "idmint_auth_refused_total{token=\"orders\",reason=\"forbidden\"} 3",
+            "idmint_auth_refused_total{token=\"orders\",reason=\"max_count\"} 1",
+            "idmint_auth_refused_total{token=\"orders\",reason=\"rate_limited\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
+        a.served(caller, 7);
+        let text = a.metrics.encode(crate::metrics::Format::Prometheus);
+        assert!(
+            text.contains("idmint_auth_ids_total{token=\"orders\"} 7"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn bad_tables_name_the_key() {
+        let err = |text: &str| {
+            let raw: RawAuth = toml::from_str(text).unwrap();
+            raw.validate(1_000_000).unwrap_err().to_string()
+        };
+        let hash = "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        assert!(err("metrics = \"closed\"").starts_with("auth.metrics:"));
+        assert!(err("[[tokens]]\nhash = \"abc\"").starts_with("auth.tokens[0].hash:"));
+        let two = format!("[[tokens]]\nhash = \"{hash}\"\n[[tokens]]\nhash = \"{hash}\"");
+        assert!(err(&two).starts_with("auth.tokens[1].hash:"));
+        let scope = format!("[[tokens]]\nhash = \"{hash}\"\nscopes = {{ \"*\" = [\"write\"] }}");
+        assert!(
+            err(&scope).starts_with("auth.tokens[0].scopes."),
+            "{}",
+            err(&scope)
+        );
+        let pattern = format!("[[tokens]]\nhash = \"{hash}\"\nscopes = {{ \"a*\" = [\"ids\"] }}");
+        assert!(err(&pattern).starts_with("auth.tokens[0].scopes:"));
+        let rate = format!("[[tokens]]\nhash = \"{hash}\"\nrate = 0");
+        assert!(err(&rate).starts_with("auth.tokens[0].rate:"));
+        let max = format!("[[tokens]]\nhash = \"{hash}\"\nmax_count = 2000000");
+        assert!(err(&max).starts_with("auth.tokens[0].max_count:"));
+        let name = format!("[[tokens]]\nname = \"none\"\nhash = \"{hash}\"");
+        assert!(err(&name).starts_with("auth.tokens[0].name:"));
+        // Without a name, the label is the hash's first 12 digits.
+        let c = config(&format!("[[tokens]]\nhash = \"{hash}\""));
+        assert_eq!(c.tokens[0].label, "ba7816bf8f01");
+    }
+}
