@@ -74,6 +74,8 @@ enum Command {
         /// config file, else off].
         #[arg(long, value_name = "HOST:PORT")]
         resp: Option<String>,
+        #[command(flatten)]
+        tls: serve::TlsFlags,
         /// Log lines on stderr: text (coloured only on a terminal) or json (one object per line,
         /// for log shippers).
         #[arg(long, value_enum, default_value_t = serve::LogFormat::Text)]
@@ -261,12 +263,18 @@ fn main() -> ExitCode {
             http,
             grpc,
             resp,
+            tls,
             log_format,
             init,
         } => serve::serve(
             config,
             data_dir,
-            serve::Listeners { http, grpc, resp },
+            serve::Listeners {
+                http,
+                grpc,
+                resp,
+                tls,
+            },
             log_format,
             init,
         ),

@@ -276,10 +276,41 @@ pub struct FileConfig {
     pub resp: Option<SocketAddr>,
     /// Data directory, if set.
     pub data_dir: Option<PathBuf>,
+    /// TLS on every listener (`[server] tls_cert` and `tls_key`, both or neither).
+    pub tls: Option<TlsFiles>,
     /// The authority.
     pub authority: AuthorityConfig,
     /// The node settings.
     pub node: NodeConfig,
+}
+
+/// The PEM files of the listeners' TLS certificate (chain, leaf first) and private key;
+/// read at start by [`crate::tls::ServerTls::load`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// `server.tls_cert` / `--tls-cert`.
+    pub cert: PathBuf,
+    /// `server.tls_key` / `--tls-key`.
+    pub key: PathBuf,
+}
+
+/// `server.tls_cert` and `server.tls_key`: both or neither.
+fn tls_files(raw: &RawServer) -> Result<Option<TlsFiles>, ConfigError> {
+    match (&raw.tls_cert, &raw.tls_key) {
+        (None, None) => Ok(None),
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        })),
+        (Some(_), None) => Err(invalid(
+            "server.tls_key",
+            "missing: tls_cert is set, and TLS needs both the certificate and its key",
+        )),
+        (None, Some(_)) => Err(invalid(
+            "server.tls_cert",
+            "missing: tls_key is set, and TLS needs both the certificate and its key",
+        )),
+    }
 }
 
 /// A configuration error, naming the key at fault.
@@ -355,6 +386,9 @@ struct RawServer {
     idle_timeout_ms: Option<u64>,
     max_connections: Option<usize>,
     drain_timeout_ms: Option<u64>,
+    // TLS on the listeners (crate::tls).
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]
@@ -597,11 +631,13 @@ impl FileConfig {
         if let Some(offsets) = authority.residue_offsets() {
             check_multi(&node, &offsets)?;
         }
+        let tls = tls_files(&raw.server)?;
         Ok(FileConfig {
             http,
             grpc,
             resp,
             data_dir: raw.server.data_dir,
+            tls,
             authority,
             node,
         })

@@ -4,10 +4,12 @@
 //!   traffic, add latency, stall, cut every connection, or drop the reply to a request that went
 //!   through (an ambiguous commit).
 //! - [`zookeeper::PrivateZookeeper`]: a private standalone ZooKeeper server per test.
+//! - [`certs::TestCerts`]: a CA and a server certificate made at test time, for TLS tests.
 //!
 //! Faults come from this proxy and from killing real processes, never from mocks. Nothing here
 //! is used outside tests.
 
+pub mod certs;
 pub mod etcd;
 pub mod mysql;
 pub mod postgres;

@@ -27,6 +27,9 @@
 //!   [`serve`] returns once every connection has closed. It never shuts the node down: the
 //!   caller does, once, after every front-end stopped (invariants 2 and 3 rely on the hand-back
 //!   running after the last id was handed out).
+//! - With TLS ([`serve_with_tls`]; Redis clients speak it too: `redis-cli --tls`, `rediss://`),
+//!   the handshake runs in the connection's task within `server.header_read_timeout_ms`; a
+//!   client stalled in it, or speaking plain RESP to the TLS port, is closed then, alone.
 
 pub mod command;
 pub mod error;
@@ -49,6 +52,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 
 /// The largest request (one RESP frame) a connection accepts, in bytes. Nothing legitimate comes
 /// near: names are at most 128 bytes, ids at most 40.
@@ -69,6 +73,9 @@ const REDIS_VERSION: &str = "7.2.0";
 #[derive(Debug)]
 struct Shared {
     node: Arc<Node>,
+    /// TLS on this listener, and how long a handshake may take.
+    tls: Option<TlsAcceptor>,
+    handshake_timeout: Duration,
     clients: AtomicUsize,
     next_client_id: AtomicU64,
     port: u16,
@@ -87,7 +94,7 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_until(node, listener, shutdown, std::future::pending()).await
+    serve_until(node, listener, None, shutdown, std::future::pending()).await
 }
 
 /// [`serve`] as one of the node's front-ends ([`crate::serve_front_ends`]): it stops accepting
@@ -99,10 +106,21 @@ pub async fn serve_with(
     listener: TcpListener,
     shutdown: crate::Shutdown,
 ) -> std::io::Result<()> {
+    serve_with_tls(node, listener, None, shutdown).await
+}
+
+/// [`serve_with`], over TLS when `tls` is given (no ALPN: Redis clients announce none).
+pub async fn serve_with_tls(
+    node: Arc<Node>,
+    listener: TcpListener,
+    tls: Option<crate::tls::ServerTls>,
+    shutdown: crate::Shutdown,
+) -> std::io::Result<()> {
     let (drain, stop) = (shutdown.clone(), shutdown);
     serve_until(
         node,
         listener,
+        tls.map(|tls| tls.acceptor(&[])),
         async move { drain.draining().await },
         async move { stop.stopping_now().await },
     )
@@ -112,11 +130,15 @@ pub async fn serve_with(
 async fn serve_until(
     node: Arc<Node>,
     listener: TcpListener,
+    tls: Option<TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     stop_now: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let handshake_timeout = node.config().listen.header_read_timeout;
     let shared = Arc::new(Shared {
         node,
+        tls,
+        handshake_timeout,
         clients: AtomicUsize::new(0),
         next_client_id: AtomicU64::new(1),
         port: listener.local_addr().map(|a| a.port()).unwrap_or(0),
@@ -201,9 +223,22 @@ enum Next {
 /// Serves one connection until the client leaves, sends `QUIT` or garbage, or shutdown.
 async fn connection(
     shared: Arc<Shared>,
-    mut stream: TcpStream,
+    stream: TcpStream,
     mut stopped: watch::Receiver<bool>,
 ) {
+    let handshake = crate::tls::handshake(
+        stream,
+        shared.tls.as_ref(),
+        shared.handshake_timeout,
+        "resp",
+    );
+    let mut stream = tokio::select! {
+        stream = handshake => match stream {
+            Some(stream) => stream,
+            None => return,
+        },
+        () = stop_requested(&mut stopped) => return,
+    };
     shared.clients.fetch_add(1, Ordering::Relaxed);
     let mut client = Client {
         id: shared.next_client_id.fetch_add(1, Ordering::Relaxed),
