@@ -266,7 +266,7 @@ pub fn serve(
         let shutdown = Shutdown::new();
         let signals = tokio::spawn(signal_stages(shutdown.clone()));
         let mut front_ends: Vec<idmint_node::FrontEnd> =
-            vec![Box::pin(idmint_node::http::listen_with_tls(
+            vec![Box::pin(idmint_node::http::listen::listen_with_tls(
                 node.clone(),
                 listener,
                 tls.clone(),

@@ -142,10 +142,20 @@ impl ServerTls {
     }
 
     /// An acceptor announcing `alpn` (`b"h2"`, `b"http/1.1"`; none when empty).
-    pub fn acceptor(&self, alpn: &[&[u8]]) -> TlsAcceptor {
+    pub fn acceptor(&self, alpn: &[&[u8]]) -> Acceptor {
         let mut config = (*self.config).clone();
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        TlsAcceptor::from(Arc::new(config))
+        Acceptor(TlsAcceptor::from(Arc::new(config)))
+    }
+}
+
+/// One front-end's TLS acceptor (its certificate and ALPN); cheap to clone.
+#[derive(Clone)]
+pub struct Acceptor(TlsAcceptor);
+
+impl std::fmt::Debug for Acceptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acceptor").finish_non_exhaustive()
     }
 }
 
@@ -173,7 +183,7 @@ impl MaybeTls {
 /// took too long: the caller drops the connection.
 pub async fn handshake(
     stream: TcpStream,
-    tls: Option<&TlsAcceptor>,
+    tls: Option<&Acceptor>,
     timeout: Duration,
     what: &'static str,
 ) -> Option<MaybeTls> {
@@ -181,7 +191,7 @@ pub async fn handshake(
         return Some(MaybeTls::Plain(stream));
     };
     let peer = stream.peer_addr().ok();
-    match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+    match tokio::time::timeout(timeout, acceptor.0.accept(stream)).await {
         Ok(Ok(tls)) => Some(MaybeTls::Tls(Box::new(tls))),
         Ok(Err(e)) => {
             tracing::debug!(error = %e, ?peer, front_end = what, "TLS handshake failed");

@@ -62,7 +62,7 @@ impl TlsNode {
         let shutdown = Shutdown::new();
         let (resp_node, resp_shutdown, resp_tls) = (node.clone(), shutdown.clone(), tls.clone());
         let front_ends: Vec<idmint_node::FrontEnd> = vec![
-            Box::pin(idmint_node::http::listen_with_tls(
+            Box::pin(idmint_node::http::listen::listen_with_tls(
                 node.clone(),
                 http,
                 Some(tls.clone()),
@@ -75,7 +75,7 @@ impl TlsNode {
                 shutdown.clone(),
             )),
             Box::pin(async move {
-                idmint_node::resp::serve_with_tls(resp_node, resp, resp_tls, resp_shutdown)
+                idmint_node::resp::serve_with_tls(resp_node, resp, Some(resp_tls), resp_shutdown)
                     .await
                     .map_err(idmint_node::NodeError::from)
             }),

@@ -39,7 +39,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
-use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
@@ -105,7 +104,7 @@ pub async fn serve_with_tls(
 /// returns.
 async fn accept(
     acceptor: Acceptor,
-    tls: Option<TlsAcceptor>,
+    tls: Option<crate::tls::Acceptor>,
     handshake_timeout: Duration,
     accepted: mpsc::Sender<io::Result<Limited>>,
 ) {

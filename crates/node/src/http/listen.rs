@@ -40,7 +40,6 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::OwnedSemaphorePermit;
-use tokio_rustls::TlsAcceptor;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::ServiceExt;
@@ -103,7 +102,7 @@ pub async fn listen_with_tls(
 /// permit until then.
 async fn connection(
     stream: TcpStream,
-    tls: Option<TlsAcceptor>,
+    tls: Option<crate::tls::Acceptor>,
     app: Router,
     limits: ListenConfig,
     shutdown: Shutdown,

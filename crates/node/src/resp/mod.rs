@@ -52,7 +52,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tokio_rustls::TlsAcceptor;
 
 /// The largest request (one RESP frame) a connection accepts, in bytes. Nothing legitimate comes
 /// near: names are at most 128 bytes, ids at most 40.
@@ -74,7 +73,7 @@ const REDIS_VERSION: &str = "7.2.0";
 struct Shared {
     node: Arc<Node>,
     /// TLS on this listener, and how long a handshake may take.
-    tls: Option<TlsAcceptor>,
+    tls: Option<crate::tls::Acceptor>,
     handshake_timeout: Duration,
     clients: AtomicUsize,
     next_client_id: AtomicU64,
@@ -130,7 +129,7 @@ pub async fn serve_with_tls(
 async fn serve_until(
     node: Arc<Node>,
     listener: TcpListener,
-    tls: Option<TlsAcceptor>,
+    tls: Option<crate::tls::Acceptor>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     stop_now: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
