@@ -1411,6 +1411,22 @@ mod tests {
     }
 
     #[test]
+    fn tls_files_are_both_or_neither() {
+        let cfg = FileConfig::parse("[server]\ntls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\n").unwrap();
+        assert_eq!(
+            cfg.tls,
+            Some(TlsFiles {
+                cert: PathBuf::from("/c.pem"),
+                key: PathBuf::from("/k.pem"),
+            })
+        );
+        assert_eq!(FileConfig::parse("").unwrap().tls, None);
+        let err = |t: &str| FileConfig::parse(t).unwrap_err().to_string();
+        assert!(err("[server]\ntls_cert = \"/c.pem\"\n").starts_with("server.tls_key: missing"));
+        assert!(err("[server]\ntls_key = \"/k.pem\"\n").starts_with("server.tls_cert: missing"));
+    }
+
+    #[test]
     fn empty_file_is_the_default() {
         let cfg = FileConfig::parse("").unwrap();
         assert_eq!(cfg.node, NodeConfig::default());
