@@ -641,11 +641,12 @@ impl fmt::Debug for MysqlConfig {
 /// connecting needs the cargo feature `etcd`.
 ///
 /// Keys: `endpoints` (required, not empty), `prefix`, `timeout_ms` (into
-/// [`EtcdConfig::op_timeout`]).
+/// [`EtcdConfig::op_timeout`]), `tls`, `ca_file`, `user`, `password`.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EtcdConfig {
-    /// Client URLs of the cluster's members, `http://host:port` (or `host:port`).
+    /// Client URLs of the cluster's members, `http://host:port` (or `host:port`);
+    /// `https://host:port` (or `host:port`) with `tls = "verify-full"`.
     pub endpoints: Vec<String>,
     /// Prefix of every key idmint writes; namespaces live under `<prefix>ns/`. Ends with `/` by
     /// convention. Default `/idmint/`.
@@ -659,6 +660,21 @@ pub struct EtcdConfig {
         with = "timeout_ms"
     )]
     pub op_timeout: Duration,
+    /// `tls`: `"off"` (the default) or `"verify-full"` (the members' certificates checked
+    /// against `ca_file` and the endpoints' host names). `"require"` is refused: the gRPC
+    /// client always checks certificates.
+    #[serde(default)]
+    pub tls: crate::tls::TlsMode,
+    /// `ca_file`: the PEM file of the CA of the members' certificates; needed by, and only by,
+    /// `tls = "verify-full"`.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// `user`: etcd user name (authentication enabled on the cluster); needs `password`.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// `password`: the password of `user`. Never printed.
+    #[serde(default)]
+    pub password: Option<String>,
 }
 
 impl EtcdConfig {
@@ -677,6 +693,10 @@ impl EtcdConfig {
             endpoints: endpoints.into_iter().map(Into::into).collect(),
             prefix: Self::DEFAULT_PREFIX.to_owned(),
             op_timeout: Self::DEFAULT_OP_TIMEOUT,
+            tls: crate::tls::TlsMode::Off,
+            ca_file: None,
+            user: None,
+            password: None,
         }
     }
 
@@ -696,6 +716,10 @@ impl fmt::Debug for EtcdConfig {
             .field("endpoints", &endpoints)
             .field("prefix", &self.prefix)
             .field("op_timeout", &self.op_timeout)
+            .field("tls", &self.tls)
+            .field("ca_file", &self.ca_file)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
