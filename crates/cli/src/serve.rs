@@ -174,8 +174,9 @@ fn server_tls(flags: TlsFlags, file: &FileConfig) -> Result<Option<idmint_node::
     let Some(files) = files else {
         return Ok(None);
     };
-    let tls = idmint_node::tls::ServerTls::load(&files.cert, &files.key)
-        .context("loading the TLS certificate and key (--tls-cert/--tls-key, server.tls_cert/tls_key)")?;
+    let tls = idmint_node::tls::ServerTls::load(&files.cert, &files.key).context(
+        "loading the TLS certificate and key (--tls-cert/--tls-key, server.tls_cert/tls_key)",
+    )?;
     tracing::info!(cert = %files.cert.display(), "TLS on every listener");
     Ok(Some(tls))
 }

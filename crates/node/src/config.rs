@@ -1412,7 +1412,8 @@ mod tests {
 
     #[test]
     fn tls_files_are_both_or_neither() {
-        let cfg = FileConfig::parse("[server]\ntls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\n").unwrap();
+        let cfg =
+            FileConfig::parse("[server]\ntls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\n").unwrap();
         assert_eq!(
             cfg.tls,
             Some(TlsFiles {

@@ -274,9 +274,15 @@ mod tests {
         let garbage = dir.join("garbage.pem");
         std::fs::write(&garbage, "not a pem file\n").unwrap();
         let e = ServerTls::load(&missing, &garbage).unwrap_err().to_string();
-        assert!(e.contains("missing.pem") && e.contains("cannot read"), "{e}");
+        assert!(
+            e.contains("missing.pem") && e.contains("cannot read"),
+            "{e}"
+        );
         let e = ServerTls::load(&garbage, &garbage).unwrap_err().to_string();
-        assert!(e.contains("garbage.pem") && e.contains("no PEM certificate"), "{e}");
+        assert!(
+            e.contains("garbage.pem") && e.contains("no PEM certificate"),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

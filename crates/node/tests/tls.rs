@@ -141,7 +141,12 @@ impl TlsNode {
     async fn https_ids(&self, host: &str, ns: &str, count: u64) -> Vec<String> {
         let path = format!("/v1/ids/{ns}?count={count}");
         let (status, body) = self.https_get(host, &path).await;
-        assert_eq!(status, 200, "GET {path}: {}", String::from_utf8_lossy(&body));
+        assert_eq!(
+            status,
+            200,
+            "GET {path}: {}",
+            String::from_utf8_lossy(&body)
+        );
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         body["ids"]
             .as_array()
@@ -207,7 +212,10 @@ async fn https_requests_get_ids_by_name_and_by_address() {
     let more = node.https_ids("127.0.0.1", "photos", 2).await;
     assert_eq!(more.len(), 2);
     // ALPN: the HTTP listener speaks HTTP/1.1 and says so.
-    let stream = node.tls_stream(node.http, &[b"h2", b"http/1.1"]).await.unwrap();
+    let stream = node
+        .tls_stream(node.http, &[b"h2", b"http/1.1"])
+        .await
+        .unwrap();
     assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
     node.stop().await;
 }
@@ -226,7 +234,10 @@ async fn plain_text_to_a_tls_port_fails_cleanly_and_the_node_goes_on() {
         "a TLS port must not answer plain HTTP: {got:?}"
     );
     // The same through reqwest: an error, not a hang.
-    let plain = reqwest::Client::builder().timeout(DEADLINE).build().unwrap();
+    let plain = reqwest::Client::builder()
+        .timeout(DEADLINE)
+        .build()
+        .unwrap();
     let url = format!("http://127.0.0.1:{}/v1/ids/photos", node.http.port());
     assert!(plain.get(&url).send().await.is_err());
     // Plain RESP to the TLS RESP port: closed, no answer.

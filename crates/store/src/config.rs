@@ -1171,9 +1171,28 @@ mod tests {
         );
         let pg = parse("[authority]\nkind = \"postgres\"\nurl = \"host=h\"\ntls = \"require\"\n")
             .unwrap();
-        assert!(matches!(pg, AuthorityConfig::Postgres(c) if c.tls == crate::tls::TlsMode::Require));
+        assert!(
+            matches!(pg, AuthorityConfig::Postgres(c) if c.tls == crate::tls::TlsMode::Require)
+        );
         let e = err("[authority]\nkind = \"postgres\"\nurl = \"host=h\"\ntls = \"maybe\"\n");
         assert!(e.contains("authority.tls"), "{e}");
+        let my = parse("[authority]\nkind = \"mysql\"\nurl = \"mysql://u@h/db\"\ntls = \"verify-full\"\nca_file = \"/ca.pem\"\n")
+            .unwrap();
+        assert!(
+            matches!(&my, AuthorityConfig::Mysql(c) if c.tls == crate::tls::TlsMode::VerifyFull && c.ca_file.as_deref() == Some(std::path::Path::new("/ca.pem")))
+        );
+        let etcd = parse("[authority]\nkind = \"etcd\"\nendpoints = [\"https://e:2379\"]\ntls = \"verify-full\"\nca_file = \"/ca.pem\"\nuser = \"idmint\"\npassword = \"pw\"\n")
+            .unwrap();
+        let AuthorityConfig::Etcd(c) = &etcd else {
+            panic!("{etcd:?}")
+        };
+        assert_eq!(c.tls, crate::tls::TlsMode::VerifyFull);
+        assert_eq!(
+            (c.user.as_deref(), c.password.as_deref()),
+            (Some("idmint"), Some("pw"))
+        );
+        // The password is never printed.
+        assert!(!format!("{etcd:?}").contains("pw\""), "{etcd:?}");
     }
 
     #[test]

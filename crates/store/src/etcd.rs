@@ -219,7 +219,10 @@ fn tls_options(config: &EtcdConfig) -> Result<Option<etcd_client::TlsOptions>, S
     let pem = crate::tls::ca_pem(config.tls, config.ca_file.as_deref())
         .map_err(|e| format!("etcd TLS: {e}"))?;
     for endpoint in &config.endpoints {
-        let (https, http) = (endpoint.starts_with("https://"), endpoint.starts_with("http://"));
+        let (https, http) = (
+            endpoint.starts_with("https://"),
+            endpoint.starts_with("http://"),
+        );
         if pem.is_some() && http {
             return Err(format!(
                 "etcd: endpoint {} is http:// but tls is on: use https://",

@@ -120,7 +120,10 @@ mod client {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("ca_file {}: {e}", ca.display()))?;
         if certs.is_empty() {
-            return Err(format!("ca_file {}: no PEM certificate in it", ca.display()));
+            return Err(format!(
+                "ca_file {}: no PEM certificate in it",
+                ca.display()
+            ));
         }
         let mut roots = rustls::RootCertStore::empty();
         for cert in certs {
@@ -154,7 +157,12 @@ mod client {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+            verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
         }
 
         fn verify_tls13_signature(
@@ -163,7 +171,12 @@ mod client {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+            verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
         }
 
         fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

@@ -79,7 +79,10 @@ async fn etcd_over_tls_with_a_login() {
     );
     assert!(e.contains("certificate"), "{e}");
     // Settings that contradict each other.
-    let plain = format!("http://127.0.0.1:{}", etcd.client_url("x").rsplit(':').next().unwrap());
+    let plain = format!(
+        "http://127.0.0.1:{}",
+        etcd.client_url("x").rsplit(':').next().unwrap()
+    );
     let e = refused(EtcdAuthority::connect(config(plain, ca.clone())).await);
     assert!(e.contains("is http:// but tls is on"), "{e}");
     let e = refused(EtcdAuthority::connect(config(etcd.client_url("127.0.0.1"), None)).await);
@@ -104,7 +107,11 @@ async fn etcd_over_tls_with_a_login() {
     admin.user_grant_role("root", "root").await.unwrap();
     admin.auth_enable().await.unwrap();
 
-    let good = with_user(config(etcd.client_url("127.0.0.1"), ca.clone()), "root", "s3cret");
+    let good = with_user(
+        config(etcd.client_url("127.0.0.1"), ca.clone()),
+        "root",
+        "s3cret",
+    );
     let a = EtcdAuthority::connect(good).await.unwrap();
     reserves(&a, "auth").await;
     // The login token lives 2 s: the client logs in again.
@@ -112,7 +119,11 @@ async fn etcd_over_tls_with_a_login() {
     reserves(&a, "auth").await;
     let e = refused(EtcdAuthority::connect(config(etcd.client_url("127.0.0.1"), ca.clone())).await);
     assert!(!e.is_empty());
-    let wrong = with_user(config(etcd.client_url("127.0.0.1"), ca.clone()), "root", "wrong");
+    let wrong = with_user(
+        config(etcd.client_url("127.0.0.1"), ca.clone()),
+        "root",
+        "wrong",
+    );
     let e = refused(EtcdAuthority::connect(wrong).await);
     assert!(e.to_lowercase().contains("auth"), "{e}");
     let half = EtcdConfig {

@@ -72,7 +72,13 @@ async fn mysql_over_tls_verifies_the_server() {
     .unwrap();
     let port = server.port();
     for host in ["127.0.0.1", "localhost"] {
-        reserves(config(host, port, TlsMode::VerifyFull, Some(certs.ca_file()))).await;
+        reserves(config(
+            host,
+            port,
+            TlsMode::VerifyFull,
+            Some(certs.ca_file()),
+        ))
+        .await;
     }
     reserves(config("127.0.0.1", port, TlsMode::Require, None)).await;
     let e = refused(connect(config("127.0.0.1", port, TlsMode::Off, None)).await);

@@ -52,8 +52,18 @@ impl PrivateEtcdTls {
             let child = Command::new(&binary)
                 .args(["--name", "idmint-tls", "--data-dir"])
                 .arg(dir.path().join("data"))
-                .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
-                .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+                .args([
+                    "--listen-client-urls",
+                    &client,
+                    "--advertise-client-urls",
+                    &client,
+                ])
+                .args([
+                    "--listen-peer-urls",
+                    &peer,
+                    "--initial-advertise-peer-urls",
+                    &peer,
+                ])
                 .arg("--initial-cluster")
                 .arg(format!("idmint-tls={peer}"))
                 .args(["--initial-cluster-state", "new"])
@@ -108,7 +118,10 @@ impl PrivateEtcdTls {
                 return Ok(());
             }
             if started.elapsed() > READY_TIMEOUT {
-                return Err(format!("not healthy within {READY_TIMEOUT:?}: {}", self.log()));
+                return Err(format!(
+                    "not healthy within {READY_TIMEOUT:?}: {}",
+                    self.log()
+                ));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

@@ -212,7 +212,10 @@ impl PrivatePostgres {
                 return Ok(());
             }
             if started.elapsed() > READY_TIMEOUT {
-                return Err(format!("not ready within {READY_TIMEOUT:?}: {}", self.log()));
+                return Err(format!(
+                    "not ready within {READY_TIMEOUT:?}: {}",
+                    self.log()
+                ));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

@@ -220,11 +220,7 @@ enum Next {
 }
 
 /// Serves one connection until the client leaves, sends `QUIT` or garbage, or shutdown.
-async fn connection(
-    shared: Arc<Shared>,
-    stream: TcpStream,
-    mut stopped: watch::Receiver<bool>,
-) {
+async fn connection(shared: Arc<Shared>, stream: TcpStream, mut stopped: watch::Receiver<bool>) {
     let handshake = crate::tls::handshake(
         stream,
         shared.tls.as_ref(),
