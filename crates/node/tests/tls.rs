@@ -3,7 +3,9 @@
 //! certificate made at test time (`idmint_testkit::certs`), and clients that trust only that CA:
 //! HTTP/1.1 over a tokio-rustls stream for HTTPS (reqwest's rustls feature would need a
 //! process-wide crypto provider in every other test of this crate), tonic's client (rustls) for
-//! gRPC, a tokio-rustls stream for RESP.
+//! gRPC, a tokio-rustls stream for RESP; and two TLS stacks idmint did not write: `redis-cli
+//! --tls` (OpenSSL) on the RESP port and Python's `grpcio` (BoringSSL,
+//! `tests/grpc_tls_client.py`) on the gRPC port.
 //!
 //! What is checked: ids over each protocol; ALPN (`http/1.1`, `h2`); a plain-text request to a
 //! TLS port fails cleanly and the node goes on serving; a client stalled in the handshake is
@@ -362,5 +364,66 @@ async fn resp_over_tls() {
     .expect("RESP answers over TLS");
     let text = String::from_utf8(got).unwrap();
     assert!(text.starts_with(':'), "{text}");
+    node.stop().await;
+}
+
+/// `redis-cli --tls`: a Redis client idmint did not write, over TLS (scripts/test.sh installs
+/// `redis-tools`). Fails, never skips, when it is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cli_speaks_tls() {
+    let node = TlsNode::start(ListenConfig::default()).await;
+    let (port, ca) = (node.resp.port().to_string(), node.certs.ca_file());
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("redis-cli")
+            .args(["--tls", "--cacert"])
+            .arg(ca)
+            .args(["-h", "localhost", "-p", &port, "INCR", "photos"])
+            .output()
+            .expect("redis-cli must be installed (apt-get install redis-tools)")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.trim(), "1", "{stdout}");
+    node.stop().await;
+}
+
+/// Python's `grpcio` over TLS (tests/grpc_tls_client.py): BoringSSL, a TLS stack idmint did not
+/// write, checking the certificate against the test's CA. Fails, never skips, when python3 or
+/// its grpc packages are missing (`python3 -m pip install grpcio grpcio-tools`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_grpcio_client_speaks_tls() {
+    let node = TlsNode::start(ListenConfig::default()).await;
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let proto_root = here.join("../../proto");
+    let script = here.join("tests/grpc_tls_client.py");
+    let addr = format!("localhost:{}", node.grpc.port());
+    let ca = node.certs.ca_file();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .arg(script)
+            .arg(addr)
+            .arg(proto_root)
+            .arg(ca)
+            .output()
+            .expect("python3 must be installed for this test")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the Python client failed (install grpcio and grpcio-tools with pip if missing):\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("python grpcio tls client: all checks passed"),
+        "{stdout}"
+    );
     node.stop().await;
 }
