@@ -427,3 +427,22 @@ async fn a_python_grpcio_client_speaks_tls() {
     );
     node.stop().await;
 }
+
+/// A key that is not the certificate's is refused at load, naming both files.
+#[test]
+fn a_key_of_another_certificate_is_refused_naming_the_files() {
+    let (one, two) = (TestCerts::new(), TestCerts::new());
+    let e = ServerTls::load(&one.cert_file(), &two.key_file())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&one.cert_file().display().to_string())
+            && e.contains(&two.key_file().display().to_string()),
+        "{e}"
+    );
+    // The certificate where the key should be: no key in it.
+    let e = ServerTls::load(&one.cert_file(), &one.cert_file())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no PEM private key"), "{e}");
+}
