@@ -76,6 +76,8 @@ enum Command {
         /// config file, else off].
         #[arg(long, value_name = "HOST:PORT")]
         resp: Option<String>,
+        #[command(flatten)]
+        tls: serve::TlsFlags,
         /// Log lines on stderr: text (coloured only on a terminal) or json (one object per line,
         /// for log shippers).
         #[arg(long, value_enum, default_value_t = serve::LogFormat::Text)]
@@ -285,13 +287,19 @@ fn main() -> ExitCode {
             http,
             grpc,
             resp,
+            tls,
             log_format,
             init,
             insecure_no_auth,
         } => serve::serve(
             config,
             data_dir,
-            serve::Listeners { http, grpc, resp },
+            serve::Listeners {
+                http,
+                grpc,
+                resp,
+                tls,
+            },
             log_format,
             init,
             insecure_no_auth,

@@ -152,6 +152,37 @@ pub struct Listeners {
     pub grpc: Option<String>,
     /// `--resp`.
     pub resp: Option<String>,
+    /// `--tls-cert`, `--tls-key`.
+    pub tls: TlsFlags,
+}
+
+/// TLS on every listener (HTTP, gRPC, RESP), overriding `[server] tls_cert` / `tls_key`.
+#[derive(Debug, Default, clap::Args)]
+pub struct TlsFlags {
+    /// Serve every listener over TLS with this certificate chain (PEM, leaf first)
+    /// [default: server.tls_cert in the config file, else no TLS]; needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert [default: server.tls_key].
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// The listeners' TLS: the flags' files, else the config file's; loaded now, so a bad
+/// certificate or key stops the node before it touches the authority, naming the file.
+fn server_tls(flags: TlsFlags, file: &FileConfig) -> Result<Option<idmint_node::tls::ServerTls>> {
+    let files = match (flags.tls_cert, flags.tls_key) {
+        (Some(cert), Some(key)) => Some(idmint_node::TlsFiles { cert, key }),
+        _ => file.tls.clone(),
+    };
+    let Some(files) = files else {
+        return Ok(None);
+    };
+    let tls = idmint_node::tls::ServerTls::load(&files.cert, &files.key).context(
+        "loading the TLS certificate and key (--tls-cert/--tls-key, server.tls_cert/tls_key)",
+    )?;
+    tracing::info!(cert = %files.cert.display(), "TLS on every listener");
+    Ok(Some(tls))
 }
 
 pub fn serve(
@@ -162,9 +193,16 @@ pub fn serve(
     init: bool,
     insecure_no_auth: bool,
 ) -> Result<()> {
-    let Listeners { http, grpc, resp } = listeners;
+    let Listeners {
+        http,
+        grpc,
+        resp,
+        tls,
+    } = listeners;
     init_logs(log_format);
     let file = load_config(config.as_deref())?;
+    let tls = server_tls(tls, &file)?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let data_dir = resolve_data_dir(data_dir, &file)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -243,22 +281,25 @@ pub fn serve(
         // listen.
         let node = Node::start(file.node, authority).await?;
         // Once, on stdout, where scripts and tests wait for it (not also as a log line).
-        say(format_args!("idmint listening on http://{addr}"));
+        say(format_args!("idmint listening on {scheme}://{addr}"));
         let shutdown = Shutdown::new();
         let signals = tokio::spawn(signal_stages(shutdown.clone()));
-        let mut front_ends: Vec<idmint_node::FrontEnd> = vec![Box::pin(idmint_node::http::listen(
-            node.clone(),
-            listener,
-            shutdown.clone(),
-        ))];
+        let mut front_ends: Vec<idmint_node::FrontEnd> =
+            vec![Box::pin(idmint_node::http::listen::listen_with_tls(
+                node.clone(),
+                listener,
+                tls.clone(),
+                shutdown.clone(),
+            ))];
         if let Some(grpc) = grpc {
             say(format_args!(
                 "idmint gRPC listening on {}",
                 grpc.local_addr()?
             ));
-            front_ends.push(Box::pin(idmint_node::grpc::serve(
+            front_ends.push(Box::pin(idmint_node::grpc::serve::serve_with_tls(
                 node.clone(),
                 grpc,
+                tls.clone(),
                 shutdown.clone(),
             )));
         }
@@ -267,9 +308,9 @@ pub fn serve(
                 "idmint RESP listening on {}",
                 resp.local_addr()?
             ));
-            let (node, shutdown) = (node.clone(), shutdown.clone());
+            let (node, shutdown, tls) = (node.clone(), shutdown.clone(), tls.clone());
             front_ends.push(Box::pin(async move {
-                idmint_node::resp::serve_with(node, resp, shutdown)
+                idmint_node::resp::serve_with_tls(node, resp, tls, shutdown)
                     .await
                     .map_err(idmint_node::NodeError::from)
             }));

@@ -306,10 +306,41 @@ pub struct FileConfig {
     pub resp: Option<SocketAddr>,
     /// Data directory, if set.
     pub data_dir: Option<PathBuf>,
+    /// TLS on every listener (`[server] tls_cert` and `tls_key`, both or neither).
+    pub tls: Option<TlsFiles>,
     /// The authority.
     pub authority: AuthorityConfig,
     /// The node settings.
     pub node: NodeConfig,
+}
+
+/// The PEM files of the listeners' TLS certificate (chain, leaf first) and private key;
+/// read at start by [`crate::tls::ServerTls::load`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// `server.tls_cert` / `--tls-cert`.
+    pub cert: PathBuf,
+    /// `server.tls_key` / `--tls-key`.
+    pub key: PathBuf,
+}
+
+/// `server.tls_cert` and `server.tls_key`: both or neither.
+fn tls_files(raw: &RawServer) -> Result<Option<TlsFiles>, ConfigError> {
+    match (&raw.tls_cert, &raw.tls_key) {
+        (None, None) => Ok(None),
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        })),
+        (Some(_), None) => Err(invalid(
+            "server.tls_key",
+            "missing: tls_cert is set, and TLS needs both the certificate and its key",
+        )),
+        (None, Some(_)) => Err(invalid(
+            "server.tls_cert",
+            "missing: tls_key is set, and TLS needs both the certificate and its key",
+        )),
+    }
 }
 
 /// A configuration error, naming the key at fault.
@@ -386,6 +417,9 @@ struct RawServer {
     idle_timeout_ms: Option<u64>,
     max_connections: Option<usize>,
     drain_timeout_ms: Option<u64>,
+    // TLS on the listeners (crate::tls).
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]
@@ -631,11 +665,13 @@ impl FileConfig {
         if let Some(offsets) = authority.residue_offsets() {
             check_multi(&node, &offsets)?;
         }
+        let tls = tls_files(&raw.server)?;
         Ok(FileConfig {
             http,
             grpc,
             resp,
             data_dir: raw.server.data_dir,
+            tls,
             authority,
             node,
         })
@@ -1406,6 +1442,23 @@ mod tests {
                 .contains("authority.mode")
         );
         assert!(err("[authority]\nkind = \"redis\"\n").contains("unknown authority"));
+    }
+
+    #[test]
+    fn tls_files_are_both_or_neither() {
+        let cfg =
+            FileConfig::parse("[server]\ntls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\n").unwrap();
+        assert_eq!(
+            cfg.tls,
+            Some(TlsFiles {
+                cert: PathBuf::from("/c.pem"),
+                key: PathBuf::from("/k.pem"),
+            })
+        );
+        assert_eq!(FileConfig::parse("").unwrap().tls, None);
+        let err = |t: &str| FileConfig::parse(t).unwrap_err().to_string();
+        assert!(err("[server]\ntls_cert = \"/c.pem\"\n").starts_with("server.tls_key: missing"));
+        assert!(err("[server]\ntls_key = \"/k.pem\"\n").starts_with("server.tls_cert: missing"));
     }
 
     #[test]

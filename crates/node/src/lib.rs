@@ -26,7 +26,8 @@
 //! after the lease could have expired (docs/design.md invariant 4).
 //!
 //! What it does not do: read files or the environment (the binary does; the host name for
-//! `worker = "ordinal"` and the lease holder's name are the exceptions), or choose the
+//! `worker = "ordinal"`, the lease holder's name and the TLS certificate and key
+//! ([`tls::ServerTls::load`], called by the binary) are the exceptions), or choose the
 //! authority (it is given one).
 
 pub mod accept;
@@ -42,12 +43,13 @@ pub mod resp;
 pub mod shutdown;
 pub mod supply;
 pub mod time;
+pub mod tls;
 pub mod verify;
 pub mod worker;
 
 pub use config::{
     CacheMode, ConfigError, FileConfig, KindConfig, LeaseSettings, ListenConfig, NodeConfig,
-    WorkerConfig,
+    TlsFiles, WorkerConfig,
 };
 pub use error::{IdError, NodeError};
 pub use idmint_store::Authority;

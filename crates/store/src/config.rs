@@ -443,8 +443,8 @@ impl Named for FileConfig {
 
 /// Configuration of the PostgreSQL authority (`postgres::PostgresAuthority`).
 ///
-/// Keys: `url` (required), `table`, `timeout_ms` (into [`PostgresConfig::op_timeout`]).
-/// `pool_size` is not a key of the file: it is set in code.
+/// Keys: `url` (required), `table`, `timeout_ms` (into [`PostgresConfig::op_timeout`]), `tls`
+/// and `ca_file`. `pool_size` is not a key of the file: it is set in code.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PostgresConfig {
@@ -465,6 +465,15 @@ pub struct PostgresConfig {
     /// The most connections open at once.
     #[serde(skip_deserializing, default = "PostgresConfig::default_pool_size")]
     pub pool_size: usize,
+    /// `tls`: `"off"` (the default: plain, or what the URL's `sslmode` asks for with no
+    /// certificate check), `"require"` (encrypted, the server's certificate not checked) or
+    /// `"verify-full"` (encrypted, the certificate checked against `ca_file` and the host name).
+    #[serde(default)]
+    pub tls: crate::tls::TlsMode,
+    /// `ca_file`: the PEM file of the CA that signed the server's certificate; needed by, and
+    /// only by, `tls = "verify-full"`. Read when the authority connects.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
 }
 
 impl PostgresConfig {
@@ -483,6 +492,8 @@ impl PostgresConfig {
             table: Self::DEFAULT_TABLE.to_owned(),
             op_timeout: Self::DEFAULT_OP_TIMEOUT,
             pool_size: Self::DEFAULT_POOL_SIZE,
+            tls: crate::tls::TlsMode::Off,
+            ca_file: None,
         }
     }
 
@@ -503,6 +514,8 @@ impl fmt::Debug for PostgresConfig {
             .field("table", &self.table)
             .field("op_timeout", &self.op_timeout)
             .field("pool_size", &self.pool_size)
+            .field("tls", &self.tls)
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }
@@ -577,6 +590,12 @@ pub struct MysqlConfig {
     /// Connection pool sizes.
     #[serde(skip_deserializing)]
     pub pool: PoolConfig,
+    /// `tls`: as [`PostgresConfig::tls`] (`"off"`, `"require"`, `"verify-full"`).
+    #[serde(default)]
+    pub tls: crate::tls::TlsMode,
+    /// `ca_file`: as [`PostgresConfig::ca_file`].
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
 }
 
 impl MysqlConfig {
@@ -590,6 +609,8 @@ impl MysqlConfig {
             op_timeout: DEFAULT_TIMEOUT,
             accept_unsafe_durability: false,
             pool: PoolConfig::default(),
+            tls: crate::tls::TlsMode::Off,
+            ca_file: None,
         }
     }
 }
@@ -607,6 +628,8 @@ impl fmt::Debug for MysqlConfig {
             .field("op_timeout", &self.op_timeout)
             .field("accept_unsafe_durability", &self.accept_unsafe_durability)
             .field("pool", &self.pool)
+            .field("tls", &self.tls)
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }
@@ -618,11 +641,12 @@ impl fmt::Debug for MysqlConfig {
 /// connecting needs the cargo feature `etcd`.
 ///
 /// Keys: `endpoints` (required, not empty), `prefix`, `timeout_ms` (into
-/// [`EtcdConfig::op_timeout`]).
+/// [`EtcdConfig::op_timeout`]), `tls`, `ca_file`, `user`, `password`.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EtcdConfig {
-    /// Client URLs of the cluster's members, `http://host:port` (or `host:port`).
+    /// Client URLs of the cluster's members, `http://host:port` (or `host:port`);
+    /// `https://host:port` (or `host:port`) with `tls = "verify-full"`.
     pub endpoints: Vec<String>,
     /// Prefix of every key idmint writes; namespaces live under `<prefix>ns/`. Ends with `/` by
     /// convention. Default `/idmint/`.
@@ -636,6 +660,21 @@ pub struct EtcdConfig {
         with = "timeout_ms"
     )]
     pub op_timeout: Duration,
+    /// `tls`: `"off"` (the default) or `"verify-full"` (the members' certificates checked
+    /// against `ca_file` and the endpoints' host names). `"require"` is refused: the gRPC
+    /// client always checks certificates.
+    #[serde(default)]
+    pub tls: crate::tls::TlsMode,
+    /// `ca_file`: the PEM file of the CA of the members' certificates; needed by, and only by,
+    /// `tls = "verify-full"`.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// `user`: etcd user name (authentication enabled on the cluster); needs `password`.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// `password`: the password of `user`. Never printed.
+    #[serde(default)]
+    pub password: Option<String>,
 }
 
 impl EtcdConfig {
@@ -654,6 +693,10 @@ impl EtcdConfig {
             endpoints: endpoints.into_iter().map(Into::into).collect(),
             prefix: Self::DEFAULT_PREFIX.to_owned(),
             op_timeout: Self::DEFAULT_OP_TIMEOUT,
+            tls: crate::tls::TlsMode::Off,
+            ca_file: None,
+            user: None,
+            password: None,
         }
     }
 
@@ -673,6 +716,10 @@ impl fmt::Debug for EtcdConfig {
             .field("endpoints", &endpoints)
             .field("prefix", &self.prefix)
             .field("op_timeout", &self.op_timeout)
+            .field("tls", &self.tls)
+            .field("ca_file", &self.ca_file)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
@@ -1108,6 +1155,46 @@ mod tests {
     }
 
     /// Every key of the `[authority]` table of docs/configuration.md, with its type.
+    #[test]
+    fn postgres_tls_keys_parse_and_name_bad_values() {
+        let pg = parse(
+            "[authority]\nkind = \"postgres\"\nurl = \"host=h\"\ntls = \"verify-full\"\nca_file = \"/etc/idmint/ca.pem\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            pg,
+            AuthorityConfig::Postgres(PostgresConfig {
+                tls: crate::tls::TlsMode::VerifyFull,
+                ca_file: Some(PathBuf::from("/etc/idmint/ca.pem")),
+                ..PostgresConfig::new("host=h")
+            })
+        );
+        let pg = parse("[authority]\nkind = \"postgres\"\nurl = \"host=h\"\ntls = \"require\"\n")
+            .unwrap();
+        assert!(
+            matches!(pg, AuthorityConfig::Postgres(c) if c.tls == crate::tls::TlsMode::Require)
+        );
+        let e = err("[authority]\nkind = \"postgres\"\nurl = \"host=h\"\ntls = \"maybe\"\n");
+        assert!(e.contains("authority.tls"), "{e}");
+        let my = parse("[authority]\nkind = \"mysql\"\nurl = \"mysql://u@h/db\"\ntls = \"verify-full\"\nca_file = \"/ca.pem\"\n")
+            .unwrap();
+        assert!(
+            matches!(&my, AuthorityConfig::Mysql(c) if c.tls == crate::tls::TlsMode::VerifyFull && c.ca_file.as_deref() == Some(std::path::Path::new("/ca.pem")))
+        );
+        let etcd = parse("[authority]\nkind = \"etcd\"\nendpoints = [\"https://e:2379\"]\ntls = \"verify-full\"\nca_file = \"/ca.pem\"\nuser = \"idmint\"\npassword = \"pw\"\n")
+            .unwrap();
+        let AuthorityConfig::Etcd(c) = &etcd else {
+            panic!("{etcd:?}")
+        };
+        assert_eq!(c.tls, crate::tls::TlsMode::VerifyFull);
+        assert_eq!(
+            (c.user.as_deref(), c.password.as_deref()),
+            (Some("idmint"), Some("pw"))
+        );
+        // The password is never printed.
+        assert!(!format!("{etcd:?}").contains("pw\""), "{etcd:?}");
+    }
+
     #[test]
     fn every_documented_key_parses() {
         let pg = parse(

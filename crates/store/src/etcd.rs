@@ -207,13 +207,49 @@ enum Decision<T> {
     Keep(T),
 }
 
+/// The TLS options of `config` (`None`: plain), after checking them against the endpoints.
+fn tls_options(config: &EtcdConfig) -> Result<Option<etcd_client::TlsOptions>, String> {
+    use crate::tls::TlsMode;
+    if config.tls == TlsMode::Require {
+        return Err(
+            "etcd: tls = \"require\" is not supported (the gRPC client always checks the certificate): set tls = \"verify-full\" and ca_file"
+                .into(),
+        );
+    }
+    let pem = crate::tls::ca_pem(config.tls, config.ca_file.as_deref())
+        .map_err(|e| format!("etcd TLS: {e}"))?;
+    for endpoint in &config.endpoints {
+        let (https, http) = (
+            endpoint.starts_with("https://"),
+            endpoint.starts_with("http://"),
+        );
+        if pem.is_some() && http {
+            return Err(format!(
+                "etcd: endpoint {} is http:// but tls is on: use https://",
+                redact(endpoint)
+            ));
+        }
+        if pem.is_none() && https {
+            return Err(format!(
+                "etcd: endpoint {} is https://: set tls = \"verify-full\" and ca_file",
+                redact(endpoint)
+            ));
+        }
+    }
+    Ok(pem.map(|pem| {
+        etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(pem))
+    }))
+}
+
 impl EtcdAuthority {
     /// Connects to the cluster and checks, with one read, that it answers within
     /// `config.op_timeout`.
     ///
-    /// [`StoreError::InvalidSetup`] if no endpoint is configured or the timeout is zero;
-    /// [`StoreError::Unavailable`] if an endpoint is not a valid URL (or is `https://`: TLS is
-    /// not supported) or etcd does not answer.
+    /// [`StoreError::InvalidSetup`] if no endpoint is configured, the timeout is zero, or the
+    /// TLS or login settings cannot be right (`verify-full` without a readable `ca_file`,
+    /// `require`, an `http://` endpoint with TLS or an `https://` one without, `user` without
+    /// `password`); [`StoreError::Unavailable`] if an endpoint is not a valid URL, etcd does not
+    /// answer, or refuses the certificate check or the login.
     pub async fn connect(config: EtcdConfig) -> Result<Self, StoreError> {
         if config.endpoints.is_empty() {
             return Err(StoreError::InvalidSetup {
@@ -225,12 +261,28 @@ impl EtcdAuthority {
                 message: "op_timeout must be above zero".to_owned(),
             });
         }
-        let options = ConnectOptions::new()
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(config.op_timeout)
             .with_timeout(config.op_timeout)
             .with_keep_alive(KEEP_ALIVE_INTERVAL, config.op_timeout)
             .with_tcp_keepalive(TCP_KEEP_ALIVE)
             .with_require_leader(true);
+        let invalid = |message: String| StoreError::InvalidSetup { message };
+        if let Some(tls) = tls_options(&config).map_err(invalid)? {
+            options = options.with_tls(tls);
+        }
+        match (&config.user, &config.password) {
+            (Some(user), Some(password)) => {
+                // Simple tokens expire (`--auth-token-ttl`, 5 min by default): log in again
+                // then, instead of failing every call from that point on.
+                options = options
+                    .with_user(user.clone(), password.clone())
+                    .with_auto_token_refresh(true);
+            }
+            (None, None) => {}
+            (Some(_), None) => return Err(invalid("etcd: user is set without password".into())),
+            (None, Some(_)) => return Err(invalid("etcd: password is set without user".into())),
+        }
         let client = match tokio::time::timeout(
             config.op_timeout,
             Client::connect(&config.endpoints, Some(options)),

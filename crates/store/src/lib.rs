@@ -66,6 +66,7 @@ mod pool;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod source;
+pub mod tls;
 #[cfg(feature = "upstream")]
 pub mod upstream;
 #[cfg(feature = "zookeeper")]

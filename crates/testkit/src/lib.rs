@@ -4,12 +4,18 @@
 //!   traffic, add latency, stall, cut every connection, or drop the reply to a request that went
 //!   through (an ambiguous commit).
 //! - [`zookeeper::PrivateZookeeper`]: a private standalone ZooKeeper server per test.
+//! - [`postgres_tls::PrivatePostgres`]: a private PostgreSQL that accepts TLS only.
+//! - [`etcd_tls::PrivateEtcdTls`]: a private etcd serving its clients over TLS only.
+//! - [`certs::TestCerts`]: a CA and a server certificate made at test time, for TLS tests.
 //!
 //! Faults come from this proxy and from killing real processes, never from mocks. Nothing here
 //! is used outside tests.
 
+pub mod certs;
 pub mod etcd;
+pub mod etcd_tls;
 pub mod mysql;
 pub mod postgres;
+pub mod postgres_tls;
 pub mod proxy;
 pub mod zookeeper;

@@ -15,7 +15,13 @@
 //!   `server.idle_timeout_ms`, unanswered for 20 s, closes it, and each connection serves at
 //!   most `server.max_connections` requests at once.
 //!
-//! What it does not do: TLS, or the hand-back itself ([`crate::serve_front_ends`]).
+//! - with TLS ([`serve_with_tls`]; ALPN `h2`), each handshake runs in its own task, within
+//!   `server.header_read_timeout_ms`, holding the connection's permit: a client stalled in the
+//!   handshake (or speaking plain text to the TLS port) is closed then and never blocks the
+//!   accept loop; a failed handshake closes that connection only.
+//!
+//! What it does not do: client certificates, or the hand-back itself
+//! ([`crate::serve_front_ends`]).
 
 use super::gate::Gate;
 use super::IdmintService;
@@ -23,14 +29,16 @@ use crate::accept::{Accepted, Acceptor};
 use crate::error::NodeError;
 use crate::registry::Node;
 use crate::shutdown::Shutdown;
+use crate::tls::{MaybeTls, ServerTls};
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
@@ -44,12 +52,25 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: Shutdown,
 ) -> Result<(), NodeError> {
+    serve_with_tls(node, listener, None, shutdown).await
+}
+
+/// [`serve`], over TLS when `tls` is given (ALPN `h2`).
+pub async fn serve_with_tls(
+    node: Arc<Node>,
+    listener: TcpListener,
+    tls: Option<ServerTls>,
+    shutdown: Shutdown,
+) -> Result<(), NodeError> {
     let limits = node.config().listen;
+    let tls = tls.map(|tls| tls.acceptor(&[b"h2"]));
     let gate = Gate::new();
     let service = IdmintService::new(node, gate.clone(), shutdown.clone()).into_server();
     let (accepted, incoming) = mpsc::channel(1);
     let accepting = tokio::spawn(accept(
         Acceptor::new(listener, limits.max_connections, shutdown.clone(), "grpc"),
+        tls,
+        limits.header_read_timeout,
         accepted,
     ));
     let incoming = ReceiverStream::new(incoming);
@@ -77,24 +98,47 @@ pub async fn serve(
     served
 }
 
-/// Hands the acceptor's connections, each with its permit, to the server until draining
-/// begins; the listening socket closes when it returns.
-async fn accept(acceptor: Acceptor, accepted: mpsc::Sender<io::Result<Limited>>) {
+/// Hands the acceptor's connections, each with its permit (and, with `tls`, once its handshake
+/// is done within `handshake_timeout`, in a task of its own), to the server until draining
+/// begins; the listening socket closes, and the handshakes still running are dropped, when it
+/// returns.
+async fn accept(
+    acceptor: Acceptor,
+    tls: Option<crate::tls::Acceptor>,
+    handshake_timeout: Duration,
+    accepted: mpsc::Sender<io::Result<Limited>>,
+) {
+    let mut handshakes = JoinSet::new();
     while let Some(Accepted { stream, permit }) = acceptor.next().await {
-        let limited = Limited {
-            stream,
-            _permit: permit,
+        while handshakes.try_join_next().is_some() {}
+        let Some(tls) = &tls else {
+            let limited = Limited {
+                stream: MaybeTls::Plain(stream),
+                _permit: permit,
+            };
+            if accepted.send(Ok(limited)).await.is_err() {
+                return; // the server stopped
+            }
+            continue;
         };
-        if accepted.send(Ok(limited)).await.is_err() {
-            return; // the server stopped
-        }
+        let (tls, accepted) = (tls.clone(), accepted.clone());
+        handshakes.spawn(async move {
+            let handshake = crate::tls::handshake(stream, Some(&tls), handshake_timeout, "grpc");
+            if let Some(stream) = handshake.await {
+                let limited = Limited {
+                    stream,
+                    _permit: permit,
+                };
+                let _ = accepted.send(Ok(limited)).await;
+            }
+        });
     }
 }
 
 /// A connection holding one of the `max_connections` permits until it is dropped.
 #[derive(Debug)]
 struct Limited {
-    stream: TcpStream,
+    stream: MaybeTls,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -102,7 +146,7 @@ impl Connected for Limited {
     type ConnectInfo = TcpConnectInfo;
 
     fn connect_info(&self) -> TcpConnectInfo {
-        self.stream.connect_info()
+        self.stream.tcp().connect_info()
     }
 }
 

@@ -15,13 +15,18 @@
 //!   request future has been dropped (its ids put back, `supply.rs`) before the node hands back
 //!   its buffers.
 //!
-//! What it does not do: HTTP/2, TLS, or the hand-back itself ([`crate::serve_front_ends`]).
+//! - with TLS ([`listen_with_tls`]), the handshake runs in the connection's task, bounded by
+//!   `header_read_timeout` like the headers that follow it: a client stalled in the handshake,
+//!   or speaking plain HTTP to the TLS port, is closed then and never blocks the accept loop.
+//!
+//! What it does not do: HTTP/2, or the hand-back itself ([`crate::serve_front_ends`]).
 
 use crate::accept::{Accepted, Acceptor};
 use crate::config::ListenConfig;
 use crate::error::NodeError;
 use crate::registry::Node;
 use crate::shutdown::Shutdown;
+use crate::tls::{MaybeTls, ServerTls};
 use axum::extract::Request;
 use axum::Router;
 use hyper::body::Incoming;
@@ -46,7 +51,18 @@ pub async fn listen(
     listener: TcpListener,
     shutdown: Shutdown,
 ) -> Result<(), NodeError> {
+    listen_with_tls(node, listener, None, shutdown).await
+}
+
+/// [`listen`], over TLS when `tls` is given (ALPN `http/1.1`).
+pub async fn listen_with_tls(
+    node: Arc<Node>,
+    listener: TcpListener,
+    tls: Option<ServerTls>,
+    shutdown: Shutdown,
+) -> Result<(), NodeError> {
     let limits = node.config().listen;
+    let tls = tls.map(|tls| tls.acceptor(&[b"http/1.1"]));
     let app = super::router(node);
     let acceptor = Acceptor::new(listener, limits.max_connections, shutdown.clone(), "http");
     let mut connections = JoinSet::new();
@@ -57,6 +73,7 @@ pub async fn listen(
         };
         connections.spawn(connection(
             stream,
+            tls.clone(),
             app.clone(),
             limits,
             shutdown.clone(),
@@ -85,11 +102,20 @@ pub async fn listen(
 /// permit until then.
 async fn connection(
     stream: TcpStream,
+    tls: Option<crate::tls::Acceptor>,
     app: Router,
     limits: ListenConfig,
     shutdown: Shutdown,
     _permit: OwnedSemaphorePermit,
 ) {
+    let handshake = crate::tls::handshake(stream, tls.as_ref(), limits.header_read_timeout, "http");
+    let stream = tokio::select! {
+        stream = handshake => match stream {
+            Some(stream) => stream,
+            None => return,
+        },
+        _ = shutdown.draining() => return,
+    };
     let activity = Arc::new(Activity::new());
     let io = TokioIo::new(Tracked {
         inner: stream,
@@ -195,7 +221,7 @@ impl Drop for InFlight {
 
 /// A stream that records every read and write that moved bytes.
 struct Tracked {
-    inner: TcpStream,
+    inner: MaybeTls,
     activity: Arc<Activity>,
 }
 

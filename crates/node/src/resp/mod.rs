@@ -33,6 +33,9 @@
 //!   [`serve`] returns once every connection has closed. It never shuts the node down: the
 //!   caller does, once, after every front-end stopped (invariants 2 and 3 rely on the hand-back
 //!   running after the last id was handed out).
+//! - With TLS ([`serve_with_tls`]; Redis clients speak it too: `redis-cli --tls`, `rediss://`),
+//!   the handshake runs in the connection's task within `server.header_read_timeout_ms`; a
+//!   client stalled in it, or speaking plain RESP to the TLS port, is closed then, alone.
 
 pub mod command;
 pub mod error;
@@ -76,6 +79,9 @@ const REDIS_VERSION: &str = "7.2.0";
 #[derive(Debug)]
 struct Shared {
     node: Arc<Node>,
+    /// TLS on this listener, and how long a handshake may take.
+    tls: Option<crate::tls::Acceptor>,
+    handshake_timeout: Duration,
     clients: AtomicUsize,
     next_client_id: AtomicU64,
     port: u16,
@@ -94,7 +100,7 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_until(node, listener, shutdown, std::future::pending()).await
+    serve_until(node, listener, None, shutdown, std::future::pending()).await
 }
 
 /// [`serve`] as one of the node's front-ends ([`crate::serve_front_ends`]): it stops accepting
@@ -106,10 +112,21 @@ pub async fn serve_with(
     listener: TcpListener,
     shutdown: crate::Shutdown,
 ) -> std::io::Result<()> {
+    serve_with_tls(node, listener, None, shutdown).await
+}
+
+/// [`serve_with`], over TLS when `tls` is given (no ALPN: Redis clients announce none).
+pub async fn serve_with_tls(
+    node: Arc<Node>,
+    listener: TcpListener,
+    tls: Option<crate::tls::ServerTls>,
+    shutdown: crate::Shutdown,
+) -> std::io::Result<()> {
     let (drain, stop) = (shutdown.clone(), shutdown);
     serve_until(
         node,
         listener,
+        tls.map(|tls| tls.acceptor(&[])),
         async move { drain.draining().await },
         async move { stop.stopping_now().await },
     )
@@ -119,11 +136,15 @@ pub async fn serve_with(
 async fn serve_until(
     node: Arc<Node>,
     listener: TcpListener,
+    tls: Option<crate::tls::Acceptor>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     stop_now: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let handshake_timeout = node.config().listen.header_read_timeout;
     let shared = Arc::new(Shared {
         node,
+        tls,
+        handshake_timeout,
         clients: AtomicUsize::new(0),
         next_client_id: AtomicU64::new(1),
         port: listener.local_addr().map(|a| a.port()).unwrap_or(0),
@@ -208,11 +229,20 @@ enum Next {
 }
 
 /// Serves one connection until the client leaves, sends `QUIT` or garbage, or shutdown.
-async fn connection(
-    shared: Arc<Shared>,
-    mut stream: TcpStream,
-    mut stopped: watch::Receiver<bool>,
-) {
+async fn connection(shared: Arc<Shared>, stream: TcpStream, mut stopped: watch::Receiver<bool>) {
+    let handshake = crate::tls::handshake(
+        stream,
+        shared.tls.as_ref(),
+        shared.handshake_timeout,
+        "resp",
+    );
+    let mut stream = tokio::select! {
+        stream = handshake => match stream {
+            Some(stream) => stream,
+            None => return,
+        },
+        () = stop_requested(&mut stopped) => return,
+    };
     shared.clients.fetch_add(1, Ordering::Relaxed);
     let mut client = Client {
         id: shared.next_client_id.fetch_add(1, Ordering::Relaxed),

@@ -19,7 +19,7 @@ use crate::config::{redact_url, MysqlConfig};
 use crate::pool::{Connector, Pool, PoolLimits};
 use crate::StoreError;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Opts, OptsBuilder};
+use mysql_async::{Conn, Opts, OptsBuilder, SslOpts};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The server's auto-increment settings of one session.
@@ -109,6 +109,22 @@ pub(super) fn client(
         // Keep the connection where the URL points (a proxy, a container's published port).
         builder = builder.prefer_socket(false);
     }
+    // TLS (rustls; see crate::tls): checked and the CA file read now, not on first connect.
+    let ca = crate::tls::ca_pem(config.tls, config.ca_file.as_deref())
+        .map_err(|e| invalid_setup(format!("MySQL TLS: {e}")))?;
+    builder = match (config.tls, ca) {
+        (crate::tls::TlsMode::Off, _) => builder,
+        (crate::tls::TlsMode::Require, _) => builder.ssl_opts(Some(
+            SslOpts::default()
+                .with_danger_accept_invalid_certs(true)
+                .with_danger_skip_domain_validation(true),
+        )),
+        (crate::tls::TlsMode::VerifyFull, ca) => builder.ssl_opts(Some(
+            SslOpts::default()
+                .with_root_certs(ca.map(Into::into).into_iter().collect())
+                .with_disable_built_in_roots(true),
+        )),
+    };
     if config.op_timeout.is_zero() || config.pool.max_connections == 0 {
         return Err(invalid_setup(
             "op_timeout and pool.max_connections must be above zero".into(),

@@ -1,5 +1,6 @@
 //! One PostgreSQL connection as the shared pool ([`crate::pool`]) manages it: opening it
-//! (tokio-postgres, no TLS) with `synchronous_commit` forced on, its prepared statements, and
+//! (tokio-postgres, over rustls when `tls` asks for it: [`crate::tls`]) with
+//! `synchronous_commit` forced on, its prepared statements, and
 //! the mapping of driver errors.
 //!
 //! Invariants: a connection's statements are prepared once, on first use (the table may not
@@ -18,19 +19,35 @@ use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Row, Statement, Transaction};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// Opens connections to one server (or list of hosts) for one table.
 pub(super) struct PgConnector {
     pub(super) pg: tokio_postgres::Config,
     pub(super) sql: Arc<StatementsSql>,
+    /// TLS (`tls` other than `off`): the URL's `sslmode` is then forced to `require`.
+    pub(super) tls: Option<MakeRustlsConnect>,
 }
 
 impl Connector for PgConnector {
     type Conn = PgConn;
 
     async fn connect(&self) -> Result<PgConn, StoreError> {
-        let (client, connection) = self.pg.connect(NoTls).await.map_err(|e| pg_error(&e))?;
-        let task = tokio::spawn(drive(connection));
+        let (client, task) = match &self.tls {
+            None => {
+                let (client, connection) =
+                    self.pg.connect(NoTls).await.map_err(|e| pg_error(&e))?;
+                (client, tokio::spawn(drive(connection)))
+            }
+            Some(tls) => {
+                let (client, connection) = self
+                    .pg
+                    .connect(tls.clone())
+                    .await
+                    .map_err(|e| pg_error(&e))?;
+                (client, tokio::spawn(drive(connection)))
+            }
+        };
         let mut conn = PgConn {
             client,
             statements: None,

@@ -84,7 +84,7 @@
 //!
 //! ## Connections
 //!
-//! At most [`PostgresConfig::pool_size`] connections (tokio-postgres, no TLS), on the crate's one
+//! At most [`PostgresConfig::pool_size`] connections (tokio-postgres; over rustls with `tls`), on the crate's one
 //! connection pool and its policy, shared with the MySQL authority (see the `pool` module):
 //! idle connections are reused after a health check (closed ones dropped, ones idle for 30 s
 //! pinged), a connection whose operation failed or was cancelled is never reused, and a new one
@@ -124,6 +124,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 const KIND: &str = "postgres";
 
@@ -168,6 +169,12 @@ impl PostgresAuthority {
         if pg.get_application_name().is_none() {
             pg.application_name("idmint");
         }
+        let tls = crate::tls::client_config(config.tls, config.ca_file.as_deref())
+            .map_err(|e| invalid_setup(format!("PostgreSQL TLS: {e}")))?
+            .map(MakeRustlsConnect::new);
+        if tls.is_some() {
+            pg.ssl_mode(tokio_postgres::config::SslMode::Require);
+        }
         let server = describe_server(&pg);
         // Without room for the lease tables' names the authority still serves sequences; its
         // lease operations say why they cannot run.
@@ -178,6 +185,7 @@ impl PostgresAuthority {
         }
         let connector = PgConnector {
             pg,
+            tls,
             sql: Arc::new(StatementsSql::new(
                 &table,
                 lease_tables.as_ref().map_err(Clone::clone),
