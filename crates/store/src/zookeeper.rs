@@ -24,10 +24,10 @@
 //! ## Operations relied on (ZooKeeper 3.5 or later)
 //!
 //! - `ensure_namespace`: `create` (persistent); on `NodeExists` the record is read and the specs
-//!   compared ([`ops::ensure`]): created once, the losers of a race see the winner's record.
+//!   compared (`ops::ensure`): created once, the losers of a race see the winner's record.
 //! - `reserve` and `give_back`: compare-and-swap on the znode's data version: `getData` returns
 //!   the record and its `Stat.version` together, the new state is computed in Rust
-//!   ([`ops::reserve`], [`ops::give_back`]) and written with `setData(path, new, version)`,
+//!   (`ops::reserve`, `ops::give_back`) and written with `setData(path, new, version)`,
 //!   which ZooKeeper applies only if the version is still the one read. On `BadVersion`
 //!   (another node wrote in between) the record is read again and the operation recomputed,
 //!   at once for the first few conflicts, then after a random pause (at most 64 ms); after

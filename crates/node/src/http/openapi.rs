@@ -216,7 +216,7 @@ pub fn document(max_count: u64, max_block_request: u64) -> Value {
 /// The routes that never need a token.
 const OPEN_PATHS: [&str; 3] = ["/healthz", "/readyz", "/openapi.json"];
 
-/// `doc` for a node with `[auth]` on: every operation but [`OPEN_PATHS`] (and `/metrics`
+/// `doc` for a node with `[auth]` on: every operation but `OPEN_PATHS` (and `/metrics`
 /// unless `metrics_need_token`) requires the `bearer` scheme, the others none.
 pub fn with_security(mut doc: Value, metrics_need_token: bool) -> Value {
     for (path, item) in doc["paths"].as_object_mut().into_iter().flatten() {
