@@ -63,7 +63,7 @@ enum Command {
         #[arg(long)]
         init: bool,
         /// HTTP listen address, HOST:PORT with a name or an address (localhost:7878,
-        /// 0.0.0.0:7878; an address other than loopback needs [auth] in the configuration, or
+        /// 0.0.0.0:7878; an address other than loopback needs an auth section in the configuration, or
         /// --insecure-no-auth) [default: 127.0.0.1:7878].
         #[arg(long, value_name = "HOST:PORT")]
         http: Option<String>,
@@ -82,12 +82,12 @@ enum Command {
         /// for log shippers).
         #[arg(long, value_enum, default_value_t = serve::LogFormat::Text)]
         log_format: serve::LogFormat,
-        /// Serve on addresses other than loopback without [auth]: anyone who reaches the ports
+        /// Serve on addresses other than loopback without an auth section: anyone who reaches the ports
         /// may create namespaces and take ids. For a network that is private already.
         #[arg(long)]
         insecure_no_auth: bool,
     },
-    /// Bearer tokens for the [auth] section of the configuration.
+    /// Bearer tokens for the auth section of the configuration.
     #[command(subcommand)]
     Token(TokenCommand),
     /// Fetch ids from a running node.
