@@ -25,7 +25,7 @@ pub mod namespace;
 mod sync;
 
 pub use block::{Block, BlockError, SequenceSpec, SpecError, Width};
-pub use clock::{Clock, ManualClock, SystemClock, TickClock};
+pub use clock::{Clock, CoarseClock, ManualClock, SystemClock, TickClock};
 pub use namespace::{NamespaceName, NamespaceNameError};
 pub mod layout;
 pub mod snowflake;

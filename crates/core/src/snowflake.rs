@@ -19,7 +19,7 @@
 //! What it does not do: choose or lease the worker id (configuration or a worker lease does),
 //! persist the last timestamp (the caller does, from [`SnowflakeGenerator::last_timestamp`]).
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, CoarseClock};
 use crate::layout::Layout;
 use crate::sync::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -100,49 +100,57 @@ pub enum ClockCheck {
 
 /// Monotonic time anchored to the wall clock at construction: `anchor_wall + (mono - anchor_mono)
 /// + forward`, where `forward` only grows (wall-clock steps forward that were adopted).
+///
+/// The hot path reads it relative to the layout's epoch as `(mono - anchor_mono) + offset`, with
+/// `offset = anchor_wall - epoch + forward` fused into one atomic (one load per reading);
+/// `mono - anchor_mono` saturates at 0, so a coarse reading that lags the anchor's precise one
+/// cannot take time below the anchor.
 #[derive(Debug)]
 pub(crate) struct AnchoredTime<C> {
     clock: C,
-    anchor_wall_nanos: u64,
     anchor_mono_nanos: u64,
-    forward_nanos: AtomicU64,
+    epoch_nanos: u64,
+    /// `anchor_wall - epoch + forward`; only grows.
+    offset_nanos: AtomicU64,
 }
 
 impl<C: Clock> AnchoredTime<C> {
-    /// Anchors at the wall clock, or at `floor_nanos` if the wall clock is behind it.
-    pub(crate) fn new(clock: C, floor_nanos: u64) -> Self {
+    /// Anchors at the wall clock, or at `floor_nanos` if the wall clock is behind it;
+    /// `epoch_nanos` (at or below the floor) is the origin of [`Self::since_epoch_nanos`].
+    pub(crate) fn new(clock: C, floor_nanos: u64, epoch_nanos: u64) -> Self {
         let anchor_mono_nanos = clock.monotonic_nanos();
-        let anchor_wall_nanos = clock.wall_nanos().max(floor_nanos);
+        let anchor_wall_nanos = clock.wall_nanos().max(floor_nanos).max(epoch_nanos);
         AnchoredTime {
             clock,
-            anchor_wall_nanos,
             anchor_mono_nanos,
-            forward_nanos: AtomicU64::new(0),
+            epoch_nanos,
+            offset_nanos: AtomicU64::new(anchor_wall_nanos - epoch_nanos),
         }
+    }
+
+    #[inline(always)]
+    fn since_epoch_of(&self, mono: u64) -> u64 {
+        mono.saturating_sub(self.anchor_mono_nanos)
+            .saturating_add(self.offset_nanos.load(Ordering::Relaxed))
+    }
+
+    /// Now, in nanoseconds since the epoch, never decreasing.
+    #[inline]
+    pub(crate) fn since_epoch_nanos(&self) -> u64 {
+        self.since_epoch_of(self.clock.monotonic_nanos())
+    }
+
+    /// Like [`Self::since_epoch_nanos`] from the clock's coarse reading: may lag, never runs
+    /// ahead.
+    #[inline(always)]
+    pub(crate) fn coarse_since_epoch_nanos(&self) -> u64 {
+        self.since_epoch_of(self.clock.coarse_monotonic_nanos())
     }
 
     /// Now, in nanoseconds since the Unix epoch, never decreasing.
     #[inline]
     pub(crate) fn now_nanos(&self) -> u64 {
-        let elapsed = self
-            .clock
-            .monotonic_nanos()
-            .saturating_sub(self.anchor_mono_nanos);
-        self.anchor_wall_nanos
-            .saturating_add(elapsed)
-            .saturating_add(self.forward_nanos.load(Ordering::Relaxed))
-    }
-
-    /// Like [`Self::now_nanos`] from the clock's coarse reading: may lag, never runs ahead.
-    #[inline]
-    pub(crate) fn coarse_now_nanos(&self) -> u64 {
-        let elapsed = self
-            .clock
-            .coarse_monotonic_nanos()
-            .saturating_sub(self.anchor_mono_nanos);
-        self.anchor_wall_nanos
-            .saturating_add(elapsed)
-            .saturating_add(self.forward_nanos.load(Ordering::Relaxed))
+        self.epoch_nanos.saturating_add(self.since_epoch_nanos())
     }
 
     /// Compares with the wall clock; adopts forward steps beyond `tolerance`.
@@ -156,7 +164,7 @@ impl<C: Clock> AnchoredTime<C> {
             }
         } else if wall > own.saturating_add(tol) {
             let by = wall - own;
-            self.forward_nanos.fetch_add(by, Ordering::Relaxed);
+            self.offset_nanos.fetch_add(by, Ordering::Relaxed);
             ClockCheck::WallAheadAdopted {
                 by: Duration::from_nanos(by),
             }
@@ -173,11 +181,13 @@ const NOTHING_ISSUED: u64 = u64::MAX;
 /// A snowflake id generator for one node id. Thread-safe and lock-free; share it by reference
 /// or `Arc`. See the module docs for its guarantees.
 #[derive(Debug)]
-pub struct SnowflakeGenerator<C: Clock = SystemClock> {
+pub struct SnowflakeGenerator<C: Clock = CoarseClock> {
     layout: Layout,
     node: u64,
     node_part: u64,
     seq_bits: u32,
+    /// `layout.unit_nanos()`; 1 ms units take a constant-divisor path.
+    unit_nanos: u64,
     time: AnchoredTime<C>,
     /// Last issued `(timestamp << seq_bits) | sequence`, or [`NOTHING_ISSUED`].
     state: AtomicU64,
@@ -217,7 +227,7 @@ impl<C: Clock> SnowflakeGenerator<C> {
             Some(ts) => layout.unix_nanos_of(ts + 1),
             None => layout.epoch_nanos(),
         };
-        let time = AnchoredTime::new(clock, floor_nanos);
+        let time = AnchoredTime::new(clock, floor_nanos, layout.epoch_nanos());
         let seq_bits = u32::from(layout.sequence_bits());
         let state = match resume_after {
             // The whole of `ts` counts as used.
@@ -229,6 +239,7 @@ impl<C: Clock> SnowflakeGenerator<C> {
             node,
             node_part: layout.node_part(node),
             seq_bits,
+            unit_nanos: layout.unit_nanos(),
             time,
             state: AtomicU64::new(state),
             limit: AtomicU64::new(u64::MAX),
@@ -250,12 +261,22 @@ impl<C: Clock> SnowflakeGenerator<C> {
 
     #[inline]
     fn now_timestamp(&self) -> u64 {
-        self.timestamp_of(self.time.now_nanos())
+        self.units(self.time.since_epoch_nanos())
+    }
+
+    /// Layout units in `since_epoch` nanoseconds. Millisecond units (every built-in layout but
+    /// sonyflake) divide by a constant, which compiles to a multiply.
+    #[inline(always)]
+    fn units(&self, since_epoch: u64) -> u64 {
+        if self.unit_nanos == 1_000_000 {
+            since_epoch / 1_000_000
+        } else {
+            since_epoch / self.unit_nanos
+        }
     }
 
     #[inline]
     fn timestamp_of(&self, unix_nanos: u64) -> u64 {
-        // AnchoredTime never reads below the epoch: it is anchored at or above it.
         unix_nanos.saturating_sub(self.layout.epoch_nanos()) / self.layout.unit_nanos()
     }
 
@@ -266,22 +287,49 @@ impl<C: Clock> SnowflakeGenerator<C> {
 
     /// Reserves up to `max` consecutive sequence values of one time unit in one atomic step.
     /// Returns `(timestamp, first_sequence, count)` with `1 <= count <= max`.
+    ///
+    /// The fast path is one load of the state, one coarse clock reading (one atomic load for
+    /// [`CoarseClock`]), the fused time offset, the limit (both in the generator, read-mostly)
+    /// and one compare-and-swap. Anything else (a unit used up, a lagging coarse reading, the
+    /// limit, the end of the layout's time, a lost race) goes to [`Self::claim_slow`], which
+    /// decides from scratch.
     #[inline]
     fn claim(&self, max: u64) -> Result<(u64, u64, u64), NextIdError> {
         let max = max.max(1);
         let seq_bits = self.seq_bits;
+        let last = self.state.load(Ordering::Relaxed);
+        let now = self.units(self.time.coarse_since_epoch_nanos());
+        // NOTHING_ISSUED is u64::MAX, which wraps to 0: any time will do.
+        let next = (now << seq_bits).max(last.wrapping_add(1));
+        let ts = next >> seq_bits;
+        if ts <= now
+            && ts < self.limit.load(Ordering::Relaxed)
+            && ts <= self.layout.max_timestamp()
+        {
+            let count = max.min(((ts + 1) << seq_bits) - next);
+            if self
+                .state
+                .compare_exchange_weak(last, next + count - 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Ok((ts, next & self.layout.max_sequence(), count));
+            }
+        }
+        self.claim_slow(max)
+    }
+
+    /// [`Self::claim`]'s loop for everything but the uncontended common case.
+    #[cold]
+    #[inline(never)]
+    fn claim_slow(&self, max: u64) -> Result<(u64, u64, u64), NextIdError> {
+        let seq_bits = self.seq_bits;
         let mut last = self.state.load(Ordering::Relaxed);
         // The coarse clock first; the precise one only before telling the caller to wait, so a
         // lagging coarse reading never costs ids.
-        let mut now = self.timestamp_of(self.time.coarse_now_nanos());
+        let mut now = self.units(self.time.coarse_since_epoch_nanos());
         let mut precise = false;
         loop {
-            let now_packed = now << seq_bits;
-            let next = if last == NOTHING_ISSUED {
-                now_packed
-            } else {
-                now_packed.max(last + 1)
-            };
+            let next = (now << seq_bits).max(last.wrapping_add(1));
             let ts = next >> seq_bits;
             if ts > now {
                 if !precise {

@@ -8,7 +8,7 @@
 //! across threads and wall-clock steps. Parsing is case-insensitive and rejects the letters
 //! Crockford's alphabet leaves out (I, L, O, U) with the position of the offending character.
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, CoarseClock};
 pub use crate::mono128::ParseIdError;
 use crate::mono128::{random_u64, Monotonic128};
 use crate::sync::{AtomicU64, Ordering};
@@ -91,7 +91,7 @@ impl FromStr for Ulid {
 
 /// A thread-safe, lock-free, monotonic ULID generator.
 #[derive(Debug)]
-pub struct UlidGenerator<C: Clock = SystemClock> {
+pub struct UlidGenerator<C: Clock = CoarseClock> {
     state: Monotonic128<C>,
     /// The 56 random low bits of the current millisecond.
     tail: AtomicU64,
@@ -125,9 +125,9 @@ impl<C: Clock> UlidGenerator<C> {
     }
 }
 
-impl Default for UlidGenerator<SystemClock> {
+impl Default for UlidGenerator<CoarseClock> {
     fn default() -> Self {
-        Self::new(SystemClock::new())
+        Self::new(CoarseClock::new())
     }
 }
 
