@@ -604,6 +604,56 @@ mod tests {
         );
     }
 
+    /// A coarse reading that lags the precise one taken at construction (the anchor) must not
+    /// take the generator's time below the anchor: the fused offset saturates the elapsed time.
+    #[test]
+    fn a_coarse_reading_behind_the_anchor_does_not_go_back() {
+        let precise = ManualClock::at_unix_millis(NOW_MS);
+        precise.advance_millis(5);
+        let clock = FrozenCoarse {
+            precise: precise.clone(),
+            frozen_mono: 0,
+        };
+        let g = SnowflakeGenerator::new(Layout::twitter(), 1, clock, None).unwrap();
+        let id = g.next_id().unwrap();
+        assert_eq!(Layout::twitter().decode(id).unwrap().unix_millis(), NOW_MS + 5);
+        assert_eq!(g.now_unix_nanos(), (NOW_MS + 5) * 1_000_000);
+    }
+
+    /// A limit lowered to the unit being issued stops the very next claim in that unit (the fast
+    /// path reads the limit on every claim, not only when the unit changes).
+    #[test]
+    fn a_limit_lowered_within_a_unit_takes_effect_at_once() {
+        let clock = ManualClock::at_unix_millis(NOW_MS);
+        let layout = Layout::twitter();
+        let g = SnowflakeGenerator::new(layout, 3, clock.clone(), None).unwrap();
+        let now = layout.timestamp_at(NOW_MS * 1_000_000).unwrap();
+        g.next_id().unwrap();
+        g.set_limit(now);
+        assert_eq!(
+            g.next_id(),
+            Err(NextIdError::BeyondLimit {
+                timestamp: now,
+                limit: now
+            })
+        );
+        let mut out = Vec::new();
+        assert!(g.next_ids(10, &mut out).is_err() && out.is_empty());
+        g.set_limit(now + 1);
+        assert!(g.next_id().is_ok());
+    }
+
+    /// Non-millisecond units (sonyflake's 10 ms) take the run-time divisor path.
+    #[test]
+    fn ten_millisecond_units_stamp_the_right_time() {
+        let clock = ManualClock::at_unix_millis(NOW_MS);
+        let layout = Layout::sonyflake();
+        let g = SnowflakeGenerator::new(layout, 3, clock.clone(), None).unwrap();
+        clock.advance_millis(25);
+        let d = layout.decode(g.next_id().unwrap()).unwrap();
+        assert_eq!(d.unix_millis(), NOW_MS + 20);
+    }
+
     #[test]
     fn construction_errors_are_clear() {
         let clock = ManualClock::at_unix_millis(NOW_MS);

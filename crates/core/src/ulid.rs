@@ -135,7 +135,7 @@ impl Default for UlidGenerator<CoarseClock> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::clock::ManualClock;
+    use crate::clock::{CoarseClock, ManualClock};
 
     #[test]
     fn known_value_and_round_trip() {
@@ -194,5 +194,58 @@ mod tests {
         }
         // One million ids in one frozen millisecond: the counter carried into later ms.
         assert_eq!(all.len(), 1_000_000);
+    }
+
+    /// A coarse wall reading that lags (here: frozen a millisecond behind) neither breaks the
+    /// order nor stamps ids after the precise clock; a new millisecond re-seeds the counter.
+    #[test]
+    fn a_lagging_coarse_wall_keeps_order_and_never_runs_ahead() {
+        struct Lagging(ManualClock);
+        impl Clock for Lagging {
+            fn wall_nanos(&self) -> u64 {
+                self.0.wall_nanos()
+            }
+            fn monotonic_nanos(&self) -> u64 {
+                self.0.monotonic_nanos()
+            }
+            fn coarse_wall_nanos(&self) -> u64 {
+                self.0.wall_nanos().saturating_sub(1_000_000)
+            }
+        }
+        let precise = ManualClock::at_unix_millis(1_780_000_000_000);
+        let g = UlidGenerator::new(Lagging(precise.clone()));
+        let mut last = g.next_ulid();
+        for step in 0..2_000u64 {
+            if step % 100 == 0 {
+                precise.advance_millis(1);
+            }
+            let u = g.next_ulid();
+            assert!(u > last, "{u} after {last}");
+            assert!(u.unix_millis() <= precise.wall_nanos() / 1_000_000);
+            last = u;
+        }
+        assert_eq!(last.unix_millis(), 1_780_000_000_000 + 19);
+    }
+
+    /// Two threads on the default clock (CoarseClock): strictly increasing per thread, unique
+    /// overall, never after the precise clock.
+    #[test]
+    fn default_generator_under_two_threads() {
+        let g = std::sync::Arc::new(UlidGenerator::default());
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let g = g.clone();
+                std::thread::spawn(move || (0..200_000).map(|_| g.next_ulid()).collect::<Vec<_>>())
+            })
+            .collect();
+        let mut all = std::collections::HashSet::new();
+        for h in handles {
+            let v = h.join().unwrap();
+            assert!(v.windows(2).all(|w| w[0] < w[1]));
+            all.extend(v);
+        }
+        assert_eq!(all.len(), 400_000);
+        let now_ms = CoarseClock::new().wall_nanos() / 1_000_000;
+        assert!(all.iter().all(|u| u.unix_millis() <= now_ms));
     }
 }
