@@ -174,6 +174,17 @@ impl<C: Clock> AnchoredTime<C> {
     }
 }
 
+/// `x / 1_000_000`, written as the multiply the compiler would emit for a constant divisor, so it
+/// stays a multiply when a run-time division by the same value sits in the other branch (LLVM
+/// otherwise merges both into one `div`). `1_000_000 = 2^6 * 15625` and
+/// `M = ceil(2^71 / 15625) = 0x0218_def4_16bd_b1a7` with `M * 15625 - 2^71 = 2527 < 2^13`, so for
+/// every `y = x >> 6 < 2^58` the error of `y * M / 2^71` against `y / 15625` is below `1/15625`
+/// and the floors agree (Granlund and Montgomery).
+#[inline(always)]
+pub(crate) fn div_by_million(x: u64) -> u64 {
+    ((u128::from(x >> 6) * 0x0218_def4_16bd_b1a7) >> 71) as u64
+}
+
 /// Sentinel state: nothing issued yet and no floor. Never a valid packed state, because a
 /// layout's timestamp and sequence bits add up to at most 63.
 const NOTHING_ISSUED: u64 = u64::MAX;
@@ -186,8 +197,15 @@ pub struct SnowflakeGenerator<C: Clock = CoarseClock> {
     node: u64,
     node_part: u64,
     seq_bits: u32,
-    /// `layout.unit_nanos()`; 1 ms units take a constant-divisor path.
+    /// `layout.unit_nanos()`.
     unit_nanos: u64,
+    /// Whether the unit is 1 ms, which takes a constant-divisor path (a multiply). A flag, not a
+    /// comparison of `unit_nanos`: the compiler would merge `x / 1_000_000` when `unit_nanos ==
+    /// 1_000_000` back into one run-time division.
+    unit_is_ms: bool,
+    /// `layout.max_timestamp()` and `layout.max_sequence()`, precomputed for the hot path.
+    max_timestamp: u64,
+    max_sequence: u64,
     time: AnchoredTime<C>,
     /// Last issued `(timestamp << seq_bits) | sequence`, or [`NOTHING_ISSUED`].
     state: AtomicU64,
@@ -240,6 +258,9 @@ impl<C: Clock> SnowflakeGenerator<C> {
             node_part: layout.node_part(node),
             seq_bits,
             unit_nanos: layout.unit_nanos(),
+            unit_is_ms: layout.unit_nanos() == 1_000_000,
+            max_timestamp: layout.max_timestamp(),
+            max_sequence: layout.max_sequence(),
             time,
             state: AtomicU64::new(state),
             limit: AtomicU64::new(u64::MAX),
@@ -268,8 +289,8 @@ impl<C: Clock> SnowflakeGenerator<C> {
     /// sonyflake) divide by a constant, which compiles to a multiply.
     #[inline(always)]
     fn units(&self, since_epoch: u64) -> u64 {
-        if self.unit_nanos == 1_000_000 {
-            since_epoch / 1_000_000
+        if self.unit_is_ms {
+            div_by_million(since_epoch)
         } else {
             since_epoch / self.unit_nanos
         }
@@ -302,17 +323,19 @@ impl<C: Clock> SnowflakeGenerator<C> {
         // NOTHING_ISSUED is u64::MAX, which wraps to 0: any time will do.
         let next = (now << seq_bits).max(last.wrapping_add(1));
         let ts = next >> seq_bits;
-        if ts <= now
-            && ts < self.limit.load(Ordering::Relaxed)
-            && ts <= self.layout.max_timestamp()
-        {
-            let count = max.min(((ts + 1) << seq_bits) - next);
+        if ts <= now && ts < self.limit.load(Ordering::Relaxed) && ts <= self.max_timestamp {
+            // `next_id` (max 1) folds this to 1: `next` is below the unit's end.
+            let count = if max == 1 {
+                1
+            } else {
+                max.min(((ts + 1) << seq_bits) - next)
+            };
             if self
                 .state
                 .compare_exchange_weak(last, next + count - 1, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
-                return Ok((ts, next & self.layout.max_sequence(), count));
+                return Ok((ts, next & self.max_sequence, count));
             }
         }
         self.claim_slow(max)
@@ -424,6 +447,7 @@ impl<C: Clock> SnowflakeGenerator<C> {
 
 /// Calls `next_id` until it succeeds, spinning (not sleeping) through sequence exhaustion.
 /// For benchmarks and callers that prefer burning a core to a context switch.
+#[inline]
 pub fn next_id_spinning<C: Clock>(generator: &SnowflakeGenerator<C>) -> Result<u64, NextIdError> {
     loop {
         match generator.next_id() {
@@ -455,6 +479,38 @@ mod tests {
             max_bits: 63,
         })
         .unwrap()
+    }
+
+    #[test]
+    fn div_by_million_is_division() {
+        let edges = [
+            0,
+            1,
+            999_999,
+            1_000_000,
+            1_000_001,
+            u64::MAX,
+            u64::MAX - 1,
+            (u64::MAX / 1_000_000) * 1_000_000,
+            (u64::MAX / 1_000_000) * 1_000_000 - 1,
+        ];
+        for x in edges {
+            assert_eq!(div_by_million(x), x / 1_000_000, "{x}");
+        }
+        // Around every multiple of 10^6 in a sweep of magnitudes, and a pseudo-random walk.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for shift in 20..64 {
+            let m = ((1u64 << shift) / 1_000_000) * 1_000_000;
+            for v in [m.wrapping_sub(1), m, m + 1] {
+                assert_eq!(div_by_million(v), v / 1_000_000, "{v}");
+            }
+        }
+        for _ in 0..1_000_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            assert_eq!(div_by_million(x), x / 1_000_000, "{x}");
+        }
     }
 
     #[test]
