@@ -107,8 +107,9 @@ impl Clock for SystemClock {
 ///
 /// Invariants: the cached readings are past readings of the system clock, so they never run
 /// ahead of the precise ones; the cached monotonic reading never decreases. The thread holds only
-/// a weak reference and stops within one tick of the last clone being dropped. This is the one
-/// thread idmint-core can start, and only when asked to.
+/// a weak reference and stops within one tick of the last clone being dropped. Unlike
+/// [`CoarseClock`] (one shared thread for the process, tick fixed at 1 ms), each `TickClock`
+/// has its own thread and tick, and only exists when asked for.
 #[derive(Debug, Clone)]
 pub struct TickClock {
     inner: Arc<TickInner>,

@@ -16,6 +16,12 @@
 //!   recorded (and the lease's expiry), so every id issued lies below a recorded floor, and
 //!   sets it to 0 when the lease is lost ([`NextIdError::BeyondLimit`]).
 //!
+//! The default clock is [`CoarseClock`]: the hot path reads its cached monotonic time (one atomic
+//! load), adds the generator's fused offset (anchor, adopted forward steps and epoch in one
+//! atomic) and divides by the unit (a multiply for 1 ms units); the precise clock is read only
+//! before returning `SequenceExhausted`, so a lagging cache never costs ids and never stamps an
+//! id ahead of the precise clock. The limit is read on every claim.
+//!
 //! What it does not do: choose or lease the worker id (configuration or a worker lease does),
 //! persist the last timestamp (the caller does, from [`SnowflakeGenerator::last_timestamp`]).
 

@@ -120,7 +120,9 @@ impl FromStr for Uuid7 {
     }
 }
 
-/// A thread-safe, lock-free, monotonic UUIDv7 generator.
+/// A thread-safe, lock-free, monotonic UUIDv7 generator. The default clock is [`CoarseClock`]
+/// (its cached wall reading: one atomic load per id); within a millisecond an id costs one
+/// `fetch_add` on the shared state plus 64 bits from the thread's CSPRNG.
 #[derive(Debug)]
 pub struct Uuid7Generator<C: Clock = CoarseClock> {
     state: Monotonic128<C>,
