@@ -361,9 +361,9 @@ fn ferroid_ulid_lock(threads: usize, n: u64) -> Duration {
 fn ferroid_ulid_thread_local(threads: usize, n: u64) -> Duration {
     drive(threads, n, |n| {
         for _ in 0..n {
-            black_box(ferroid::generator::thread_local::Ulid::new_ulid_mono(|_| {
-                std::hint::spin_loop()
-            }));
+            black_box(ferroid::generator::thread_local::Ulid::new_ulid_mono(
+                |_| std::hint::spin_loop(),
+            ));
         }
     })
 }

@@ -341,7 +341,10 @@ mod tests {
         assert!(wall <= c.wall_nanos() && wall > 1_600_000_000_000_000_000);
         let before = CoarseClock::default().coarse_monotonic_nanos();
         std::thread::sleep(std::time::Duration::from_millis(20));
-        assert!(c.coarse_monotonic_nanos() > before, "the ticker refreshes the cache");
+        assert!(
+            c.coarse_monotonic_nanos() > before,
+            "the ticker refreshes the cache"
+        );
     }
 
     #[test]

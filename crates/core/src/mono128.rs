@@ -65,10 +65,12 @@ impl<C: Clock> Monotonic128<C> {
     fn next_millisecond(&self, mut seen: u64, now_rel: u64) -> (u64, u32, bool) {
         loop {
             let seeded = (now_rel << COUNTER_BITS) | (rand::rng().next_u64() & COUNTER_SEED_MASK);
-            match self
-                .state
-                .compare_exchange_weak(seen, seeded, Ordering::AcqRel, Ordering::Relaxed)
-            {
+            match self.state.compare_exchange_weak(
+                seen,
+                seeded,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return self.parts(seeded, true),
                 Err(actual) if actual >> COUNTER_BITS >= now_rel => {
                     // Another thread moved it into this millisecond (or later): count on.

@@ -678,7 +678,10 @@ mod tests {
         };
         let g = SnowflakeGenerator::new(Layout::twitter(), 1, clock, None).unwrap();
         let id = g.next_id().unwrap();
-        assert_eq!(Layout::twitter().decode(id).unwrap().unix_millis(), NOW_MS + 5);
+        assert_eq!(
+            Layout::twitter().decode(id).unwrap().unix_millis(),
+            NOW_MS + 5
+        );
         assert_eq!(g.now_unix_nanos(), (NOW_MS + 5) * 1_000_000);
     }
 
