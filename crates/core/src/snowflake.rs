@@ -107,16 +107,16 @@ pub enum ClockCheck {
 /// Monotonic time anchored to the wall clock at construction: `anchor_wall + (mono - anchor_mono)
 /// + forward`, where `forward` only grows (wall-clock steps forward that were adopted).
 ///
-/// The hot path reads it relative to the layout's epoch as `(mono - anchor_mono) + offset`, with
-/// `offset = anchor_wall - epoch + forward` fused into one atomic (one load per reading);
-/// `mono - anchor_mono` saturates at 0, so a coarse reading that lags the anchor's precise one
-/// cannot take time below the anchor.
+/// The hot path reads it relative to the layout's epoch as `max(mono, anchor_mono) + offset`, with
+/// `offset = anchor_wall - epoch + forward - anchor_mono` fused into one atomic (one load per
+/// reading); the `max` keeps a coarse reading that lags the anchor's precise one from taking time
+/// below the anchor. No overflow: the result is nanoseconds since the epoch (u64 lasts 584 years).
 #[derive(Debug)]
 pub(crate) struct AnchoredTime<C> {
     clock: C,
     anchor_mono_nanos: u64,
     epoch_nanos: u64,
-    /// `anchor_wall - epoch + forward`; only grows.
+    /// `anchor_wall - epoch + forward - anchor_mono`, modulo 2^64; only grows.
     offset_nanos: AtomicU64,
 }
 
@@ -130,14 +130,20 @@ impl<C: Clock> AnchoredTime<C> {
             clock,
             anchor_mono_nanos,
             epoch_nanos,
-            offset_nanos: AtomicU64::new(anchor_wall_nanos - epoch_nanos),
+            offset_nanos: AtomicU64::new(
+                (anchor_wall_nanos - epoch_nanos).wrapping_sub(anchor_mono_nanos),
+            ),
         }
     }
 
     #[inline(always)]
     fn since_epoch_of(&self, mono: u64) -> u64 {
-        mono.saturating_sub(self.anchor_mono_nanos)
-            .saturating_add(self.offset_nanos.load(Ordering::Relaxed))
+        // `max(mono, anchor_mono) - anchor_mono + anchor_wall - epoch + forward`, the last four
+        // terms fused into the offset (which wraps below zero when the monotonic origin is
+        // later than `anchor_wall - epoch`; the sum does not, as `max` keeps it at or above
+        // `anchor_wall - epoch`).
+        mono.max(self.anchor_mono_nanos)
+            .wrapping_add(self.offset_nanos.load(Ordering::Relaxed))
     }
 
     /// Now, in nanoseconds since the epoch, never decreasing.
@@ -326,22 +332,33 @@ impl<C: Clock> SnowflakeGenerator<C> {
         let seq_bits = self.seq_bits;
         let last = self.state.load(Ordering::Relaxed);
         let now = self.units(self.time.coarse_since_epoch_nanos());
-        // NOTHING_ISSUED is u64::MAX, which wraps to 0: any time will do.
-        let next = (now << seq_bits).max(last.wrapping_add(1));
-        let ts = next >> seq_bits;
-        if ts <= now && ts < self.limit.load(Ordering::Relaxed) && ts <= self.max_timestamp {
+        // The state's successor (NOTHING_ISSUED is u64::MAX, which wraps to 0) and its unit,
+        // computed from the state alone, in parallel with the clock reading. If that unit is the
+        // current one, the successor is next; if it is earlier, the current unit starts afresh.
+        // Either way the id's timestamp is `now`, which the limit and the end of time bound.
+        let successor = last.wrapping_add(1);
+        let successor_ts = successor >> seq_bits;
+        if successor_ts <= now
+            && now < self.limit.load(Ordering::Relaxed)
+            && now <= self.max_timestamp
+        {
+            let next = if successor_ts < now {
+                now << seq_bits
+            } else {
+                successor
+            };
             // `next_id` (max 1) folds this to 1: `next` is below the unit's end.
             let count = if max == 1 {
                 1
             } else {
-                max.min(((ts + 1) << seq_bits) - next)
+                max.min(((now + 1) << seq_bits) - next)
             };
             if self
                 .state
                 .compare_exchange_weak(last, next + count - 1, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
-                return Ok((ts, next & self.max_sequence, count));
+                return Ok((now, next & self.max_sequence, count));
             }
         }
         self.claim_slow(max)
