@@ -215,6 +215,9 @@ pub struct SnowflakeGenerator<C: Clock = CoarseClock> {
     /// comparison of `unit_nanos`: the compiler would merge `x / 1_000_000` when `unit_nanos ==
     /// 1_000_000` back into one run-time division.
     unit_is_ms: bool,
+    /// `unit_nanos` if `(max_timestamp + 1) * unit_nanos` fits in 64 bits (every layout whose
+    /// time ends within 584 years of its epoch), else 0: the hot path's same-unit test.
+    unit_span: u64,
     /// `layout.max_timestamp()` and `layout.max_sequence()`, precomputed for the hot path.
     max_timestamp: u64,
     max_sequence: u64,
@@ -271,6 +274,10 @@ impl<C: Clock> SnowflakeGenerator<C> {
             seq_bits,
             unit_nanos: layout.unit_nanos(),
             unit_is_ms: layout.unit_nanos() == 1_000_000,
+            unit_span: match (layout.max_timestamp() + 1).checked_mul(layout.unit_nanos()) {
+                Some(_) => layout.unit_nanos(),
+                None => 0,
+            },
             max_timestamp: layout.max_timestamp(),
             max_sequence: layout.max_sequence(),
             time,
@@ -331,34 +338,47 @@ impl<C: Clock> SnowflakeGenerator<C> {
         let max = max.max(1);
         let seq_bits = self.seq_bits;
         let last = self.state.load(Ordering::Relaxed);
-        let now = self.units(self.time.coarse_since_epoch_nanos());
+        let since_epoch = self.time.coarse_since_epoch_nanos();
         // The state's successor (NOTHING_ISSUED is u64::MAX, which wraps to 0) and its unit,
-        // computed from the state alone, in parallel with the clock reading. If that unit is the
-        // current one, the successor is next; if it is earlier, the current unit starts afresh.
-        // Either way the id's timestamp is `now`, which the limit and the end of time bound.
+        // computed from the state alone, in parallel with the clock reading. The common case is
+        // that the clock is in that unit, which takes one subtraction and one comparison against
+        // the unit's start (no division on the path from the clock to the compare-and-swap):
+        // `since_epoch - ts * unit < unit` exactly when `since_epoch / unit == ts`, as
+        // `(ts + 1) * unit` fits in 64 bits for every `ts <= max_timestamp` (`unit_span` is 0,
+        // never true, for a layout where it would not). Otherwise, if the clock is in a later
+        // unit, that unit starts afresh. Either way the id's timestamp is at or below the clock's
+        // unit, and the limit and the end of time bound it.
         let successor = last.wrapping_add(1);
         let successor_ts = successor >> seq_bits;
-        if successor_ts <= now
-            && now < self.limit.load(Ordering::Relaxed)
-            && now <= self.max_timestamp
+        let (ts, next) = if since_epoch.wrapping_sub(successor_ts.wrapping_mul(self.unit_nanos))
+            < self.unit_span
         {
+            (successor_ts, successor)
+        } else {
+            let now = self.units(since_epoch);
+            if successor_ts > now {
+                return self.claim_slow(max);
+            }
             let next = if successor_ts < now {
                 now << seq_bits
             } else {
                 successor
             };
+            (now, next)
+        };
+        if ts < self.limit.load(Ordering::Relaxed) && ts <= self.max_timestamp {
             // `next_id` (max 1) folds this to 1: `next` is below the unit's end.
             let count = if max == 1 {
                 1
             } else {
-                max.min(((now + 1) << seq_bits) - next)
+                max.min(((ts + 1) << seq_bits) - next)
             };
             if self
                 .state
                 .compare_exchange_weak(last, next + count - 1, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
-                return Ok((now, next & self.max_sequence, count));
+                return Ok((ts, next & self.max_sequence, count));
             }
         }
         self.claim_slow(max)
@@ -723,6 +743,35 @@ mod tests {
         assert!(g.next_ids(10, &mut out).is_err() && out.is_empty());
         g.set_limit(now + 1);
         assert!(g.next_id().is_ok());
+    }
+
+    /// A layout whose time outlasts 64 bits of nanoseconds (50 bits of seconds) cannot use the
+    /// hot path's same-unit test (`unit_span` 0): it decides by division, with the same results.
+    #[test]
+    fn a_layout_beyond_64_bits_of_nanoseconds_still_counts_and_waits() {
+        let layout = Layout::new(LayoutSpec {
+            timestamp_bits: 50,
+            node_bits: 0,
+            sequence_bits: 2,
+            time_unit: Duration::from_secs(1),
+            epoch_unix_ms: 1_700_000_000_000,
+            order: FieldOrder::NodeThenSequence,
+            max_bits: 63,
+        })
+        .unwrap();
+        let clock = ManualClock::at_unix_millis(NOW_MS);
+        let g = SnowflakeGenerator::new(layout, 0, clock.clone(), None).unwrap();
+        assert_eq!(g.unit_span, 0);
+        let ids: Vec<u64> = (0..4).map(|_| g.next_id().unwrap()).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        assert!(matches!(
+            g.next_id(),
+            Err(NextIdError::SequenceExhausted { .. })
+        ));
+        clock.advance_millis(1_000);
+        let next = g.next_id().unwrap();
+        assert!(next > ids[3]);
+        assert_eq!(layout.decode(next).unwrap().unix_millis(), NOW_MS + 1_000);
     }
 
     /// Non-millisecond units (sonyflake's 10 ms) take the run-time divisor path.
