@@ -8,7 +8,8 @@
 //! (`/proc/thread-self/schedstat`, nanoseconds on a CPU), which leaves out time spent descheduled.
 //! For 2 threads, wall time of the whole (as the summary runner).
 //!
-//! `cargo run --release --bin pairs [PAIRS]` (default 41 pairs per comparison).
+//! `cargo run --release --bin pairs [PAIRS] [THREADS]` (default 41 pairs per comparison; THREADS
+//! 1 or 2 keeps only those rows, e.g. for a run pinned to one CPU with `taskset -c 1`).
 
 use std::time::Duration;
 
@@ -48,6 +49,7 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(41);
+    let only_threads: Option<usize> = std::env::args().nth(2).and_then(|a| a.parse().ok());
     let all = contenders();
     let find = |scenario: Scenario, kind: Kind, name: &str| {
         *all.iter()
@@ -67,6 +69,9 @@ fn main() {
     println!("| scenario | threads | peer | idmint ns/id (wall, median) | peer ns/id | ratio peer/idmint, wall: median [IQR] (min-max) | CPU time: median [IQR] |");
     println!("|---|---:|---|---:|---:|---|---|");
     for (scenario, peer_name, threads) in comparisons {
+        if only_threads.is_some_and(|t| t != threads) {
+            continue;
+        }
         let mine = find(scenario, Kind::Idmint, "idmint");
         let peer = find(scenario, Kind::Peer, peer_name);
         let target = Duration::from_millis(20);
