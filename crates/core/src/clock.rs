@@ -192,8 +192,18 @@ pub struct CoarseClock {
     _started: (),
 }
 
-static COARSE_MONO: AtomicU64 = AtomicU64::new(0);
-static COARSE_WALL: AtomicU64 = AtomicU64::new(0);
+/// The cached readings, alone in their cache line: only the ticker (and precise readings) write
+/// it, and no unrelated static written elsewhere can evict it from the readers' caches.
+#[repr(align(64))]
+struct CoarseCache {
+    mono: AtomicU64,
+    wall: AtomicU64,
+}
+
+static COARSE: CoarseCache = CoarseCache {
+    mono: AtomicU64::new(0),
+    wall: AtomicU64::new(0),
+};
 static COARSE_ORIGIN: OnceLock<SystemClock> = OnceLock::new();
 static COARSE_START: Once = Once::new();
 
@@ -206,15 +216,15 @@ impl CoarseClock {
     pub fn new() -> CoarseClock {
         COARSE_START.call_once(|| {
             let system = *COARSE_ORIGIN.get_or_init(SystemClock::new);
-            COARSE_MONO.fetch_max(system.monotonic_nanos(), Ordering::Release);
-            COARSE_WALL.store(system.wall_nanos(), Ordering::Release);
+            COARSE.mono.fetch_max(system.monotonic_nanos(), Ordering::Release);
+            COARSE.wall.store(system.wall_nanos(), Ordering::Release);
             #[allow(clippy::expect_used)]
             std::thread::Builder::new()
                 .name("idmint-coarse-clock".into())
                 .spawn(move || loop {
                     std::thread::sleep(Self::TICK);
-                    COARSE_MONO.fetch_max(system.monotonic_nanos(), Ordering::Release);
-                    COARSE_WALL.store(system.wall_nanos(), Ordering::Release);
+                    COARSE.mono.fetch_max(system.monotonic_nanos(), Ordering::Release);
+                    COARSE.wall.store(system.wall_nanos(), Ordering::Release);
                 })
                 .expect("idmint-core: cannot start the coarse clock thread");
         });
@@ -240,16 +250,16 @@ impl Clock for CoarseClock {
     }
     fn monotonic_nanos(&self) -> u64 {
         let now = Self::system().monotonic_nanos();
-        COARSE_MONO.fetch_max(now, Ordering::Release);
+        COARSE.mono.fetch_max(now, Ordering::Release);
         now
     }
     #[inline]
     fn coarse_monotonic_nanos(&self) -> u64 {
-        COARSE_MONO.load(Ordering::Acquire)
+        COARSE.mono.load(Ordering::Acquire)
     }
     #[inline]
     fn coarse_wall_nanos(&self) -> u64 {
-        COARSE_WALL.load(Ordering::Acquire)
+        COARSE.wall.load(Ordering::Acquire)
     }
 }
 
