@@ -216,14 +216,18 @@ impl CoarseClock {
     pub fn new() -> CoarseClock {
         COARSE_START.call_once(|| {
             let system = *COARSE_ORIGIN.get_or_init(SystemClock::new);
-            COARSE.mono.fetch_max(system.monotonic_nanos(), Ordering::Release);
+            COARSE
+                .mono
+                .fetch_max(system.monotonic_nanos(), Ordering::Release);
             COARSE.wall.store(system.wall_nanos(), Ordering::Release);
             #[allow(clippy::expect_used)]
             std::thread::Builder::new()
                 .name("idmint-coarse-clock".into())
                 .spawn(move || loop {
                     std::thread::sleep(Self::TICK);
-                    COARSE.mono.fetch_max(system.monotonic_nanos(), Ordering::Release);
+                    COARSE
+                        .mono
+                        .fetch_max(system.monotonic_nanos(), Ordering::Release);
                     COARSE.wall.store(system.wall_nanos(), Ordering::Release);
                 })
                 .expect("idmint-core: cannot start the coarse clock thread");
