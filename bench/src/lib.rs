@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use idmint_core::block::Block;
 use idmint_core::snowflake::next_id_spinning;
 use idmint_core::{
-    Buffer, BufferConfig, BufferPolicy, FieldOrder, Layout, LayoutSpec, SharedBlock, Sizing,
-    SnowflakeGenerator, SystemClock, UlidGenerator, Uuid7Generator,
+    Buffer, BufferConfig, BufferPolicy, CoarseClock, FieldOrder, Layout, LayoutSpec, SharedBlock,
+    Sizing, SnowflakeGenerator, SystemClock, UlidGenerator, Uuid7Generator,
 };
 
 /// The benchmark scenarios of issue 2.
@@ -74,7 +74,7 @@ impl Scenario {
 pub enum Kind {
     /// idmint-core as shipped, used as documented: the numerator of every ratio.
     Idmint,
-    /// idmint-core used another way, or with a prototype clock: shown for comparison only.
+    /// idmint-core used another way, or on another clock: shown for comparison only.
     IdmintVariant,
     /// A peer crate.
     Peer,
@@ -138,7 +138,7 @@ pub fn drive(threads: usize, ids_per_thread: u64, work: impl Fn(u64) + Sync) -> 
 const NODE: u64 = 1;
 
 fn idmint_twitter(threads: usize, n: u64) -> Duration {
-    let g = SnowflakeGenerator::new(Layout::twitter(), NODE, SystemClock::new(), None)
+    let g = SnowflakeGenerator::new(Layout::twitter(), NODE, CoarseClock::new(), None)
         .expect("generator");
     drive(threads, n, |n| {
         for _ in 0..n {
@@ -239,7 +239,7 @@ ferroid::define_snowflake_id!(
 );
 
 fn idmint_wide(threads: usize, n: u64) -> Duration {
-    let g = SnowflakeGenerator::new(wide_layout(), 0, SystemClock::new(), None).expect("generator");
+    let g = SnowflakeGenerator::new(wide_layout(), 0, CoarseClock::new(), None).expect("generator");
     drive(threads, n, |n| {
         for _ in 0..n {
             black_box(next_id_spinning(&g).expect("time left"));
@@ -316,7 +316,7 @@ fn idmint_buffer(threads: usize, n: u64) -> Duration {
 // (d) UUIDv7 and ULID
 
 fn idmint_uuid7(threads: usize, n: u64) -> Duration {
-    let g = Uuid7Generator::new(SystemClock::new());
+    let g = Uuid7Generator::default();
     drive(threads, n, |n| {
         for _ in 0..n {
             black_box(g.next_uuid());
@@ -333,7 +333,7 @@ fn uuid_now_v7(threads: usize, n: u64) -> Duration {
 }
 
 fn idmint_ulid(threads: usize, n: u64) -> Duration {
-    let g = UlidGenerator::new(SystemClock::new());
+    let g = UlidGenerator::default();
     drive(threads, n, |n| {
         for _ in 0..n {
             black_box(g.next_ulid());
@@ -361,9 +361,9 @@ fn ferroid_ulid_lock(threads: usize, n: u64) -> Duration {
 fn ferroid_ulid_thread_local(threads: usize, n: u64) -> Duration {
     drive(threads, n, |n| {
         for _ in 0..n {
-            black_box(ferroid::generator::thread_local::Ulid::new_ulid_mono(|_| {
-                std::hint::spin_loop()
-            }));
+            black_box(ferroid::generator::thread_local::Ulid::new_ulid_mono(
+                |_| std::hint::spin_loop(),
+            ));
         }
     })
 }
@@ -392,28 +392,11 @@ fn ulid_generate(threads: usize, n: u64) -> Duration {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A prototype clock for the what-if rows: time read from an atomic that one background thread
-// advances every millisecond (the technique of ferroid's MonotonicClock), implementing
-// idmint-core's `Clock` trait. No change to idmint-core is needed to use it.
+// Variants: the generators on `SystemClock` (no cached readings: one OS clock call per id), for
+// comparison with the default `CoarseClock`.
 
-/// The process-wide [`idmint_core::TickClock`] (1 ms tick, as ferroid's clock): coarse readings
-/// are one atomic load; generators re-read the precise clock before they would wait.
-#[derive(Clone)]
-pub struct TickerClock;
-
-impl TickerClock {
-    /// The shared tick clock.
-    #[allow(clippy::new_ret_no_self)]
-    pub fn new() -> idmint_core::TickClock {
-        static CLOCK: OnceLock<idmint_core::TickClock> = OnceLock::new();
-        CLOCK
-            .get_or_init(|| idmint_core::TickClock::start(Duration::from_millis(1)).expect("clock thread"))
-            .clone()
-    }
-}
-
-fn idmint_twitter_ticker(threads: usize, n: u64) -> Duration {
-    let g = SnowflakeGenerator::new(Layout::twitter(), NODE, TickerClock::new(), None)
+fn idmint_twitter_system(threads: usize, n: u64) -> Duration {
+    let g = SnowflakeGenerator::new(Layout::twitter(), NODE, SystemClock::new(), None)
         .expect("generator");
     drive(threads, n, |n| {
         for _ in 0..n {
@@ -422,8 +405,8 @@ fn idmint_twitter_ticker(threads: usize, n: u64) -> Duration {
     })
 }
 
-fn idmint_wide_ticker(threads: usize, n: u64) -> Duration {
-    let g = SnowflakeGenerator::new(wide_layout(), 0, TickerClock::new(), None).expect("generator");
+fn idmint_wide_system(threads: usize, n: u64) -> Duration {
+    let g = SnowflakeGenerator::new(wide_layout(), 0, SystemClock::new(), None).expect("generator");
     drive(threads, n, |n| {
         for _ in 0..n {
             black_box(next_id_spinning(&g).expect("time left"));
@@ -434,7 +417,7 @@ fn idmint_wide_ticker(threads: usize, n: u64) -> Duration {
 /// Ids claimed 64 at a time with `next_ids` (one clock read and one CAS per batch), as a
 /// service answering `count=N` requests would.
 fn idmint_wide_batched(threads: usize, n: u64) -> Duration {
-    let g = SnowflakeGenerator::new(wide_layout(), 0, SystemClock::new(), None).expect("generator");
+    let g = SnowflakeGenerator::new(wide_layout(), 0, CoarseClock::new(), None).expect("generator");
     drive(threads, n, |n| {
         let mut out = Vec::with_capacity(64);
         let mut done = 0;
@@ -452,8 +435,8 @@ fn idmint_wide_batched(threads: usize, n: u64) -> Duration {
     })
 }
 
-fn idmint_uuid7_ticker(threads: usize, n: u64) -> Duration {
-    let g = Uuid7Generator::new(TickerClock::new());
+fn idmint_uuid7_system(threads: usize, n: u64) -> Duration {
+    let g = Uuid7Generator::new(SystemClock::new());
     drive(threads, n, |n| {
         for _ in 0..n {
             black_box(g.next_uuid());
@@ -461,8 +444,8 @@ fn idmint_uuid7_ticker(threads: usize, n: u64) -> Duration {
     })
 }
 
-fn idmint_ulid_ticker(threads: usize, n: u64) -> Duration {
-    let g = UlidGenerator::new(TickerClock::new());
+fn idmint_ulid_system(threads: usize, n: u64) -> Duration {
+    let g = UlidGenerator::new(SystemClock::new());
     drive(threads, n, |n| {
         for _ in 0..n {
             black_box(g.next_ulid());
@@ -478,18 +461,18 @@ pub fn contenders() -> Vec<Contender> {
             scenario: Twitter,
             name: "idmint SnowflakeGenerator",
             kind: Kind::Idmint,
-            guarantee: "lock-free, shared; strictly increasing across threads; never ahead of the clock; monotonic clock anchored to wall time (survives wall steps); returns SequenceExhausted{wait}, caller spins (next_id_spinning)",
+            guarantee: "lock-free, shared; strictly increasing across threads; never ahead of the clock; monotonic clock anchored to wall time (survives wall steps); default CoarseClock (one atomic load, refreshed every ms by a process-wide thread; precise re-read before waiting); returns SequenceExhausted{wait}, caller spins (next_id_spinning)",
             same_guarantee: true,
             run: idmint_twitter,
             fixed_total: None,
         },
         Contender {
             scenario: Twitter,
-            name: "idmint + TickClock",
+            name: "idmint + SystemClock",
             kind: Kind::IdmintVariant,
-            guarantee: "idmint SnowflakeGenerator with idmint_core::TickClock (coarse reading = one atomic load refreshed every ms by a thread; precise re-read before waiting)",
+            guarantee: "idmint SnowflakeGenerator on SystemClock (no cached readings: one OS monotonic clock call per id)",
             same_guarantee: true,
-            run: idmint_twitter_ticker,
+            run: idmint_twitter_system,
             fixed_total: None,
         },
         Contender {
@@ -549,11 +532,11 @@ pub fn contenders() -> Vec<Contender> {
         },
         Contender {
             scenario: Wide,
-            name: "idmint + TickClock",
+            name: "idmint + SystemClock",
             kind: Kind::IdmintVariant,
-            guarantee: "as (a), with idmint_core::TickClock",
+            guarantee: "as (a), on SystemClock",
             same_guarantee: true,
-            run: idmint_wide_ticker,
+            run: idmint_wide_system,
             fixed_total: None,
         },
         Contender {
@@ -594,11 +577,11 @@ pub fn contenders() -> Vec<Contender> {
         },
         Contender {
             scenario: Uuid7,
-            name: "idmint + TickClock",
+            name: "idmint + SystemClock",
             kind: Kind::IdmintVariant,
-            guarantee: "Uuid7Generator with idmint_core::TickClock",
+            guarantee: "Uuid7Generator on SystemClock (one OS wall clock call per id)",
             same_guarantee: true,
-            run: idmint_uuid7_ticker,
+            run: idmint_uuid7_system,
             fixed_total: None,
         },
         Contender {
@@ -621,11 +604,11 @@ pub fn contenders() -> Vec<Contender> {
         },
         Contender {
             scenario: Ulid,
-            name: "idmint + TickClock",
+            name: "idmint + SystemClock",
             kind: Kind::IdmintVariant,
-            guarantee: "UlidGenerator with idmint_core::TickClock",
+            guarantee: "UlidGenerator on SystemClock (one OS wall clock call per id)",
             same_guarantee: true,
-            run: idmint_ulid_ticker,
+            run: idmint_ulid_system,
             fixed_total: None,
         },
         Contender {

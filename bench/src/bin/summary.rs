@@ -12,7 +12,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idmint_bench::{contenders, Contender, Kind, Scenario};
 
-const RUNS: usize = 5;
+/// Timed runs per figure: 5, or `BENCH_RUNS` from the environment.
+fn runs() -> usize {
+    std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(5)
+}
 const THREADS: [usize; 2] = [1, 2];
 /// Twitter-layout ids per second per node: 4096 per ms.
 const TWITTER_CAP: f64 = 4_096_000.0;
@@ -69,7 +76,7 @@ fn measure_scenario(cs: &[Contender]) -> Vec<[Measured; 2]> {
         })
         .collect();
     let mut rates: Vec<[Vec<f64>; 2]> = cs.iter().map(|_| [Vec::new(), Vec::new()]).collect();
-    for round in 0..RUNS {
+    for round in 0..runs() {
         for (i, c) in cs.iter().enumerate() {
             for (j, &t) in THREADS.iter().enumerate() {
                 // One long run suffices for a fixed-total contender.
@@ -151,8 +158,9 @@ fn main() {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let _ = writeln!(
         out,
-        "machine: {cores} cores, `{}`; {RUNS} timed runs per figure after warm-up, interleaved across contenders; median shown (min-max in brackets)\n",
-        cpu_model()
+        "machine: {cores} cores, `{}`; {} timed runs per figure after warm-up, interleaved across contenders; median shown (min-max in brackets)\n",
+        cpu_model(),
+        runs()
     );
 
     // The cost of the primitives the generators' hot paths are made of.

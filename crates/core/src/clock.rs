@@ -7,10 +7,11 @@
 //! a timestamp.
 //!
 //! [`SystemClock`] is the only place in idmint-core that reads the operating system's clocks.
-//! [`ManualClock`] is set by hand, for tests that step time without sleeping.
+//! [`CoarseClock`] (the generators' default) and [`TickClock`] add cached readings refreshed by a
+//! background thread. [`ManualClock`] is set by hand, for tests that step time without sleeping.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Once, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// A source of wall and monotonic time. Implementations must be cheap: generators read the
@@ -106,8 +107,9 @@ impl Clock for SystemClock {
 ///
 /// Invariants: the cached readings are past readings of the system clock, so they never run
 /// ahead of the precise ones; the cached monotonic reading never decreases. The thread holds only
-/// a weak reference and stops within one tick of the last clone being dropped. This is the one
-/// thread idmint-core can start, and only when asked to.
+/// a weak reference and stops within one tick of the last clone being dropped. Unlike
+/// [`CoarseClock`] (one shared thread for the process, tick fixed at 1 ms), each `TickClock`
+/// has its own thread and tick, and only exists when asked for.
 #[derive(Debug, Clone)]
 pub struct TickClock {
     inner: Arc<TickInner>,
@@ -165,6 +167,103 @@ impl Clock for TickClock {
     #[inline]
     fn coarse_wall_nanos(&self) -> u64 {
         self.inner.wall.load(Ordering::Acquire)
+    }
+}
+
+/// The process-wide coarse clock, the default clock of the generators
+/// ([`crate::SnowflakeGenerator`], [`crate::UlidGenerator`], [`crate::Uuid7Generator`]).
+///
+/// Its coarse readings are one relaxed load of a `static` atomic, refreshed every
+/// [`CoarseClock::TICK`] (1 ms) by one background thread per process, `idmint-coarse-clock`,
+/// started by the first [`CoarseClock::new`] and running until the process exits (it sleeps
+/// between ticks; about a thousand short wake-ups a second). Its precise readings are the
+/// operating system's, as [`SystemClock`]'s (monotonic time from a process-wide origin), and every
+/// precise monotonic reading also refreshes the cache.
+///
+/// Invariants, as [`TickClock`]'s: the cached readings are past readings of the system clock, so
+/// they never run ahead of the precise ones; the cached monotonic reading never decreases. A
+/// late tick (a loaded machine can delay the thread by many ticks) only makes the coarse readings
+/// older: the generators re-read the precise clock before they would wait, and stamp ids with a
+/// time that is never ahead of the precise clock. Values are `Copy` handles to the one shared
+/// state; [`SystemClock`] itself is unchanged (it has no cache and starts no thread).
+#[derive(Debug, Clone, Copy)]
+pub struct CoarseClock {
+    /// Only [`CoarseClock::new`] makes one, after the cache is filled and the thread started.
+    _started: (),
+}
+
+/// The cached readings, alone in their cache line: only the ticker (and precise readings) write
+/// it, and no unrelated static written elsewhere can evict it from the readers' caches.
+#[repr(align(64))]
+struct CoarseCache {
+    mono: AtomicU64,
+    wall: AtomicU64,
+}
+
+static COARSE: CoarseCache = CoarseCache {
+    mono: AtomicU64::new(0),
+    wall: AtomicU64::new(0),
+};
+static COARSE_ORIGIN: OnceLock<SystemClock> = OnceLock::new();
+static COARSE_START: Once = Once::new();
+
+impl CoarseClock {
+    /// The staleness bound of the coarse readings when the refreshing thread runs on time.
+    pub const TICK: std::time::Duration = std::time::Duration::from_millis(1);
+
+    /// A handle to the process's coarse clock; the first call fills the cache and starts the
+    /// refreshing thread. Panics only if the operating system refuses to start a thread.
+    pub fn new() -> CoarseClock {
+        COARSE_START.call_once(|| {
+            let system = *COARSE_ORIGIN.get_or_init(SystemClock::new);
+            COARSE
+                .mono
+                .fetch_max(system.monotonic_nanos(), Ordering::Release);
+            COARSE.wall.store(system.wall_nanos(), Ordering::Release);
+            #[allow(clippy::expect_used)]
+            std::thread::Builder::new()
+                .name("idmint-coarse-clock".into())
+                .spawn(move || loop {
+                    std::thread::sleep(Self::TICK);
+                    COARSE
+                        .mono
+                        .fetch_max(system.monotonic_nanos(), Ordering::Release);
+                    COARSE.wall.store(system.wall_nanos(), Ordering::Release);
+                })
+                .expect("idmint-core: cannot start the coarse clock thread");
+        });
+        CoarseClock { _started: () }
+    }
+
+    #[inline]
+    fn system() -> SystemClock {
+        // Set before any `CoarseClock` exists.
+        COARSE_ORIGIN.get().copied().unwrap_or_default()
+    }
+}
+
+impl Default for CoarseClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for CoarseClock {
+    fn wall_nanos(&self) -> u64 {
+        Self::system().wall_nanos()
+    }
+    fn monotonic_nanos(&self) -> u64 {
+        let now = Self::system().monotonic_nanos();
+        COARSE.mono.fetch_max(now, Ordering::Release);
+        now
+    }
+    #[inline]
+    fn coarse_monotonic_nanos(&self) -> u64 {
+        COARSE.mono.load(Ordering::Acquire)
+    }
+    #[inline]
+    fn coarse_wall_nanos(&self) -> u64 {
+        COARSE.wall.load(Ordering::Acquire)
     }
 }
 
@@ -240,6 +339,26 @@ mod tests {
             assert!(coarse <= c.monotonic_nanos(), "coarse ran ahead of precise");
             last = coarse;
         }
+    }
+
+    #[test]
+    fn coarse_clock_never_runs_ahead_and_follows_time() {
+        let c = CoarseClock::new();
+        let mut last = 0;
+        for _ in 0..10_000 {
+            let coarse = c.coarse_monotonic_nanos();
+            assert!(coarse >= last, "coarse monotonic went back");
+            assert!(coarse <= c.monotonic_nanos(), "coarse ran ahead of precise");
+            last = coarse;
+        }
+        let wall = c.coarse_wall_nanos();
+        assert!(wall <= c.wall_nanos() && wall > 1_600_000_000_000_000_000);
+        let before = CoarseClock::default().coarse_monotonic_nanos();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(
+            c.coarse_monotonic_nanos() > before,
+            "the ticker refreshes the cache"
+        );
     }
 
     #[test]

@@ -83,7 +83,7 @@ impl<C: Clock> ShardCounterGenerator<C> {
                 epoch_ms: layout.spec().epoch_unix_ms,
             });
         }
-        let time = AnchoredTime::new(clock, layout.epoch_nanos());
+        let time = AnchoredTime::new(clock, layout.epoch_nanos(), layout.epoch_nanos());
         Ok(ShardCounterGenerator {
             layout,
             shard,

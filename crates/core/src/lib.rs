@@ -11,10 +11,14 @@
 //! - [`block`]: block arithmetic for sequences (start, step, offset, 32/64-bit widths).
 //! - [`buffer`]: the leased-block buffer state machine and its demand-based sizing.
 //! - [`uuid7`] and [`ulid`]: monotonic, thread-safe 128-bit time-ordered ids.
-//! - [`clock`]: the `Clock` trait, the system clock and a manual clock for tests.
+//! - [`clock`]: the `Clock` trait, the system clock, the generators' default [`CoarseClock`]
+//!   (cached readings, one atomic load) and a manual clock for tests.
 //! - [`namespace`]: validated namespace names.
 //!
-//! It starts no thread of its own, except [`clock::TickClock`]'s when asked to.
+//! It starts no thread of its own, except two clock-refreshing threads: [`clock::CoarseClock`]'s,
+//! one per process, started by the first `CoarseClock::new()` (which the generators' `Default`
+//! impls and default type parameter use) and running until the process exits; and
+//! [`clock::TickClock`]'s when asked to.
 //!
 //! What it does not do: durability (that is the authority's, in `idmint-store`), networking
 //! (`idmint-node`), or waiting (a generator that must wait says for how long and returns).
@@ -25,7 +29,7 @@ pub mod namespace;
 mod sync;
 
 pub use block::{Block, BlockError, SequenceSpec, SpecError, Width};
-pub use clock::{Clock, ManualClock, SystemClock, TickClock};
+pub use clock::{Clock, CoarseClock, ManualClock, SystemClock, TickClock};
 pub use namespace::{NamespaceName, NamespaceNameError};
 pub mod layout;
 pub mod snowflake;

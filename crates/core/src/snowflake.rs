@@ -16,10 +16,16 @@
 //!   recorded (and the lease's expiry), so every id issued lies below a recorded floor, and
 //!   sets it to 0 when the lease is lost ([`NextIdError::BeyondLimit`]).
 //!
+//! The default clock is [`CoarseClock`]: the hot path reads its cached monotonic time (one atomic
+//! load), adds the generator's fused offset (anchor, adopted forward steps and epoch in one
+//! atomic) and divides by the unit (a multiply for 1 ms units); the precise clock is read only
+//! before returning `SequenceExhausted`, so a lagging cache never costs ids and never stamps an
+//! id ahead of the precise clock. The limit is read on every claim.
+//!
 //! What it does not do: choose or lease the worker id (configuration or a worker lease does),
 //! persist the last timestamp (the caller does, from [`SnowflakeGenerator::last_timestamp`]).
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, CoarseClock};
 use crate::layout::Layout;
 use crate::sync::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -100,49 +106,63 @@ pub enum ClockCheck {
 
 /// Monotonic time anchored to the wall clock at construction: `anchor_wall + (mono - anchor_mono)
 /// + forward`, where `forward` only grows (wall-clock steps forward that were adopted).
+///
+/// The hot path reads it relative to the layout's epoch as `max(mono, anchor_mono) + offset`, with
+/// `offset = anchor_wall - epoch + forward - anchor_mono` fused into one atomic (one load per
+/// reading); the `max` keeps a coarse reading that lags the anchor's precise one from taking time
+/// below the anchor. No overflow: the result is nanoseconds since the epoch (u64 lasts 584 years).
 #[derive(Debug)]
 pub(crate) struct AnchoredTime<C> {
     clock: C,
-    anchor_wall_nanos: u64,
     anchor_mono_nanos: u64,
-    forward_nanos: AtomicU64,
+    epoch_nanos: u64,
+    /// `anchor_wall - epoch + forward - anchor_mono`, modulo 2^64; only grows.
+    offset_nanos: AtomicU64,
 }
 
 impl<C: Clock> AnchoredTime<C> {
-    /// Anchors at the wall clock, or at `floor_nanos` if the wall clock is behind it.
-    pub(crate) fn new(clock: C, floor_nanos: u64) -> Self {
+    /// Anchors at the wall clock, or at `floor_nanos` if the wall clock is behind it;
+    /// `epoch_nanos` (at or below the floor) is the origin of [`Self::since_epoch_nanos`].
+    pub(crate) fn new(clock: C, floor_nanos: u64, epoch_nanos: u64) -> Self {
         let anchor_mono_nanos = clock.monotonic_nanos();
-        let anchor_wall_nanos = clock.wall_nanos().max(floor_nanos);
+        let anchor_wall_nanos = clock.wall_nanos().max(floor_nanos).max(epoch_nanos);
         AnchoredTime {
             clock,
-            anchor_wall_nanos,
             anchor_mono_nanos,
-            forward_nanos: AtomicU64::new(0),
+            epoch_nanos,
+            offset_nanos: AtomicU64::new(
+                (anchor_wall_nanos - epoch_nanos).wrapping_sub(anchor_mono_nanos),
+            ),
         }
+    }
+
+    #[inline(always)]
+    fn since_epoch_of(&self, mono: u64) -> u64 {
+        // `max(mono, anchor_mono) - anchor_mono + anchor_wall - epoch + forward`, the last four
+        // terms fused into the offset (which wraps below zero when the monotonic origin is
+        // later than `anchor_wall - epoch`; the sum does not, as `max` keeps it at or above
+        // `anchor_wall - epoch`).
+        mono.max(self.anchor_mono_nanos)
+            .wrapping_add(self.offset_nanos.load(Ordering::Relaxed))
+    }
+
+    /// Now, in nanoseconds since the epoch, never decreasing.
+    #[inline]
+    pub(crate) fn since_epoch_nanos(&self) -> u64 {
+        self.since_epoch_of(self.clock.monotonic_nanos())
+    }
+
+    /// Like [`Self::since_epoch_nanos`] from the clock's coarse reading: may lag, never runs
+    /// ahead.
+    #[inline(always)]
+    pub(crate) fn coarse_since_epoch_nanos(&self) -> u64 {
+        self.since_epoch_of(self.clock.coarse_monotonic_nanos())
     }
 
     /// Now, in nanoseconds since the Unix epoch, never decreasing.
     #[inline]
     pub(crate) fn now_nanos(&self) -> u64 {
-        let elapsed = self
-            .clock
-            .monotonic_nanos()
-            .saturating_sub(self.anchor_mono_nanos);
-        self.anchor_wall_nanos
-            .saturating_add(elapsed)
-            .saturating_add(self.forward_nanos.load(Ordering::Relaxed))
-    }
-
-    /// Like [`Self::now_nanos`] from the clock's coarse reading: may lag, never runs ahead.
-    #[inline]
-    pub(crate) fn coarse_now_nanos(&self) -> u64 {
-        let elapsed = self
-            .clock
-            .coarse_monotonic_nanos()
-            .saturating_sub(self.anchor_mono_nanos);
-        self.anchor_wall_nanos
-            .saturating_add(elapsed)
-            .saturating_add(self.forward_nanos.load(Ordering::Relaxed))
+        self.epoch_nanos.saturating_add(self.since_epoch_nanos())
     }
 
     /// Compares with the wall clock; adopts forward steps beyond `tolerance`.
@@ -156,7 +176,7 @@ impl<C: Clock> AnchoredTime<C> {
             }
         } else if wall > own.saturating_add(tol) {
             let by = wall - own;
-            self.forward_nanos.fetch_add(by, Ordering::Relaxed);
+            self.offset_nanos.fetch_add(by, Ordering::Relaxed);
             ClockCheck::WallAheadAdopted {
                 by: Duration::from_nanos(by),
             }
@@ -166,6 +186,17 @@ impl<C: Clock> AnchoredTime<C> {
     }
 }
 
+/// `x / 1_000_000`, written as the multiply the compiler would emit for a constant divisor, so it
+/// stays a multiply when a run-time division by the same value sits in the other branch (LLVM
+/// otherwise merges both into one `div`). `1_000_000 = 2^6 * 15625` and
+/// `M = ceil(2^71 / 15625) = 0x0218_def4_16bd_b1a7` with `M * 15625 - 2^71 = 2527 < 2^13`, so for
+/// every `y = x >> 6 < 2^58` the error of `y * M / 2^71` against `y / 15625` is below `1/15625`
+/// and the floors agree (Granlund and Montgomery).
+#[inline(always)]
+pub(crate) fn div_by_million(x: u64) -> u64 {
+    ((u128::from(x >> 6) * 0x0218_def4_16bd_b1a7) >> 71) as u64
+}
+
 /// Sentinel state: nothing issued yet and no floor. Never a valid packed state, because a
 /// layout's timestamp and sequence bits add up to at most 63.
 const NOTHING_ISSUED: u64 = u64::MAX;
@@ -173,11 +204,23 @@ const NOTHING_ISSUED: u64 = u64::MAX;
 /// A snowflake id generator for one node id. Thread-safe and lock-free; share it by reference
 /// or `Arc`. See the module docs for its guarantees.
 #[derive(Debug)]
-pub struct SnowflakeGenerator<C: Clock = SystemClock> {
+pub struct SnowflakeGenerator<C: Clock = CoarseClock> {
     layout: Layout,
     node: u64,
     node_part: u64,
     seq_bits: u32,
+    /// `layout.unit_nanos()`.
+    unit_nanos: u64,
+    /// Whether the unit is 1 ms, which takes a constant-divisor path (a multiply). A flag, not a
+    /// comparison of `unit_nanos`: the compiler would merge `x / 1_000_000` when `unit_nanos ==
+    /// 1_000_000` back into one run-time division.
+    unit_is_ms: bool,
+    /// `unit_nanos` if `(max_timestamp + 1) * unit_nanos` fits in 64 bits (every layout whose
+    /// time ends within 584 years of its epoch), else 0: the hot path's same-unit test.
+    unit_span: u64,
+    /// `layout.max_timestamp()` and `layout.max_sequence()`, precomputed for the hot path.
+    max_timestamp: u64,
+    max_sequence: u64,
     time: AnchoredTime<C>,
     /// Last issued `(timestamp << seq_bits) | sequence`, or [`NOTHING_ISSUED`].
     state: AtomicU64,
@@ -217,7 +260,7 @@ impl<C: Clock> SnowflakeGenerator<C> {
             Some(ts) => layout.unix_nanos_of(ts + 1),
             None => layout.epoch_nanos(),
         };
-        let time = AnchoredTime::new(clock, floor_nanos);
+        let time = AnchoredTime::new(clock, floor_nanos, layout.epoch_nanos());
         let seq_bits = u32::from(layout.sequence_bits());
         let state = match resume_after {
             // The whole of `ts` counts as used.
@@ -229,6 +272,14 @@ impl<C: Clock> SnowflakeGenerator<C> {
             node,
             node_part: layout.node_part(node),
             seq_bits,
+            unit_nanos: layout.unit_nanos(),
+            unit_is_ms: layout.unit_nanos() == 1_000_000,
+            unit_span: match (layout.max_timestamp() + 1).checked_mul(layout.unit_nanos()) {
+                Some(_) => layout.unit_nanos(),
+                None => 0,
+            },
+            max_timestamp: layout.max_timestamp(),
+            max_sequence: layout.max_sequence(),
             time,
             state: AtomicU64::new(state),
             limit: AtomicU64::new(u64::MAX),
@@ -250,12 +301,22 @@ impl<C: Clock> SnowflakeGenerator<C> {
 
     #[inline]
     fn now_timestamp(&self) -> u64 {
-        self.timestamp_of(self.time.now_nanos())
+        self.units(self.time.since_epoch_nanos())
+    }
+
+    /// Layout units in `since_epoch` nanoseconds. Millisecond units (every built-in layout but
+    /// sonyflake) divide by a constant, which compiles to a multiply.
+    #[inline(always)]
+    fn units(&self, since_epoch: u64) -> u64 {
+        if self.unit_is_ms {
+            div_by_million(since_epoch)
+        } else {
+            since_epoch / self.unit_nanos
+        }
     }
 
     #[inline]
     fn timestamp_of(&self, unix_nanos: u64) -> u64 {
-        // AnchoredTime never reads below the epoch: it is anchored at or above it.
         unix_nanos.saturating_sub(self.layout.epoch_nanos()) / self.layout.unit_nanos()
     }
 
@@ -266,22 +327,75 @@ impl<C: Clock> SnowflakeGenerator<C> {
 
     /// Reserves up to `max` consecutive sequence values of one time unit in one atomic step.
     /// Returns `(timestamp, first_sequence, count)` with `1 <= count <= max`.
+    ///
+    /// The fast path is one load of the state, one coarse clock reading (one atomic load for
+    /// [`CoarseClock`]), the fused time offset, the limit (both in the generator, read-mostly)
+    /// and one compare-and-swap. Anything else (a unit used up, a lagging coarse reading, the
+    /// limit, the end of the layout's time, a lost race) goes to [`Self::claim_slow`], which
+    /// decides from scratch.
     #[inline]
     fn claim(&self, max: u64) -> Result<(u64, u64, u64), NextIdError> {
         let max = max.max(1);
         let seq_bits = self.seq_bits;
+        let last = self.state.load(Ordering::Relaxed);
+        let since_epoch = self.time.coarse_since_epoch_nanos();
+        // The state's successor (NOTHING_ISSUED is u64::MAX, which wraps to 0) and its unit,
+        // computed from the state alone, in parallel with the clock reading. The common case is
+        // that the clock is in that unit, which takes one subtraction and one comparison against
+        // the unit's start (no division on the path from the clock to the compare-and-swap):
+        // `since_epoch - ts * unit < unit` exactly when `since_epoch / unit == ts`, as
+        // `(ts + 1) * unit` fits in 64 bits for every `ts <= max_timestamp` (`unit_span` is 0,
+        // never true, for a layout where it would not). Otherwise, if the clock is in a later
+        // unit, that unit starts afresh. Either way the id's timestamp is at or below the clock's
+        // unit, and the limit and the end of time bound it.
+        let successor = last.wrapping_add(1);
+        let successor_ts = successor >> seq_bits;
+        let (ts, next) = if since_epoch.wrapping_sub(successor_ts.wrapping_mul(self.unit_nanos))
+            < self.unit_span
+        {
+            (successor_ts, successor)
+        } else {
+            let now = self.units(since_epoch);
+            if successor_ts > now {
+                return self.claim_slow(max);
+            }
+            let next = if successor_ts < now {
+                now << seq_bits
+            } else {
+                successor
+            };
+            (now, next)
+        };
+        if ts < self.limit.load(Ordering::Relaxed) && ts <= self.max_timestamp {
+            // `next_id` (max 1) folds this to 1: `next` is below the unit's end.
+            let count = if max == 1 {
+                1
+            } else {
+                max.min(((ts + 1) << seq_bits) - next)
+            };
+            if self
+                .state
+                .compare_exchange_weak(last, next + count - 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Ok((ts, next & self.max_sequence, count));
+            }
+        }
+        self.claim_slow(max)
+    }
+
+    /// [`Self::claim`]'s loop for everything but the uncontended common case.
+    #[cold]
+    #[inline(never)]
+    fn claim_slow(&self, max: u64) -> Result<(u64, u64, u64), NextIdError> {
+        let seq_bits = self.seq_bits;
         let mut last = self.state.load(Ordering::Relaxed);
         // The coarse clock first; the precise one only before telling the caller to wait, so a
         // lagging coarse reading never costs ids.
-        let mut now = self.timestamp_of(self.time.coarse_now_nanos());
+        let mut now = self.units(self.time.coarse_since_epoch_nanos());
         let mut precise = false;
         loop {
-            let now_packed = now << seq_bits;
-            let next = if last == NOTHING_ISSUED {
-                now_packed
-            } else {
-                now_packed.max(last + 1)
-            };
+            let next = (now << seq_bits).max(last.wrapping_add(1));
             let ts = next >> seq_bits;
             if ts > now {
                 if !precise {
@@ -376,6 +490,7 @@ impl<C: Clock> SnowflakeGenerator<C> {
 
 /// Calls `next_id` until it succeeds, spinning (not sleeping) through sequence exhaustion.
 /// For benchmarks and callers that prefer burning a core to a context switch.
+#[inline]
 pub fn next_id_spinning<C: Clock>(generator: &SnowflakeGenerator<C>) -> Result<u64, NextIdError> {
     loop {
         match generator.next_id() {
@@ -407,6 +522,38 @@ mod tests {
             max_bits: 63,
         })
         .unwrap()
+    }
+
+    #[test]
+    fn div_by_million_is_division() {
+        let edges = [
+            0,
+            1,
+            999_999,
+            1_000_000,
+            1_000_001,
+            u64::MAX,
+            u64::MAX - 1,
+            (u64::MAX / 1_000_000) * 1_000_000,
+            (u64::MAX / 1_000_000) * 1_000_000 - 1,
+        ];
+        for x in edges {
+            assert_eq!(div_by_million(x), x / 1_000_000, "{x}");
+        }
+        // Around every multiple of 10^6 in a sweep of magnitudes, and a pseudo-random walk.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for shift in 20..64 {
+            let m = ((1u64 << shift) / 1_000_000) * 1_000_000;
+            for v in [m.wrapping_sub(1), m, m + 1] {
+                assert_eq!(div_by_million(v), v / 1_000_000, "{v}");
+            }
+        }
+        for _ in 0..1_000_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            assert_eq!(div_by_million(x), x / 1_000_000, "{x}");
+        }
     }
 
     #[test]
@@ -554,6 +701,88 @@ mod tests {
             tiny_layout(2).decode(next).unwrap().unix_millis(),
             NOW_MS + 1
         );
+    }
+
+    /// A coarse reading that lags the precise one taken at construction (the anchor) must not
+    /// take the generator's time below the anchor: the fused offset saturates the elapsed time.
+    #[test]
+    fn a_coarse_reading_behind_the_anchor_does_not_go_back() {
+        let precise = ManualClock::at_unix_millis(NOW_MS);
+        precise.advance_millis(5);
+        let clock = FrozenCoarse {
+            precise: precise.clone(),
+            frozen_mono: 0,
+        };
+        let g = SnowflakeGenerator::new(Layout::twitter(), 1, clock, None).unwrap();
+        let id = g.next_id().unwrap();
+        assert_eq!(
+            Layout::twitter().decode(id).unwrap().unix_millis(),
+            NOW_MS + 5
+        );
+        assert_eq!(g.now_unix_nanos(), (NOW_MS + 5) * 1_000_000);
+    }
+
+    /// A limit lowered to the unit being issued stops the very next claim in that unit (the fast
+    /// path reads the limit on every claim, not only when the unit changes).
+    #[test]
+    fn a_limit_lowered_within_a_unit_takes_effect_at_once() {
+        let clock = ManualClock::at_unix_millis(NOW_MS);
+        let layout = Layout::twitter();
+        let g = SnowflakeGenerator::new(layout, 3, clock.clone(), None).unwrap();
+        let now = layout.timestamp_at(NOW_MS * 1_000_000).unwrap();
+        g.next_id().unwrap();
+        g.set_limit(now);
+        assert_eq!(
+            g.next_id(),
+            Err(NextIdError::BeyondLimit {
+                timestamp: now,
+                limit: now
+            })
+        );
+        let mut out = Vec::new();
+        assert!(g.next_ids(10, &mut out).is_err() && out.is_empty());
+        g.set_limit(now + 1);
+        assert!(g.next_id().is_ok());
+    }
+
+    /// A layout whose time outlasts 64 bits of nanoseconds (50 bits of seconds) cannot use the
+    /// hot path's same-unit test (`unit_span` 0): it decides by division, with the same results.
+    #[test]
+    fn a_layout_beyond_64_bits_of_nanoseconds_still_counts_and_waits() {
+        let layout = Layout::new(LayoutSpec {
+            timestamp_bits: 50,
+            node_bits: 0,
+            sequence_bits: 2,
+            time_unit: Duration::from_secs(1),
+            epoch_unix_ms: 1_700_000_000_000,
+            order: FieldOrder::NodeThenSequence,
+            max_bits: 63,
+        })
+        .unwrap();
+        let clock = ManualClock::at_unix_millis(NOW_MS);
+        let g = SnowflakeGenerator::new(layout, 0, clock.clone(), None).unwrap();
+        assert_eq!(g.unit_span, 0);
+        let ids: Vec<u64> = (0..4).map(|_| g.next_id().unwrap()).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        assert!(matches!(
+            g.next_id(),
+            Err(NextIdError::SequenceExhausted { .. })
+        ));
+        clock.advance_millis(1_000);
+        let next = g.next_id().unwrap();
+        assert!(next > ids[3]);
+        assert_eq!(layout.decode(next).unwrap().unix_millis(), NOW_MS + 1_000);
+    }
+
+    /// Non-millisecond units (sonyflake's 10 ms) take the run-time divisor path.
+    #[test]
+    fn ten_millisecond_units_stamp_the_right_time() {
+        let clock = ManualClock::at_unix_millis(NOW_MS);
+        let layout = Layout::sonyflake();
+        let g = SnowflakeGenerator::new(layout, 3, clock.clone(), None).unwrap();
+        clock.advance_millis(25);
+        let d = layout.decode(g.next_id().unwrap()).unwrap();
+        assert_eq!(d.unix_millis(), NOW_MS + 20);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! across threads and wall-clock steps. Parsing is case-insensitive and rejects the letters
 //! Crockford's alphabet leaves out (I, L, O, U) with the position of the offending character.
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, CoarseClock};
 pub use crate::mono128::ParseIdError;
 use crate::mono128::{random_u64, Monotonic128};
 use crate::sync::{AtomicU64, Ordering};
@@ -89,9 +89,11 @@ impl FromStr for Ulid {
     }
 }
 
-/// A thread-safe, lock-free, monotonic ULID generator.
+/// A thread-safe, lock-free, monotonic ULID generator. The default clock is [`CoarseClock`]
+/// (its cached wall reading: one atomic load per id); within a millisecond an id costs one
+/// `fetch_add` on the shared state, so threads never retry each other's compare-and-swap.
 #[derive(Debug)]
-pub struct UlidGenerator<C: Clock = SystemClock> {
+pub struct UlidGenerator<C: Clock = CoarseClock> {
     state: Monotonic128<C>,
     /// The 56 random low bits of the current millisecond.
     tail: AtomicU64,
@@ -125,9 +127,9 @@ impl<C: Clock> UlidGenerator<C> {
     }
 }
 
-impl Default for UlidGenerator<SystemClock> {
+impl Default for UlidGenerator<CoarseClock> {
     fn default() -> Self {
-        Self::new(SystemClock::new())
+        Self::new(CoarseClock::new())
     }
 }
 
@@ -135,7 +137,7 @@ impl Default for UlidGenerator<SystemClock> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::clock::ManualClock;
+    use crate::clock::{CoarseClock, ManualClock};
 
     #[test]
     fn known_value_and_round_trip() {
@@ -194,5 +196,58 @@ mod tests {
         }
         // One million ids in one frozen millisecond: the counter carried into later ms.
         assert_eq!(all.len(), 1_000_000);
+    }
+
+    /// A coarse wall reading that lags (here: frozen a millisecond behind) neither breaks the
+    /// order nor stamps ids after the precise clock; a new millisecond re-seeds the counter.
+    #[test]
+    fn a_lagging_coarse_wall_keeps_order_and_never_runs_ahead() {
+        struct Lagging(ManualClock);
+        impl Clock for Lagging {
+            fn wall_nanos(&self) -> u64 {
+                self.0.wall_nanos()
+            }
+            fn monotonic_nanos(&self) -> u64 {
+                self.0.monotonic_nanos()
+            }
+            fn coarse_wall_nanos(&self) -> u64 {
+                self.0.wall_nanos().saturating_sub(1_000_000)
+            }
+        }
+        let precise = ManualClock::at_unix_millis(1_780_000_000_000);
+        let g = UlidGenerator::new(Lagging(precise.clone()));
+        let mut last = g.next_ulid();
+        for step in 0..2_000u64 {
+            if step % 100 == 0 {
+                precise.advance_millis(1);
+            }
+            let u = g.next_ulid();
+            assert!(u > last, "{u} after {last}");
+            assert!(u.unix_millis() <= precise.wall_nanos() / 1_000_000);
+            last = u;
+        }
+        assert_eq!(last.unix_millis(), 1_780_000_000_000 + 19);
+    }
+
+    /// Two threads on the default clock (CoarseClock): strictly increasing per thread, unique
+    /// overall, never after the precise clock.
+    #[test]
+    fn default_generator_under_two_threads() {
+        let g = std::sync::Arc::new(UlidGenerator::default());
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let g = g.clone();
+                std::thread::spawn(move || (0..200_000).map(|_| g.next_ulid()).collect::<Vec<_>>())
+            })
+            .collect();
+        let mut all = std::collections::HashSet::new();
+        for h in handles {
+            let v = h.join().unwrap();
+            assert!(v.windows(2).all(|w| w[0] < w[1]));
+            all.extend(v);
+        }
+        assert_eq!(all.len(), 400_000);
+        let now_ms = CoarseClock::new().wall_nanos() / 1_000_000;
+        assert!(all.iter().all(|u| u.unix_millis() <= now_ms));
     }
 }

@@ -8,6 +8,7 @@
 use idmint_core::snowflake::NextIdError;
 use idmint_core::{
     Block, FieldOrder, Layout, LayoutSpec, ManualClock, SharedBlock, SnowflakeGenerator,
+    UlidGenerator,
 };
 use loom::sync::Arc;
 use std::time::Duration;
@@ -84,5 +85,37 @@ fn shared_block_chunks_are_disjoint_under_every_interleaving() {
             .collect();
         all.sort_unstable();
         assert_eq!(all, vec![10, 11, 12, 13, 14, 15]);
+    });
+}
+
+/// Two threads share a ULID generator; one moves the clock into a new millisecond between its
+/// two calls, so the compare-and-swap that re-seeds the counter races the other thread's
+/// `fetch_add`: all four ids are distinct and each thread's increase.
+#[test]
+fn ulid_fetch_add_and_reseed_keep_order_under_every_interleaving() {
+    loom::model(|| {
+        let clock = ManualClock::at_unix_millis(1_780_000_000_000);
+        let g = Arc::new(UlidGenerator::new(clock.clone()));
+        let handles: Vec<_> = (0..2)
+            .map(|i| {
+                let (g, clock) = (g.clone(), clock.clone());
+                loom::thread::spawn(move || {
+                    let a = g.next_ulid();
+                    if i == 0 {
+                        clock.advance_millis(1);
+                    }
+                    let b = g.next_ulid();
+                    assert!(a < b);
+                    vec![a, b]
+                })
+            })
+            .collect();
+        let mut all: Vec<_> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 4);
     });
 }
