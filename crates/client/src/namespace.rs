@@ -73,7 +73,8 @@ pub struct NamespaceStats {
     pub kind: Kind,
     /// Ids held and not handed out yet (fresh ones, for a time-ordered namespace).
     pub buffered: u64,
-    /// Ids handed out.
+    /// Ids handed out. May count a few ids too many: a `try_next` whose claim races a window
+    /// change burns that one id (never hands it out) but it is counted here, not in `burned`.
     pub served: u64,
     /// Ids received but never to be handed out: a tail refused or not sent back, a block part
     /// below ids already held, time-ordered ids dropped as out of order or at close.
