@@ -480,8 +480,21 @@ fn status_row(ns: &NamespaceInfo) -> [String; 6] {
             dash(),
             format!("{} served", state.ids_served),
             format!(
-                "worker {}, time runs out {}",
-                settings.worker, state.time_runs_out
+                "worker {}{}, time runs out {}",
+                settings.worker,
+                match &state.worker_lease {
+                    Some(l) => format!(
+                        " (lease {}, token {}, floor {})",
+                        serde_json::to_value(l.status)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned))
+                            .unwrap_or_default(),
+                        l.token,
+                        l.floor
+                    ),
+                    None => " (no lease)".to_owned(),
+                },
+                state.time_runs_out
             ),
         ],
         other => [

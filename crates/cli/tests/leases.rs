@@ -130,6 +130,16 @@ fn a_fixed_worker_never_repeats_across_crashes_and_clock_steps() {
     // Run 5 with the clock right again: serves above everything.
     let fifth = Server::start(dir.path(), &data, Some(&config));
     check(ids(fifth.addr, "events", 5000), "after the refused start");
+    let out = idmint()
+        .args(["status", "--server", &format!("http://{}", fifth.addr)])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("events "))
+        .unwrap_or_else(|| panic!("no events row:\n{stdout}"));
+    assert!(row.contains("worker 0 (lease held, token "), "{row}");
     let (status, _) = fifth.terminate();
     assert!(status.success());
 }
