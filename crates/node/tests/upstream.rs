@@ -306,6 +306,61 @@ async fn an_upper_outage_is_bridged_by_the_buffer_then_fails_over() {
     second.stop().await;
 }
 
+/// Two upper nodes alive on one store: after a failover the second one's buffer holds ids below
+/// those the first one granted. Those are burned, never handed back (handed back, the second
+/// node would grant them again and again: a livelock while it is the only node alive), and the
+/// lower node gets past them on its own, above every id it served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_to_an_upper_node_with_older_ids_burns_them_and_moves_on() {
+    let store = Arc::new(MemoryAuthority::new());
+    let small = "block_size = 300\n";
+    let bind = || async { TcpListener::bind("127.0.0.1:0").await.unwrap() };
+    let first = Upper::start_with(store.clone(), small, bind().await).await;
+    let second = Upper::start_with(store.clone(), small, bind().await).await;
+    let block = |upper: &Upper| {
+        let url = upper.url();
+        async move {
+            let channel = Endpoint::from_shared(url).unwrap().connect().await.unwrap();
+            IdmintClient::new(channel)
+                .block(proto::BlockRequest {
+                    namespace: "photos".into(),
+                    count: 1,
+                })
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    // The second node buffers the store's first block, the first node the next one.
+    let older = block(&second).await.start;
+    let newer = block(&first).await.start;
+    assert!(older < newer && newer >= 300, "{older} then {newer}");
+    let node = lower(&[first.url(), second.url()]).await;
+    let mut seen: Vec<u64> = take(&node, 50).await.unwrap();
+    assert!(seen[0] > newer, "{seen:?}");
+    first.stop().await;
+
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while seen.len() < 1000 {
+        match take(&node, 10).await {
+            Ok(ids) => seen.extend(ids),
+            Err(e) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "stuck below the floor: {e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "ids increase across the failover"
+    );
+    node.shutdown().await;
+    second.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spec_the_upper_tier_does_not_have_is_refused() {
     let store = Arc::new(MemoryAuthority::new());

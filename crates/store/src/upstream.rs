@@ -20,9 +20,12 @@
 //!   from the newest block's start only, and the rest is burned ([`GiveBack::Partly`]);
 //! - blocks of one namespace are returned in increasing order per residue class (as the node's
 //!   buffer requires; a multi upper tier's classes interleave): a block from another upper
-//!   node that lies below the highest one of its class returned (two upper nodes alive on one store, after a
-//!   failover) is handed back to its node at once and the call answers `Unavailable`, moving on
-//!   to the next url, never a block the node's buffer would refuse as out of order;
+//!   node that lies below the highest one of its class returned (two upper nodes alive on one
+//!   store, after a failover) is cut to its part above, and the part below is burned (never
+//!   handed back: the upper node would grant it again, and with no other upper node alive the
+//!   lower node would never get past it); a block entirely below is burned and the call answers
+//!   `Unavailable`, moving on to the next url. Never a block the node's buffer would refuse as
+//!   out of order;
 //! - (5) the residue classes are the upper node's (`SequenceSettings.residues`), learned by
 //!   `ensure_namespace` before any block of the namespace is served, so the node's block gate
 //!   accepts a multi upper tier's classes and nothing else;
@@ -444,39 +447,65 @@ impl Authority for UpstreamAuthority {
                 ),
             }
         })?;
-        let below = {
+        // Another upper node's block (two upper nodes alive on one store, after a failover)
+        // may lie below what this authority returned already. Its part below the floor is
+        // burned, never handed back: handed back, the upper node would put it in front of its
+        // buffer and grant it again, and with no other upper node alive the lower node would
+        // never get past it. Burning consumes the upper node's stale buffer, after which its
+        // refills come from its store above everything granted.
+        let outcome = {
             let mut granted = self.granted();
             let entry = granted.entry(name.clone()).or_default();
             let floor = entry.floor(&block);
-            if block.start() < floor {
-                Some(floor)
+            let usable = if block.start() >= floor {
+                Some(block)
             } else {
-                entry.set_floor(&block, block.end());
-                entry.newest = (leased.lease != 0).then_some(Leased {
-                    block,
-                    lease: leased.lease,
-                    node,
-                });
-                None
+                // The first id of the block's class at or above the floor.
+                let behind = floor - block.start();
+                let skip = behind.div_ceil(block.step()).saturating_mul(block.step());
+                block
+                    .start()
+                    .checked_add(skip)
+                    .filter(|&start| start < block.end())
+                    .and_then(|start| Block::new(start, block.end(), block.step()))
+            };
+            match usable {
+                Some(part) => {
+                    entry.set_floor(&part, part.end());
+                    entry.newest = (leased.lease != 0).then_some(Leased {
+                        block: part,
+                        lease: leased.lease,
+                        node,
+                    });
+                    Ok(part)
+                }
+                None => Err(floor),
             }
         };
-        if let Some(floor) = below {
-            // Another upper node's block, below what this one returned already: hand it back
-            // to its node (burned if refused) and move on to the next url.
-            let _ = self.give_back_to(name, node, leased.lease, block).await;
-            self.current
-                .store((node + 1) % self.nodes.len(), Ordering::Relaxed);
-            return Err(StoreError::Unavailable {
-                backend: "upstream",
-                message: format!(
-                    "{} granted [{}, {}) for namespace {name}, below {floor} already granted by \
-                     another upper node; handed back, trying the next url",
-                    self.nodes[node].label,
-                    block.start(),
-                    block.end()
-                ),
-            });
-        }
+        let block = match outcome {
+            Ok(part) => {
+                if part.start() != block.start() {
+                    tracing::warn!(namespace = %name, upper = %self.nodes[node].label,
+                        burned_from = block.start(), burned_to = part.start(),
+                        "the upper node granted ids below those another upper node granted already; the part below is burned");
+                }
+                part
+            }
+            Err(floor) => {
+                self.current
+                    .store((node + 1) % self.nodes.len(), Ordering::Relaxed);
+                return Err(StoreError::Unavailable {
+                    backend: "upstream",
+                    message: format!(
+                        "{} granted [{}, {}) for namespace {name}, below {floor} already \
+                         granted by another upper node; burned, trying the next url",
+                        self.nodes[node].label,
+                        block.start(),
+                        block.end()
+                    ),
+                });
+            }
+        };
         Ok(Reservation {
             block,
             watermark: block.end(),
