@@ -426,11 +426,19 @@ async fn get_ids(
     }
     .await;
     no_store(match result {
-        Ok((ns, ids)) => (
-            [(header::CONTENT_TYPE, "application/json")],
-            encode::ids_json(ns.name().as_str(), &ids),
-        )
-            .into_response(),
+        Ok((ns, ids)) => {
+            // Built directly: `(headers, String).into_response()` would set `text/plain`
+            // first and then replace it.
+            let mut answer = Response::new(axum::body::Body::from(encode::ids_json(
+                ns.name().as_str(),
+                &ids,
+            )));
+            answer.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            answer
+        }
         Err(e) => fail(&node, e),
     })
 }
