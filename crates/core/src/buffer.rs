@@ -517,7 +517,7 @@ impl Buffer {
         }
         taken.at = Some(self.generation);
         taken.len += block.len();
-        taken.blocks.push(block);
+        taken.push(block);
         Some(block)
     }
 
@@ -536,7 +536,7 @@ impl Buffer {
             return PutBack::Burned(n);
         }
         self.generation += 1;
-        for block in taken.blocks.into_iter().rev() {
+        for &block in taken.blocks().iter().rev() {
             self.push_front(block);
         }
         self.buffered += n;
@@ -553,7 +553,7 @@ impl Buffer {
     /// counted as burned. Either way the tail's ids no longer count as served. The caller must
     /// accept each lease's tail at most once (a second put-back would serve the ids twice).
     pub fn take_back_tail(&mut self, lease: &Taken, tail: Block) -> Option<PutBack> {
-        let [block] = lease.blocks.as_slice() else {
+        let [block] = lease.blocks() else {
             return None;
         };
         let fits = tail.step() == block.step()
@@ -643,7 +643,11 @@ impl Buffer {
 /// served.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Taken {
-    blocks: Vec<Block>,
+    /// The only block taken, held inline: nearly every request takes one block, and this
+    /// spares it an allocation. `None` once a second block moves both into `more`.
+    one: Option<Block>,
+    /// Every block taken, once there are two or more; empty before.
+    more: Vec<Block>,
     len: u64,
     /// The buffer's generation right after this request's latest take.
     at: Option<u64>,
@@ -659,12 +663,25 @@ impl Taken {
 
     /// The blocks taken, in the order taken (increasing within a residue class).
     pub fn blocks(&self) -> &[Block] {
-        &self.blocks
+        match &self.one {
+            Some(block) => std::slice::from_ref(block),
+            None => &self.more,
+        }
     }
 
     /// The ids taken, in the order taken.
     pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
-        self.blocks.iter().flat_map(|b| b.ids())
+        self.blocks().iter().flat_map(|b| b.ids())
+    }
+
+    fn push(&mut self, block: Block) {
+        if let Some(first) = self.one.take() {
+            self.more.extend([first, block]);
+        } else if self.more.is_empty() {
+            self.one = Some(block);
+        } else {
+            self.more.push(block);
+        }
     }
 
     /// How many ids were taken.

@@ -42,8 +42,7 @@ use crate::registry::Node;
 use axum::extract::path::ErrorKind;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
-use axum::middleware::{self, Next};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
 use axum::Router;
@@ -73,7 +72,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .fallback(not_found)
         // Every route above has its own; this one is for a route added without one.
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn(refuse_long_uri))
+        .layer(tower::layer::layer_fn(RefuseLongUri))
         .with_state(node)
 }
 
@@ -122,11 +121,31 @@ pub(crate) fn routes() -> Routes {
 
 /// The caller the request's `Authorization` header names ([`crate::auth::Auth`]).
 fn caller(node: &Node, headers: &HeaderMap) -> Result<Caller, IdError> {
-    node.auth().authenticate_header(
-        headers
-            .get(header::AUTHORIZATION)
-            .map(HeaderValue::as_bytes),
-    )
+    caller_of(node, headers.get(header::AUTHORIZATION))
+}
+
+/// The caller an `Authorization` header value names.
+fn caller_of(node: &Node, authorization: Option<&HeaderValue>) -> Result<Caller, IdError> {
+    node.auth()
+        .authenticate_header(authorization.map(HeaderValue::as_bytes))
+}
+
+/// The request's `Authorization` header, alone: the id routes read nothing else from the
+/// headers, and extracting the whole `HeaderMap` would clone every header on every request.
+struct Authorization(Option<HeaderValue>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Authorization {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        // A `HeaderValue` clone is a reference count, not a copy.
+        Ok(Authorization(
+            parts.headers.get(header::AUTHORIZATION).cloned(),
+        ))
+    }
 }
 
 /// `GET /` and `/ui`: the status page, which shows every namespace, so with `[auth]` it needs
@@ -217,20 +236,74 @@ fn refuse(
 }
 
 /// Answers a JSON 414 to a request target longer than [`MAX_URI_BYTES`] before any route runs.
-async fn refuse_long_uri(request: Request, next: Next) -> Response {
-    let len = request
-        .uri()
-        .path_and_query()
-        .map_or(0, |pq| pq.as_str().len());
-    if len > MAX_URI_BYTES {
-        return ApiError::new(
-            StatusCode::URI_TOO_LONG,
-            ErrorCode::InvalidRequest,
-            format!("the request target is {len} bytes long; the limit is {MAX_URI_BYTES}"),
-        )
-        .into_response();
+/// A plain wrapper rather than `middleware::from_fn`, which boxes and clones the rest of the
+/// router into a `Next` on every request.
+#[derive(Clone)]
+struct RefuseLongUri<S>(S);
+
+impl<S> tower::Service<Request> for RefuseLongUri<S>
+where
+    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>,
+    S::Future: Unpin,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = UriChecked<S::Future>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
     }
-    next.run(request).await
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let len = request
+            .uri()
+            .path_and_query()
+            .map_or(0, |pq| pq.as_str().len());
+        if len > MAX_URI_BYTES {
+            return UriChecked::Refused(Some(
+                ApiError::new(
+                    StatusCode::URI_TOO_LONG,
+                    ErrorCode::InvalidRequest,
+                    format!("the request target is {len} bytes long; the limit is {MAX_URI_BYTES}"),
+                )
+                .into_response(),
+            ));
+        }
+        UriChecked::Routed(self.0.call(request))
+    }
+}
+
+/// The answer of [`RefuseLongUri`]: the 414, or the router's.
+enum UriChecked<F> {
+    /// The 414, until polled.
+    Refused(Option<Response>),
+    /// The router's answer.
+    Routed(F),
+}
+
+impl<F> std::future::Future for UriChecked<F>
+where
+    F: std::future::Future<Output = Result<Response, std::convert::Infallible>> + Unpin,
+{
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match self.get_mut() {
+            UriChecked::Refused(answer) => {
+                // Polled again after Ready only by a broken executor: answer the 414 again.
+                std::task::Poll::Ready(Ok(answer
+                    .take()
+                    .unwrap_or_else(|| StatusCode::URI_TOO_LONG.into_response())))
+            }
+            UriChecked::Routed(f) => std::pin::Pin::new(f).poll(cx),
+        }
+    }
 }
 
 /// The path parameters, or `invalid_request` naming what is wrong with them (axum's own
@@ -261,18 +334,47 @@ fn query_pairs(
     })
 }
 
+/// `count` from the request's query string, as [`parse_count`] reads it. A query with nothing
+/// to percent-decode (no `%`, no `+`: every request a client library sends) is split in place,
+/// as `application/x-www-form-urlencoded` splits it (on `&`, empty parts skipped, a part
+/// without `=` has an empty value), with no allocation; any other goes through axum's `Query`.
+fn count_param(uri: &Uri, max: u64, max_key: &str) -> Result<u64, IdError> {
+    let raw = uri.query().unwrap_or_default();
+    if raw.bytes().any(|b| b == b'%' || b == b'+') {
+        return parse_count(&query_pairs(Query::try_from_uri(uri))?, max, max_key);
+    }
+    let pairs = raw
+        .split('&')
+        .filter(|part| !part.is_empty())
+        .map(|part| part.split_once('=').unwrap_or((part, "")));
+    parse_count_of(pairs, max, max_key)
+}
+
 /// Parses `count` (default 1, 1..=max) from query pairs that may hold nothing else, once;
 /// `max_key` is the setting `max` comes from, named when a count is above it.
 fn parse_count(pairs: &[(String, String)], max: u64, max_key: &str) -> Result<u64, IdError> {
+    parse_count_of(
+        pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        max,
+        max_key,
+    )
+}
+
+/// [`parse_count`] over borrowed pairs.
+fn parse_count_of<'a>(
+    pairs: impl Iterator<Item = (&'a str, &'a str)>,
+    max: u64,
+    max_key: &str,
+) -> Result<u64, IdError> {
     let mut count = None;
     for (k, v) in pairs {
-        match k.as_str() {
+        match k {
             "count" if count.is_some() => {
                 return Err(IdError::InvalidRequest(
                     "query parameter \"count\" is given more than once; give it once".into(),
                 ))
             }
-            "count" => count = Some(v.as_str()),
+            "count" => count = Some(v),
             other => {
                 return Err(IdError::InvalidRequest(format!(
                     "unknown query parameter {other:?}; only count is accepted"
@@ -308,18 +410,14 @@ fn no_store(mut answer: Response) -> Response {
 
 async fn get_ids(
     State(node): State<Arc<Node>>,
-    headers: HeaderMap,
+    Authorization(authorization): Authorization,
+    uri: Uri,
     path: Result<Path<String>, PathRejection>,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Response {
     let result = async {
-        let caller = caller(&node, &headers)?;
+        let caller = caller_of(&node, authorization.as_ref())?;
         let name = path_params(path)?;
-        let count = parse_count(
-            &query_pairs(query)?,
-            node.config().max_count,
-            "server.max_count",
-        )?;
+        let count = count_param(&uri, node.config().max_count, "server.max_count")?;
         node.auth().authorize(caller, &name, Scope::Ids, count)?;
         let ns = node.namespace(&name).await?;
         let ids = ns.ids(count).await?;
@@ -328,26 +426,34 @@ async fn get_ids(
     }
     .await;
     no_store(match result {
-        Ok((ns, ids)) => (
-            [(header::CONTENT_TYPE, "application/json")],
-            encode::ids_json(ns.name().as_str(), &ids),
-        )
-            .into_response(),
+        Ok((ns, ids)) => {
+            // Built directly: `(headers, String).into_response()` would set `text/plain`
+            // first and then replace it.
+            let mut answer = Response::new(axum::body::Body::from(encode::ids_json(
+                ns.name().as_str(),
+                &ids,
+            )));
+            answer.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            answer
+        }
         Err(e) => fail(&node, e),
     })
 }
 
 async fn post_block(
     State(node): State<Arc<Node>>,
-    headers: HeaderMap,
+    Authorization(authorization): Authorization,
+    uri: Uri,
     path: Result<Path<String>, PathRejection>,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Response {
     let result = async {
-        let caller = caller(&node, &headers)?;
+        let caller = caller_of(&node, authorization.as_ref())?;
         let name = path_params(path)?;
-        let count = parse_count(
-            &query_pairs(query)?,
+        let count = count_param(
+            &uri,
             node.config().max_block_request,
             "server.max_block_request",
         )?;
