@@ -3,6 +3,7 @@
 # with the same client concurrency for all of them:
 #   1. idmint  GET /v1/ids/bench?count=1    (wrk)
 #   2. idmint  GET /v1/ids/bench?count=100  (wrk)
+#   R. idmint  RESP INCR counter:__rand_int__ (redis-benchmark -t incr, the same settings as Redis)
 #   3. Redis   INCR                          (redis-benchmark)
 #   4. MariaDB Flickr ticket server          (bench/load/client, Rust + mysql_async)
 #   5. idmint resident memory after the load
@@ -143,7 +144,7 @@ others_cores() { # all_before all_after server_before server_after client_secs_b
 
 say "starting idmint (fresh data dir, ephemeral port)"
 mkdir -p "$WORK/data"
-RUST_LOG=${RUST_LOG:-info} "$IDMINT" serve --data-dir "$WORK/data" --http 127.0.0.1:0 >"$WORK/server.out" 2>"$WORK/server.err" &
+RUST_LOG=${RUST_LOG:-info} "$IDMINT" serve --data-dir "$WORK/data" --http 127.0.0.1:0 --resp 127.0.0.1:0 >"$WORK/server.out" 2>"$WORK/server.err" &
 SERVER_PID=$!
 BASE=""
 for _ in $(seq 1 100); do
@@ -153,12 +154,19 @@ for _ in $(seq 1 100); do
     sleep 0.1
 done
 [[ -n "$BASE" ]] || die "idmint did not report its address"
+RESP_PORT=""
+for _ in $(seq 1 100); do
+    RESP_PORT=$(sed -n 's/^idmint RESP listening on [^ ]*:\([0-9]*\).*/\1/p' "$WORK/server.out" | head -n1)
+    [[ -n "$RESP_PORT" ]] && break
+    sleep 0.1
+done
+[[ -n "$RESP_PORT" ]] || die "idmint did not report its RESP address"
 for _ in $(seq 1 100); do
     curl -fsS "$BASE/healthz" >/dev/null 2>&1 && break
     sleep 0.1
 done
 curl -fsS "$BASE/healthz" >/dev/null || die "idmint $BASE/healthz does not answer"
-echo "idmint pid $SERVER_PID at $BASE"
+echo "idmint pid $SERVER_PID at $BASE, RESP on 127.0.0.1:$RESP_PORT"
 echo "NOTE: client and server share this machine's $(nproc) cores ($(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n1)); every client below runs with $CONNS connections on $THREADS threads, loopback."
 
 # wrk_run NAME PATH [CONNS THREADS DURATION WARMUP] -> sets R_* variables
@@ -192,6 +200,34 @@ wrk_run() {
     ((errs == 0)) || echo "   WARNING: $errs errors (non-2xx, socket) during $name"
 }
 
+# rb_run NAME PORT PID: redis-benchmark -t incr against PORT (the server's PID for its CPU), with
+# -n sized from a short probe so the run lasts about DURATION s -> sets B_* variables. The same
+# function measures Redis and idmint's RESP front-end, so both get exactly the same client.
+rb_run() {
+    local name=$1 port=$2 pid=$3
+    local probe probe_rps n t0 t1 m0 m1 c0 c1 s0 s1 csv line secs
+    probe=$(redis-benchmark -h 127.0.0.1 -p "$port" -t incr -c "$CONNS" --threads "$THREADS" -n 200000 --csv | tail -n1)
+    probe_rps=$(echo "$probe" | awk -F'","' '{print $2+0}')
+    n=$(awk -v r="$probe_rps" -v d="$DURATION" 'BEGIN{n=int(r*d); if (n<200000) n=200000; print n}')
+    echo "-- $name: redis-benchmark -p $port -t incr -c $CONNS --threads $THREADS -n $n --csv (probe: $probe_rps req/s)"
+    wait_quiet "$name"
+    children_secs; c0=$CHILD_SECS; m0=$(machine_ticks); t0=$(cpu_ticks "$pid"); s0=$(date +%s.%N)
+    redis-benchmark -h 127.0.0.1 -p "$port" -t incr -c "$CONNS" --threads "$THREADS" -n "$n" --csv >"$WORK/rb.csv"
+    t1=$(cpu_ticks "$pid"); m1=$(machine_ticks); s1=$(date +%s.%N); children_secs; c1=$CHILD_SECS
+    csv=$(cat "$WORK/rb.csv")
+    secs=$(awk -v a="$s0" -v b="$s1" 'BEGIN{print b-a}')
+    echo "$csv" | sed 's/^/   /'
+    line=$(echo "$csv" | grep -i '"INCR"')
+    # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+    B_RPS=$(echo "$line" | awk -F'","' '{printf "%.0f", $2}')
+    B_P50=$(echo "$line" | awk -F'","' '{printf "%.3f", $5}')
+    B_P99=$(echo "$line" | awk -F'","' '{printf "%.3f", $7}')
+    B_CPU=$(cores_used "$t0" "$t1" "$secs")
+    B_CLI=$(awk -v a="$c0" -v b="$c1" -v d="$secs" 'BEGIN{printf "%.2f", (b-a)/d}')
+    B_OTH=$(others_cores "$m0" "$m1" "$t0" "$t1" "$c0" "$c1" "$secs")
+    echo "   => $B_RPS req/s, p50 $B_P50 ms, p99 $B_P99 ms; cores used: server $B_CPU, redis-benchmark $B_CLI, other processes $B_OTH"
+}
+
 say "1. idmint GET /v1/ids/$NS?count=1"
 # First request creates the namespace.
 curl -fsS "$BASE/v1/ids/$NS?count=1" >/dev/null || die "first request failed: $(curl -sS "$BASE/v1/ids/$NS?count=1")"
@@ -206,6 +242,10 @@ echo "   sample response holds $nids distinct ids (want 100): ${sample:0:80}..."
 wrk_run "idmint count=100" "/v1/ids/$NS?count=100"
 I100_RPS=$R_RPS I100_P99=$R_P99 I100_P50=$R_P50 I100_ERR=$R_ERR I100_CPU=$R_CPU I100_CLI=$R_CLI I100_OTH=$R_OTH
 I100_IDS=$((I100_RPS * 100))
+
+say "R. idmint RESP INCR (redis-benchmark -t incr, key counter:__rand_int__)"
+rb_run "idmint RESP INCR" "$RESP_PORT" "$SERVER_PID"
+IR_RPS=$B_RPS IR_P50=$B_P50 IR_P99=$B_P99 IR_CPU=$B_CPU IR_CLI=$B_CLI IR_OTH=$B_OTH
 
 if [[ "$EXTRA" == 1 ]]; then
     say "extra (informational). idmint GET /v1/ids/$NS?count=1000, $CONNS connections"
@@ -235,27 +275,8 @@ sed -e 's/\x1b\[[0-9;]*m//g' -e 's/^/   /' "$WORK/server.out"
 
 say "3. Redis INCR (redis-benchmark)"
 REDIS_PID=$(redis-cli -h 127.0.0.1 -p 6379 info server | tr -d '\r' | awk -F: '/^process_id/{print $2}')
-# Size -n from a short probe so the measured run lasts about DURATION seconds.
-probe=$(redis-benchmark -h 127.0.0.1 -p 6379 -t incr -c "$CONNS" --threads "$THREADS" -n 200000 --csv | tail -n1)
-probe_rps=$(echo "$probe" | awk -F'","' '{print $2+0}')
-RN=$(awk -v r="$probe_rps" -v d="$DURATION" 'BEGIN{n=int(r*d); if (n<200000) n=200000; print n}')
-echo "-- redis-benchmark -t incr -c $CONNS --threads $THREADS -n $RN --csv (probe: $probe_rps req/s)"
-wait_quiet "Redis INCR"
-children_secs; c0=$CHILD_SECS; m0=$(machine_ticks); t0=$(cpu_ticks "$REDIS_PID"); s0=$(date +%s.%N)
-redis-benchmark -h 127.0.0.1 -p 6379 -t incr -c "$CONNS" --threads "$THREADS" -n "$RN" --csv >"$WORK/redis.csv"
-t1=$(cpu_ticks "$REDIS_PID"); m1=$(machine_ticks); s1=$(date +%s.%N); children_secs; c1=$CHILD_SECS
-rcsv=$(cat "$WORK/redis.csv")
-rsecs=$(awk -v a="$s0" -v b="$s1" 'BEGIN{print b-a}')
-echo "$rcsv" | sed 's/^/   /'
-rline=$(echo "$rcsv" | grep -i '"INCR"')
-# "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
-R_RPS_REDIS=$(echo "$rline" | awk -F'","' '{printf "%.0f", $2}')
-R_P50_REDIS=$(echo "$rline" | awk -F'","' '{printf "%.3f", $5}')
-R_P99_REDIS=$(echo "$rline" | awk -F'","' '{printf "%.3f", $7}')
-R_CPU_REDIS=$(cores_used "$t0" "$t1" "$rsecs")
-R_CLI_REDIS=$(awk -v a="$c0" -v b="$c1" -v d="$rsecs" 'BEGIN{printf "%.2f", (b-a)/d}')
-R_OTH_REDIS=$(others_cores "$m0" "$m1" "$t0" "$t1" "$c0" "$c1" "$rsecs")
-echo "   => $R_RPS_REDIS req/s, p50 $R_P50_REDIS ms, p99 $R_P99_REDIS ms; cores used: redis-server $R_CPU_REDIS, redis-benchmark $R_CLI_REDIS, other processes $R_OTH_REDIS"
+rb_run "Redis INCR" 6379 "$REDIS_PID"
+R_RPS_REDIS=$B_RPS R_P50_REDIS=$B_P50 R_P99_REDIS=$B_P99 R_CPU_REDIS=$B_CPU R_CLI_REDIS=$B_CLI R_OTH_REDIS=$B_OTH
 
 say "4. MariaDB ticket server (Flickr Tickets64, REPLACE + LAST_INSERT_ID, autocommit)"
 sql -e "CREATE DATABASE IF NOT EXISTS idmint_bench;
@@ -300,6 +321,7 @@ printf "$F" "system" "requests/s" "p50 ms" "p99 ms" "ids/s" "server" "client" "o
 printf "$F" "" "" "" "" "" "cores" "cores" "cores"
 printf "$F" "idmint GET count=1 (wrk)" "$I1_RPS" "$I1_P50" "$I1_P99" "$I1_RPS" "$I1_CPU" "$I1_CLI" "$(mark "$I1_OTH")"
 printf "$F" "idmint GET count=100 (wrk)" "$I100_RPS" "$I100_P50" "$I100_P99" "$I100_IDS" "$I100_CPU" "$I100_CLI" "$(mark "$I100_OTH")"
+printf "$F" "idmint RESP INCR (redis-benchmark)" "$IR_RPS" "$IR_P50" "$IR_P99" "$IR_RPS" "$IR_CPU" "$IR_CLI" "$(mark "$IR_OTH")"
 printf "$F" "Redis INCR (redis-benchmark)" "$R_RPS_REDIS" "$R_P50_REDIS" "$R_P99_REDIS" "$R_RPS_REDIS" "$R_CPU_REDIS" "$R_CLI_REDIS" "$(mark "$R_OTH_REDIS")"
 printf "$F" "MariaDB ticket server (flush=$FLUSH)" "$M_RPS" "$M_P50" "$M_P99" "$M_RPS" "$M_CPU" "$M_CLI" "$(mark "$M_OTH")"
 if [[ "$EXTRA" == 1 ]]; then
@@ -314,7 +336,11 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b>0) printf "%.2f", a/b; else prin
 R1=$(ratio "$I1_RPS" "$R_RPS_REDIS")
 R2=$(ratio "$I1_RPS" "$M_RPS")
 printf '%-52s %14s %10s  %s\n' "target" "value" "goal" "verdict"
+RR=$(ratio "$IR_RPS" "$R_RPS_REDIS")
+printf '%-52s %14s %10s  %s\n' "idmint RESP INCR req/s / Redis INCR req/s" "$RR" ">= 1.0" "$(verdict "$RR" ">=" 1.0)"
+printf '%-52s %14s %10s  %s\n' "idmint RESP INCR p99 ms (Redis: $R_P99_REDIS)" "$IR_P99" "<= Redis" "$(verdict "$IR_P99" "<" "$(awk -v r="$R_P99_REDIS" 'BEGIN{print r+0.0005}')")"
 printf '%-52s %14s %10s  %s\n' "idmint count=1 req/s / Redis INCR req/s" "$R1" ">= 0.5" "$(verdict "$R1" ">=" 0.5)"
+printf '%-52s %14s %10s  %s\n' "idmint count=1 p99 ms (Redis: $R_P99_REDIS)" "$I1_P99" "<= Redis" "$(verdict "$I1_P99" "<" "$(awk -v r="$R_P99_REDIS" 'BEGIN{print r+0.0005}')")"
 printf '%-52s %14s %10s  %s\n' "idmint count=1 req/s / MariaDB ticket req/s" "$R2" ">= 10" "$(verdict "$R2" ">=" 10)"
 printf '%-52s %14s %10s  %s\n' "idmint count=100 ids/s" "$I100_IDS" ">= 10M" "$(verdict "$I100_IDS" ">=" 10000000)"
 printf '%-52s %14s %10s  %s\n' "idmint count=1 p99 ms (at full load)" "$I1_P99" "< 1" "$(verdict "$I1_P99" "<" 1)"
@@ -323,7 +349,7 @@ printf '%-52s %14s %10s  %s\n' "idmint peak RSS MB (VmHWM)" "$HWM_MB" "< 50" "$(
 total_err=$((I1_ERR + I100_ERR + M_ERR))
 echo
 echo "errors: idmint count=1 $I1_ERR, idmint count=100 $I100_ERR, MariaDB $M_ERR"
-if awk -v a="$I1_OTH" -v b="$I100_OTH" -v c="$R_OTH_REDIS" -v d="$M_OTH" 'BEGIN{exit !(a>0.1||b>0.1||c>0.1||d>0.1)}'; then
+if awk -v a="$I1_OTH" -v b="$I100_OTH" -v c="$R_OTH_REDIS" -v d="$M_OTH" -v e="$IR_OTH" 'BEGIN{exit !(a>0.1||b>0.1||c>0.1||d>0.1||e>0.1)}'; then
     echo "WARNING: other processes used CPU during some runs (column 'others'): those numbers are low; run again on a quiet machine"
 fi
 ((total_err == 0)) || echo "WARNING: some requests failed; the numbers above count only successful ones for MariaDB, all responses for wrk"

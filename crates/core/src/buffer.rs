@@ -521,6 +521,40 @@ impl Buffer {
         Some(block)
     }
 
+    /// Exactly `count` consecutive ids as one block (Redis's `INCRBY`: the answer `v` stands
+    /// for `v-count+1 ..= v`), recorded in `taken`.
+    ///
+    /// They come from the current block if it holds at least `count` ids. A current block
+    /// holding fewer is burned first, at most `burn_budget` of them per request (each burn
+    /// decrements it): its ids are never handed out, because serving them after the ids of a
+    /// later block would break the increasing order of one client's ids. Burned ids are counted
+    /// as burned, never as served. `None` when the buffer runs empty or the budget is spent
+    /// (`*burn_budget == 0` tells the two apart).
+    pub fn take_consecutive_for(
+        &mut self,
+        taken: &mut Taken,
+        count: u64,
+        burn_budget: &mut u32,
+    ) -> Option<Block> {
+        loop {
+            if count == 0 || (self.cursor >= self.end && !self.advance()) {
+                return None;
+            }
+            let left = Block::new(self.cursor, self.end, self.step).map_or(0, |b| b.len());
+            if left >= count {
+                return self.take_block_for(taken, count);
+            }
+            if *burn_budget == 0 {
+                return None;
+            }
+            *burn_budget -= 1;
+            self.cursor = self.end;
+            self.buffered -= left;
+            self.stats.burned += left;
+            self.generation += 1;
+        }
+    }
+
     /// Gives back what a failed request took: back to the front of the buffer, in the same
     /// order, if nothing else took from the buffer since the request's first take; otherwise
     /// counted as burned. Either way the ids no longer count as served. `taken` must come from
@@ -777,6 +811,61 @@ mod tests {
             })
         );
         assert_eq!(b.stats().served, 5);
+    }
+
+    #[test]
+    fn consecutive_takes_burn_short_remainders_and_count_them_as_burned() {
+        let mut b = Buffer::new(fixed(4));
+        b.push(Block::new(10, 13, 1).unwrap()).unwrap(); // 10, 11, 12
+        b.push(Block::new(20, 30, 1).unwrap()).unwrap(); // 20..29
+        b.push(Block::new(40, 42, 1).unwrap()).unwrap(); // 40, 41
+        assert_eq!(b.next_id(), Some(10));
+
+        // 11, 12 are too few for 5: burned; 20..24 taken.
+        let mut taken = Taken::new();
+        let mut budget = 4;
+        let block = b.take_consecutive_for(&mut taken, 5, &mut budget).unwrap();
+        assert_eq!((block.start(), block.end()), (20, 25));
+        assert_eq!(budget, 3);
+        assert_eq!(taken.len(), 5);
+        assert_eq!(b.buffered(), 5 + 2);
+        let stats = b.stats();
+        assert_eq!((stats.served, stats.burned), (1 + 5, 2));
+
+        // 25..29 hold exactly 5: nothing burned.
+        let mut budget = 4;
+        let block = b
+            .take_consecutive_for(&mut Taken::new(), 5, &mut budget)
+            .unwrap();
+        assert_eq!((block.start(), block.end(), budget), (25, 30, 4));
+
+        // A budget of one burns 40, 41 and stops with the buffer empty; a spent budget burns
+        // nothing.
+        b.push(Block::new(50, 52, 1).unwrap()).unwrap();
+        let mut budget = 0;
+        assert_eq!(
+            b.take_consecutive_for(&mut Taken::new(), 3, &mut budget),
+            None
+        );
+        assert_eq!(b.buffered(), 4);
+        let mut budget = 1;
+        assert_eq!(
+            b.take_consecutive_for(&mut Taken::new(), 3, &mut budget),
+            None
+        );
+        assert_eq!((budget, b.buffered()), (0, 2));
+        let mut budget = 1;
+        assert_eq!(
+            b.take_consecutive_for(&mut Taken::new(), 3, &mut budget),
+            None
+        );
+        assert_eq!((budget, b.buffered()), (0, 0));
+        let stats = b.stats();
+        assert_eq!(
+            (stats.received, stats.served, stats.burned),
+            (3 + 10 + 2 + 2, 11, 2 + 2 + 2)
+        );
+        assert_eq!(b.next_id(), None);
     }
 
     #[test]

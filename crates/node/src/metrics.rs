@@ -65,6 +65,16 @@ pub struct GrpcLabels {
     pub code: &'static str,
 }
 
+/// Labels of RESP commands.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RespLabels {
+    /// The command, lower-case (`incr`, `idmint.next`, ...); `unparsed` for a request that was
+    /// not a command idmint runs (unknown, wrong arity, bad argument).
+    pub command: &'static str,
+    /// `ok`, or `error` for an error reply.
+    pub outcome: &'static str,
+}
+
 /// Labels of a token's series (`[[auth.tokens]]`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AuthLabels {
@@ -112,6 +122,8 @@ pub struct Metrics {
     pub member_up: Family<MemberLabels, Gauge>,
     /// gRPC requests answered, by method and status code (a stream counts once, when it ends).
     pub grpc_requests: Family<GrpcLabels, Counter>,
+    /// RESP commands answered, by command and outcome.
+    pub resp_commands: Family<RespLabels, Counter>,
     /// Ids handed out per token (authentication on).
     pub auth_ids: Family<AuthLabels, Counter>,
     /// Requests refused by authentication, scopes or quotas, per token and reason.
@@ -143,6 +155,7 @@ impl Metrics {
         let refill_waits = Family::<NamespaceLabels, Counter>::default();
         let member_up = Family::<MemberLabels, Gauge>::default();
         let grpc_requests = Family::<GrpcLabels, Counter>::default();
+        let resp_commands = Family::<RespLabels, Counter>::default();
         let auth_ids = Family::<AuthLabels, Counter>::default();
         let auth_refused = Family::<RefusedLabels, Counter>::default();
         registry.register("ids_served", "Ids handed out", ids_served.clone());
@@ -206,6 +219,11 @@ impl Metrics {
             grpc_requests.clone(),
         );
         registry.register(
+            "resp_commands",
+            "RESP commands answered, by command and outcome (ok, or error for an error reply)",
+            resp_commands.clone(),
+        );
+        registry.register(
             "auth_ids",
             "Ids handed out per bearer token (by name, or the first 12 hex digits of its hash)",
             auth_ids.clone(),
@@ -230,6 +248,7 @@ impl Metrics {
             refill_waits,
             member_up,
             grpc_requests,
+            resp_commands,
             auth_ids,
             auth_refused,
         }

@@ -385,6 +385,14 @@ impl SequenceNamespace {
         self.supply.block(count, self.spec.width().bits()).await
     }
 
+    /// Exactly `count` consecutive ids ([`Supply::consecutive`]), or `None` when the blocks
+    /// kept holding fewer.
+    pub async fn consecutive(&self, count: u64) -> Result<Option<Block>, IdError> {
+        self.supply
+            .consecutive(count, self.spec.width().bits())
+            .await
+    }
+
     /// One contiguous block of up to `count` ids, leased so that its unused tail may come back
     /// ([`SequenceNamespace::take_back`]).
     pub async fn lease(&self, count: u64) -> Result<Lease, IdError> {

@@ -427,6 +427,43 @@ impl Supply {
             .ok_or_else(|| self.exhausted(bits))
     }
 
+    /// Exactly `count` consecutive ids as one block (RESP `INCRBY`), or `None` when the
+    /// namespace's blocks held fewer than `count` consecutive ids [`CONSECUTIVE_BURNS`] times
+    /// in a row. A shorter remainder met on the way is burned and counted as burned
+    /// ([`Buffer::take_consecutive_for`]): serving it later would hand one client a lower id
+    /// after a higher one.
+    pub async fn consecutive(&self, count: u64, bits: u32) -> Result<Option<Block>, IdError> {
+        self.check_poisoned()?;
+        if let CacheMode::Off = self.cache {
+            for _ in 0..CONSECUTIVE_BURNS {
+                let r = self
+                    .reserve_direct(count)
+                    .await
+                    .map_err(|e| self.map_store_error(&e))?;
+                self.note_watermark(r.watermark);
+                if r.block.len() == count {
+                    self.count_served(count);
+                    return Ok(Some(r.block));
+                }
+                // No buffer to keep it in, and serving it later would break the order.
+                self.with_buffer(|b| b.record_burned(r.block.len()));
+            }
+            return Ok(None);
+        }
+        let mut budget = CONSECUTIVE_BURNS;
+        let taken = self
+            .fill(count, bits, |buf, taken, want| {
+                match buf.take_consecutive_for(taken, want, &mut budget) {
+                    Some(_) => want,
+                    // Budget spent: stop the request (nothing taken) rather than wait.
+                    None if budget == 0 => want,
+                    None => 0,
+                }
+            })
+            .await?;
+        Ok(taken.blocks().first().copied())
+    }
+
     /// Like [`Supply::block`], for a lower tier that may hand the block's unused tail back
     /// ([`Supply::take_back`] with the lease's token). Only the newest lease's tail can come
     /// back; a lease replaces the one before.
@@ -691,6 +728,9 @@ impl Supply {
 /// The ids one request took while it is being answered. Dropped without [`Request::done`]
 /// (an error, or the request's future dropped) it puts them back into the buffer, or has them
 /// counted as burned when that is not possible: never counted as served.
+/// How many too-short block remainders [`Supply::consecutive`] burns before giving up.
+pub const CONSECUTIVE_BURNS: u32 = 4;
+
 struct Request<'a> {
     supply: &'a Supply,
     taken: Taken,

@@ -382,7 +382,11 @@ async fn every_error_has_its_status_and_code() {
         memory(),
     )
     .await;
-    // Namespace names: letters, digits, '_', '-', '.', starting with a letter or digit.
+    // Namespace names: letters, digits, '_', '-', '.', ':', starting with a letter or digit.
+    let (status, body) = node.get("/v1/ids/counter:orders?count=2").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["namespace"], "counter:orders", "{body}");
+    assert_error(&node.get("/v1/ids/:bad").await, 400, "invalid_namespace");
     assert_error(&node.get("/v1/ids/-bad").await, 400, "invalid_namespace");
     assert_error(&node.get("/v1/ids/a%21b").await, 400, "invalid_namespace");
     assert_error(

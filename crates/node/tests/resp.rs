@@ -645,3 +645,132 @@ async fn concurrent_connections_never_share_an_id() {
     let node = Arc::try_unwrap(node).ok().unwrap();
     node.stop().await;
 }
+
+/// The state of sequence namespace `name` on `node`.
+async fn sequence_state(node: &RespNode, name: &str) -> idmint_api::SequenceState {
+    let ns = node.node.namespace(name).await.unwrap();
+    match ns.info(node.node.now()) {
+        idmint_api::NamespaceInfo::Sequence { state, .. } => state,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// `INCRBY` over a block remainder too short for it: the remainder is burned and counted as
+/// burned, never as served; the ids the caller owns are consecutive, above everything before,
+/// and below everything after; the node's accounting adds up exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incrby_burns_a_short_remainder_and_counts_it_as_burned() {
+    let node = RespNode::start(config(
+        r#"
+        [namespaces.fixed]
+        kind = "sequence"
+        cache = "fixed"
+        block_size = 10
+        low_water = 0.1
+        "#,
+    ))
+    .await;
+    let first: u64 = node.cli(&["INCR", "fixed"]).await.parse().unwrap();
+    assert_eq!(first, 1);
+    // 2..=8 from the first block, leaving 9 and 10.
+    let v: u64 = node.cli(&["INCRBY", "fixed", "7"]).await.parse().unwrap();
+    assert_eq!(v, 8);
+    // Five consecutive ids: either 9..=13 (the next block arrived and joined the remainder) or,
+    // with 9 and 10 burned, 11..=15.
+    let v: u64 = node.cli(&["INCRBY", "fixed", "5"]).await.parse().unwrap();
+    let next: u64 = node.cli(&["INCR", "fixed"]).await.parse().unwrap();
+    assert!(next > v, "{v} then {next}");
+    let state = sequence_state(&node, "fixed").await;
+    eprintln!("INCRBY 5 answered {v}; burned {}", state.ids_burned);
+    let burned_expected = match v {
+        13 => 0,
+        15 => 2,
+        other => panic!("INCRBY 5 answered {other}: neither 13 nor 15"),
+    };
+    assert_eq!(state.ids_burned, burned_expected, "{state:?}");
+    assert_eq!(state.ids_served, 1 + 7 + 5 + 1, "{state:?}");
+    assert_eq!(
+        state.ids_reserved,
+        state.ids_served + state.ids_buffered + state.ids_burned + state.ids_given_back,
+        "{state:?}"
+    );
+    node.stop().await;
+}
+
+/// `redis-benchmark -t incr`, unchanged: its key `counter:__rand_int__` is a namespace name
+/// (`:` is allowed after the first character), and every INCR it sent took one id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_benchmark_incr_runs_against_the_resp_port() {
+    let node = RespNode::start(config("")).await;
+    run(
+        "redis-benchmark",
+        vec![
+            "-p".into(),
+            node.port.to_string(),
+            "-t".into(),
+            "incr".into(),
+            "-n".into(),
+            "2000".into(),
+            "-c".into(),
+            "4".into(),
+            "-q".into(),
+        ],
+        None,
+    )
+    .await;
+    let state = sequence_state(&node, "counter:__rand_int__").await;
+    assert_eq!(state.ids_served, 2000, "{state:?}");
+    let next: u64 = node
+        .cli(&["INCR", "counter:__rand_int__"])
+        .await
+        .parse()
+        .unwrap();
+    assert_eq!(next, 2001);
+    // Counted per command: every INCR answered ok, and the handshake's CONFIG GET too.
+    let text = node
+        .node
+        .metrics()
+        .encode(idmint_node::metrics::Format::Prometheus);
+    assert!(
+        text.contains("idmint_resp_commands_total{command=\"incr\",outcome=\"ok\"} 2001\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("idmint_resp_commands_total{command=\"incr\",outcome=\"error\"} 0\n"),
+        "{text}"
+    );
+    node.stop().await;
+}
+
+/// `server.max_connections` bounds RESP connections too: a third connection to a node allowing
+/// two gets no answer until one of the first two closes, then it is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_limit_wait_until_one_closes() {
+    let node = RespNode::start(config("[server]\nmax_connections = 2\n")).await;
+    let ping = request(&["PING"]);
+    let mut first = TcpStream::connect(("127.0.0.1", node.port)).await.unwrap();
+    let mut second = TcpStream::connect(("127.0.0.1", node.port)).await.unwrap();
+    for stream in [&mut first, &mut second] {
+        stream.write_all(&ping).await.unwrap();
+        let (replies, _) = read_replies(stream, 1).await;
+        assert_eq!(replies, vec![Frame::SimpleString(b"PONG".to_vec())]);
+    }
+    // The third is connected by the kernel (listen backlog) but not accepted: no answer.
+    let mut third = TcpStream::connect(("127.0.0.1", node.port)).await.unwrap();
+    third.write_all(&ping).await.unwrap();
+    let mut byte = [0u8; 1];
+    let early = tokio::time::timeout(Duration::from_millis(300), third.read(&mut byte)).await;
+    assert!(
+        early.is_err(),
+        "the third connection was answered: {early:?}"
+    );
+    // One closes: the third is accepted and answers the PING it sent while waiting.
+    drop(first);
+    let (replies, _) = tokio::time::timeout(DEADLINE, read_replies(&mut third, 1))
+        .await
+        .expect("the third connection was not served after one closed");
+    assert_eq!(replies, vec![Frame::SimpleString(b"PONG".to_vec())]);
+    drop(second);
+    drop(third);
+    node.stop().await;
+}

@@ -288,7 +288,7 @@ pub(crate) async fn serve(State(node): State<Arc<Node>>) -> Response {
                    Not idempotent: every call hands out new ids. `HEAD` is 405 (it would hand \
                    out ids nobody sees).",
     params(
-        ("namespace" = String, Path, description = "1-128 of `[A-Za-z0-9_.-]`, starting with a letter or digit",
+        ("namespace" = String, Path, description = "1-128 of `[A-Za-z0-9_.:-]`, starting with a letter or digit",
             pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$", example = "photos"),
         ("count" = Option<u64>, Query, description = "How many ids (default 1); the maximum is `server.max_count`",
             minimum = 1, maximum = 10000, example = 3),
@@ -318,7 +318,7 @@ fn get_ids() {}
                    `count` ids (it is cut from the buffered block). Sequence namespaces only. \
                    Not idempotent: every call reserves new ids. No request body.",
     params(
-        ("namespace" = String, Path, description = "1-128 of `[A-Za-z0-9_.-]`, starting with a letter or digit",
+        ("namespace" = String, Path, description = "1-128 of `[A-Za-z0-9_.:-]`, starting with a letter or digit",
             pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$", example = "photos"),
         ("count" = Option<u64>, Query, description = "How many ids at most (default 1); the maximum is `server.max_block_request`",
             minimum = 1, maximum = 1000000, example = 1000),
@@ -347,7 +347,7 @@ fn post_block() {}
     description = "The parts of an id of the namespace's kind. A read: it never creates the \
                    namespace.",
     params(
-        ("namespace" = String, Path, description = "1-128 of `[A-Za-z0-9_.-]`, starting with a letter or digit",
+        ("namespace" = String, Path, description = "1-128 of `[A-Za-z0-9_.:-]`, starting with a letter or digit",
             pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$", example = "tweets"),
         ("id" = String, Path, description = "An id of the namespace's kind: decimal digits \
             (sequence, snowflake), UUIDv7 text (36 characters, or 32 hex digits; any case) or ULID \
@@ -391,7 +391,7 @@ fn list_namespaces() {}
     description = "Also answers for a sequence namespace the authority holds and this node has \
                    not loaded (from its stored state). A read: it never creates the namespace.",
     params(
-        ("namespace" = String, Path, description = "1-128 of `[A-Za-z0-9_.-]`, starting with a letter or digit",
+        ("namespace" = String, Path, description = "1-128 of `[A-Za-z0-9_.:-]`, starting with a letter or digit",
             pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$", example = "photos"),
     ),
     responses(

@@ -66,6 +66,59 @@ pub enum Command<'a> {
     Decode(&'a str, &'a str),
 }
 
+impl Command<'_> {
+    /// Every value [`Command::name`] answers, in [`Command::index`] order.
+    pub const NAMES: [&'static str; 18] = [
+        "ping",
+        "echo",
+        "quit",
+        "hello",
+        "auth",
+        "client setname",
+        "client getname",
+        "client id",
+        "client setinfo",
+        "command",
+        "info",
+        "select",
+        "config get",
+        "incr",
+        "incrby",
+        "idmint.next",
+        "idmint.block",
+        "idmint.decode",
+    ];
+
+    /// The command's position in [`Command::NAMES`].
+    pub fn index(&self) -> usize {
+        match self {
+            Command::Ping(_) => 0,
+            Command::Echo(_) => 1,
+            Command::Quit => 2,
+            Command::Hello { .. } => 3,
+            Command::Auth(_) => 4,
+            Command::ClientSetName(_) => 5,
+            Command::ClientGetName => 6,
+            Command::ClientId => 7,
+            Command::ClientSetInfo => 8,
+            Command::Command => 9,
+            Command::Info => 10,
+            Command::Select => 11,
+            Command::ConfigGet => 12,
+            Command::Incr(_) => 13,
+            Command::IncrBy(..) => 14,
+            Command::Next(..) => 15,
+            Command::Block(..) => 16,
+            Command::Decode(..) => 17,
+        }
+    }
+
+    /// The command's name, lower-case, as the metrics label it.
+    pub fn name(&self) -> &'static str {
+        Self::NAMES[self.index()]
+    }
+}
+
 /// Why a request gets an error instead of an answer. [`Refusal::reply`] is the line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {

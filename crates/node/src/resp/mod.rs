@@ -28,6 +28,8 @@
 //!   `HELLO`, `CLIENT`, `COMMAND`, `SELECT`, `CONFIG GET`, `QUIT`) stay open.
 //! - Only `INCR`, `INCRBY`, `IDMINT.NEXT` and `IDMINT.BLOCK` may create a namespace or reserve
 //!   ids ([`Node::namespace`]); `IDMINT.DECODE` goes through [`Node::read_namespace`].
+//! - At most `server.max_connections` connections are served at once (like HTTP and gRPC, each
+//!   front-end its own): the next one is not accepted until one closes.
 //! - Shutdown ([`serve`]): accepting stops; a connection finishes the command it is executing,
 //!   writes the answers it has, and closes; commands it has read but not started are not run.
 //!   [`serve`] returns once every connection has closed. It never shuts the node down: the
@@ -43,12 +45,13 @@ pub mod reply;
 
 use crate::auth::{Caller, Scope};
 use crate::error::IdError;
-use crate::metrics::ErrorLabels;
+use crate::metrics::{ErrorLabels, RespLabels};
 use crate::namespace::Namespace;
 use crate::registry::Node;
 use bytes::Buf;
 use bytes::{Bytes, BytesMut};
 use command::{Command, Refusal};
+use prometheus_client::metrics::counter::Counter;
 use redis_protocol::resp2::types::RangeFrame;
 use reply::{Protocol, Reply};
 use std::future::Future;
@@ -79,6 +82,8 @@ const REDIS_VERSION: &str = "7.2.0";
 #[derive(Debug)]
 struct Shared {
     node: Arc<Node>,
+    /// `idmint_resp_commands_total`, looked up once: one atomic add per command.
+    counters: CommandCounters,
     /// TLS on this listener, and how long a handshake may take.
     tls: Option<crate::tls::Acceptor>,
     handshake_timeout: Duration,
@@ -141,7 +146,9 @@ async fn serve_until(
     stop_now: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let handshake_timeout = node.config().listen.header_read_timeout;
+    let max_connections = node.config().listen.max_connections;
     let shared = Arc::new(Shared {
+        counters: CommandCounters::new(node.metrics()),
         node,
         tls,
         handshake_timeout,
@@ -155,7 +162,9 @@ async fn serve_until(
     loop {
         tokio::select! {
             () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
+            // At most `server.max_connections` at once, as HTTP and gRPC: past it the next
+            // connection waits in the listen backlog until one closes (reaped below).
+            accepted = listener.accept(), if connections.len() < max_connections => match accepted {
                 Ok((stream, _peer)) => {
                     // Replies are written in batches already; Nagle would only delay them.
                     let _ = stream.set_nodelay(true);
@@ -395,17 +404,64 @@ async fn request(
     let node = &shared.node;
     let max_count = node.config().max_count;
     let (answer, next) = match command::parse(args, max_count, max_count.max(1_000_000)) {
-        Ok(Command::Quit) => (Reply::OK, Next::Close),
-        Ok(command) => (run(shared, client, command).await, Next::Go),
+        Ok(Command::Quit) => {
+            shared.counters.count(&Command::Quit, &Reply::OK);
+            (Reply::OK, Next::Close)
+        }
+        Ok(command) => {
+            let index = command.index();
+            let answer = run(shared, client, command).await;
+            shared.counters.count_index(index, &answer);
+            (answer, Next::Go)
+        }
         Err(refusal) => {
             if let Refusal::Invalid(e) = &refusal {
                 count_error(node, e);
             }
+            shared.counters.unparsed.inc();
             (refusal.reply(), Next::Go)
         }
     };
     reply::encode(answer, client.protocol, output);
     next
+}
+
+/// The counters of `idmint_resp_commands_total`, one per command and outcome.
+#[derive(Debug)]
+struct CommandCounters {
+    ok: Vec<Counter>,
+    error: Vec<Counter>,
+    unparsed: Counter,
+}
+
+impl CommandCounters {
+    fn new(metrics: &crate::metrics::Metrics) -> Self {
+        let get = |command, outcome| {
+            metrics
+                .resp_commands
+                .get_or_create(&RespLabels { command, outcome })
+                .clone()
+        };
+        CommandCounters {
+            ok: Command::NAMES.iter().map(|&n| get(n, "ok")).collect(),
+            error: Command::NAMES.iter().map(|&n| get(n, "error")).collect(),
+            unparsed: get("unparsed", "error"),
+        }
+    }
+
+    fn count(&self, command: &Command<'_>, answer: &Reply) {
+        self.count_index(command.index(), answer);
+    }
+
+    fn count_index(&self, index: usize, answer: &Reply) {
+        let counters = match answer {
+            Reply::Error(_) => &self.error,
+            _ => &self.ok,
+        };
+        if let Some(c) = counters.get(index) {
+            c.inc();
+        }
+    }
 }
 
 fn count_error(node: &Node, e: &IdError) {
@@ -558,14 +614,10 @@ async fn incr(node: &Node, client: &mut Client, name: &str) -> Result<Reply, IdE
     })
 }
 
-/// How many blocks `INCRBY` takes before giving up on finding `count` consecutive ids.
-const INCRBY_ATTEMPTS: u32 = 4;
-
 /// `INCRBY ns n`: the Redis contract is that the caller owns `v-n+1 ..= v` for the answer `v`,
 /// which holds only for `n` consecutive integers. So it is answered for sequence namespaces of
-/// step 1 only, from one block of exactly `n` ids ([`Namespace::block`]); a shorter block (the
-/// rest of the node's current block) is skipped (its ids are never handed out) and another
-/// taken, a few times at most.
+/// step 1 only, from one block of exactly `n` ids ([`crate::namespace::SequenceNamespace::consecutive`]: a shorter
+/// remainder of the node's current block is burned, never handed out, a few times at most).
 ///
 /// `INCRBY ns 1` is `INCR ns` for every kind: clients send it for their `incr` (redis-py does).
 async fn incr_by(
@@ -579,8 +631,8 @@ async fn incr_by(
     }
     let caller = allow(node, client, name, Scope::Ids, count)?;
     let ns = client.namespace(node, name).await?;
-    match &*ns {
-        Namespace::Sequence(s) if s.spec().step() == 1 => {}
+    let seq = match &*ns {
+        Namespace::Sequence(s) if s.spec().step() == 1 => s,
         Namespace::Sequence(s) => {
             return Err(IdError::WrongKind(format!(
                 "namespace {name:?} has step {}: INCRBY's answer v stands for the ids v-n+1..v, \
@@ -596,7 +648,7 @@ async fn incr_by(
                 other.kind()
             )))
         }
-    }
+    };
     if crate::config::block_request(&ns, count) < count {
         return Err(IdError::InvalidCount(format!(
             "INCRBY {name} {count}: a 32-bit namespace hands out at most {} ids per block \
@@ -604,12 +656,9 @@ async fn incr_by(
             crate::config::block_request(&ns, count)
         )));
     }
-    for _ in 0..INCRBY_ATTEMPTS {
-        let block = ns.block(count).await?;
-        if block.len() == count {
-            node.auth().served(caller, count);
-            return Ok(reply::u64_id(block.last()));
-        }
+    if let Some(block) = seq.consecutive(count).await? {
+        node.auth().served(caller, count);
+        return Ok(reply::u64_id(block.last()));
     }
     Err(IdError::InvalidCount(format!(
         "INCRBY {name} {count}: the namespace's blocks hold fewer than {count} consecutive ids; \

@@ -224,7 +224,7 @@ pub(super) const ER_NO_SUCH_TABLE: u16 = 1146;
 /// ER_LOCK_DEADLOCK: InnoDB rolled the transaction back.
 pub(super) const ER_LOCK_DEADLOCK: u16 = 1213;
 
-/// A namespace name as an SQL string literal. Names are letters, digits, `_`, `-` and `.`
+/// A namespace name as an SQL string literal. Names are letters, digits, `_`, `-`, `.` and `:`
 /// only ([`NamespaceName`]), so nothing needs escaping; quotes and backslashes are escaped
 /// anyway should that rule ever widen.
 pub(super) fn literal(name: &NamespaceName) -> String {
