@@ -8,9 +8,9 @@
 # targets (idmint >= 1.0x Redis requests/s, p99 <= Redis's p99) met or missed, and a durability
 # check of idmint (kill -9, restart: the next id is above every id handed out before).
 #
-# The command is `INCR bench` rather than `redis-benchmark -t incr`: -t incr increments the key
-# `counter:__rand_int__`, and ':' is not allowed in a namespace name, so idmint would answer an
-# error to each request. Both servers get the very same command.
+# The command is `redis-benchmark -t incr` as it is: it increments the key `counter:__rand_int__`,
+# a valid namespace name (':' is allowed after the first character). Both servers get the very
+# same command.
 #
 # Usage:  bash bench/resp/run.sh
 # Knobs (environment): CONNS=50 THREADS=2 REQUESTS=1000000 PIPELINED_REQUESTS=8000000
@@ -41,7 +41,7 @@ QUIET_WAIT=${QUIET_WAIT:-30}
 IDMINT_PORT=${IDMINT_PORT:-7380}
 REDIS_PORT=${REDIS_PORT:-6390}
 REDIS_FSYNC_PORT=${REDIS_FSYNC_PORT:-6391}
-NS=bench
+NS="counter:__rand_int__" # redis-benchmark -t incr's key
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -125,19 +125,19 @@ echo "redis: 127.0.0.1:$REDIS_PORT (no persistence), 127.0.0.1:$REDIS_FSYNC_PORT
 # Warm-up: idmint sizes its blocks from demand; Redis creates the key.
 for port in "$IDMINT_PORT" "$REDIS_PORT" "$REDIS_FSYNC_PORT"; do
     redis-benchmark -h 127.0.0.1 -p "$port" -c "$CONNS" --threads "$THREADS" -n 50000 -P 16 \
-        -q INCR "$NS" >/dev/null
+        -q -t incr >/dev/null
 done
 
 declare -A RPS P50 P99
-# Measures `INCR bench` on port $2 with pipeline $3; $1 names the row. Appends
+# Measures `-t incr` on port $2 with pipeline $3; $1 names the row. Appends
 # "rps p50 p99" to $WORK/$1-$3.txt.
 measure() {
     local name=$1 port=$2 pipe=$3 n=$REQUESTS line rps p50 p99
     ((pipe > 1)) && n=$PIPELINED_REQUESTS
     wait_quiet "$name -P $pipe"
-    echo "-- redis-benchmark -h 127.0.0.1 -p $port -c $CONNS --threads $THREADS -n $n -P $pipe --csv INCR $NS"
+    echo "-- redis-benchmark -h 127.0.0.1 -p $port -c $CONNS --threads $THREADS -n $n -P $pipe --csv -t incr"
     line=$(redis-benchmark -h 127.0.0.1 -p "$port" -c "$CONNS" --threads "$THREADS" \
-        -n "$n" -P "$pipe" --csv INCR "$NS" 2>/dev/null | tail -n 1)
+        -n "$n" -P "$pipe" --csv -t incr 2>/dev/null | tail -n 1)
     # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
     rps=$(echo "$line" | awk -F'","' '{printf "%.0f", $2}')
     p50=$(echo "$line" | awk -F'","' '{print $5}')
@@ -176,7 +176,7 @@ else
 fi
 echo "   $DURABLE"
 
-say "summary (redis-benchmark INCR $NS, $CONNS connections, $THREADS client threads, -n $REQUESTS (-P 1) / $PIPELINED_REQUESTS (-P 16); medians of $ROUNDS rounds)"
+say "summary (redis-benchmark -t incr, key $NS, $CONNS connections, $THREADS client threads, -n $REQUESTS (-P 1) / $PIPELINED_REQUESTS (-P 16); medians of $ROUNDS rounds)"
 F="%-34s %12s %9s %9s %14s %14s\n"
 printf "$F" "server" "req/s" "p50 ms" "p99 ms" "vs Redis" "vs Redis fsync"
 verdicts=()

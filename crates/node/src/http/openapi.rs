@@ -289,7 +289,7 @@ pub(crate) async fn serve(State(node): State<Arc<Node>>) -> Response {
                    out ids nobody sees).",
     params(
         ("namespace" = String, Path, description = "1-128 of `[A-Za-z0-9_.:-]`, starting with a letter or digit",
-            pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$", example = "photos"),
+            pattern = "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", example = "photos"),
         ("count" = Option<u64>, Query, description = "How many ids (default 1); the maximum is `server.max_count`",
             minimum = 1, maximum = 10000, example = 3),
     ),
@@ -319,7 +319,7 @@ fn get_ids() {}
                    Not idempotent: every call reserves new ids. No request body.",
     params(
         ("namespace" = String, Path, description = "1-128 of `[A-Za-z0-9_.:-]`, starting with a letter or digit",
-            pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$", example = "photos"),
+            pattern = "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", example = "photos"),
         ("count" = Option<u64>, Query, description = "How many ids at most (default 1); the maximum is `server.max_block_request`",
             minimum = 1, maximum = 1000000, example = 1000),
     ),
@@ -348,7 +348,7 @@ fn post_block() {}
                    namespace.",
     params(
         ("namespace" = String, Path, description = "1-128 of `[A-Za-z0-9_.:-]`, starting with a letter or digit",
-            pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$", example = "tweets"),
+            pattern = "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", example = "tweets"),
         ("id" = String, Path, description = "An id of the namespace's kind: decimal digits \
             (sequence, snowflake), UUIDv7 text (36 characters, or 32 hex digits; any case) or ULID \
             text (26 characters of Crockford base32; any case)",
@@ -392,7 +392,7 @@ fn list_namespaces() {}
                    not loaded (from its stored state). A read: it never creates the namespace.",
     params(
         ("namespace" = String, Path, description = "1-128 of `[A-Za-z0-9_.:-]`, starting with a letter or digit",
-            pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$", example = "photos"),
+            pattern = "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", example = "photos"),
     ),
     responses(
         (status = 200, description = "Settings and state", body = NamespaceInfo),
