@@ -4,6 +4,7 @@
 #   1. idmint  GET /v1/ids/bench?count=1    (wrk)
 #   2. idmint  GET /v1/ids/bench?count=100  (wrk)
 #   R. idmint  RESP INCR counter:__rand_int__ (redis-benchmark -t incr, the same settings as Redis)
+#   G. idmint  gRPC Next(count=1) (bench/load/client grpc-load), and NextStream ids/s
 #   3. Redis   INCR                          (redis-benchmark)
 #   4. MariaDB Flickr ticket server          (bench/load/client, Rust + mysql_async)
 #   5. idmint resident memory after the load
@@ -112,6 +113,8 @@ IDMINT="$ROOT/target/release/idmint"
 CARGO_TARGET_DIR="$CLIENT_DIR/target" cargo build --release --manifest-path "$CLIENT_DIR/Cargo.toml" 2>&1 | tail -n 2
 TICKET_LOAD="$CLIENT_DIR/target/release/idmint-load-client"
 [[ -x "$TICKET_LOAD" ]] || die "no $TICKET_LOAD after the build"
+GRPC_LOAD="$CLIENT_DIR/target/release/grpc-load"
+[[ -x "$GRPC_LOAD" ]] || die "no $GRPC_LOAD after the build"
 
 # ---------------------------------------------------------------------------------------------
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/idmint-load.XXXXXX")
@@ -144,7 +147,7 @@ others_cores() { # all_before all_after server_before server_after client_secs_b
 
 say "starting idmint (fresh data dir, ephemeral port)"
 mkdir -p "$WORK/data"
-RUST_LOG=${RUST_LOG:-info} "$IDMINT" serve --data-dir "$WORK/data" --http 127.0.0.1:0 --resp 127.0.0.1:0 >"$WORK/server.out" 2>"$WORK/server.err" &
+RUST_LOG=${RUST_LOG:-info} "$IDMINT" serve --data-dir "$WORK/data" --http 127.0.0.1:0 --resp 127.0.0.1:0 --grpc 127.0.0.1:0 >"$WORK/server.out" 2>"$WORK/server.err" &
 SERVER_PID=$!
 BASE=""
 for _ in $(seq 1 100); do
@@ -161,12 +164,14 @@ for _ in $(seq 1 100); do
     sleep 0.1
 done
 [[ -n "$RESP_PORT" ]] || die "idmint did not report its RESP address"
+GRPC_URL=$(sed -n 's/^idmint gRPC listening on \([^ ]*\).*/http:\/\/\1/p' "$WORK/server.out" | head -n1)
+[[ -n "$GRPC_URL" ]] || die "idmint did not report its gRPC address"
 for _ in $(seq 1 100); do
     curl -fsS "$BASE/healthz" >/dev/null 2>&1 && break
     sleep 0.1
 done
 curl -fsS "$BASE/healthz" >/dev/null || die "idmint $BASE/healthz does not answer"
-echo "idmint pid $SERVER_PID at $BASE, RESP on 127.0.0.1:$RESP_PORT"
+echo "idmint pid $SERVER_PID at $BASE, RESP on 127.0.0.1:$RESP_PORT, gRPC at $GRPC_URL"
 echo "NOTE: client and server share this machine's $(nproc) cores ($(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n1)); every client below runs with $CONNS connections on $THREADS threads, loopback."
 
 # wrk_run NAME PATH [CONNS THREADS DURATION WARMUP] -> sets R_* variables
@@ -247,6 +252,29 @@ say "R. idmint RESP INCR (redis-benchmark -t incr, key counter:__rand_int__)"
 rb_run "idmint RESP INCR" "$RESP_PORT" "$SERVER_PID"
 IR_RPS=$B_RPS IR_P50=$B_P50 IR_P99=$B_P99 IR_CPU=$B_CPU IR_CLI=$B_CLI IR_OTH=$B_OTH
 
+say "G. idmint gRPC Next(count=1) (grpc-load, one HTTP/2 connection per client)"
+echo "-- $GRPC_LOAD --url $GRPC_URL --namespace $NS --conns $CONNS --threads $THREADS --warmup $WARMUP --duration $DURATION"
+wait_quiet "idmint gRPC Next"
+children_secs; c0=$CHILD_SECS; m0=$(machine_ticks); t0=$(cpu_ticks "$SERVER_PID")
+"$GRPC_LOAD" --url "$GRPC_URL" --namespace "$NS" --conns "$CONNS" --threads "$THREADS" --warmup "$WARMUP" --duration "$DURATION" >"$WORK/grpc.out"
+t1=$(cpu_ticks "$SERVER_PID"); m1=$(machine_ticks); children_secs; c1=$CHILD_SECS
+gline=" $(cat "$WORK/grpc.out")"
+echo "  $gline"
+G_RPS=$(echo "$gline" | kv rps); G_P50=$(echo "$gline" | kv p50_ms); G_P99=$(echo "$gline" | kv p99_ms)
+G_ERR=$(echo "$gline" | kv errors)
+gsecs=$(awk -v s="$(echo "$gline" | kv seconds)" -v w="$WARMUP" 'BEGIN{print s+w}')
+G_CPU=$(cores_used "$t0" "$t1" "$gsecs")
+G_CLI=$(awk -v a="$c0" -v b="$c1" -v d="$gsecs" 'BEGIN{printf "%.2f", (b-a)/d}')
+G_OTH=$(others_cores "$m0" "$m1" "$t0" "$t1" "$c0" "$c1" "$gsecs")
+echo "   => $G_RPS req/s, p50 $G_P50 ms, p99 $G_P99 ms, errors $G_ERR; cores used (incl. warm-up): idmint $G_CPU, grpc-load $G_CLI, other processes $G_OTH"
+
+say "G. idmint gRPC NextStream (2 streams of 20M ids, chunks of 10,000)"
+wait_quiet "idmint gRPC NextStream"
+"$GRPC_LOAD" --url "$GRPC_URL" --namespace "$NS" --mode stream --conns 2 --threads "$THREADS" --total 20000000 --chunk 10000 >"$WORK/stream.out"
+sline=" $(cat "$WORK/stream.out")"
+echo "  $sline"
+S_IDS=$(echo "$sline" | kv ids_per_s)
+
 if [[ "$EXTRA" == 1 ]]; then
     say "extra (informational). idmint GET /v1/ids/$NS?count=1000, $CONNS connections"
     wrk_run "idmint count=1000" "/v1/ids/$NS?count=1000" "$CONNS" "$THREADS" 10 2
@@ -322,6 +350,8 @@ printf "$F" "" "" "" "" "" "cores" "cores" "cores"
 printf "$F" "idmint GET count=1 (wrk)" "$I1_RPS" "$I1_P50" "$I1_P99" "$I1_RPS" "$I1_CPU" "$I1_CLI" "$(mark "$I1_OTH")"
 printf "$F" "idmint GET count=100 (wrk)" "$I100_RPS" "$I100_P50" "$I100_P99" "$I100_IDS" "$I100_CPU" "$I100_CLI" "$(mark "$I100_OTH")"
 printf "$F" "idmint RESP INCR (redis-benchmark)" "$IR_RPS" "$IR_P50" "$IR_P99" "$IR_RPS" "$IR_CPU" "$IR_CLI" "$(mark "$IR_OTH")"
+printf "$F" "idmint gRPC Next count=1" "$G_RPS" "$G_P50" "$G_P99" "$G_RPS" "$G_CPU" "$G_CLI" "$(mark "$G_OTH")"
+printf "$F" "idmint gRPC NextStream (2 streams)" "-" "-" "-" "$S_IDS" "-" "-" "-"
 printf "$F" "Redis INCR (redis-benchmark)" "$R_RPS_REDIS" "$R_P50_REDIS" "$R_P99_REDIS" "$R_RPS_REDIS" "$R_CPU_REDIS" "$R_CLI_REDIS" "$(mark "$R_OTH_REDIS")"
 printf "$F" "MariaDB ticket server (flush=$FLUSH)" "$M_RPS" "$M_P50" "$M_P99" "$M_RPS" "$M_CPU" "$M_CLI" "$(mark "$M_OTH")"
 if [[ "$EXTRA" == 1 ]]; then
@@ -340,15 +370,16 @@ RR=$(ratio "$IR_RPS" "$R_RPS_REDIS")
 printf '%-52s %14s %10s  %s\n' "idmint RESP INCR req/s / Redis INCR req/s" "$RR" ">= 1.0" "$(verdict "$RR" ">=" 1.0)"
 printf '%-52s %14s %10s  %s\n' "idmint RESP INCR p99 ms (Redis: $R_P99_REDIS)" "$IR_P99" "<= Redis" "$(verdict "$IR_P99" "<" "$(awk -v r="$R_P99_REDIS" 'BEGIN{print r+0.0005}')")"
 printf '%-52s %14s %10s  %s\n' "idmint count=1 req/s / Redis INCR req/s" "$R1" ">= 0.5" "$(verdict "$R1" ">=" 0.5)"
+printf '%-52s %14s %10s  %s\n' "(info) idmint gRPC Next req/s / Redis INCR req/s" "$(ratio "$G_RPS" "$R_RPS_REDIS")" "-" "-"
 printf '%-52s %14s %10s  %s\n' "idmint count=1 p99 ms (Redis: $R_P99_REDIS)" "$I1_P99" "<= Redis" "$(verdict "$I1_P99" "<" "$(awk -v r="$R_P99_REDIS" 'BEGIN{print r+0.0005}')")"
 printf '%-52s %14s %10s  %s\n' "idmint count=1 req/s / MariaDB ticket req/s" "$R2" ">= 10" "$(verdict "$R2" ">=" 10)"
 printf '%-52s %14s %10s  %s\n' "idmint count=100 ids/s" "$I100_IDS" ">= 10M" "$(verdict "$I100_IDS" ">=" 10000000)"
 printf '%-52s %14s %10s  %s\n' "idmint count=1 p99 ms (at full load)" "$I1_P99" "< 1" "$(verdict "$I1_P99" "<" 1)"
 printf '%-52s %14s %10s  %s\n' "idmint RSS MB after load (VmRSS)" "$RSS_MB" "< 50" "$(verdict "$RSS_MB" "<" 50)"
 printf '%-52s %14s %10s  %s\n' "idmint peak RSS MB (VmHWM)" "$HWM_MB" "< 50" "$(verdict "$HWM_MB" "<" 50)"
-total_err=$((I1_ERR + I100_ERR + M_ERR))
+total_err=$((I1_ERR + I100_ERR + M_ERR + G_ERR))
 echo
-echo "errors: idmint count=1 $I1_ERR, idmint count=100 $I100_ERR, MariaDB $M_ERR"
+echo "errors: idmint count=1 $I1_ERR, idmint count=100 $I100_ERR, gRPC $G_ERR, MariaDB $M_ERR"
 if awk -v a="$I1_OTH" -v b="$I100_OTH" -v c="$R_OTH_REDIS" -v d="$M_OTH" -v e="$IR_OTH" 'BEGIN{exit !(a>0.1||b>0.1||c>0.1||d>0.1||e>0.1)}'; then
     echo "WARNING: other processes used CPU during some runs (column 'others'): those numbers are low; run again on a quiet machine"
 fi
