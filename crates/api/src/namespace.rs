@@ -459,11 +459,7 @@ mod tests {
         );
         let mut old = v;
         let state = old["state"].as_object_mut().unwrap();
-        for field in [
-            "seconds_to_exhaustion",
-            "worker_pool",
-            "sequence_headroom",
-        ] {
+        for field in ["seconds_to_exhaustion", "worker_pool", "sequence_headroom"] {
             state.remove(field);
         }
         match serde_json::from_value::<NamespaceInfo>(old).unwrap() {

@@ -788,7 +788,10 @@ mod tests {
         metrics.refresh_snowflake("tweets", &snowflake_state(None));
         let text = metrics.encode(Format::Prometheus);
         assert!(!text.contains("idmint_snowflake_workers_held{"), "{text}");
-        assert!(!text.contains("idmint_snowflake_worker_pool_used_ratio{"), "{text}");
+        assert!(
+            !text.contains("idmint_snowflake_worker_pool_used_ratio{"),
+            "{text}"
+        );
         assert!(
             text.contains("idmint_snowflake_time_to_exhaustion_seconds{namespace=\"tweets\"}"),
             "{text}"

@@ -397,7 +397,10 @@ async fn a_snowflake_detail_shows_pool_headroom_and_time_left() {
     let (status, detail) = get_json(&b, "/v1/namespaces/events").await;
     assert_eq!(status, 200, "{detail}");
     let state = &detail["state"];
-    let now_ns = now.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    let now_ns = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
     assert_eq!(
         state["seconds_to_exhaustion"],
         (end_ms * 1_000_000 - now_ns) / 1_000_000_000,

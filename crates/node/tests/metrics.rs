@@ -293,7 +293,10 @@ async fn both_formats_pass_promtool_and_carry_every_family() {
     assert_eq!(left.fract(), 0.0, "whole seconds: {left}");
     assert_eq!(tweets("idmint_snowflake_workers_held"), 1.0);
     assert_eq!(tweets("idmint_snowflake_workers_possible"), 1024.0);
-    assert_eq!(tweets("idmint_snowflake_worker_pool_used_ratio"), 1.0 / 1024.0);
+    assert_eq!(
+        tweets("idmint_snowflake_worker_pool_used_ratio"),
+        1.0 / 1024.0
+    );
     assert_eq!(tweets("idmint_snowflake_sequence_limit_per_unit"), 4096.0);
     assert_eq!(tweets("idmint_snowflake_sequence_peak_per_unit"), 2.0);
     assert_eq!(tweets("idmint_snowflake_sequence_peak_ratio"), 2.0 / 4096.0);

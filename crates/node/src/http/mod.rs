@@ -647,8 +647,7 @@ async fn refresh_snowflake_gauges(node: &Node) {
             if let idmint_api::NamespaceInfo::Snowflake { state, .. } =
                 ns.info_live(now, &**node.authority()).await
             {
-                node.metrics()
-                    .refresh_snowflake(ns.name().as_str(), &state);
+                node.metrics().refresh_snowflake(ns.name().as_str(), &state);
             }
         }
     }

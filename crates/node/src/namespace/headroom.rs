@@ -91,10 +91,12 @@ impl SequenceUse {
                     });
                 return;
             };
-            match self
-                .current
-                .compare_exchange_weak(seen, next, Ordering::Relaxed, Ordering::Relaxed)
-            {
+            match self.current.compare_exchange_weak(
+                seen,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => {
                     if w != window {
                         self.previous.store(seen, Ordering::Relaxed);

@@ -250,12 +250,18 @@ pub async fn a_released_lease_keeps_its_floor(a: Arc<dyn Authority>, b: Arc<dyn 
     leases_of(&b).release(&again, 6_000).await.unwrap();
 }
 
+/// A worker id's record without the time left: worker, token, holder, floor, live.
+type SlotRecord = (u64, u64, String, u64, bool);
+
+/// A group's records without the time left: layout, last token, slots.
+type GroupRecords = (String, u64, Vec<SlotRecord>);
+
 /// The records of a group as a read sees them, without the time left on live leases (which a
 /// later read sees lower): layout, last token, and per worker id its token, holder, floor and
 /// liveness.
 fn records(
     read: Option<(crate::lease::GroupRecord, Vec<crate::lease::WorkerSlot>)>,
-) -> Option<(String, u64, Vec<(u64, u64, String, u64, bool)>)> {
+) -> Option<GroupRecords> {
     read.map(|(record, slots)| {
         let slots = slots
             .into_iter()
@@ -292,7 +298,10 @@ pub async fn reading_a_group_changes_nothing(a: Arc<dyn Authority>, b: Arc<dyn A
     short.ttl = Duration::from_secs(1);
     let brief = leases_of(&b).acquire(&short).await.unwrap();
     assert_eq!((held.worker, brief.worker), (0, 1), "{kind}");
-    let brief = leases_of(&b).renew(&brief, 1_700_000_000_000).await.unwrap();
+    let brief = leases_of(&b)
+        .renew(&brief, 1_700_000_000_000)
+        .await
+        .unwrap();
 
     let seen = records(leases_of(&a).group(&group).await.unwrap());
     let (layout, last_token, slots) = seen.clone().unwrap();
@@ -320,7 +329,13 @@ pub async fn reading_a_group_changes_nothing(a: Arc<dyn Authority>, b: Arc<dyn A
     assert_eq!(last_after, last_token, "{kind}: reads granted no token");
     assert_eq!(
         slots_after[1],
-        (1, brief.token, "short".to_string(), 1_700_000_000_000, false),
+        (
+            1,
+            brief.token,
+            "short".to_string(),
+            1_700_000_000_000,
+            false
+        ),
         "{kind}: the expired lease keeps its token, holder and floor"
     );
     assert_eq!(slots_after[0], slots[0], "{kind}");
@@ -334,9 +349,16 @@ pub async fn reading_a_group_changes_nothing(a: Arc<dyn Authority>, b: Arc<dyn A
         })
         .await
         .unwrap();
-    assert_eq!(next.token, last_token + 1, "{kind}: reads moved the token on");
+    assert_eq!(
+        next.token,
+        last_token + 1,
+        "{kind}: reads moved the token on"
+    );
     assert_eq!(next.floor_unix_ms, 1_700_000_000_000, "{kind}");
-    leases_of(&a).release(&next, 1_700_000_000_001).await.unwrap();
+    leases_of(&a)
+        .release(&next, 1_700_000_000_001)
+        .await
+        .unwrap();
     leases_of(&a).release(&held, 1).await.unwrap();
 }
 
