@@ -702,10 +702,7 @@ impl SnowflakeNamespace {
                 time_runs_out: rfc3339_ms(end_nanos / 1_000_000),
                 seconds_to_exhaustion: end_nanos.saturating_sub(now_nanos) / 1_000_000_000,
                 worker_pool: None,
-                sequence_headroom: Some(
-                    self.sequence
-                        .report(g.timestamp_at_unix_nanos(g.now_unix_nanos())),
-                ),
+                sequence_headroom: Some(self.sequence_headroom()),
                 worker_lease: self.worker.lease_state(),
             },
         }
