@@ -32,7 +32,8 @@ pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use ids::{BlockResponse, IdsResponse};
 pub use namespace::{
     CacheSettings, FieldOrder, LayoutSettings, LeaseStatus, NamespaceInfo, NamespaceList,
-    SequenceSettings, SequenceState, SnowflakeSettings, SnowflakeState, WorkerLeaseState,
+    SequenceHeadroom, SequenceSettings, SequenceState, SnowflakeSettings, SnowflakeState,
+    WorkerLeaseState, WorkerPool,
 };
 
 use serde::{Deserialize, Serialize};

@@ -225,7 +225,7 @@ pub enum FieldOrder {
 }
 
 /// Live state of a snowflake namespace on this node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SnowflakeState {
     /// Ids handed out by this node.
@@ -233,14 +233,82 @@ pub struct SnowflakeState {
     /// The last timestamp issued, in time units since the epoch (`null` before the first id).
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub last_timestamp: Option<u64>,
-    /// When the layout's timestamp field runs out (RFC 3339).
+    /// When the layout's timestamp field runs out (RFC 3339): the first instant whose
+    /// timestamp does not fit its bits. No id is issued at or after it (409 `time_exhausted`).
     #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub time_runs_out: String,
+    /// Whole seconds from now (the node's clock) until `time_runs_out`, rounded down; 0 once it
+    /// has passed. Absent from servers older than this field (read as 0).
+    #[serde(default)]
+    pub seconds_to_exhaustion: u64,
+    /// How many of the group's worker ids are leased (`null`: a fixed worker id on an authority
+    /// that stores no leases). Absent from older servers.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub worker_pool: Option<WorkerPool>,
+    /// The sequence field's capacity per time unit against the peak observed. Absent from older
+    /// servers.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub sequence_headroom: Option<SequenceHeadroom>,
     /// The worker lease this node holds for the namespace's group (`null`: a fixed worker id on
     /// an authority that stores no leases).
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub worker_lease: Option<WorkerLeaseState>,
+}
+
+/// The worker ids of a lease group: how many are leased out of how many the layout's node
+/// bits allow. When every one is leased, the next node of the group cannot start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WorkerPool {
+    /// The lease group (the namespace, or its `worker_group`).
+    pub group: String,
+    /// Worker ids the layout's node bits allow: `2^node_bits`.
+    pub possible: u64,
+    /// Worker ids with a live lease, by the authority's clock, this node's included; `null`
+    /// when the authority could not be read (see `error`).
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub held: Option<u64>,
+    /// `held / possible`; `null` with `held`.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub used_fraction: Option<f64>,
+    /// Why the authority's leases could not be read, if they could not.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub error: Option<String>,
+}
+
+/// The sequence field of a snowflake worker: how many ids one worker may issue per time unit,
+/// against the most it issued in one unit lately.
+///
+/// The peak is exact for the units it sees: every time a request of this namespace takes ids
+/// from a time unit, the worker's sequence number in that unit (plus one) is the number of
+/// ids the worker issued in it so far, and the peak is the largest such count (the full
+/// limit if a request had to wait for the next unit). It covers the current and the previous
+/// window of `window_seconds` (windows aligned to the layout's epoch, on the node's clock), so
+/// it forgets a burst after one to two windows. Namespaces sharing a worker group share one
+/// worker, so each sees the ids the others take in the units it touches.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SequenceHeadroom {
+    /// Ids one worker can issue per time unit: `2^sequence_bits`.
+    pub limit_per_unit: u64,
+    /// The same per second: `limit_per_unit` times the time units in a second.
+    pub limit_per_second: f64,
+    /// The most ids the worker issued in one time unit during the current and previous window
+    /// (0: none).
+    pub peak_per_unit: u64,
+    /// `peak_per_unit / limit_per_unit`: 1 means a unit ran full and requests waited for the
+    /// next one.
+    pub peak_fraction: f64,
+    /// `limit_per_unit - peak_per_unit`: ids per unit left before requests must wait.
+    pub headroom_per_unit: u64,
+    /// Requests of this namespace that found their time unit's sequence used up and waited for
+    /// the next unit, since the node started.
+    pub units_exhausted: u64,
+    /// The window length, seconds.
+    pub window_seconds: u64,
 }
 
 /// A worker lease as the node holding it sees it.
@@ -338,6 +406,70 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn snowflake_foresight_round_trips_and_older_servers_read_as_unknown() {
+        let info = NamespaceInfo::Snowflake {
+            namespace: "events".into(),
+            settings: SnowflakeSettings {
+                worker: 1,
+                layout: LayoutSettings {
+                    timestamp_bits: 41,
+                    node_bits: 10,
+                    sequence_bits: 12,
+                    time_unit: "1ms".into(),
+                    epoch: "2010-11-04T01:42:54.657Z".into(),
+                    epoch_unix_ms: 1_288_834_974_657,
+                    order: FieldOrder::NodeThenSequence,
+                },
+            },
+            state: SnowflakeState {
+                ids_served: 5000,
+                last_timestamp: Some(7),
+                time_runs_out: "2080-07-10T17:30:30.208Z".into(),
+                seconds_to_exhaustion: 1_700_000_000,
+                worker_pool: Some(WorkerPool {
+                    group: "events".into(),
+                    possible: 1024,
+                    held: Some(2),
+                    used_fraction: Some(2.0 / 1024.0),
+                    error: None,
+                }),
+                sequence_headroom: Some(SequenceHeadroom {
+                    limit_per_unit: 4096,
+                    limit_per_second: 4_096_000.0,
+                    peak_per_unit: 4096,
+                    peak_fraction: 1.0,
+                    headroom_per_unit: 0,
+                    units_exhausted: 1,
+                    window_seconds: 60,
+                }),
+                worker_lease: None,
+            },
+        };
+        let v = serde_json::to_value(&info).unwrap();
+        assert_eq!(v["state"]["seconds_to_exhaustion"], 1_700_000_000u64);
+        assert_eq!(v["state"]["worker_pool"]["held"], 2);
+        assert_eq!(v["state"]["worker_pool"]["possible"], 1024);
+        assert_eq!(v["state"]["sequence_headroom"]["peak_fraction"], 1.0);
+        assert_eq!(
+            serde_json::from_value::<NamespaceInfo>(v.clone()).unwrap(),
+            info
+        );
+        let mut old = v;
+        let state = old["state"].as_object_mut().unwrap();
+        for field in ["seconds_to_exhaustion", "worker_pool", "sequence_headroom"] {
+            state.remove(field);
+        }
+        match serde_json::from_value::<NamespaceInfo>(old).unwrap() {
+            NamespaceInfo::Snowflake { state, .. } => {
+                assert_eq!(state.seconds_to_exhaustion, 0);
+                assert_eq!(state.worker_pool, None);
+                assert_eq!(state.sequence_headroom, None);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

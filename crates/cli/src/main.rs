@@ -495,7 +495,7 @@ fn status_row(ns: &NamespaceInfo) -> [String; 6] {
                     None => " (no lease)".to_owned(),
                 },
                 state.time_runs_out
-            ),
+            ) + &output::snowflake_foresight(&settings.layout.time_unit, state),
         ],
         other => [
             other.name().to_owned(),

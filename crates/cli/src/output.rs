@@ -71,6 +71,46 @@ impl Out {
     }
 }
 
+/// The exhaustion foresight of a snowflake namespace for `idmint status`, written right after
+/// its "time runs out" date: the time left until its layout's timestamp bits run out, its worker
+/// pool (leases held of worker ids possible) and its sequence headroom (the peak ids per time
+/// unit of the last one to two minutes against the per-unit limit), e.g. ` (in 52 years 256
+/// days), workers 2/1024 leased, peak 1024/4096 per 1ms (25%)`. What an older server does not
+/// send is left out.
+pub fn snowflake_foresight(time_unit: &str, state: &idmint_api::SnowflakeState) -> String {
+    const YEAR: u64 = 365 * 86_400;
+    let s = state.seconds_to_exhaustion;
+    let mut out = if s >= YEAR {
+        format!(" (in {} years {} days)", s / YEAR, s % YEAR / 86_400)
+    } else if s > 0 {
+        format!(" (in {} days)", s / 86_400)
+    } else {
+        String::new()
+    };
+    if let Some(p) = &state.worker_pool {
+        out.push_str(&match p.held {
+            Some(held) if held >= p.possible => {
+                format!(", workers {held}/{} leased (FULL)", p.possible)
+            }
+            Some(held) => format!(", workers {held}/{} leased", p.possible),
+            None => format!(
+                ", workers ?/{} ({})",
+                p.possible,
+                p.error.as_deref().unwrap_or("not read")
+            ),
+        });
+    }
+    if let Some(h) = &state.sequence_headroom {
+        out.push_str(&format!(
+            ", peak {}/{} per {time_unit} ({:.0}%)",
+            h.peak_per_unit,
+            h.limit_per_unit,
+            h.peak_fraction * 100.0
+        ));
+    }
+    out
+}
+
 /// Whether `error` (or one of its causes) is a closed standard output.
 pub fn is_closed_stdout(error: &anyhow::Error) -> bool {
     error
@@ -87,5 +127,58 @@ pub fn report(error: &anyhow::Error) {
     let _ = writeln!(stderr, "error: {error}");
     for cause in error.chain().skip(1) {
         let _ = writeln!(stderr, "caused by: {cause}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use idmint_api::{SequenceHeadroom, SnowflakeState, WorkerPool};
+
+    fn state(seconds: u64, held: Option<u64>) -> SnowflakeState {
+        SnowflakeState {
+            ids_served: 10,
+            last_timestamp: Some(1),
+            time_runs_out: "2079-09-07T15:47:35.551Z".into(),
+            seconds_to_exhaustion: seconds,
+            worker_pool: Some(WorkerPool {
+                group: "events".into(),
+                possible: 1024,
+                held,
+                used_fraction: held.map(|h| h as f64 / 1024.0),
+                error: held.is_none().then(|| "connection refused".into()),
+            }),
+            sequence_headroom: Some(SequenceHeadroom {
+                limit_per_unit: 4096,
+                limit_per_second: 4_096_000.0,
+                peak_per_unit: 1024,
+                peak_fraction: 0.25,
+                headroom_per_unit: 3072,
+                units_exhausted: 0,
+                window_seconds: 60,
+            }),
+            worker_lease: None,
+        }
+    }
+
+    #[test]
+    fn status_shows_time_left_pool_and_headroom() {
+        assert_eq!(
+            snowflake_foresight("1ms", &state(1_662_000_000, Some(2))),
+            " (in 52 years 256 days), workers 2/1024 leased, peak 1024/4096 per 1ms (25%)"
+        );
+        assert_eq!(
+            snowflake_foresight("1ms", &state(3_888_000, Some(1024))),
+            " (in 45 days), workers 1024/1024 leased (FULL), peak 1024/4096 per 1ms (25%)"
+        );
+        assert_eq!(
+            snowflake_foresight("10ms", &state(0, None)),
+            ", workers ?/1024 (connection refused), peak 1024/4096 per 10ms (25%)"
+        );
+        // An older server: nothing but what it sent.
+        let mut old = state(0, None);
+        old.worker_pool = None;
+        old.sequence_headroom = None;
+        assert_eq!(snowflake_foresight("1ms", &old), "");
     }
 }

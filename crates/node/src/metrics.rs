@@ -8,6 +8,12 @@
 //!
 //! [`Authority::members`]: idmint_store::Authority::members
 //!
+//! A snowflake namespace's exhaustion foresight is exported from its API state at scrape time
+//! ([`Metrics::refresh_snowflake`]): the time left to its layout's last timestamp, its worker
+//! pool (leases held and worker ids possible; a pool the authority could not report has no
+//! series rather than a stale one) and its sequence headroom. The scrape reads each group's
+//! leases from the authority (a read, bounded by a timeout), as the namespace detail does.
+//!
 //! Two text formats are served, chosen from the scraper's `Accept` header by [`Format::negotiate`]:
 //! OpenMetrics 1.0.0 when asked for, otherwise the Prometheus text format 0.0.4 (what
 //! `promtool check metrics`, older Prometheus servers and most other scrapers read).
@@ -128,6 +134,22 @@ pub struct Metrics {
     pub auth_ids: Family<AuthLabels, Counter>,
     /// Requests refused by authentication, scopes or quotas, per token and reason.
     pub auth_refused: Family<RefusedLabels, Counter>,
+    /// Seconds until a snowflake layout's timestamp bits run out.
+    pub snowflake_time_left: Family<NamespaceLabels, Gauge<f64, AtomicU64>>,
+    /// Live worker leases of a snowflake namespace's group.
+    pub snowflake_workers_held: Family<NamespaceLabels, Gauge>,
+    /// Worker ids a snowflake namespace's layout allows.
+    pub snowflake_workers_possible: Family<NamespaceLabels, Gauge>,
+    /// `held / possible`.
+    pub snowflake_worker_pool_used: Family<NamespaceLabels, Gauge<f64, AtomicU64>>,
+    /// Ids a worker may issue per time unit.
+    pub snowflake_sequence_limit: Family<NamespaceLabels, Gauge>,
+    /// The peak ids per time unit of the last one to two windows.
+    pub snowflake_sequence_peak: Family<NamespaceLabels, Gauge>,
+    /// `peak / limit`.
+    pub snowflake_sequence_peak_used: Family<NamespaceLabels, Gauge<f64, AtomicU64>>,
+    /// Requests that found their time unit's sequence used up and waited for the next unit.
+    pub snowflake_sequence_exhausted: Family<NamespaceLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -158,6 +180,16 @@ impl Metrics {
         let resp_commands = Family::<RespLabels, Counter>::default();
         let auth_ids = Family::<AuthLabels, Counter>::default();
         let auth_refused = Family::<RefusedLabels, Counter>::default();
+        let snowflake_time_left = Family::<NamespaceLabels, Gauge<f64, AtomicU64>>::default();
+        let snowflake_workers_held = Family::<NamespaceLabels, Gauge>::default();
+        let snowflake_workers_possible = Family::<NamespaceLabels, Gauge>::default();
+        let snowflake_worker_pool_used =
+            Family::<NamespaceLabels, Gauge<f64, AtomicU64>>::default();
+        let snowflake_sequence_limit = Family::<NamespaceLabels, Gauge>::default();
+        let snowflake_sequence_peak = Family::<NamespaceLabels, Gauge>::default();
+        let snowflake_sequence_peak_used =
+            Family::<NamespaceLabels, Gauge<f64, AtomicU64>>::default();
+        let snowflake_sequence_exhausted = Family::<NamespaceLabels, Counter>::default();
         registry.register("ids_served", "Ids handed out", ids_served.clone());
         registry.register(
             "refills",
@@ -233,6 +265,50 @@ impl Metrics {
             "Requests refused for want of a known token, a scope, or quota, per token and reason",
             auth_refused.clone(),
         );
+        registry.register_with_unit(
+            "snowflake_time_to_exhaustion",
+            "Time until a snowflake namespace's layout runs out of timestamp bits (no id after)",
+            Unit::Seconds,
+            snowflake_time_left.clone(),
+        );
+        registry.register(
+            "snowflake_workers_held",
+            "Worker ids of a snowflake namespace's lease group with a live lease, by the \
+             authority's clock",
+            snowflake_workers_held.clone(),
+        );
+        registry.register(
+            "snowflake_workers_possible",
+            "Worker ids a snowflake namespace's layout allows (2^node_bits)",
+            snowflake_workers_possible.clone(),
+        );
+        registry.register(
+            "snowflake_worker_pool_used_ratio",
+            "Share of a snowflake namespace's worker ids with a live lease; at 1 no further \
+             node of the group can start",
+            snowflake_worker_pool_used.clone(),
+        );
+        registry.register(
+            "snowflake_sequence_limit_per_unit",
+            "Ids one snowflake worker may issue per time unit (2^sequence_bits)",
+            snowflake_sequence_limit.clone(),
+        );
+        registry.register(
+            "snowflake_sequence_peak_per_unit",
+            "Most ids the worker issued in one time unit over the last one to two minutes",
+            snowflake_sequence_peak.clone(),
+        );
+        registry.register(
+            "snowflake_sequence_peak_ratio",
+            "Peak ids per time unit over the per-unit limit; at 1 requests waited for the next \
+             unit",
+            snowflake_sequence_peak_used.clone(),
+        );
+        registry.register(
+            "snowflake_sequence_exhausted",
+            "Requests that found their time unit's sequence used up and waited for the next unit",
+            snowflake_sequence_exhausted.clone(),
+        );
         Metrics {
             registry,
             ids_served,
@@ -251,6 +327,62 @@ impl Metrics {
             resp_commands,
             auth_ids,
             auth_refused,
+            snowflake_time_left,
+            snowflake_workers_held,
+            snowflake_workers_possible,
+            snowflake_worker_pool_used,
+            snowflake_sequence_limit,
+            snowflake_sequence_peak,
+            snowflake_sequence_peak_used,
+            snowflake_sequence_exhausted,
+        }
+    }
+
+    /// Sets the exhaustion gauges of the snowflake namespace `namespace` from its API state
+    /// (as [`crate::namespace::Namespace::info_live`] reports it): the time left from
+    /// `seconds_to_exhaustion`, the pool's series only while the authority reported it (removed
+    /// otherwise, so no stale value is scraped), the sequence's from its headroom.
+    pub fn refresh_snowflake(&self, namespace: &str, state: &idmint_api::SnowflakeState) {
+        let labels = NamespaceLabels {
+            namespace: namespace.to_owned(),
+        };
+        let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        // One statement per series: `get_or_create` holds the family's lock while its guard lives.
+        self.snowflake_time_left
+            .get_or_create(&labels)
+            .set(state.seconds_to_exhaustion as f64);
+        match &state.worker_pool {
+            Some(idmint_api::WorkerPool {
+                possible,
+                held: Some(held),
+                ..
+            }) => {
+                self.snowflake_workers_held
+                    .get_or_create(&labels)
+                    .set(gauge(*held));
+                self.snowflake_workers_possible
+                    .get_or_create(&labels)
+                    .set(gauge(*possible));
+                self.snowflake_worker_pool_used
+                    .get_or_create(&labels)
+                    .set(*held as f64 / (*possible).max(1) as f64);
+            }
+            _ => {
+                self.snowflake_workers_held.remove(&labels);
+                self.snowflake_workers_possible.remove(&labels);
+                self.snowflake_worker_pool_used.remove(&labels);
+            }
+        }
+        if let Some(h) = &state.sequence_headroom {
+            self.snowflake_sequence_limit
+                .get_or_create(&labels)
+                .set(gauge(h.limit_per_unit));
+            self.snowflake_sequence_peak
+                .get_or_create(&labels)
+                .set(gauge(h.peak_per_unit));
+            self.snowflake_sequence_peak_used
+                .get_or_create(&labels)
+                .set(h.peak_fraction);
         }
     }
 
@@ -628,6 +760,61 @@ mod tests {
                 assert!(help.len() > 10, "{name}: {help}");
             }
         }
+    }
+
+    fn snowflake_state(held: Option<u64>) -> idmint_api::SnowflakeState {
+        idmint_api::SnowflakeState {
+            ids_served: 0,
+            last_timestamp: None,
+            time_runs_out: "2079-09-07T15:47:35.551Z".into(),
+            seconds_to_exhaustion: 1_234_567_890,
+            worker_pool: Some(idmint_api::WorkerPool {
+                group: "tweets".into(),
+                possible: 1024,
+                held,
+                used_fraction: held.map(|h| h as f64 / 1024.0),
+                error: held.is_none().then(|| "down".into()),
+            }),
+            sequence_headroom: Some(idmint_api::SequenceHeadroom {
+                limit_per_unit: 4096,
+                limit_per_second: 4_096_000.0,
+                peak_per_unit: 1024,
+                peak_fraction: 0.25,
+                headroom_per_unit: 3072,
+                units_exhausted: 0,
+                window_seconds: 60,
+            }),
+            worker_lease: None,
+        }
+    }
+
+    #[test]
+    fn snowflake_foresight_is_exported_and_an_unknown_pool_has_no_series() {
+        let metrics = Metrics::new();
+        metrics.refresh_snowflake("tweets", &snowflake_state(Some(2)));
+        let text = metrics.encode(Format::Prometheus);
+        for sample in [
+            "idmint_snowflake_time_to_exhaustion_seconds{namespace=\"tweets\"} 1234567890.0\n",
+            "idmint_snowflake_workers_held{namespace=\"tweets\"} 2\n",
+            "idmint_snowflake_workers_possible{namespace=\"tweets\"} 1024\n",
+            "idmint_snowflake_worker_pool_used_ratio{namespace=\"tweets\"} 0.001953125\n",
+            "idmint_snowflake_sequence_limit_per_unit{namespace=\"tweets\"} 4096\n",
+            "idmint_snowflake_sequence_peak_per_unit{namespace=\"tweets\"} 1024\n",
+            "idmint_snowflake_sequence_peak_ratio{namespace=\"tweets\"} 0.25\n",
+        ] {
+            assert!(text.contains(sample), "{sample}:\n{text}");
+        }
+        metrics.refresh_snowflake("tweets", &snowflake_state(None));
+        let text = metrics.encode(Format::Prometheus);
+        assert!(!text.contains("idmint_snowflake_workers_held{"), "{text}");
+        assert!(
+            !text.contains("idmint_snowflake_worker_pool_used_ratio{"),
+            "{text}"
+        );
+        assert!(
+            text.contains("idmint_snowflake_time_to_exhaustion_seconds{namespace=\"tweets\"}"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -16,6 +16,14 @@
 //!
 //! Every time is written with [`idmint_core::layout::rfc3339_millis`], which is total: a time
 //! RFC 3339 cannot write (after the year 9999) is `None`, never a panic.
+//!
+//! Exhaustion foresight of a snowflake namespace (docs/api.md): [`Namespace::info`] dates when
+//! the layout's timestamp bits run out and reports the sequence headroom ([`headroom`]); the
+//! worker pool usage needs a read of the group's leases in the authority, which only
+//! [`Namespace::info_live`] makes (a read: [`idmint_store::WorkerLeases::group`], bounded by
+//! [`POOL_READ_TIMEOUT`]).
+
+pub mod headroom;
 
 use crate::config::CacheMode;
 use crate::error::IdError;
@@ -23,6 +31,7 @@ use crate::metrics::{Metrics, NamespaceLabels};
 use crate::supply::{Lease, Supply, SupplySnapshot, TakeBack};
 use crate::verify::IdSpace;
 use crate::worker::LeasedWorker;
+use headroom::SequenceUse;
 use idmint_api as api;
 use idmint_core::snowflake::ClockCheck;
 use idmint_core::{
@@ -33,6 +42,10 @@ use prometheus_client::metrics::counter::Counter;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long [`Namespace::info_live`] waits for the authority's leases before it reports the
+/// worker pool as unknown.
+pub const POOL_READ_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Ids of one answer, increasing, as integers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,15 +160,34 @@ impl Namespace {
         ))
     }
 
-    /// Settings and live state; `now` dates the projected exhaustion.
+    /// Settings and live state; `now` dates the projected exhaustion and the time left to a
+    /// snowflake layout. A snowflake namespace's `worker_pool` is left `null` here: only
+    /// [`Namespace::info_live`] reads the authority.
     pub fn info(&self, now: SystemTime) -> api::NamespaceInfo {
         let namespace = self.name().to_string();
         match self {
             Namespace::Sequence(s) => s.info(namespace, now),
-            Namespace::Snowflake(s) => s.info(namespace),
+            Namespace::Snowflake(s) => s.info(namespace, now),
             Namespace::Uuid7(..) => api::NamespaceInfo::Uuid7 { namespace },
             Namespace::Ulid(..) => api::NamespaceInfo::Ulid { namespace },
         }
+    }
+
+    /// [`Namespace::info`] with what only the authority knows: a snowflake namespace's worker
+    /// pool, read from `authority`'s leases of its group within [`POOL_READ_TIMEOUT`]. A read:
+    /// nothing is created, renewed or reserved.
+    pub async fn info_live(
+        &self,
+        now: SystemTime,
+        authority: &dyn idmint_store::Authority,
+    ) -> api::NamespaceInfo {
+        let mut info = self.info(now);
+        if let (Namespace::Snowflake(s), api::NamespaceInfo::Snowflake { state, .. }) =
+            (self, &mut info)
+        {
+            state.worker_pool = s.worker_pool(authority, POOL_READ_TIMEOUT).await;
+        }
+        info
     }
 
     /// What the id `text` (decimal, or UUID/ULID text by kind) says about itself, read as an id
@@ -267,6 +299,19 @@ impl NamespaceView {
     pub fn info(&self, now: SystemTime) -> api::NamespaceInfo {
         match self {
             NamespaceView::Served(ns) => ns.info(now),
+            NamespaceView::Stored(s) => s.info(),
+        }
+    }
+
+    /// Settings and state with the worker pool read from `authority`, as
+    /// [`Namespace::info_live`].
+    pub async fn info_live(
+        &self,
+        now: SystemTime,
+        authority: &dyn idmint_store::Authority,
+    ) -> api::NamespaceInfo {
+        match self {
+            NamespaceView::Served(ns) => ns.info_live(now, authority).await,
             NamespaceView::Stored(s) => s.info(),
         }
     }
@@ -509,19 +554,30 @@ pub struct SnowflakeNamespace {
     metrics: Arc<Metrics>,
     labels: NamespaceLabels,
     served: AtomicU64,
+    /// The peak ids per time unit its requests saw ([`headroom`]).
+    sequence: SequenceUse,
+    /// `idmint_snowflake_sequence_exhausted_total` of this namespace.
+    exhausted: Counter,
 }
 
 impl SnowflakeNamespace {
     /// A namespace issuing ids from `worker`'s generator.
     pub fn new(name: NamespaceName, worker: Arc<LeasedWorker>, metrics: Arc<Metrics>) -> Self {
+        let labels = NamespaceLabels {
+            namespace: name.to_string(),
+        };
+        let exhausted = metrics
+            .snowflake_sequence_exhausted
+            .get_or_create(&labels)
+            .clone();
         SnowflakeNamespace {
-            labels: NamespaceLabels {
-                namespace: name.to_string(),
-            },
+            labels,
             name,
+            sequence: SequenceUse::new(worker.layout()),
             worker,
             metrics,
             served: AtomicU64::new(0),
+            exhausted,
         }
     }
 
@@ -542,10 +598,25 @@ impl SnowflakeNamespace {
         let generator = generation.generator();
         let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(1 << 20));
         let mut remaining = count;
+        let layout = generator.layout();
         while remaining > 0 {
             match generator.next_ids(remaining, &mut out) {
-                Ok(n) => remaining -= n,
-                Err(NextIdError::SequenceExhausted { wait }) => tokio::time::sleep(wait).await,
+                Ok(n) => {
+                    remaining -= n;
+                    // The ids just taken are of one unit; the last one's sequence + 1 is what
+                    // the worker issued in that unit so far.
+                    if let Some(d) = out.last().and_then(|&id| layout.decode(id).ok()) {
+                        self.sequence
+                            .record(d.parts.timestamp, d.parts.sequence + 1);
+                    }
+                }
+                Err(NextIdError::SequenceExhausted { wait }) => {
+                    if let Some(unit) = generator.last_timestamp() {
+                        self.sequence.record_exhausted(unit);
+                    }
+                    self.exhausted.inc();
+                    tokio::time::sleep(wait).await
+                }
                 Err(NextIdError::BeyondLimit { .. }) => {
                     return Err(self.worker.not_issuing(&self.name))
                 }
@@ -560,11 +631,58 @@ impl SnowflakeNamespace {
         Ok(out)
     }
 
-    fn info(&self, namespace: String) -> api::NamespaceInfo {
+    /// The worker pool of its group as `authority` records it (`None`: no leases, a fixed
+    /// worker id on an authority without them). A read of the group, bounded by `timeout`; a
+    /// failure or timeout is reported in the pool's `error`.
+    pub async fn worker_pool(
+        &self,
+        authority: &dyn idmint_store::Authority,
+        timeout: Duration,
+    ) -> Option<api::WorkerPool> {
+        // A node holds a lease exactly when its authority stores them (worker.rs).
+        let leases = authority.worker_leases()?;
+        let group = self.worker.group();
+        let possible = self.worker.layout().max_node().saturating_add(1);
+        let (held, error) = match tokio::time::timeout(timeout, leases.group(group)).await {
+            Ok(Ok(Some((_, slots)))) => (Some(slots.iter().filter(|s| s.is_live()).count()), None),
+            Ok(Ok(None)) => (Some(0), None),
+            Ok(Err(e)) => (None, Some(e.to_string())),
+            Err(_) => (
+                None,
+                Some(format!(
+                    "the {} authority did not answer within {}",
+                    authority.kind(),
+                    humantime::format_duration(timeout)
+                )),
+            ),
+        };
+        let held = held.map(|n| u64::try_from(n).unwrap_or(u64::MAX));
+        Some(api::WorkerPool {
+            group: group.to_string(),
+            possible,
+            held,
+            used_fraction: held.map(|h| h as f64 / possible as f64),
+            error,
+        })
+    }
+
+    /// The sequence headroom as of now ([`headroom`]).
+    pub fn sequence_headroom(&self) -> api::SequenceHeadroom {
+        let generation = self.worker.current();
+        let g = generation.generator();
+        self.sequence
+            .report(g.timestamp_at_unix_nanos(g.now_unix_nanos()))
+    }
+
+    fn info(&self, namespace: String, now: SystemTime) -> api::NamespaceInfo {
         let generation = self.worker.current();
         let g = generation.generator();
         let l = g.layout();
         let spec = l.spec();
+        let end_nanos = l.end_of_time_nanos();
+        let now_nanos = now
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         api::NamespaceInfo::Snowflake {
             namespace,
             settings: api::SnowflakeSettings {
@@ -589,7 +707,10 @@ impl SnowflakeNamespace {
             state: api::SnowflakeState {
                 ids_served: self.served(),
                 last_timestamp: g.last_timestamp(),
-                time_runs_out: rfc3339_ms(l.end_of_time_nanos() / 1_000_000),
+                time_runs_out: rfc3339_ms(end_nanos / 1_000_000),
+                seconds_to_exhaustion: end_nanos.saturating_sub(now_nanos) / 1_000_000_000,
+                worker_pool: None,
+                sequence_headroom: Some(self.sequence_headroom()),
                 worker_lease: self.worker.lease_state(),
             },
         }

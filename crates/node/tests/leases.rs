@@ -340,3 +340,162 @@ async fn a_node_that_cannot_renew_stops_and_a_lost_lease_is_never_used_again() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// GET `path` on `node`'s router (in process, on the test's paused clock): status and JSON.
+async fn get_json(node: &Arc<Node>, path: &str) -> (u16, serde_json::Value) {
+    use tower::ServiceExt;
+    let response = idmint_node::http::router(node.clone())
+        .oneshot(
+            axum::http::Request::get(path)
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (status, serde_json::from_slice(&body).unwrap())
+}
+
+/// Exhaustion foresight (issue 10 item 6): a snowflake namespace's detail shows its worker pool
+/// (two nodes on one authority hold 2 of the twitter layout's 1024 worker ids; 1 once one
+/// released), its sequence headroom (exact peaks: 10 ids in one unit; a burst of 10,000 runs
+/// units full, 4096 of 4096, and waits), and the time left until the layout's timestamp bits
+/// run out, exactly, on the injected clock. Reading it changes nothing in the authority.
+#[tokio::test(start_paused = true)]
+async fn a_snowflake_detail_shows_pool_headroom_and_time_left() {
+    let clock = TestClock::new();
+    let memory = Arc::new(MemoryAuthority::with_clock(clock.clone()));
+    let authority: Arc<dyn Authority> = memory.clone();
+    let a = start(WorkerConfig::Lease, authority.clone(), &clock)
+        .await
+        .unwrap();
+    let b = start(WorkerConfig::Lease, authority.clone(), &clock)
+        .await
+        .unwrap();
+
+    // Twitter: 41 bits of ms since 1288834974657 ms end at 1288834974657 + 2^41 ms.
+    let end_ms: u64 = 1_288_834_974_657 + (1 << 41);
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(START_WALL_MS);
+    let info = serde_json::to_value(events(&a).await.info(at)).unwrap();
+    assert_eq!(info["state"]["time_runs_out"], "2080-07-10T17:30:30.209Z");
+    assert_eq!(
+        info["state"]["seconds_to_exhaustion"],
+        (end_ms - START_WALL_MS) / 1000
+    );
+    assert_eq!(info["state"]["seconds_to_exhaustion"], 1_707_858_230u64);
+    // `info` alone reads no authority: the pool is only in the live detail.
+    assert_eq!(info["state"]["worker_pool"], serde_json::Value::Null);
+
+    let group_before = memory
+        .group(&NamespaceName::new("events").unwrap())
+        .await
+        .unwrap();
+    let now = b.now();
+    let (status, detail) = get_json(&b, "/v1/namespaces/events").await;
+    assert_eq!(status, 200, "{detail}");
+    let state = &detail["state"];
+    let now_ns = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    assert_eq!(
+        state["seconds_to_exhaustion"],
+        (end_ms * 1_000_000 - now_ns) / 1_000_000_000,
+        "{detail}"
+    );
+    assert_eq!(
+        state["worker_pool"],
+        serde_json::json!({"group": "events", "possible": 1024, "held": 2,
+                           "used_fraction": 2.0 / 1024.0, "error": null}),
+        "{detail}"
+    );
+    assert_eq!(
+        state["sequence_headroom"],
+        serde_json::json!({"limit_per_unit": 4096, "limit_per_second": 4_096_000.0,
+                           "peak_per_unit": 0, "peak_fraction": 0.0, "headroom_per_unit": 4096,
+                           "units_exhausted": 0, "window_seconds": 60}),
+        "{detail}"
+    );
+    assert_eq!(
+        memory
+            .group(&NamespaceName::new("events").unwrap())
+            .await
+            .unwrap(),
+        group_before,
+        "reading the detail changed the leases"
+    );
+
+    // Ten ids in one unit on b; a burst of 10,000 on a runs whole units full and waits.
+    take(&*events(&b).await, 10).await.unwrap();
+    let burst = take(&*events(&a).await, 10_000).await.unwrap();
+    assert_eq!(burst.len(), 10_000);
+    let mut per_unit = std::collections::BTreeMap::new();
+    for id in &burst {
+        *per_unit.entry(unix_ms_of(*id)).or_insert(0u64) += 1;
+    }
+    assert_eq!(per_unit.values().max(), Some(&4096), "{per_unit:?}");
+    let (_, detail) = get_json(&b, "/v1/namespaces/events").await;
+    let h = &detail["state"]["sequence_headroom"];
+    assert_eq!(h["peak_per_unit"], 10, "{detail}");
+    assert_eq!(h["peak_fraction"], 10.0 / 4096.0, "{detail}");
+    assert_eq!(h["headroom_per_unit"], 4086, "{detail}");
+    let (_, detail) = get_json(&a, "/v1/namespaces/events").await;
+    let h = &detail["state"]["sequence_headroom"];
+    assert_eq!(h["peak_per_unit"], 4096, "{detail}");
+    assert_eq!(h["peak_fraction"], 1.0, "{detail}");
+    assert_eq!(h["headroom_per_unit"], 0, "{detail}");
+    let full_units = per_unit.values().filter(|&&n| n == 4096).count() as u64;
+    assert!(
+        h["units_exhausted"].as_u64().unwrap() >= full_units,
+        "every full unit made the burst wait: {detail} {per_unit:?}"
+    );
+    assert_eq!(detail["state"]["worker_pool"]["held"], 2, "{detail}");
+
+    // The listing carries the same; after a's lease is released, b sees 1 of 1024.
+    a.shutdown().await;
+    let (_, list) = get_json(&b, "/v1/namespaces").await;
+    let listed = &list["namespaces"][0]["state"]["worker_pool"];
+    assert_eq!(listed["held"], 1, "{list}");
+    assert_eq!(listed["used_fraction"], 1.0 / 1024.0, "{list}");
+
+    // Two minutes on, the burst is forgotten.
+    tokio::time::sleep(Duration::from_secs(121)).await;
+    let (_, detail) = get_json(&b, "/v1/namespaces/events").await;
+    assert_eq!(
+        detail["state"]["sequence_headroom"]["peak_per_unit"], 0,
+        "{detail}"
+    );
+    b.shutdown().await;
+}
+
+/// The worker pool of a node whose authority cannot answer its read is reported as unknown,
+/// with the reason, and the detail still answers 200.
+#[tokio::test(start_paused = true)]
+async fn an_unreadable_pool_is_unknown_with_the_reason() {
+    let clock = TestClock::new();
+    let flaky = Arc::new(FlakyLeases {
+        inner: Arc::new(MemoryAuthority::with_clock(clock.clone())),
+        down: AtomicBool::new(false),
+    });
+    let node = start(WorkerConfig::Lease, flaky.clone(), &clock)
+        .await
+        .unwrap();
+    flaky.down.store(true, Ordering::SeqCst);
+    let (status, detail) = get_json(&node, "/v1/namespaces/events").await;
+    assert_eq!(status, 200, "{detail}");
+    let pool = &detail["state"]["worker_pool"];
+    assert_eq!(pool["held"], serde_json::Value::Null, "{detail}");
+    assert_eq!(pool["possible"], 1024, "{detail}");
+    assert!(
+        pool["error"]
+            .as_str()
+            .unwrap()
+            .contains("switched off by the test"),
+        "{detail}"
+    );
+    flaky.down.store(false, Ordering::SeqCst);
+    node.shutdown().await;
+}

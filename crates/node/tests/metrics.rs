@@ -7,7 +7,8 @@
 //! Prometheus text format 0.0.4) with the matching `Content-Type`; `promtool check metrics`
 //! accepts the 0.0.4 body without a single remark; Prometheus' OpenMetrics parser accepts the
 //! OpenMetrics body; both bodies carry every family, with the same series; a `cache = "off"`
-//! namespace reports no demand and no buffer.
+//! namespace reports no demand and no buffer; a snowflake namespace exports its exhaustion
+//! foresight (time left to its layout's end, its worker pool, its sequence peak per unit).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -237,6 +238,14 @@ async fn both_formats_pass_promtool_and_carry_every_family() {
             "idmint_demand_ids_per_second{namespace=\"orders\"}",
             "idmint_clock_behind_seconds{namespace=\"tweets\"}",
             "idmint_refill_waits_total{namespace=\"orders\"}",
+            "idmint_snowflake_time_to_exhaustion_seconds{namespace=\"tweets\"}",
+            "idmint_snowflake_workers_held{namespace=\"tweets\"}",
+            "idmint_snowflake_workers_possible{namespace=\"tweets\"}",
+            "idmint_snowflake_worker_pool_used_ratio{namespace=\"tweets\"}",
+            "idmint_snowflake_sequence_limit_per_unit{namespace=\"tweets\"}",
+            "idmint_snowflake_sequence_peak_per_unit{namespace=\"tweets\"}",
+            "idmint_snowflake_sequence_peak_ratio{namespace=\"tweets\"}",
+            "idmint_snowflake_sequence_exhausted_total{namespace=\"tweets\"}",
         ] {
             value(body, series);
         }
@@ -251,6 +260,14 @@ async fn both_formats_pass_promtool_and_carry_every_family() {
         ("idmint_ids_burned", "gauge"),
         ("idmint_demand_ids_per_second", "gauge"),
         ("idmint_clock_behind_seconds", "gauge"),
+        ("idmint_snowflake_time_to_exhaustion_seconds", "gauge"),
+        ("idmint_snowflake_workers_held", "gauge"),
+        ("idmint_snowflake_workers_possible", "gauge"),
+        ("idmint_snowflake_worker_pool_used_ratio", "gauge"),
+        ("idmint_snowflake_sequence_limit_per_unit", "gauge"),
+        ("idmint_snowflake_sequence_peak_per_unit", "gauge"),
+        ("idmint_snowflake_sequence_peak_ratio", "gauge"),
+        ("idmint_snowflake_sequence_exhausted_total", "counter"),
     ] {
         assert!(
             prometheus.contains(&format!("# TYPE {family} {kind}\n"))
@@ -262,6 +279,28 @@ async fn both_formats_pass_promtool_and_carry_every_family() {
         openmetrics.contains("# UNIT idmint_refill_duration_seconds seconds\n"),
         "{openmetrics}"
     );
+    assert!(
+        openmetrics.contains("# UNIT idmint_snowflake_time_to_exhaustion_seconds seconds\n"),
+        "{openmetrics}"
+    );
+    // The snowflake's foresight: twitter's 41 bits of ms from 2010 end in 2080 (more than 50
+    // years from any clock this runs on, less than 70); worker 7 is the one lease of its
+    // group's 1024; its 2 ids came from one unit of 4096, and no request waited.
+    let tweets = |family: &str| value(&prometheus, &format!("{family}{{namespace=\"tweets\"}}"));
+    let left = tweets("idmint_snowflake_time_to_exhaustion_seconds");
+    let year = 365.25 * 86_400.0;
+    assert!(left > 50.0 * year && left < 70.0 * year, "{left}");
+    assert_eq!(left.fract(), 0.0, "whole seconds: {left}");
+    assert_eq!(tweets("idmint_snowflake_workers_held"), 1.0);
+    assert_eq!(tweets("idmint_snowflake_workers_possible"), 1024.0);
+    assert_eq!(
+        tweets("idmint_snowflake_worker_pool_used_ratio"),
+        1.0 / 1024.0
+    );
+    assert_eq!(tweets("idmint_snowflake_sequence_limit_per_unit"), 4096.0);
+    assert_eq!(tweets("idmint_snowflake_sequence_peak_per_unit"), 2.0);
+    assert_eq!(tweets("idmint_snowflake_sequence_peak_ratio"), 2.0 / 4096.0);
+    assert_eq!(tweets("idmint_snowflake_sequence_exhausted_total"), 0.0);
     let served = |ns: &str| {
         value(
             &prometheus,

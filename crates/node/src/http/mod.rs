@@ -500,12 +500,12 @@ async fn list_namespaces(State(node): State<Arc<Node>>, headers: HeaderMap) -> R
         Err(e) => return fail(&node, e),
     };
     let now = node.now();
-    let namespaces = node
-        .all()
-        .iter()
-        .filter(|ns| node.auth().may(caller, ns.name().as_str(), Scope::Read))
-        .map(|ns| node.describe(ns.info(now)))
-        .collect();
+    let mut namespaces = Vec::new();
+    for ns in node.all() {
+        if node.auth().may(caller, ns.name().as_str(), Scope::Read) {
+            namespaces.push(node.describe(ns.info_live(now, &**node.authority()).await));
+        }
+    }
     axum::Json(NamespaceList { namespaces }).into_response()
 }
 
@@ -522,7 +522,10 @@ async fn get_namespace(
     }
     .await;
     match result {
-        Ok(ns) => axum::Json(node.describe(ns.info(node.now()))).into_response(),
+        Ok(ns) => {
+            let info = ns.info_live(node.now(), &**node.authority()).await;
+            axum::Json(node.describe(info)).into_response()
+        }
         Err(e) => fail_read(&node, e),
     }
 }
@@ -624,6 +627,7 @@ async fn metrics(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response 
     let format = crate::metrics::Format::negotiate(Some(&accept));
     node.refresh_gauges();
     node.metrics().refresh_members(&node.authority().members());
+    refresh_snowflake_gauges(&node).await;
     (
         [
             (header::CONTENT_TYPE, format.content_type()),
@@ -632,6 +636,21 @@ async fn metrics(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response 
         node.metrics().encode(format),
     )
         .into_response()
+}
+
+/// Sets each snowflake namespace's exhaustion gauges from its live state (a read of its
+/// group's leases, bounded by [`crate::namespace::POOL_READ_TIMEOUT`]).
+async fn refresh_snowflake_gauges(node: &Node) {
+    let now = node.now();
+    for ns in node.all() {
+        if let crate::namespace::Namespace::Snowflake(_) = &*ns {
+            if let idmint_api::NamespaceInfo::Snowflake { state, .. } =
+                ns.info_live(now, &**node.authority()).await
+            {
+                node.metrics().refresh_snowflake(ns.name().as_str(), &state);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -29,7 +29,8 @@ use axum::response::{IntoResponse, Response};
 use idmint_api::{
     BlockResponse, CacheSettings, Decoded, ErrorBody, ErrorCode, ErrorDetail, FieldOrder, Health,
     IdsResponse, LayoutSettings, LeaseStatus, MemberState, NamespaceInfo, NamespaceList, Ready,
-    SequenceSettings, SequenceState, SnowflakeSettings, SnowflakeState, WorkerLeaseState,
+    SequenceHeadroom, SequenceSettings, SequenceState, SnowflakeSettings, SnowflakeState,
+    WorkerLeaseState, WorkerPool,
 };
 use serde_json::Value;
 use std::sync::Arc;
@@ -69,6 +70,8 @@ use utoipa::OpenApi;
         LayoutSettings,
         FieldOrder,
         SnowflakeState,
+        WorkerPool,
+        SequenceHeadroom,
         WorkerLeaseState,
         LeaseStatus,
         MemberState,

@@ -5,13 +5,18 @@
 //! this node serves with its kind, settings and live state: watermark, ids buffered, demand,
 //! block size, ids served, burned and given back, the share of the id space used and the
 //! projected exhaustion date, in red (and marked `(!)` for text browsers) when it is nearer than
-//! `server.exhaustion_warning_days`.
+//! `server.exhaustion_warning_days`. A snowflake namespace shows its exhaustion foresight: the
+//! date its layout's timestamp bits run out and the time left (red within the same warning),
+//! its worker pool (leases held of the worker ids possible; red when full, as no further node
+//! of the group could start) and its sequence headroom (the peak ids per time unit against the
+//! per-unit limit; red when a unit ran full).
 //!
 //! Invariants:
 //! - A read: it takes the namespaces from [`Node::all`] and their [`crate::namespace::Namespace::info`]
 //!   and the members from [`Node::members`]; it never creates a namespace, reserves an id or
-//!   writes anything. The one thing it asks the authority is `list` (as `/readyz` does), bounded
-//!   by [`PROBE_TIMEOUT`].
+//!   writes anything. It asks the authority `list` (as `/readyz` does), bounded by
+//!   [`PROBE_TIMEOUT`], and reads each snowflake group's leases for its pool
+//!   ([`crate::namespace::Namespace::info_live`], bounded by its own timeout).
 //! - Every value is escaped (maud escapes by default; nothing here uses `PreEscaped`), so a
 //!   namespace name or an authority's error message cannot inject markup.
 //! - It maps nothing to protocol errors: it always answers 200 with the page, the authority's
@@ -21,7 +26,9 @@ use crate::registry::Node;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use idmint_api::{CacheSettings, MemberState, NamespaceInfo, SequenceState};
+use idmint_api::{
+    CacheSettings, MemberState, NamespaceInfo, SequenceHeadroom, SequenceState, WorkerPool,
+};
 use maud::{html, Markup, DOCTYPE};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -85,6 +92,10 @@ pub async fn snapshot(node: &Node) -> Snapshot {
         )),
     };
     let now = node.now();
+    let mut namespaces = Vec::new();
+    for ns in node.all() {
+        namespaces.push(node.describe(ns.info_live(now, &*authority).await));
+    }
     Snapshot {
         version: env!("CARGO_PKG_VERSION"),
         uptime: node.uptime(),
@@ -95,11 +106,7 @@ pub async fn snapshot(node: &Node) -> Snapshot {
             error,
             members: node.members(),
         },
-        namespaces: node
-            .all()
-            .iter()
-            .map(|ns| node.describe(ns.info(now)))
-            .collect(),
+        namespaces,
     }
 }
 
@@ -133,8 +140,9 @@ pub fn render(s: &Snapshot) -> Markup {
                     (namespaces(s))
                 }
                 p .legend {
-                    "Red, marked (!): runs out within " (warning_days) " days at the current demand "
-                    "(server.exhaustion_warning_days). JSON: "
+                    "Red, marked (!): runs out within " (warning_days) " days at the current demand, "
+                    "or a snowflake layout's time does (server.exhaustion_warning_days); a worker "
+                    "pool is full; a time unit's sequence ran full. JSON: "
                     a href="/v1/namespaces" { "/v1/namespaces" } ", "
                     a href="/readyz" { "/readyz" } ", "
                     a href="/metrics" { "/metrics" } ", "
@@ -228,13 +236,20 @@ fn namespaces(s: &Snapshot) -> Markup {
                                     br; "no lease (fixed worker id)"
                                 }
                             }
-                            td {} td {} td {} td {}
+                            td {} td {}
+                            td .sequence { (headroom(state.sequence_headroom.as_ref(), &l.time_unit)) }
+                            td {}
                             td .n { (state.ids_served) }
-                            td {} td {} td {}
-                            @if within(&state.time_runs_out, s.now, s.warning) {
-                                td .t { span .warn { "(!) " (state.time_runs_out) } }
-                            } @else {
-                                td .t { (state.time_runs_out) }
+                            td {} td {}
+                            td .pool { (pool(state.worker_pool.as_ref())) }
+                            td .t {
+                                @if within(&state.time_runs_out, s.now, s.warning) {
+                                    span .warn { "(!) " (state.time_runs_out) }
+                                } @else {
+                                    (state.time_runs_out)
+                                }
+                                br;
+                                "in " (time_left(state.seconds_to_exhaustion))
                             }
                         }
                         _ => {
@@ -245,6 +260,64 @@ fn namespaces(s: &Snapshot) -> Markup {
                 }
             }
         }
+    }
+}
+
+/// A snowflake namespace's worker pool: leases held of worker ids possible.
+fn pool(pool: Option<&WorkerPool>) -> Markup {
+    html! {
+        @match pool {
+            None => "no leases (fixed worker id)",
+            Some(p) => @match p.held {
+                Some(held) if held >= p.possible => span .warn {
+                    "(!) workers " (held) " of " (p.possible) " leased: full"
+                },
+                Some(held) => {
+                    "workers " (held) " of " (p.possible) " leased ("
+                    (percent(p.used_fraction.unwrap_or_default())) ")"
+                },
+                None => span .warn {
+                    "(!) workers ? of " (p.possible) ": "
+                    (p.error.as_deref().unwrap_or("leases not read"))
+                },
+            },
+        }
+    }
+}
+
+/// A snowflake namespace's sequence headroom: the peak ids per unit against the limit.
+fn headroom(h: Option<&SequenceHeadroom>, unit: &str) -> Markup {
+    html! {
+        @if let Some(h) = h {
+            @let text = format!(
+                "peak {} of {} per {} ({:.0} %)",
+                h.peak_per_unit,
+                h.limit_per_unit,
+                unit,
+                h.peak_fraction * 100.0
+            );
+            @if h.headroom_per_unit == 0 {
+                span .warn { "(!) " (text) }
+            } @else {
+                (text)
+            }
+            @if h.units_exhausted > 0 {
+                br; (h.units_exhausted) " waits for the next unit"
+            }
+        }
+    }
+}
+
+/// Whole seconds as years and days (or less, when less).
+fn time_left(seconds: u64) -> String {
+    const YEAR: u64 = 365 * 86_400;
+    let (years, rest) = (seconds / YEAR, seconds % YEAR);
+    if years > 0 {
+        format!("{years} years {} days", rest / 86_400)
+    } else if seconds >= 86_400 {
+        format!("{} days", seconds / 86_400)
+    } else {
+        humantime::format_duration(Duration::from_secs(seconds)).to_string()
     }
 }
 
@@ -409,6 +482,96 @@ mod tests {
         assert!(
             page.contains("<span class=\"warn\">(!) 2027-01-15T08:16:30.000Z</span>"),
             "{page}"
+        );
+    }
+
+    fn snowflake(time_runs_out: &str, seconds: u64, held: Option<u64>, peak: u64) -> NamespaceInfo {
+        NamespaceInfo::Snowflake {
+            namespace: "events".into(),
+            settings: idmint_api::SnowflakeSettings {
+                worker: 1,
+                layout: idmint_api::LayoutSettings {
+                    timestamp_bits: 41,
+                    node_bits: 10,
+                    sequence_bits: 12,
+                    time_unit: "1ms".into(),
+                    epoch: "2010-11-04T01:42:54.657Z".into(),
+                    epoch_unix_ms: 1_288_834_974_657,
+                    order: idmint_api::FieldOrder::NodeThenSequence,
+                },
+            },
+            state: idmint_api::SnowflakeState {
+                ids_served: 5000,
+                last_timestamp: Some(1),
+                time_runs_out: time_runs_out.into(),
+                seconds_to_exhaustion: seconds,
+                worker_pool: Some(WorkerPool {
+                    group: "events".into(),
+                    possible: 1024,
+                    held,
+                    used_fraction: held.map(|h| h as f64 / 1024.0),
+                    error: held.is_none().then(|| "connection refused".into()),
+                }),
+                sequence_headroom: Some(SequenceHeadroom {
+                    limit_per_unit: 4096,
+                    limit_per_second: 4_096_000.0,
+                    peak_per_unit: peak,
+                    peak_fraction: peak as f64 / 4096.0,
+                    headroom_per_unit: 4096 - peak,
+                    units_exhausted: u64::from(peak == 4096),
+                    window_seconds: 60,
+                }),
+                worker_lease: None,
+            },
+        }
+    }
+
+    #[test]
+    fn a_snowflake_shows_its_pool_headroom_and_time_left() {
+        // 2079 is 52 years after the snapshot's 2027: not within the one-year warning.
+        let page = render(&snapshot(vec![snowflake(
+            "2079-09-07T15:47:35.551Z",
+            1_662_000_000,
+            Some(2),
+            1024,
+        )]))
+        .into_string();
+        for want in [
+            "workers 2 of 1024 leased (0.1953 %)",
+            "peak 1024 of 4096 per 1ms (25 %)",
+            "2079-09-07T15:47:35.551Z<br>in 52 years 256 days",
+        ] {
+            assert!(page.contains(want), "{want} missing from {page}");
+        }
+        assert!(!page.contains("class=\"warn\""), "{page}");
+    }
+
+    #[test]
+    fn a_snowflake_near_its_end_a_full_unit_and_an_unread_pool_are_red() {
+        let page = render(&snapshot(vec![snowflake(
+            "2027-03-01T00:00:00.000Z",
+            3_888_000,
+            None,
+            4096,
+        )]))
+        .into_string();
+        for want in [
+            "<span class=\"warn\">(!) 2027-03-01T00:00:00.000Z</span><br>in 45 days",
+            "<span class=\"warn\">(!) peak 4096 of 4096 per 1ms (100 %)</span><br>1 waits",
+            "<span class=\"warn\">(!) workers ? of 1024: connection refused</span>",
+        ] {
+            assert!(page.contains(want), "{want} missing from {page}");
+        }
+        let full = render(&snapshot(vec![snowflake(
+            "2079-09-07T15:47:35.551Z",
+            1_662_000_000,
+            Some(1024),
+            1,
+        )]))
+        .into_string();
+        assert!(
+            full.contains("<span class=\"warn\">(!) workers 1024 of 1024 leased: full</span>"),
+            "{full}"
         );
     }
 

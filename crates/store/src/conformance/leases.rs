@@ -7,6 +7,9 @@
 //! namespaces of that process). Groups are named uniquely per call, so properties can share
 //! storage.
 //!
+//! [`reading_a_group_changes_nothing`] checks that the read-only listing of a group (a node's
+//! worker pool usage) writes nothing: no layout lock, no token, no renewal.
+//!
 //! Expiry is the authority's: the takeover property asks for a short TTL and retries the
 //! acquisition until the authority itself says the old lease ran out (bounded by a deadline
 //! far above any backend's TTL rounding), instead of sleeping a guessed time.
@@ -247,6 +250,118 @@ pub async fn a_released_lease_keeps_its_floor(a: Arc<dyn Authority>, b: Arc<dyn 
     leases_of(&b).release(&again, 6_000).await.unwrap();
 }
 
+/// A worker id's record without the time left: worker, token, holder, floor, live.
+type SlotRecord = (u64, u64, String, u64, bool);
+
+/// A group's records without the time left: layout, last token, slots.
+type GroupRecords = (String, u64, Vec<SlotRecord>);
+
+/// The records of a group as a read sees them, without the time left on live leases (which a
+/// later read sees lower): layout, last token, and per worker id its token, holder, floor and
+/// liveness.
+fn records(
+    read: Option<(crate::lease::GroupRecord, Vec<crate::lease::WorkerSlot>)>,
+) -> Option<GroupRecords> {
+    read.map(|(record, slots)| {
+        let slots = slots
+            .into_iter()
+            .map(|s| {
+                let live = s.is_live();
+                (s.worker, s.token, s.holder, s.floor_unix_ms, live)
+            })
+            .collect();
+        (record.layout, record.last_token, slots)
+    })
+}
+
+/// Reading a group ([`WorkerLeases::group`], what a node's pool usage and status show) changes
+/// nothing: a group never acquired stays unknown (no layout is locked by a read), repeated reads
+/// of a group see the same records, reads never keep a lease alive (a 1 s lease read every
+/// 100 ms still expires by the authority's clock), and the next acquisition's token is exactly
+/// one above the last token the reads saw.
+pub async fn reading_a_group_changes_nothing(a: Arc<dyn Authority>, b: Arc<dyn Authority>) {
+    let kind = a.kind();
+    let group = unique_name("reading_a_group_changes_nothing");
+    for reader in [&a, &b, &a] {
+        assert_eq!(
+            leases_of(reader).group(&group).await.unwrap(),
+            None,
+            "{kind}: a group never acquired"
+        );
+    }
+    // No layout was recorded by the reads: any layout may still be the first.
+    let mut first = request(&group, WorkerChoice::LowestFree, "first");
+    first.layout = "timestamp_bits=41 node_bits=2 sequence_bits=12 unit=10ms epoch=0".into();
+    let held = leases_of(&a).acquire(&first).await.unwrap();
+    let mut short = first.clone();
+    short.holder = "short".into();
+    short.ttl = Duration::from_secs(1);
+    let brief = leases_of(&b).acquire(&short).await.unwrap();
+    assert_eq!((held.worker, brief.worker), (0, 1), "{kind}");
+    let brief = leases_of(&b)
+        .renew(&brief, 1_700_000_000_000)
+        .await
+        .unwrap();
+
+    let seen = records(leases_of(&a).group(&group).await.unwrap());
+    let (layout, last_token, slots) = seen.clone().unwrap();
+    assert_eq!(layout, first.layout, "{kind}");
+    assert_eq!(last_token, brief.token, "{kind}: the latest grant's token");
+    let live: Vec<u64> = slots.iter().filter(|s| s.4).map(|s| s.0).collect();
+    assert_eq!(live, vec![0, 1], "{kind}");
+
+    // Read until the authority says the 1 s lease ran out; every read before that sees the same
+    // records, and none keeps the lease alive.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let after = loop {
+        let now = records(leases_of(&b).group(&group).await.unwrap());
+        if now.as_ref().is_some_and(|(_, _, slots)| !slots[1].4) {
+            break now.unwrap();
+        }
+        assert_eq!(now, seen, "{kind}: a read changed the group");
+        assert!(
+            Instant::now() < deadline,
+            "{kind}: a 1 s lease read every 100 ms is still live after 60 s: reads renew it"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (_, last_after, slots_after) = after;
+    assert_eq!(last_after, last_token, "{kind}: reads granted no token");
+    assert_eq!(
+        slots_after[1],
+        (
+            1,
+            brief.token,
+            "short".to_string(),
+            1_700_000_000_000,
+            false
+        ),
+        "{kind}: the expired lease keeps its token, holder and floor"
+    );
+    assert_eq!(slots_after[0], slots[0], "{kind}");
+
+    let next = leases_of(&a)
+        .acquire(&{
+            let mut r = first.clone();
+            r.choice = WorkerChoice::Exactly(1);
+            r.holder = "next".into();
+            r
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        next.token,
+        last_token + 1,
+        "{kind}: reads moved the token on"
+    );
+    assert_eq!(next.floor_unix_ms, 1_700_000_000_000, "{kind}");
+    leases_of(&a)
+        .release(&next, 1_700_000_000_001)
+        .await
+        .unwrap();
+    leases_of(&a).release(&held, 1).await.unwrap();
+}
+
 /// The lease properties as functions of the backend alone, on fresh storage.
 pub mod cases {
     use super::Backend;
@@ -278,6 +393,13 @@ pub mod cases {
         let storage = B::create().await;
         let (a, b) = pair(&storage).await;
         super::an_expired_lease_is_taken_over(a, b).await;
+    }
+
+    /// [`super::reading_a_group_changes_nothing`].
+    pub async fn reading_a_group_changes_nothing<B: Backend>() {
+        let storage = B::create().await;
+        let (a, b) = pair(&storage).await;
+        super::reading_a_group_changes_nothing(a, b).await;
     }
 
     /// [`super::a_released_lease_keeps_its_floor`].

@@ -737,6 +737,7 @@ pub mod cases {
     };
     pub use super::leases::cases::{
         a_released_lease_keeps_its_floor, an_expired_lease_is_taken_over, leases_never_overlap,
+        reading_a_group_changes_nothing,
     };
     use super::Backend;
 
@@ -856,6 +857,7 @@ macro_rules! conformance_tests {
             leases_never_overlap,
             an_expired_lease_is_taken_over,
             a_released_lease_keeps_its_floor,
+            reading_a_group_changes_nothing,
         ]);
     };
     ($module:ident => $backend:ty, faults only) => {
