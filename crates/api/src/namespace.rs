@@ -311,6 +311,43 @@ pub struct SequenceHeadroom {
     pub window_seconds: u64,
 }
 
+impl WorkerPool {
+    /// A pool of `possible` worker ids of which `held` are leased, or unknown (`held: None`)
+    /// for the reason `error`; `used_fraction` is derived.
+    pub fn new(group: String, possible: u64, held: Option<u64>, error: Option<String>) -> Self {
+        WorkerPool {
+            group,
+            possible,
+            held,
+            used_fraction: held.map(|h| h as f64 / possible.max(1) as f64),
+            error,
+        }
+    }
+}
+
+impl SequenceHeadroom {
+    /// The headroom of a worker that may issue `limit_per_unit` ids per time unit of
+    /// `unit_nanos` and issued at most `peak_per_unit` in one lately; the fraction, the
+    /// headroom and the per-second limit are derived.
+    pub fn new(
+        limit_per_unit: u64,
+        unit_nanos: u64,
+        peak_per_unit: u64,
+        units_exhausted: u64,
+        window_seconds: u64,
+    ) -> Self {
+        SequenceHeadroom {
+            limit_per_unit,
+            limit_per_second: limit_per_unit as f64 * 1e9 / unit_nanos.max(1) as f64,
+            peak_per_unit,
+            peak_fraction: peak_per_unit as f64 / limit_per_unit.max(1) as f64,
+            headroom_per_unit: limit_per_unit.saturating_sub(peak_per_unit),
+            units_exhausted,
+            window_seconds,
+        }
+    }
+}
+
 /// A worker lease as the node holding it sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -429,22 +466,8 @@ mod tests {
                 last_timestamp: Some(7),
                 time_runs_out: "2080-07-10T17:30:30.208Z".into(),
                 seconds_to_exhaustion: 1_700_000_000,
-                worker_pool: Some(WorkerPool {
-                    group: "events".into(),
-                    possible: 1024,
-                    held: Some(2),
-                    used_fraction: Some(2.0 / 1024.0),
-                    error: None,
-                }),
-                sequence_headroom: Some(SequenceHeadroom {
-                    limit_per_unit: 4096,
-                    limit_per_second: 4_096_000.0,
-                    peak_per_unit: 4096,
-                    peak_fraction: 1.0,
-                    headroom_per_unit: 0,
-                    units_exhausted: 1,
-                    window_seconds: 60,
-                }),
+                worker_pool: Some(WorkerPool::new("events".into(), 1024, Some(2), None)),
+                sequence_headroom: Some(SequenceHeadroom::new(4096, 1_000_000, 4096, 1, 60)),
                 worker_lease: None,
             },
         };
@@ -452,7 +475,13 @@ mod tests {
         assert_eq!(v["state"]["seconds_to_exhaustion"], 1_700_000_000u64);
         assert_eq!(v["state"]["worker_pool"]["held"], 2);
         assert_eq!(v["state"]["worker_pool"]["possible"], 1024);
+        assert_eq!(v["state"]["worker_pool"]["used_fraction"], 2.0 / 1024.0);
         assert_eq!(v["state"]["sequence_headroom"]["peak_fraction"], 1.0);
+        assert_eq!(v["state"]["sequence_headroom"]["headroom_per_unit"], 0);
+        assert_eq!(
+            v["state"]["sequence_headroom"]["limit_per_second"],
+            4_096_000.0
+        );
         assert_eq!(
             serde_json::from_value::<NamespaceInfo>(v.clone()).unwrap(),
             info

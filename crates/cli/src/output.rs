@@ -141,22 +141,13 @@ mod tests {
             last_timestamp: Some(1),
             time_runs_out: "2079-09-07T15:47:35.551Z".into(),
             seconds_to_exhaustion: seconds,
-            worker_pool: Some(WorkerPool {
-                group: "events".into(),
-                possible: 1024,
+            worker_pool: Some(WorkerPool::new(
+                "events".into(),
+                1024,
                 held,
-                used_fraction: held.map(|h| h as f64 / 1024.0),
-                error: held.is_none().then(|| "connection refused".into()),
-            }),
-            sequence_headroom: Some(SequenceHeadroom {
-                limit_per_unit: 4096,
-                limit_per_second: 4_096_000.0,
-                peak_per_unit: 1024,
-                peak_fraction: 0.25,
-                headroom_per_unit: 3072,
-                units_exhausted: 0,
-                window_seconds: 60,
-            }),
+                held.is_none().then(|| "connection refused".into()),
+            )),
+            sequence_headroom: Some(SequenceHeadroom::new(4096, 1_000_000, 1024, 0, 60)),
             worker_lease: None,
         }
     }

@@ -768,22 +768,15 @@ mod tests {
             last_timestamp: None,
             time_runs_out: "2079-09-07T15:47:35.551Z".into(),
             seconds_to_exhaustion: 1_234_567_890,
-            worker_pool: Some(idmint_api::WorkerPool {
-                group: "tweets".into(),
-                possible: 1024,
+            worker_pool: Some(idmint_api::WorkerPool::new(
+                "tweets".into(),
+                1024,
                 held,
-                used_fraction: held.map(|h| h as f64 / 1024.0),
-                error: held.is_none().then(|| "down".into()),
-            }),
-            sequence_headroom: Some(idmint_api::SequenceHeadroom {
-                limit_per_unit: 4096,
-                limit_per_second: 4_096_000.0,
-                peak_per_unit: 1024,
-                peak_fraction: 0.25,
-                headroom_per_unit: 3072,
-                units_exhausted: 0,
-                window_seconds: 60,
-            }),
+                held.is_none().then(|| "down".into()),
+            )),
+            sequence_headroom: Some(idmint_api::SequenceHeadroom::new(
+                4096, 1_000_000, 1024, 0, 60,
+            )),
             worker_lease: None,
         }
     }

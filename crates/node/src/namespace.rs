@@ -657,13 +657,12 @@ impl SnowflakeNamespace {
             ),
         };
         let held = held.map(|n| u64::try_from(n).unwrap_or(u64::MAX));
-        Some(api::WorkerPool {
-            group: group.to_string(),
+        Some(api::WorkerPool::new(
+            group.to_string(),
             possible,
             held,
-            used_fraction: held.map(|h| h as f64 / possible as f64),
             error,
-        })
+        ))
     }
 
     /// The sequence headroom as of now ([`headroom`]).

@@ -133,15 +133,13 @@ impl SequenceUse {
         let peak = recent(self.current.load(Ordering::Relaxed))
             .max(recent(self.previous.load(Ordering::Relaxed)))
             .min(self.limit_per_unit);
-        api::SequenceHeadroom {
-            limit_per_unit: self.limit_per_unit,
-            limit_per_second: self.limit_per_unit as f64 * 1e9 / self.unit_nanos as f64,
-            peak_per_unit: peak,
-            peak_fraction: peak as f64 / self.limit_per_unit as f64,
-            headroom_per_unit: self.limit_per_unit - peak,
-            units_exhausted: self.exhausted(),
-            window_seconds: WINDOW.as_secs(),
-        }
+        api::SequenceHeadroom::new(
+            self.limit_per_unit,
+            self.unit_nanos,
+            peak,
+            self.exhausted(),
+            WINDOW.as_secs(),
+        )
     }
 }
 
