@@ -66,7 +66,7 @@ pub fn block_cap(spec: &SequenceSpec) -> u64 {
 
 /// A block request (`POST /v1/blocks`, gRPC `Block`, RESP `IDMINT.BLOCK`) on a 32-bit sequence
 /// namespace gets at most `1 / BLOCK_REQUEST_FRACTION_32` of the ids its spec can ever hand out
-/// (about 43,000 of a whole 32-bit space), whatever `server.max_block_request` says: without
+/// (21,474 of a 32-bit namespace from 1, which holds 2,147,483,647), whatever `server.max_block_request` says: without
 /// it, any client could empty the namespace in about 2,150 requests. A larger request is
 /// answered with a shorter block (a block answer is "up to count" ids); never below
 /// [`MIN_BLOCK_CAP`].
