@@ -310,6 +310,22 @@ async fn namespaces_describe_settings_and_state_and_reads_create_nothing() {
     );
     assert_eq!(layout.order(), proto::FieldOrder::NodeThenSequence);
     assert!(t.last_timestamp.is_some());
+    // Foresight, as in the HTTP detail: the worker pool read live from the authority (this
+    // node's fixed worker 7 is a lease too), the sequence headroom, the time left.
+    let pool = t.worker_pool.as_ref().unwrap();
+    assert_eq!(
+        (
+            pool.group.as_str(),
+            pool.possible,
+            pool.held,
+            pool.error.as_deref()
+        ),
+        ("tweets", 1024, Some(1), None)
+    );
+    let headroom = t.sequence_headroom.as_ref().unwrap();
+    assert_eq!(headroom.limit_per_unit, 4096);
+    assert!(headroom.peak_per_unit >= 1, "{headroom:?}");
+    assert!(t.seconds_to_exhaustion > 0, "{t:?}");
 
     // A read of an unknown name (auto_create on) is NOT_FOUND and creates nothing.
     let (code, idmint) = codes(

@@ -139,6 +139,22 @@ pub fn namespace_info(info: api::NamespaceInfo) -> proto::NamespaceInfo {
                 ids_served: state.ids_served,
                 last_timestamp: state.last_timestamp,
                 time_runs_out: state.time_runs_out,
+                seconds_to_exhaustion: state.seconds_to_exhaustion,
+                worker_pool: state.worker_pool.map(|p| proto::WorkerPool {
+                    group: p.group,
+                    possible: p.possible,
+                    held: p.held,
+                    error: p.error,
+                }),
+                sequence_headroom: state.sequence_headroom.map(|h| proto::SequenceHeadroom {
+                    limit_per_unit: h.limit_per_unit,
+                    limit_per_second: h.limit_per_second,
+                    peak_per_unit: h.peak_per_unit,
+                    peak_fraction: h.peak_fraction,
+                    headroom_per_unit: h.headroom_per_unit,
+                    units_exhausted: h.units_exhausted,
+                    window_seconds: h.window_seconds,
+                }),
             }),
         ),
         api::NamespaceInfo::Uuid7 { namespace } => (namespace, Kind::Uuid7(proto::Uuid7Info {})),
@@ -209,6 +225,18 @@ fn sequence_state(s: api::SequenceState) -> proto::SequenceState {
         used_fraction: s.used_fraction,
         projected_exhaustion: s.projected_exhaustion,
         last_error: s.last_error,
+        members: s
+            .members
+            .into_iter()
+            .map(|m| proto::MemberState {
+                number: m.number as u64,
+                kind: m.kind,
+                offset: m.offset,
+                up: m.up,
+                last_error: m.last_error,
+                out_of_service: m.out_of_service,
+            })
+            .collect(),
     }
 }
 

@@ -413,22 +413,22 @@ impl proto::idmint_server::Idmint for IdmintService {
         self.unary("Namespaces", async {
             let caller = caller?;
             let now = self.node.now();
-            let namespaces = self
-                .node
-                .all()
-                .iter()
-                .filter(|ns| {
-                    self.node
-                        .auth()
-                        .may(caller, ns.name().as_str(), Scope::Read)
-                })
-                .map(|ns| {
-                    with_residues(
-                        &self.node,
-                        convert::namespace_info(self.node.describe(ns.info(now))),
-                    )
-                })
-                .collect();
+            let mut namespaces = Vec::new();
+            for ns in self.node.all() {
+                if !self
+                    .node
+                    .auth()
+                    .may(caller, ns.name().as_str(), Scope::Read)
+                {
+                    continue;
+                }
+                // As HTTP's listing: the live worker pool read from the authority (a read).
+                let info = ns.info_live(now, &**self.node.authority()).await;
+                namespaces.push(with_residues(
+                    &self.node,
+                    convert::namespace_info(self.node.describe(info)),
+                ));
+            }
             Ok(proto::NamespaceList { namespaces })
         })
         .await
@@ -449,9 +449,12 @@ impl proto::idmint_server::Idmint for IdmintService {
                 .read_namespace(&req.namespace)
                 .await
                 .map_err(|e| read_error(&self.node, e))?;
+            let info = view
+                .info_live(self.node.now(), &**self.node.authority())
+                .await;
             Ok(with_residues(
                 &self.node,
-                convert::namespace_info(self.node.describe(view.info(self.node.now()))),
+                convert::namespace_info(self.node.describe(info)),
             ))
         })
         .await
