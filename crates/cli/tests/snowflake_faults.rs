@@ -471,7 +471,9 @@ fn same_fixed_worker(backend: Backend) {
     let exited = f.refused("b", &config, None);
     if backend == Backend::File {
         assert!(
-            exited.stderr.contains("data directory"),
+            exited
+                .stderr
+                .contains("is in use by another idmint process"),
             "{}",
             exited.stderr
         );

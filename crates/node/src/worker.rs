@@ -25,7 +25,11 @@
 //! - **a lost lease is never used again**: a renewal answered `Superseded` sets the limit to 0
 //!   for good; the node then acquires a new lease and swaps in a new generator for it;
 //! - a clean shutdown stops issuing first, then releases the lease with a floor just above the
-//!   last timestamp issued, so a restart does not wait for a floor that was recorded ahead.
+//!   last timestamp issued, so a restart does not wait for a floor that was recorded ahead;
+//! - a generator at its limit while the lease is held (its time jumped past the floor recorded
+//!   ahead: a wall clock stepped forward and adopted, or the process paused) asks for a
+//!   renewal at once ([`LeasedWorker::not_issuing`]) rather than refusing until the next
+//!   period; such early renewals come at most once per retry period (a tenth of the TTL).
 //!
 //! A fixed worker id on an authority that stores no leases (`multi`, `upstream`) is used
 //! without a lease, with a warning: keeping it unique is then the operator's job.
@@ -129,6 +133,8 @@ pub struct LeasedWorker {
     clock: SharedClock,
     current: ArcSwap<Generation>,
     status: Mutex<Status>,
+    /// Notified when a request found the generator at its limit while the lease is held.
+    renew_soon: tokio::sync::Notify,
 }
 
 /// `host pid N`: who holds a lease, for messages and listings.
@@ -239,6 +245,7 @@ impl LeasedWorker {
                 last_error: None,
                 floor_unix_ms: 0,
             }),
+            renew_soon: tokio::sync::Notify::new(),
         };
         if leased {
             let generation = worker.take_lease().await?;
@@ -445,9 +452,14 @@ impl LeasedWorker {
         &self.group
     }
 
-    /// Why the generator is not issuing, for a 503's message.
+    /// Why the generator is not issuing, for a 503's message. With the lease held and renewed,
+    /// the generator's time outran the floor recorded ahead (a clock stepped forward and
+    /// adopted, a pause): this also asks [`LeasedWorker::keep`] to renew now.
     pub fn not_issuing(&self, namespace: &NamespaceName) -> IdError {
         let status = self.status();
+        if status.status == api::LeaseStatus::Held {
+            self.renew_soon.notify_one();
+        }
         let reason = match status.status {
             api::LeaseStatus::Lost => format!(
                 "the worker lease of group {} was lost; not issuing until a new one is acquired",
@@ -500,14 +512,24 @@ impl LeasedWorker {
         let period = || ttl() / 3;
         let retry = || (ttl() / 10).max(Duration::from_millis(10));
         let mut wait = period();
+        let mut last_attempt = tokio::time::Instant::now();
         loop {
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
+            let asked = tokio::select! {
+                _ = tokio::time::sleep(wait) => false,
+                _ = self.renew_soon.notified() => true,
                 _ = stop.changed() => return,
+            };
+            if asked {
+                // At most one early renewal per retry period.
+                tokio::select! {
+                    _ = tokio::time::sleep_until(last_attempt + retry()) => {}
+                    _ = stop.changed() => return,
+                }
             }
             if *stop.borrow() {
                 return;
             }
+            last_attempt = tokio::time::Instant::now();
             let generation = self.current.load_full();
             if self.status().status == api::LeaseStatus::Lost {
                 match self.take_lease().await {
@@ -577,7 +599,80 @@ impl LeasedWorker {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+    use idmint_core::NextIdError;
+    use idmint_store::MemoryAuthority;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Monotonic time = tokio's (paused) time; wall time = a start plus that plus a step.
+    #[derive(Debug)]
+    struct SteppedClock {
+        origin: tokio::time::Instant,
+        step_ms: AtomicU64,
+    }
+
+    impl Clock for SteppedClock {
+        fn wall_nanos(&self) -> u64 {
+            (1_780_000_000_000 + self.step_ms.load(Ordering::SeqCst)) * 1_000_000
+                + self.monotonic_nanos()
+        }
+        fn monotonic_nanos(&self) -> u64 {
+            u64::try_from(self.origin.elapsed().as_nanos()).unwrap()
+        }
+    }
+
+    /// Regression (found by tests/snowflake_faults.rs, a wall clock stepped 10 s forward under
+    /// a serving node): after the generator adopted the step, its time was past the floor the
+    /// last renewal recorded, and it refused every request until the next periodic renewal, up
+    /// to a third of the TTL later. Now the first refusal asks for a renewal at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_clock_stepped_forward_is_renewed_past_at_once() {
+        let clock = Arc::new(SteppedClock {
+            origin: tokio::time::Instant::now(),
+            step_ms: AtomicU64::new(0),
+        });
+        let authority: Arc<dyn Authority> = Arc::new(MemoryAuthority::with_clock(clock.clone()));
+        let settings = LeaseSettings {
+            ttl: Duration::from_secs(30),
+            floor_ahead: Duration::from_secs(1),
+            max_floor_wait: Duration::from_secs(2),
+            safety_margin: Duration::from_secs(2),
+        };
+        let group = NamespaceName::new("events").unwrap();
+        let worker = LeasedWorker::acquire(
+            group.clone(),
+            Layout::twitter(),
+            WorkerConfig::Fixed(0),
+            authority,
+            settings,
+            SharedClock(clock.clone()),
+        )
+        .await
+        .unwrap();
+        let (_stop_tx, stop) = watch::channel(false);
+        tokio::spawn(worker.clone().keep(stop));
+        assert!(worker.current().generator().next_id().is_ok());
+
+        clock.step_ms.fetch_add(10_000, Ordering::SeqCst);
+        let generation = worker.current();
+        let generator = generation.generator();
+        assert!(matches!(
+            generator.check_clock(Duration::from_millis(5)),
+            idmint_core::ClockCheck::WallAheadAdopted { .. }
+        ));
+        assert!(matches!(
+            generator.next_id(),
+            Err(NextIdError::BeyondLimit { .. })
+        ));
+        let _ = worker.not_issuing(&group);
+        drop(generation);
+        // One retry period (3 s), well before the next periodic renewal (10 s).
+        tokio::time::sleep(Duration::from_millis(3100)).await;
+        let id = worker.current().generator().next_id().unwrap();
+        let ms = Layout::twitter().decode(id).unwrap().unix_millis();
+        assert!(ms >= 1_780_000_010_000, "{ms}: the step was adopted");
+    }
 
     #[test]
     fn ordinals_are_trailing_numbers() {
