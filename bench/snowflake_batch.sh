@@ -12,7 +12,7 @@
 #        off    ttl_ms 3600000, floor_ahead_ms 3000000: no renewal and no floor advance during
 #               a run (the first is due after 20 min);
 #        10s    the defaults (ttl 10 s, renewed every 3.3 s, floor 5 s ahead);
-#        1s     ttl_ms 1000, floor_ahead_ms 500: a renewal (a durable redb commit raising the
+#        1s     ttl_ms 1000, floor_ahead_ms 500, safety_margin_ms 200: a renewal (a durable redb commit raising the
 #               floor) every 333 ms, 10 times the default rate: the worst case.
 #      Renewal "off" is the long TTL rather than another authority (multi and upstream store no
 #      leases): the node, the store, the generator and its limit check on every id are the same
@@ -20,7 +20,7 @@
 #
 # Usage:  bash bench/snowflake_batch.sh
 # Knobs (environment): COUNT=10000 CONNS=8 THREADS=2 DURATION=20 LAT_CONNS=4 LAT_DURATION=15
-#   ROUNDS=2 WARMUP=3 IDMINT=path/to/idmint (default: cargo build --release -p idmint-cli into
+#   ROUNDS=2 WARMUP=3 QUIET_WAIT=30 IDMINT=path/to/idmint (default: cargo build --release -p idmint-cli into
 #   CARGO_TARGET_DIR or target/). Loopback only; wrk shares the machine's cores with the node,
 #   as in bench/load/run.sh.
 set -euo pipefail
@@ -38,8 +38,12 @@ LIMIT=4096000 # twitter layout: 12 sequence bits per 1 ms unit, per worker id
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 
-die() { printf '\n%s: ERROR: %s\n' "$(basename "$0")" "$*" >&2; exit 1; }
-say() { printf '\n== %s\n' "$*"; }
+QUIET_WAIT=${QUIET_WAIT:-30}
+QUIET_SAMPLE=1
+TICKS=$(getconf CLK_TCK)
+# die, say, wait_quiet (waits up to QUIET_WAIT s for other processes to leave the cores alone).
+# shellcheck source=bench/load/lib.sh
+source "$HERE/load/lib.sh"
 
 command -v wrk >/dev/null || die "wrk is missing (apt-get install -y wrk)"
 if [[ -z "${IDMINT:-}" ]]; then
@@ -72,9 +76,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# start_server NAME TTL_MS FLOOR_AHEAD_MS: a fresh node on a fresh file store; sets ADDR.
+# start_server NAME TTL_MS FLOOR_AHEAD_MS SAFETY_MARGIN_MS: a fresh node on a fresh file store;
+# sets ADDR.
 start_server() {
-    local name=$1 ttl=$2 ahead=$3 dir="$WORK/$1"
+    local name=$1 ttl=$2 ahead=$3 margin=$4 dir="$WORK/$1"
     mkdir -p "$dir"
     cat >"$dir/idmint.toml" <<EOF
 [server]
@@ -84,6 +89,7 @@ max_count = $(( COUNT > 10000 ? COUNT : 10000 ))
 [leases]
 ttl_ms = $ttl
 floor_ahead_ms = $ahead
+safety_margin_ms = $margin
 
 [namespaces.flake]
 kind = "snowflake"
@@ -118,38 +124,43 @@ say "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); idmint $("$
 
 # ---------------------------------------------------------------------------------------------
 say "1. batch throughput: count=$COUNT, $CONNS connections, $THREADS wrk threads, ${DURATION}s"
-start_server batch 10000 5000
+start_server batch 10000 5000 2000
+wait_quiet "the batch run"
 wrk -t"$THREADS" -c"$CONNS" -d"${WARMUP}s" "http://$ADDR/v1/ids/flake?count=$COUNT" >/dev/null
 wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" "http://$ADDR/v1/ids/flake?count=$COUNT" \
     >"$WORK/batch.txt"
 cat "$WORK/batch.txt"
 rps=$(wrk_rps <"$WORK/batch.txt")
-errors=$(wrk_errors <"$WORK/batch.txt")
-[[ -z "$errors" ]] || die "$errors non-2xx answers in the batch run"
+batch_errors=$(wrk_errors <"$WORK/batch.txt")
+batch_errors=${batch_errors:-0}
 stop_server
 batch_ids=$(awk -v r="$rps" -v c="$COUNT" 'BEGIN{printf "%.0f", r * c}')
 ratio=$(awk -v i="$batch_ids" -v l="$LIMIT" 'BEGIN{printf "%.3f", i / l}')
 
 # ---------------------------------------------------------------------------------------------
 say "2. single-id latency, renewal off / 10s / 1s: $LAT_CONNS connections, ${LAT_DURATION}s, $ROUNDS rounds"
-declare -A P50 P99 RPS
-configs=("off 3600000 3000000" "10s 10000 5000" "1s 1000 500")
+declare -A P50 P99 RPS ERRS
+configs=("off 3600000 3000000 2000" "10s 10000 5000 2000" "1s 1000 500 200")
 for round in $(seq 1 "$ROUNDS"); do
     for c in "${configs[@]}"; do
-        read -r name ttl ahead <<<"$c"
-        start_server "lat-$name-$round" "$ttl" "$ahead"
+        read -r name ttl ahead margin <<<"$c"
+        start_server "lat-$name-$round" "$ttl" "$ahead" "$margin"
+        wait_quiet "renewal $name, round $round"
         wrk -t1 -c"$LAT_CONNS" -d"${WARMUP}s" "http://$ADDR/v1/ids/flake?count=1" >/dev/null
         out="$WORK/lat-$name-$round.txt"
         wrk -t1 -c"$LAT_CONNS" -d"${LAT_DURATION}s" --latency "http://$ADDR/v1/ids/flake?count=1" >"$out"
+        # Non-2xx answers (503: the generator reached its floor or its lease's expiry before a
+        # renewal came back) are counted, not fatal: they are part of the result.
         errors=$(wrk_errors <"$out")
-        [[ -z "$errors" ]] || die "$errors non-2xx answers with renewal $name"
+        errors=${errors:-0}
         stop_server
         P50[$name]+="$(wrk_pct 50% <"$out") "
         P99[$name]+="$(wrk_pct 99% <"$out") "
         RPS[$name]+="$(wrk_rps <"$out") "
-        printf '   round %s, renewal %-3s: %8s req/s  p50 %s ms  p99 %s ms\n' \
+        ERRS[$name]+="$errors "
+        printf '   round %s, renewal %-3s: %8s req/s  p50 %s ms  p99 %s ms  non-2xx %s\n' \
             "$round" "$name" "$(wrk_rps <"$out")" "$(wrk_pct 50% <"$out")" \
-            "$(wrk_pct 99% <"$out")"
+            "$(wrk_pct 99% <"$out")" "$errors"
     done
 done
 
@@ -160,11 +171,12 @@ printf '| measurement | value |\n| --- | --- |\n'
 printf '| batch ids/s (count=%s, %s conns) | %s |\n' "$COUNT" "$CONNS" "$batch_ids"
 printf '| per-worker limit (twitter) | %s |\n' "$LIMIT"
 printf '| ratio | %s (target >= 0.95) |\n' "$ratio"
-printf '\n| renewal | ttl | req/s (median) | p50 ms | p99 ms (median) | p99 ms (each round) |\n'
-printf '| --- | --- | --- | --- | --- | --- |\n'
+printf '| non-2xx answers | %s |\n' "$batch_errors"
+printf '\n| renewal | ttl | req/s (median) | p50 ms | p99 ms (median) | p99 ms (each round) | non-2xx (each round) |\n'
+printf '| --- | --- | --- | --- | --- | --- | --- |\n'
 for c in "${configs[@]}"; do
-    read -r name ttl _ <<<"$c"
-    printf '| %s | %s ms | %s | %s | %s | %s|\n' "$name" "$ttl" \
+    read -r name ttl _ _ <<<"$c"
+    printf '| %s | %s ms | %s | %s | %s | %s| %s|\n' "$name" "$ttl" \
         "$(median <<<"${RPS[$name]}")" "$(median <<<"${P50[$name]}")" \
-        "$(median <<<"${P99[$name]}")" "${P99[$name]}"
+        "$(median <<<"${P99[$name]}")" "${P99[$name]}" "${ERRS[$name]}"
 done

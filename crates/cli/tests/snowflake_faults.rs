@@ -567,8 +567,9 @@ fn clock_back_across_restart(backend: Backend) {
     // A clean stop releases the lease with the floor just above its last id.
     let floor1 = ledger.ms(max(&r1)) + 1;
 
-    // Near: the clock set back by 2 s more than the whole downtime so far.
-    let back = 2.0 + last_request.elapsed().as_secs_f64();
+    // Near: the clock set back by 4 s more than the whole downtime so far, so the node finds
+    // the floor ahead of its clock by 4 s less its own start-up time.
+    let back = 4.0 + last_request.elapsed().as_secs_f64();
     let clock = FakeClock::new(f.dir(), &format!("-{back:.3}"));
     let run2 = f.start_with_clock("n", &patient, &clock);
     await_log(&run2, "waiting for the worker id's time floor");
@@ -680,8 +681,10 @@ fn burst_over_sequence(backend: Backend) {
 ///    directory takes the worker id at once, above its floor.
 fn kill9_holder(backend: Backend) {
     let f = Fault::new("kill9_holder", backend);
+    // A TTL long enough that B surely starts while A's lease lives (it expires at least
+    // two thirds of the TTL after A's last renewal), even on a loaded machine.
     let timing = Timing {
-        ttl_ms: 3000,
+        ttl_ms: 5000,
         ..FAST
     };
     let lowest = f.config("lease.toml", timing, "worker = \"lease\"");

@@ -16,7 +16,8 @@
 //!   `leases.floor_ahead_ms` that run recorded ahead;
 //! - **nothing is issued above a recorded floor**: the generator's limit
 //!   ([`SnowflakeGenerator::set_limit`]) is raised only after a renewal recorded a floor
-//!   durably (`now + leases.floor_ahead_ms`), and only to that floor;
+//!   durably (`now + leases.floor_ahead_ms`), and only to that floor; renewals come at least
+//!   every half `floor_ahead`, so a node whose renewals succeed never reaches it;
 //! - **nothing is issued after the lease could have expired**: the limit is also at most the
 //!   time the last successful renewal was *sent*, plus the TTL, minus `leases.safety_margin_ms`,
 //!   on the generator's own clock, which runs at least as fast as monotonic time. A renewal
@@ -496,8 +497,10 @@ impl LeasedWorker {
         })
     }
 
-    /// Renews until `stop`, re-acquiring a lease that was lost. Every renewal period is a
-    /// third of the TTL; a failed renewal is retried every tenth.
+    /// Renews until `stop`, re-acquiring a lease that was lost. The renewal period is a third of
+    /// the TTL, or half of `floor_ahead` if that is shorter (each renewal records the floor
+    /// `floor_ahead` ahead, and the generator stops there: renewing less often would stop it
+    /// until the next renewal); a failed renewal is retried every tenth of the TTL.
     pub async fn keep(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         if !self.leased {
             return;
@@ -509,7 +512,7 @@ impl LeasedWorker {
                 .as_ref()
                 .map_or(self.settings.ttl, |l| l.ttl.min(self.settings.ttl))
         };
-        let period = || ttl() / 3;
+        let period = || (ttl() / 3).min(self.settings.floor_ahead / 2);
         let retry = || (ttl() / 10).max(Duration::from_millis(10));
         let mut wait = period();
         let mut last_attempt = tokio::time::Instant::now();
@@ -622,10 +625,46 @@ mod tests {
         }
     }
 
+    /// Regression: renewals came every third of the TTL whatever `floor_ahead` was, so with
+    /// `floor_ahead` below that (a legal config: `ttl_ms = 30000` and the default 5 s ahead)
+    /// the generator reached the floor between renewals and refused until the next one.
+    #[tokio::test(start_paused = true)]
+    async fn renewals_stay_ahead_of_a_short_floor() {
+        let clock = Arc::new(SteppedClock {
+            origin: tokio::time::Instant::now(),
+            step_ms: AtomicU64::new(0),
+        });
+        let authority: Arc<dyn Authority> = Arc::new(MemoryAuthority::with_clock(clock.clone()));
+        let settings = LeaseSettings {
+            ttl: Duration::from_secs(30),
+            floor_ahead: Duration::from_secs(1),
+            max_floor_wait: Duration::from_secs(2),
+            safety_margin: Duration::from_secs(2),
+        };
+        let worker = LeasedWorker::acquire(
+            NamespaceName::new("events").unwrap(),
+            Layout::twitter(),
+            WorkerConfig::Fixed(0),
+            authority,
+            settings,
+            SharedClock(clock),
+        )
+        .await
+        .unwrap();
+        let (_stop_tx, stop) = watch::channel(false);
+        tokio::spawn(worker.clone().keep(stop));
+        // 20 s, well past the 10 s renewal period of before, one id every 50 ms.
+        for i in 0..400 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let issued = worker.current().generator().next_id();
+            assert!(issued.is_ok(), "at {} ms: {issued:?}", (i + 1) * 50);
+        }
+    }
+
     /// Regression (found by tests/snowflake_faults.rs, a wall clock stepped 10 s forward under
     /// a serving node): after the generator adopted the step, its time was past the floor the
-    /// last renewal recorded, and it refused every request until the next periodic renewal, up
-    /// to a third of the TTL later. Now the first refusal asks for a renewal at once.
+    /// last renewal recorded, and it refused every request until the next periodic renewal.
+    /// Now the first refusal asks for a renewal at once.
     #[tokio::test(start_paused = true)]
     async fn a_clock_stepped_forward_is_renewed_past_at_once() {
         let clock = Arc::new(SteppedClock {
@@ -635,7 +674,8 @@ mod tests {
         let authority: Arc<dyn Authority> = Arc::new(MemoryAuthority::with_clock(clock.clone()));
         let settings = LeaseSettings {
             ttl: Duration::from_secs(30),
-            floor_ahead: Duration::from_secs(1),
+            // Renewed every 10 s (a third of the TTL, half the floor's lead).
+            floor_ahead: Duration::from_secs(20),
             max_floor_wait: Duration::from_secs(2),
             safety_margin: Duration::from_secs(2),
         };
@@ -654,7 +694,8 @@ mod tests {
         tokio::spawn(worker.clone().keep(stop));
         assert!(worker.current().generator().next_id().is_ok());
 
-        clock.step_ms.fetch_add(10_000, Ordering::SeqCst);
+        // Past the floor (20 s ahead) and the expiry (28 s) the last renewal allowed.
+        clock.step_ms.fetch_add(30_000, Ordering::SeqCst);
         let generation = worker.current();
         let generator = generation.generator();
         assert!(matches!(
@@ -671,7 +712,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(3100)).await;
         let id = worker.current().generator().next_id().unwrap();
         let ms = Layout::twitter().decode(id).unwrap().unix_millis();
-        assert!(ms >= 1_780_000_010_000, "{ms}: the step was adopted");
+        assert!(ms >= 1_780_000_030_000, "{ms}: the step was adopted");
     }
 
     #[test]
