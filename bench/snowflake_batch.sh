@@ -53,7 +53,7 @@ if [[ -z "${IDMINT:-}" ]]; then
 fi
 [[ -x "$IDMINT" ]] || die "no idmint binary at $IDMINT"
 
-WORK=$(mktemp -d)
+WORK=$(mktemp -d -t idmint-snowflake-bench.XXXXXX)
 SERVER_PID=""
 stop_server() {
     if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
@@ -127,9 +127,15 @@ say "1. batch throughput: count=$COUNT, $CONNS connections, $THREADS wrk threads
 start_server batch 10000 5000 2000
 wait_quiet "the batch run"
 wrk -t"$THREADS" -c"$CONNS" -d"${WARMUP}s" "http://$ADDR/v1/ids/flake?count=$COUNT" >/dev/null
+t0=$(cpu_ticks "$SERVER_PID")
 wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" "http://$ADDR/v1/ids/flake?count=$COUNT" \
     >"$WORK/batch.txt"
+t1=$(cpu_ticks "$SERVER_PID")
 cat "$WORK/batch.txt"
+# How busy the node was: below 2 cores, it waited (for the next ms once a unit's 4096
+# sequence values were used, or for the client) rather than ran out of CPU.
+node_cores=$(awk -v a="$t0" -v b="$t1" -v t="$TICKS" -v d="$DURATION" 'BEGIN{printf "%.2f", (b-a)/t/d}')
+echo "   idmint used $node_cores cores"
 rps=$(wrk_rps <"$WORK/batch.txt")
 batch_errors=$(wrk_errors <"$WORK/batch.txt")
 batch_errors=${batch_errors:-0}
@@ -172,6 +178,7 @@ printf '| batch ids/s (count=%s, %s conns) | %s |\n' "$COUNT" "$CONNS" "$batch_i
 printf '| per-worker limit (twitter) | %s |\n' "$LIMIT"
 printf '| ratio | %s (target >= 0.95) |\n' "$ratio"
 printf '| non-2xx answers | %s |\n' "$batch_errors"
+printf '| idmint CPU during the batch run | %s cores |\n' "$node_cores"
 printf '\n| renewal | ttl | req/s (median) | p50 ms | p99 ms (median) | p99 ms (each round) | non-2xx (each round) |\n'
 printf '| --- | --- | --- | --- | --- | --- | --- |\n'
 for c in "${configs[@]}"; do

@@ -79,7 +79,8 @@ struct Timing {
     safety_margin_ms: u64,
 }
 
-/// Short leases: renewed every 667 ms, expired 2 s after the last renewal.
+/// Short leases: renewed every 500 ms (half the floor's lead), expired 2 s after the last
+/// renewal.
 const FAST: Timing = Timing {
     ttl_ms: 2000,
     floor_ahead_ms: 1000,

@@ -1,7 +1,9 @@
 //! What the CLI's process tests share: starting `idmint serve` as a real process on a port the
-//! kernel picks, learning the port from its `idmint listening on http://ADDR` line, stopping it
-//! with SIGKILL or SIGTERM, and a few assertions. Waits poll against a generous deadline; nothing
-//! sleeps to order events.
+//! kernel picks, learning the port from its `idmint listening on http://ADDR` line (or how it
+//! exited when it refused to start), reading its log as it runs, signalling it (SIGSTOP, SIGCONT),
+//! stopping it with SIGKILL or SIGTERM, plain HTTP GETs, a wall clock a test steps under a
+//! running process (libfaketime, [`FakeClock`]), and a few assertions. Waits poll against a
+//! generous deadline; nothing sleeps to order events.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
