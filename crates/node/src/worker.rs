@@ -16,7 +16,8 @@
 //!   `leases.floor_ahead_ms` that run recorded ahead;
 //! - **nothing is issued above a recorded floor**: the generator's limit
 //!   ([`SnowflakeGenerator::set_limit`]) is raised only after a renewal recorded a floor
-//!   durably (`now + leases.floor_ahead_ms`), and only to that floor;
+//!   durably (`now + leases.floor_ahead_ms`), and only to that floor; renewals come at least
+//!   every half `floor_ahead`, so a node whose renewals succeed never reaches it;
 //! - **nothing is issued after the lease could have expired**: the limit is also at most the
 //!   time the last successful renewal was *sent*, plus the TTL, minus `leases.safety_margin_ms`,
 //!   on the generator's own clock, which runs at least as fast as monotonic time. A renewal
@@ -25,7 +26,11 @@
 //! - **a lost lease is never used again**: a renewal answered `Superseded` sets the limit to 0
 //!   for good; the node then acquires a new lease and swaps in a new generator for it;
 //! - a clean shutdown stops issuing first, then releases the lease with a floor just above the
-//!   last timestamp issued, so a restart does not wait for a floor that was recorded ahead.
+//!   last timestamp issued, so a restart does not wait for a floor that was recorded ahead;
+//! - a generator at its limit while the lease is held (its time jumped past the floor recorded
+//!   ahead: a wall clock stepped forward and adopted, or the process paused) asks for a
+//!   renewal at once ([`LeasedWorker::not_issuing`]) rather than refusing until the next
+//!   period; such early renewals come at most once per retry period (a tenth of the TTL).
 //!
 //! A fixed worker id on an authority that stores no leases (`multi`, `upstream`) is used
 //! without a lease, with a warning: keeping it unique is then the operator's job.
@@ -129,6 +134,8 @@ pub struct LeasedWorker {
     clock: SharedClock,
     current: ArcSwap<Generation>,
     status: Mutex<Status>,
+    /// Notified when a request found the generator at its limit while the lease is held.
+    renew_soon: tokio::sync::Notify,
 }
 
 /// `host pid N`: who holds a lease, for messages and listings.
@@ -239,6 +246,7 @@ impl LeasedWorker {
                 last_error: None,
                 floor_unix_ms: 0,
             }),
+            renew_soon: tokio::sync::Notify::new(),
         };
         if leased {
             let generation = worker.take_lease().await?;
@@ -445,9 +453,14 @@ impl LeasedWorker {
         &self.group
     }
 
-    /// Why the generator is not issuing, for a 503's message.
+    /// Why the generator is not issuing, for a 503's message. With the lease held and renewed,
+    /// the generator's time outran the floor recorded ahead (a clock stepped forward and
+    /// adopted, a pause): this also asks [`LeasedWorker::keep`] to renew now.
     pub fn not_issuing(&self, namespace: &NamespaceName) -> IdError {
         let status = self.status();
+        if status.status == api::LeaseStatus::Held {
+            self.renew_soon.notify_one();
+        }
         let reason = match status.status {
             api::LeaseStatus::Lost => format!(
                 "the worker lease of group {} was lost; not issuing until a new one is acquired",
@@ -484,8 +497,10 @@ impl LeasedWorker {
         })
     }
 
-    /// Renews until `stop`, re-acquiring a lease that was lost. Every renewal period is a
-    /// third of the TTL; a failed renewal is retried every tenth.
+    /// Renews until `stop`, re-acquiring a lease that was lost. The renewal period is a third of
+    /// the TTL, or half of `floor_ahead` if that is shorter (each renewal records the floor
+    /// `floor_ahead` ahead, and the generator stops there: renewing less often would stop it
+    /// until the next renewal); a failed renewal is retried every tenth of the TTL.
     pub async fn keep(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         if !self.leased {
             return;
@@ -497,17 +512,27 @@ impl LeasedWorker {
                 .as_ref()
                 .map_or(self.settings.ttl, |l| l.ttl.min(self.settings.ttl))
         };
-        let period = || ttl() / 3;
+        let period = || (ttl() / 3).min(self.settings.floor_ahead / 2);
         let retry = || (ttl() / 10).max(Duration::from_millis(10));
         let mut wait = period();
+        let mut last_attempt = tokio::time::Instant::now();
         loop {
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
+            let asked = tokio::select! {
+                _ = tokio::time::sleep(wait) => false,
+                _ = self.renew_soon.notified() => true,
                 _ = stop.changed() => return,
+            };
+            if asked {
+                // At most one early renewal per retry period.
+                tokio::select! {
+                    _ = tokio::time::sleep_until(last_attempt + retry()) => {}
+                    _ = stop.changed() => return,
+                }
             }
             if *stop.borrow() {
                 return;
             }
+            last_attempt = tokio::time::Instant::now();
             let generation = self.current.load_full();
             if self.status().status == api::LeaseStatus::Lost {
                 match self.take_lease().await {
@@ -577,7 +602,118 @@ impl LeasedWorker {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+    use idmint_core::NextIdError;
+    use idmint_store::MemoryAuthority;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Monotonic time = tokio's (paused) time; wall time = a start plus that plus a step.
+    #[derive(Debug)]
+    struct SteppedClock {
+        origin: tokio::time::Instant,
+        step_ms: AtomicU64,
+    }
+
+    impl Clock for SteppedClock {
+        fn wall_nanos(&self) -> u64 {
+            (1_780_000_000_000 + self.step_ms.load(Ordering::SeqCst)) * 1_000_000
+                + self.monotonic_nanos()
+        }
+        fn monotonic_nanos(&self) -> u64 {
+            u64::try_from(self.origin.elapsed().as_nanos()).unwrap()
+        }
+    }
+
+    /// Regression: renewals came every third of the TTL whatever `floor_ahead` was, so with
+    /// `floor_ahead` below that (a legal config: `ttl_ms = 30000` and the default 5 s ahead)
+    /// the generator reached the floor between renewals and refused until the next one.
+    #[tokio::test(start_paused = true)]
+    async fn renewals_stay_ahead_of_a_short_floor() {
+        let clock = Arc::new(SteppedClock {
+            origin: tokio::time::Instant::now(),
+            step_ms: AtomicU64::new(0),
+        });
+        let authority: Arc<dyn Authority> = Arc::new(MemoryAuthority::with_clock(clock.clone()));
+        let settings = LeaseSettings {
+            ttl: Duration::from_secs(30),
+            floor_ahead: Duration::from_secs(1),
+            max_floor_wait: Duration::from_secs(2),
+            safety_margin: Duration::from_secs(2),
+        };
+        let worker = LeasedWorker::acquire(
+            NamespaceName::new("events").unwrap(),
+            Layout::twitter(),
+            WorkerConfig::Fixed(0),
+            authority,
+            settings,
+            SharedClock(clock),
+        )
+        .await
+        .unwrap();
+        let (_stop_tx, stop) = watch::channel(false);
+        tokio::spawn(worker.clone().keep(stop));
+        // 20 s, well past the 10 s renewal period of before, one id every 50 ms.
+        for i in 0..400 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let issued = worker.current().generator().next_id();
+            assert!(issued.is_ok(), "at {} ms: {issued:?}", (i + 1) * 50);
+        }
+    }
+
+    /// Regression (found by tests/snowflake_faults.rs, a wall clock stepped 10 s forward under
+    /// a serving node): after the generator adopted the step, its time was past the floor the
+    /// last renewal recorded, and it refused every request until the next periodic renewal.
+    /// Now the first refusal asks for a renewal at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_clock_stepped_forward_is_renewed_past_at_once() {
+        let clock = Arc::new(SteppedClock {
+            origin: tokio::time::Instant::now(),
+            step_ms: AtomicU64::new(0),
+        });
+        let authority: Arc<dyn Authority> = Arc::new(MemoryAuthority::with_clock(clock.clone()));
+        let settings = LeaseSettings {
+            ttl: Duration::from_secs(30),
+            // Renewed every 10 s (a third of the TTL, half the floor's lead).
+            floor_ahead: Duration::from_secs(20),
+            max_floor_wait: Duration::from_secs(2),
+            safety_margin: Duration::from_secs(2),
+        };
+        let group = NamespaceName::new("events").unwrap();
+        let worker = LeasedWorker::acquire(
+            group.clone(),
+            Layout::twitter(),
+            WorkerConfig::Fixed(0),
+            authority,
+            settings,
+            SharedClock(clock.clone()),
+        )
+        .await
+        .unwrap();
+        let (_stop_tx, stop) = watch::channel(false);
+        tokio::spawn(worker.clone().keep(stop));
+        assert!(worker.current().generator().next_id().is_ok());
+
+        // Past the floor (20 s ahead) and the expiry (28 s) the last renewal allowed.
+        clock.step_ms.fetch_add(30_000, Ordering::SeqCst);
+        let generation = worker.current();
+        let generator = generation.generator();
+        assert!(matches!(
+            generator.check_clock(Duration::from_millis(5)),
+            idmint_core::ClockCheck::WallAheadAdopted { .. }
+        ));
+        assert!(matches!(
+            generator.next_id(),
+            Err(NextIdError::BeyondLimit { .. })
+        ));
+        let _ = worker.not_issuing(&group);
+        drop(generation);
+        // One retry period (3 s), well before the next periodic renewal (10 s).
+        tokio::time::sleep(Duration::from_millis(3100)).await;
+        let id = worker.current().generator().next_id().unwrap();
+        let ms = Layout::twitter().decode(id).unwrap().unix_millis();
+        assert!(ms >= 1_780_000_030_000, "{ms}: the step was adopted");
+    }
 
     #[test]
     fn ordinals_are_trailing_numbers() {

@@ -1,11 +1,13 @@
 //! What the CLI's process tests share: starting `idmint serve` as a real process on a port the
-//! kernel picks, learning the port from its `idmint listening on http://ADDR` line, stopping it
-//! with SIGKILL or SIGTERM, and a few assertions. Waits poll against a generous deadline; nothing
-//! sleeps to order events.
+//! kernel picks, learning the port from its `idmint listening on http://ADDR` line (or how it
+//! exited when it refused to start), reading its log as it runs, signalling it (SIGSTOP, SIGCONT),
+//! stopping it with SIGKILL or SIGTERM, plain HTTP GETs, a wall clock a test steps under a
+//! running process (libfaketime, [`FakeClock`]), and a few assertions. Waits poll against a
+//! generous deadline; nothing sleeps to order events.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -24,6 +26,33 @@ pub fn idmint() -> Command {
         .env("NO_COLOR", "1")
         .stdin(Stdio::null());
     cmd
+}
+
+/// The command line of [`Server::start_on`]: `idmint serve --data-dir DIR --http HTTP --init
+/// [--config FILE]` in `dir`, not yet run.
+pub fn serve_command(dir: &Path, data_dir: &Path, http: &str, config: Option<&Path>) -> Command {
+    let mut cmd = idmint();
+    cmd.current_dir(dir)
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--http", http])
+        // Each test's store starts empty: a new deployment (a no-op once the store holds
+        // namespaces). Tests of the refusal without it build their own command.
+        .arg("--init");
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    cmd
+}
+
+/// How an `idmint serve` that never listened ended: [`Server::try_spawn`].
+#[derive(Debug)]
+pub struct Exited {
+    /// Its exit status.
+    pub status: ExitStatus,
+    /// All it wrote to stderr.
+    pub stderr: String,
 }
 
 /// A running `idmint serve`; killed (SIGKILL) when dropped.
@@ -57,24 +86,26 @@ impl Server {
         config: Option<&Path>,
         adjust: impl FnOnce(&mut Command),
     ) -> Server {
-        let mut cmd = idmint();
-        cmd.current_dir(dir)
-            .arg("serve")
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(["--http", http])
-            // Each test's store starts empty: a new deployment (a no-op once the store holds
-            // namespaces). Tests of the refusal without it build their own command.
-            .arg("--init");
-        if let Some(config) = config {
-            cmd.arg("--config").arg(config);
-        }
+        let mut cmd = serve_command(dir, data_dir, http, config);
         adjust(&mut cmd);
         Server::spawn(cmd)
     }
 
     /// Runs `cmd` (an `idmint serve` command line) and waits for its listening line.
-    pub fn spawn(mut cmd: Command) -> Server {
+    pub fn spawn(cmd: Command) -> Server {
+        match Server::try_spawn(cmd) {
+            Ok(server) => server,
+            Err(exited) => panic!(
+                "no listening line; exit {:?}; stderr: {}",
+                exited.status, exited.stderr
+            ),
+        }
+    }
+
+    /// Runs `cmd` (an `idmint serve` command line) and waits for its listening line, or for it
+    /// to exit first (a refused start): then its status and stderr. Panics if it neither
+    /// listens nor exits within [`DEADLINE`].
+    pub fn try_spawn(mut cmd: Command) -> Result<Server, Exited> {
         let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -90,13 +121,23 @@ impl Server {
                 }
             }
         });
+        // Appended as it arrives (whole lines), so a running server's log can be read.
         let stderr = Arc::new(Mutex::new(String::new()));
         let err = child.stderr.take().unwrap();
         let sink = stderr.clone();
         thread::spawn(move || {
-            let mut text = String::new();
-            let _ = BufReader::new(err).read_to_string(&mut text);
-            sink.lock().unwrap().push_str(&text);
+            let mut reader = BufReader::new(err);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match reader.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => sink
+                        .lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&line)),
+                }
+            }
         });
         let deadline = Instant::now() + DEADLINE;
         let addr = loop {
@@ -106,6 +147,17 @@ impl Server {
                     if let Some(addr) = line.strip_prefix("idmint listening on http://") {
                         break addr.trim().parse().unwrap();
                     }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    // Stdout closed: the process is exiting (or closed it, which it never does).
+                    let status = wait_with_deadline(&mut child);
+                    // The stderr thread holds its clone until EOF, which the exit brings.
+                    let until = Instant::now() + DEADLINE;
+                    while Arc::strong_count(&stderr) > 1 && Instant::now() < until {
+                        thread::sleep(Duration::from_millis(10));
+                    }
+                    let stderr = stderr.lock().unwrap().clone();
+                    return Err(Exited { status, stderr });
                 }
                 Err(e) => {
                     let _ = child.kill();
@@ -117,12 +169,27 @@ impl Server {
                 }
             }
         };
-        Server {
+        Ok(Server {
             child,
             addr,
             stdout,
             stderr,
-        }
+        })
+    }
+
+    /// Everything the server wrote to stderr so far (its log), whole lines.
+    pub fn stderr_so_far(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Sends signal `name` (`STOP`, `CONT`, …) with kill(1).
+    pub fn signal(&self, name: &str) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args([&format!("-{name}"), &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{name} {pid} failed");
     }
 
     /// The next line the server prints on stdout after its listening line (e.g. another
@@ -231,4 +298,140 @@ pub fn assert_strictly_increasing(ids: &[u64], who: &str) {
     if let Some(pair) = ids.windows(2).find(|p| p[0] >= p[1]) {
         panic!("{who}: ids not strictly increasing: {pair:?}");
     }
+}
+
+/// `GET path` on `addr` over HTTP/1.1 (one connection, closed after): the status code and
+/// the body.
+pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    read_response(&mut stream)
+}
+
+/// Reads a whole `Connection: close` HTTP/1.1 response from `stream`: its status and body.
+pub fn read_response(stream: &mut impl Read) -> (u16, String) {
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("not an HTTP response: {raw:?}"));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {head:?}"));
+    (status, body.to_string())
+}
+
+/// The path of libfaketime's multi-threaded preload library (the Debian `faketime` package;
+/// scripts/test.sh installs it). Panics, saying so, if it is missing.
+pub fn libfaketime() -> std::path::PathBuf {
+    let candidates = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/faketime/libfaketimeMT.so.1",
+        "/usr/local/lib/faketime/libfaketimeMT.so.1",
+    ];
+    candidates
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.exists())
+        .unwrap_or_else(|| {
+            panic!("libfaketimeMT.so.1 is missing: apt-get install -y faketime (scripts/test.sh installs it)")
+        })
+}
+
+/// A wall clock a test steps while a process runs: libfaketime preloaded, reading its offset
+/// from a file on every call (`FAKETIME_TIMESTAMP_FILE`, `FAKETIME_NO_CACHE=1`), with the
+/// monotonic clock left alone (`FAKETIME_DONT_FAKE_MONOTONIC=1`; `DONT_FAKE_MONOTONIC=1` for
+/// libfaketime before 0.9.8). Offsets are libfaketime's relative ones: `+0`, `-5`, `+10`,
+/// `-2.5` (seconds).
+pub struct FakeClock {
+    file: std::path::PathBuf,
+}
+
+impl FakeClock {
+    /// A control file in `dir` holding `offset`.
+    pub fn new(dir: &Path, offset: &str) -> FakeClock {
+        let clock = FakeClock {
+            file: dir.join("faketime.rc"),
+        };
+        clock.set(offset);
+        clock
+    }
+
+    /// Steps the clock of every process started with [`FakeClock::apply`] to `offset` from
+    /// the real time (replacing the file at once, so no reader sees it half written).
+    pub fn set(&self, offset: &str) {
+        let tmp = self.file.with_extension("tmp");
+        std::fs::write(&tmp, format!("{offset}\n")).unwrap();
+        std::fs::rename(&tmp, &self.file).unwrap();
+    }
+
+    /// Makes `cmd` run under this clock.
+    pub fn apply(&self, cmd: &mut Command) {
+        cmd.env("LD_PRELOAD", libfaketime())
+            .env("FAKETIME_TIMESTAMP_FILE", &self.file)
+            .env("FAKETIME_NO_CACHE", "1")
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+            .env("DONT_FAKE_MONOTONIC", "1")
+            .env("FAKETIME_DISABLE_SHM", "1")
+            .env_remove("FAKETIME");
+    }
+}
+
+/// `ms` since the Unix epoch as RFC 3339 with milliseconds, `2026-11-25T06:40:00.123Z` (how
+/// the node names times in messages and logs).
+pub fn rfc3339_ms(ms: u64) -> String {
+    let days = (ms / 86_400_000) as i64;
+    let rest = ms % 86_400_000;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rest / 3_600_000,
+        rest / 60_000 % 60,
+        rest / 1000 % 60,
+        rest % 1000
+    )
+}
+
+/// The inverse of [`rfc3339_ms`]: ms since the Unix epoch of `2026-11-25T06:40:00.123Z`.
+pub fn parse_rfc3339_ms(text: &str) -> u64 {
+    let bad = || panic!("not a time like 2026-11-25T06:40:00.123Z: {text:?}");
+    let num = |range: std::ops::Range<usize>| -> i64 {
+        text.get(range)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(bad)
+    };
+    if text.len() != 24 || !text.ends_with('Z') {
+        bad();
+    }
+    let (year, month, day) = (num(0..4), num(5..7), num(8..10));
+    // Howard Hinnant's days_from_civil.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = if month > 2 { month - 3 } else { month + 9 };
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let ms = days * 86_400_000
+        + num(11..13) * 3_600_000
+        + num(14..16) * 60_000
+        + num(17..19) * 1000
+        + num(20..23);
+    u64::try_from(ms).unwrap_or_else(|_| panic!("before 1970: {text:?}"))
 }
