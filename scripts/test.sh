@@ -157,6 +157,15 @@ if ! command -v promtool >/dev/null 2>&1; then
 fi
 echo "promtool: $(promtool --version 2>/dev/null | head -n1)"
 
+# crates/cli/tests/packaging.rs: the systemd unit through `systemd-analyze verify`, the manual
+# pages through `man --warnings` (man-db, with groff).
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  apt_install "systemd-analyze (checks deploy/idmint.service)" systemd
+fi
+if ! command -v man >/dev/null 2>&1 || ! command -v groff >/dev/null 2>&1; then
+  apt_install "man and groff (render the generated manual pages)" man-db groff-base
+fi
+
 # Schemathesis (PyPI) fuzzes a live node against its GET /openapi.json.
 if ! command -v schemathesis >/dev/null 2>&1; then
   step "installing schemathesis (PyPI)"

@@ -3,7 +3,8 @@
 //! `idmint-core`).
 //!
 //! Modules: `serve` runs a node; `client` talks to one over HTTP (`next`, `status`,
-//! `decode --namespace`); `decode` decodes ids; `output` is the buffered stdout of the client
+//! `decode --namespace`); `decode` decodes ids; `packaging` generates shell completions and
+//! manual pages from this definition; `output` is the buffered stdout of the client
 //! commands and the error report. Exit codes: 0 on success (also when the reader of stdout
 //! goes away early, `| head`), 1 for an error (printed as `error:` and `caused by:` lines,
 //! never a backtrace), 2 for a usage error (clap's).
@@ -12,6 +13,7 @@ mod admin;
 mod client;
 mod decode;
 mod output;
+mod packaging;
 mod serve;
 mod token;
 
@@ -161,6 +163,24 @@ The first id that cannot be decoded stops the command (exit 1), naming its line.
         /// Node URL; without a scheme, http:// (127.0.0.1:7878, localhost:7878).
         #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]
         server: ServerUrl,
+    },
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
+    #[command(
+        after_help = "Examples:\n  idmint completions bash > /etc/bash_completion.d/idmint\n  idmint completions zsh > \"${fpath[1]}/_idmint\"\n  idmint completions fish > ~/.config/fish/completions/idmint.fish"
+    )]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), or write one page per command into a directory.
+    #[command(
+        after_help = "Examples:\n  idmint man | man -l -\n  idmint man --out-dir /usr/local/share/man/man1   (idmint.1, idmint-serve.1, ...)"
+    )]
+    Man {
+        /// Write idmint.1 and a page per subcommand (idmint-serve.1, ...) into this existing
+        /// directory instead of printing idmint.1.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
     },
 }
 
@@ -393,6 +413,26 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
             Ok(out.line(format_args!("{line}"))?)
         }
         Command::Sql(command) => sql(out, command),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            Ok(out.bytes(&packaging::completions(Cli::command(), shell))?)
+        }
+        Command::Man { out_dir } => {
+            use clap::CommandFactory;
+            let pages = packaging::man_pages(Cli::command())?;
+            match out_dir {
+                Some(dir) => {
+                    for path in packaging::write_pages(&dir, &pages)? {
+                        out.line(format_args!("{path}"))?;
+                    }
+                    Ok(())
+                }
+                None => match pages.first() {
+                    Some((_, roff)) => Ok(out.bytes(roff)?),
+                    None => bail!("no manual page was generated"),
+                },
+            }
+        }
         Command::Token(TokenCommand::New { name }) => {
             out.line(format_args!("{}", token::new(name.as_deref())?.trim_end()))?;
             Ok(())

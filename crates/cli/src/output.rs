@@ -64,6 +64,12 @@ impl Out {
         Ok(())
     }
 
+    /// Writes `bytes` as they are (a generated script or page).
+    pub fn bytes(&mut self, bytes: &[u8]) -> Result<(), StdoutError> {
+        self.inner.write_all(bytes)?;
+        Ok(())
+    }
+
     /// Writes what is buffered.
     pub fn flush(&mut self) -> Result<(), StdoutError> {
         self.inner.flush()?;
