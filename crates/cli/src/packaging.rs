@@ -93,6 +93,9 @@ mod tests {
     #[test]
     fn completions_name_the_subcommands() {
         let script = String::from_utf8(completions(command(), clap_complete::Shell::Bash)).unwrap();
-        assert!(script.contains("run") && script.contains("fast"), "{script}");
+        assert!(
+            script.contains("run") && script.contains("fast"),
+            "{script}"
+        );
     }
 }

@@ -41,7 +41,9 @@ fn tool(program: &str, args: &[&str], stdin: &[u8], package: &str) -> std::proce
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| {
-            panic!("cannot run {program} ({e}): apt-get install -y {package} (scripts/test.sh does)")
+            panic!(
+                "cannot run {program} ({e}): apt-get install -y {package} (scripts/test.sh does)"
+            )
         });
     child.stdin.take().unwrap().write_all(stdin).unwrap();
     child.wait_with_output().unwrap()
@@ -99,9 +101,17 @@ fn the_systemd_unit_verifies() {
 #[test]
 fn the_manual_pages_render_without_warnings() {
     let page = idmint(&["man"]).stdout;
-    let out = tool("man", &["--warnings", "-l", "-"], &page, "man-db groff-base");
+    let out = tool(
+        "man",
+        &["--warnings", "-l", "-"],
+        &page,
+        "man-db groff-base",
+    );
     let warnings = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && warnings.trim().is_empty(), "{warnings}");
+    assert!(
+        out.status.success() && warnings.trim().is_empty(),
+        "{warnings}"
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     for word in ["NAME", "SYNOPSIS", "serve", "completions"] {
         assert!(text.contains(word), "{word} missing from:\n{text}");
@@ -110,11 +120,21 @@ fn the_manual_pages_render_without_warnings() {
     let dir = tempfile::tempdir().unwrap();
     let listed = idmint(&["man", "--out-dir", dir.path().to_str().unwrap()]).stdout;
     let listed = String::from_utf8(listed).unwrap();
-    for file in ["idmint.1", "idmint-serve.1", "idmint-admin-reseed.1", "idmint-token-new.1"] {
+    for file in [
+        "idmint.1",
+        "idmint-serve.1",
+        "idmint-admin-reseed.1",
+        "idmint-token-new.1",
+    ] {
         let path = dir.path().join(file);
         assert!(listed.contains(path.to_str().unwrap()), "{listed}");
         let roff = std::fs::read(&path).unwrap();
-        let out = tool("man", &["--warnings", "-l", "-"], &roff, "man-db groff-base");
+        let out = tool(
+            "man",
+            &["--warnings", "-l", "-"],
+            &roff,
+            "man-db groff-base",
+        );
         assert!(
             out.status.success() && out.stderr.is_empty(),
             "{file}: {}",
@@ -129,10 +149,22 @@ fn the_manual_pages_render_without_warnings() {
 fn completions_cover_every_subcommand_and_bash_parses_them() {
     for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
         let script = String::from_utf8(idmint(&["completions", shell]).stdout).unwrap();
-        for sub in ["serve", "next", "decode", "status", "token", "admin", "completions", "man"] {
+        for sub in [
+            "serve",
+            "next",
+            "decode",
+            "status",
+            "token",
+            "admin",
+            "completions",
+            "man",
+        ] {
             assert!(script.contains(sub), "{shell}: {sub} missing");
         }
-        assert!(script.contains("--insecure-no-auth"), "{shell}: serve's flags missing");
+        assert!(
+            script.contains("--insecure-no-auth"),
+            "{shell}: serve's flags missing"
+        );
     }
     let bash = idmint(&["completions", "bash"]).stdout;
     let out = tool("bash", &["-n"], &bash, "bash");

@@ -725,12 +725,12 @@ impl Supply {
     }
 }
 
-/// The ids one request took while it is being answered. Dropped without [`Request::done`]
-/// (an error, or the request's future dropped) it puts them back into the buffer, or has them
-/// counted as burned when that is not possible: never counted as served.
 /// How many too-short block remainders [`Supply::consecutive`] burns before giving up.
 pub const CONSECUTIVE_BURNS: u32 = 4;
 
+/// The ids one request took while it is being answered. Dropped without [`Request::done`]
+/// (an error, or the request's future dropped) it puts them back into the buffer, or has them
+/// counted as burned when that is not possible: never counted as served.
 struct Request<'a> {
     supply: &'a Supply,
     taken: Taken,
