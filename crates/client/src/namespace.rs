@@ -64,8 +64,8 @@ pub struct Namespace {
 
 /// A namespace's state on the client, for status pages and metrics.
 ///
-/// For a sequence namespace, at rest: ids received from nodes = `served + buffered + burned +
-/// given_back`.
+/// For a sequence namespace, at rest (no call in flight), exactly: ids received from nodes =
+/// `served + buffered + burned + given_back`.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct NamespaceStats {
@@ -73,8 +73,8 @@ pub struct NamespaceStats {
     pub kind: Kind,
     /// Ids held and not handed out yet (fresh ones, for a time-ordered namespace).
     pub buffered: u64,
-    /// Ids handed out. May count a few ids too many: a `try_next` whose claim races a window
-    /// change burns that one id (never hands it out) but it is counted here, not in `burned`.
+    /// Ids handed out. Exact once no call is in flight (a `try_next` whose claim races a window
+    /// change burns that one id and counts it in `burned`, window.rs).
     pub served: u64,
     /// Ids received but never to be handed out: a tail refused or not sent back, a block part
     /// below ids already held, time-ordered ids dropped as out of order or at close.

@@ -325,11 +325,14 @@ impl SequenceIds {
     pub(crate) fn stats(&self) -> SequenceStats {
         let inner = self.lock();
         let in_window = self.window.remaining();
+        // Claims that raced a window change and became no id (window.rs): the buffer counts
+        // them served; they were burned.
+        let lost = self.window.lost();
         let s = inner.buffer.stats();
         SequenceStats {
             buffered: inner.buffer.buffered() + in_window,
-            served: s.served - in_window,
-            burned: s.burned + inner.discarded,
+            served: s.served.saturating_sub(in_window + lost),
+            burned: s.burned + inner.discarded + lost,
             given_back: s.given_back,
             refills: s.refills,
             demand_per_sec: inner.buffer.demand_per_sec(),
