@@ -4,7 +4,8 @@
 //!
 //! Invariants: generation reads only the `clap::Command` it is given and writes only to stdout
 //! or to files named after the commands in the directory the user gave (`--out-dir`, which
-//! must exist); nothing else is touched.
+//! must exist); nothing else is touched. Pages are pure ASCII (other characters become groff
+//! escapes), so they render with `groff` alone as with `man`.
 
 use anyhow::{bail, Context, Result};
 use std::path::Path;
@@ -24,28 +25,55 @@ pub fn man_pages(command: clap::Command) -> Result<Vec<(String, Vec<u8>)>> {
     let mut command = command;
     // Building gives every subcommand its display name: `idmint-serve`, `idmint-admin-reseed`.
     command.build();
+    // Every page's footer names the program and its version, not the subcommand.
+    let source = match command.get_version() {
+        Some(version) => format!("{} {version}", command.get_name()),
+        None => command.get_name().to_owned(),
+    };
     let mut pages = Vec::new();
-    add_pages(&command, &mut pages)?;
+    add_pages(&command, &source, &mut pages)?;
     Ok(pages)
 }
 
-fn add_pages(command: &clap::Command, pages: &mut Vec<(String, Vec<u8>)>) -> Result<()> {
+fn add_pages(
+    command: &clap::Command,
+    source: &str,
+    pages: &mut Vec<(String, Vec<u8>)>,
+) -> Result<()> {
     let name = command
         .get_display_name()
         .unwrap_or_else(|| command.get_name())
         .to_owned();
     let mut roff = Vec::new();
     clap_mangen::Man::new(command.clone())
+        .source(source.to_owned())
         .render(&mut roff)
         .with_context(|| format!("rendering the manual page of {name}"))?;
-    pages.push((format!("{name}.1"), roff));
+    let roff = String::from_utf8(roff)
+        .with_context(|| format!("the manual page of {name} is not UTF-8"))?;
+    pages.push((format!("{name}.1"), ascii_roff(&roff).into_bytes()));
     for sub in command.get_subcommands() {
         if sub.is_hide_set() || sub.get_name() == "help" {
             continue;
         }
-        add_pages(sub, pages)?;
+        add_pages(sub, source, pages)?;
     }
     Ok(())
+}
+
+/// `roff` with every character outside ASCII as groff's `\[uXXXX]` escape: troff reads its
+/// input as Latin-1, so raw UTF-8 (a help text's `…`) renders as garbage with a warning unless
+/// `preconv` runs first, which `man` does and `groff` alone does not.
+fn ascii_roff(roff: &str) -> String {
+    let mut out = String::with_capacity(roff.len());
+    for c in roff.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            out.push_str(&format!("\\[u{:04X}]", u32::from(c)));
+        }
+    }
+    out
 }
 
 /// Writes `pages` into `dir` (which must exist), one file each; answers the paths written.
@@ -88,6 +116,13 @@ mod tests {
         assert!(top.contains(".TH tool 1"), "{top}");
         let sub = String::from_utf8(pages[2].1.clone()).unwrap();
         assert!(sub.contains(".TH tool-run-fast 1"), "{sub}");
+    }
+
+    #[test]
+    fn non_ascii_becomes_groff_unicode_escapes() {
+        assert_eq!(ascii_roff("a … b\n"), "a \\[u2026] b\n");
+        assert_eq!(ascii_roff("é→😀"), "\\[u00E9]\\[u2192]\\[u1F600]");
+        assert_eq!(ascii_roff(".TH idmint 1\n"), ".TH idmint 1\n");
     }
 
     #[test]

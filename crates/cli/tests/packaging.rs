@@ -143,6 +143,28 @@ fn the_manual_pages_render_without_warnings() {
     }
     let serve = std::fs::read_to_string(dir.path().join("idmint-serve.1")).unwrap();
     assert!(serve.contains("insecure\\-no\\-auth"), "{serve}");
+    // groff alone (no preconv, as `man` runs) renders every page without a warning: they are
+    // ASCII, and every footer names the program and its version.
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let roff = std::fs::read(entry.unwrap().path()).unwrap();
+        assert!(roff.is_ascii());
+        let text = String::from_utf8(roff.clone()).unwrap();
+        assert!(
+            text.contains(concat!("\"idmint ", env!("CARGO_PKG_VERSION"), "\"")),
+            "{text}"
+        );
+        let out = tool(
+            "groff",
+            &["-man", "-Tutf8", "-ww", "-z"],
+            &roff,
+            "groff-base",
+        );
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "groff: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]
