@@ -82,7 +82,7 @@ idmint_case() {
     p99=$(echo "$line" | awk '$1=="99%"{print $2}')
     perf sched record -q -o "$WORK/sched.data" -- wrk -t"$THREADS" -c"$CONNS" -d5s "$base/v1/ids/bench" >"$WORK/wrk2" 2>/dev/null
     req=$(awk '/requests in/{print $1}' "$WORK/wrk2")
-    printf '%-26s %10s req/s  p99 %-8s | server: %s\n' "idmint, $workers workers" "$rps" "$p99" "$(sched_summary 'tokio-runtime|idmint' "$req")"
+    printf '%-26s %10s req/s  p99 %-8s | server: %s\n' "idmint, $workers workers" "$rps" "$p99" "$(sched_summary 'tokio-rt|tokio-runtime|idmint' "$req")"
     printf '%-26s %10s        %-12s | wrk:    %s\n' "" "" "" "$(sched_summary '^ *wrk' "$req")"
     kill -TERM "$SERVER_PID"
     wait "$SERVER_PID" 2>/dev/null || true
