@@ -17,6 +17,14 @@ esac
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# Console scripts installed by pip (schemathesis) land in the interpreter's scripts directory,
+# or in the user base's bin with --user (or when site-packages is not writable): neither is
+# always on PATH (pyenv's shims only know them after a rehash).
+if command -v python3 >/dev/null 2>&1; then
+  PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$(python3 -m site --user-base)/bin:$PATH"
+  export PATH
+fi
+
 if ! command -v cargo >/dev/null 2>&1; then
   echo "error: cargo is not installed; install Rust from https://rustup.rs (1.90 or later)" >&2
   exit 1
