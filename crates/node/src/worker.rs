@@ -625,11 +625,12 @@ mod tests {
         }
     }
 
-    /// Regression: renewals came every third of the TTL whatever `floor_ahead` was, so with
-    /// `floor_ahead` below that (a legal config: `ttl_ms = 30000` and the default 5 s ahead)
-    /// the generator reached the floor between renewals and refused until the next one.
-    #[tokio::test(start_paused = true)]
-    async fn renewals_stay_ahead_of_a_short_floor() {
+    /// Worker 0 of group `events` (twitter layout) leased from a memory authority on a
+    /// [`SteppedClock`], with a 30 s TTL and `floor_ahead`, and kept (renewed) in the
+    /// background until the returned sender is dropped.
+    async fn kept_worker(
+        floor_ahead: Duration,
+    ) -> (Arc<SteppedClock>, Arc<LeasedWorker>, watch::Sender<bool>) {
         let clock = Arc::new(SteppedClock {
             origin: tokio::time::Instant::now(),
             step_ms: AtomicU64::new(0),
@@ -637,7 +638,7 @@ mod tests {
         let authority: Arc<dyn Authority> = Arc::new(MemoryAuthority::with_clock(clock.clone()));
         let settings = LeaseSettings {
             ttl: Duration::from_secs(30),
-            floor_ahead: Duration::from_secs(1),
+            floor_ahead,
             max_floor_wait: Duration::from_secs(2),
             safety_margin: Duration::from_secs(2),
         };
@@ -647,12 +648,21 @@ mod tests {
             WorkerConfig::Fixed(0),
             authority,
             settings,
-            SharedClock(clock),
+            SharedClock(clock.clone()),
         )
         .await
         .unwrap();
-        let (_stop_tx, stop) = watch::channel(false);
+        let (stop_tx, stop) = watch::channel(false);
         tokio::spawn(worker.clone().keep(stop));
+        (clock, worker, stop_tx)
+    }
+
+    /// Regression: renewals came every third of the TTL whatever `floor_ahead` was, so with
+    /// `floor_ahead` below that (a legal config: `ttl_ms = 30000` and the default 5 s ahead)
+    /// the generator reached the floor between renewals and refused until the next one.
+    #[tokio::test(start_paused = true)]
+    async fn renewals_stay_ahead_of_a_short_floor() {
+        let (_clock, worker, _stop_tx) = kept_worker(Duration::from_secs(1)).await;
         // 20 s, well past the 10 s renewal period of before, one id every 50 ms.
         for i in 0..400 {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -667,31 +677,9 @@ mod tests {
     /// Now the first refusal asks for a renewal at once.
     #[tokio::test(start_paused = true)]
     async fn a_clock_stepped_forward_is_renewed_past_at_once() {
-        let clock = Arc::new(SteppedClock {
-            origin: tokio::time::Instant::now(),
-            step_ms: AtomicU64::new(0),
-        });
-        let authority: Arc<dyn Authority> = Arc::new(MemoryAuthority::with_clock(clock.clone()));
-        let settings = LeaseSettings {
-            ttl: Duration::from_secs(30),
-            // Renewed every 10 s (a third of the TTL, half the floor's lead).
-            floor_ahead: Duration::from_secs(20),
-            max_floor_wait: Duration::from_secs(2),
-            safety_margin: Duration::from_secs(2),
-        };
+        // Renewed every 10 s (a third of the TTL, half the floor's lead).
+        let (clock, worker, _stop_tx) = kept_worker(Duration::from_secs(20)).await;
         let group = NamespaceName::new("events").unwrap();
-        let worker = LeasedWorker::acquire(
-            group.clone(),
-            Layout::twitter(),
-            WorkerConfig::Fixed(0),
-            authority,
-            settings,
-            SharedClock(clock.clone()),
-        )
-        .await
-        .unwrap();
-        let (_stop_tx, stop) = watch::channel(false);
-        tokio::spawn(worker.clone().keep(stop));
         assert!(worker.current().generator().next_id().is_ok());
 
         // Past the floor (20 s ahead) and the expiry (28 s) the last renewal allowed.
