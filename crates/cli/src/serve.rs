@@ -279,7 +279,11 @@ pub fn serve(
         };
         // Sets up the declared namespaces; an error here ends the process before it claims to
         // listen.
-        let node = Node::start(file.node, authority).await?;
+        // The process-wide coarse clock: snowflake, UUIDv7 and ULID namespaces read time with
+        // one atomic load on the hot path (re-reading the precise clock before they would
+        // wait), as the library's default generators do. Tests start nodes on tokio's clock.
+        let clock: Arc<dyn idmint_core::Clock> = Arc::new(idmint_core::CoarseClock::new());
+        let node = Node::start_with_clock(file.node, authority, clock).await?;
         // Once, on stdout, where scripts and tests wait for it (not also as a log line).
         say(format_args!("idmint listening on {scheme}://{addr}"));
         let shutdown = Shutdown::new();
