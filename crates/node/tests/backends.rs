@@ -692,7 +692,10 @@ async fn ticket_mode_without_cache_serves_each_id_from_the_server() {
         }
     }
     assert_eq!(all.len(), 200);
-    assert_eq!(max_id(&db), *all.iter().max().unwrap());
+    // Concurrent REPLACEs may commit out of the order their ids were allocated in, leaving a
+    // lower id in the one ticket row than the highest one handed out (seen in CI: 199 after
+    // 200). The server's counter is what matters, and the next ids below come above all.
+    assert!(max_id(&db) <= *all.iter().max().unwrap());
     // A request for several ids gets them all, each from its own REPLACE INTO (regression: a
     // cache-off namespace over a ticket server answered `count=3` with one id).
     let three = node.ids("tickets64", 3).await;
