@@ -47,6 +47,7 @@ use idmint_core::{Block, BlockError, NamespaceName, SequenceSpec};
 use std::path::PathBuf;
 use thiserror::Error;
 
+pub mod audit;
 pub mod config;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
@@ -72,6 +73,7 @@ pub mod upstream;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
+pub use audit::{Advance, Advanced, AuditEntry, AuditEvent, AuditLog, AuditReport};
 pub use config::AuthorityConfig;
 pub use connect::{connect, connect_observed, ConnectError};
 #[cfg(feature = "file")]
@@ -114,6 +116,41 @@ pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
     /// operator keeps unique).
     fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
         None
+    }
+
+    /// The audit ledger this authority writes next to its watermarks ([`audit`]), or `None`
+    /// if it keeps none (memory-less wrappers forward their inner authority's; a multi
+    /// authority's members keep their own; an upstream authority's tier above keeps it).
+    fn audit_log(&self) -> Option<&dyn AuditLog> {
+        None
+    }
+
+    /// The authorities `idmint audit verify` reads instead of this one: a multi authority's
+    /// connected members, each with its own ledger and watermarks. `None`: this one itself.
+    fn audited_members(&self) -> Option<Vec<std::sync::Arc<dyn Authority>>> {
+        None
+    }
+
+    /// Moves the namespace's watermark up to `to` (never down), recording the move in the
+    /// audit ledger as `why` in the same atomic write: `idmint admin rebase` (to start above
+    /// ids that exist elsewhere) and `idmint admin retire` (`to` = one past the largest id).
+    ///
+    /// A watermark already at or above `to` is left as it is (`Ok`, with `from` equal to it):
+    /// the call can be repeated. `to` above one past the largest id is
+    /// `Err(StoreError::Exhausted{..})`; unknown namespace: `Err(StoreError::UnknownNamespace)`.
+    /// Authorities that cannot move a watermark (an upstream one: the tier above owns it)
+    /// answer [`StoreError::NotSupported`].
+    async fn advance(
+        &self,
+        name: &NamespaceName,
+        to: u64,
+        why: Advance,
+    ) -> Result<Advanced, StoreError> {
+        let _ = (name, to, why);
+        Err(StoreError::NotSupported {
+            backend: self.kind(),
+            what: "moving a watermark (rebase, retire)",
+        })
     }
 
     /// Creates the namespace with `spec` if absent (watermark = `spec.initial_watermark()`).
@@ -300,6 +337,15 @@ pub enum StoreError {
         name: NamespaceName,
         /// What was found, where, and what to do.
         message: String,
+    },
+    /// The authority cannot do this (e.g. an upstream authority cannot move a watermark that
+    /// the tier above owns).
+    #[error("the {backend} authority does not support {what}")]
+    NotSupported {
+        /// The backend's [`Authority::kind`].
+        backend: &'static str,
+        /// What was asked.
+        what: &'static str,
     },
     /// [`Authority::give_back`] was given a tail that no reservation of the namespace returns.
     #[error("cannot give back [{start}, {end}) step {step} to namespace {name}: {reason}")]
@@ -516,6 +562,28 @@ pub(crate) mod ops {
             Ok(Err(GiveBack::Refused {
                 watermark: state.watermark,
             }))
+        }
+    }
+
+    /// The new watermark of a forward-only move to `to` ([`Authority::advance`]): `Ok(None)`
+    /// if the watermark is already there or above, `Ok(Some(to))` otherwise.
+    pub(crate) fn advance(state: &NamespaceState, to: u64) -> Result<Option<u64>, StoreError> {
+        let ceiling = state.spec.width().max_id() + 1; // max_id is at most 2^63 - 1
+        if to > ceiling {
+            return Err(StoreError::Exhausted {
+                name: state.name.clone(),
+                bits: state.spec.width().bits(),
+                watermark: to,
+            });
+        }
+        Ok((to > state.watermark).then_some(to))
+    }
+
+    /// The audit event of a forward-only move from `from` to `to`.
+    pub(crate) fn advance_event(why: crate::Advance, from: u64, to: u64) -> crate::AuditEvent {
+        match why {
+            crate::Advance::Rebase => crate::AuditEvent::Rebased { from, to },
+            crate::Advance::Retire => crate::AuditEvent::Retired { from, to },
         }
     }
 

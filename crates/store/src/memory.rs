@@ -5,10 +5,15 @@
 //! for as long as this value lives": nothing survives the process, and two `MemoryAuthority`
 //! values share nothing. Use it for unit tests, never for a real node.
 //!
+//! Its audit ledger ([`AuditLog`]) is a list under the same lock as the namespaces, appended in
+//! the same critical section as the write it records; lease entries are appended under the
+//! lease lock, with sequence numbers from one counter.
+//!
 //! Its worker leases ([`WorkerLeases`]) expire by the monotonic reading of its clock
 //! ([`MemoryAuthority::with_clock`]; the operating system's by default), so a test steps lease
 //! expiry with a `ManualClock` instead of sleeping.
 
+use crate::audit::{self, Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 use crate::lease::{
     plan_acquire, superseded, GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases,
     WorkerSlot,
@@ -24,6 +29,8 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct MemoryAuthority {
     namespaces: Mutex<BTreeMap<NamespaceName, NamespaceState>>,
+    /// The audit ledger: the last sequence number given, and the entries kept.
+    audit: Mutex<(u64, Vec<AuditEntry>)>,
     leases: Mutex<BTreeMap<NamespaceName, MemoryGroup>>,
     clock: LeaseClock,
 }
@@ -60,6 +67,7 @@ impl MemoryAuthority {
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         MemoryAuthority {
             namespaces: Mutex::new(BTreeMap::new()),
+            audit: Mutex::new((0, Vec::new())),
             leases: Mutex::new(BTreeMap::new()),
             clock: LeaseClock(clock),
         }
@@ -85,6 +93,22 @@ impl MemoryAuthority {
             .collect()
     }
 
+    /// Appends an entry. Called while the lock of the write it records is held, so entries of
+    /// one subject are in the order of their writes.
+    fn record(&self, subject: &NamespaceName, event: AuditEvent) {
+        let mut guard = self.audit.lock().unwrap_or_else(PoisonError::into_inner);
+        let (last, log) = &mut *guard;
+        *last += 1;
+        let seq = *last;
+        log.push(AuditEntry {
+            seq,
+            at_unix_ms: audit::now_unix_ms(),
+            subject: subject.clone(),
+            event,
+            holder: audit::holder().to_string(),
+        });
+    }
+
     fn lock(&self) -> MutexGuard<'_, BTreeMap<NamespaceName, NamespaceState>> {
         // Every operation computes its result before it writes, and each write is a single
         // assignment, so the map is consistent even if a holder panicked: ignore the poison.
@@ -102,6 +126,31 @@ impl Authority for MemoryAuthority {
 
     fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
         Some(self)
+    }
+
+    fn audit_log(&self) -> Option<&dyn AuditLog> {
+        Some(self)
+    }
+
+    async fn advance(
+        &self,
+        name: &NamespaceName,
+        to: u64,
+        why: Advance,
+    ) -> Result<Advanced, StoreError> {
+        let mut map = self.lock();
+        let state = map
+            .get_mut(name)
+            .ok_or_else(|| StoreError::UnknownNamespace { name: name.clone() })?;
+        let from = state.watermark;
+        if let Some(watermark) = ops::advance(state, to)? {
+            state.watermark = watermark;
+            self.record(name, ops::advance_event(why, from, watermark));
+        }
+        Ok(Advanced {
+            from,
+            state: state.clone(),
+        })
     }
 
     async fn ensure_namespace(
@@ -129,6 +178,13 @@ impl Authority for MemoryAuthority {
             .ok_or_else(|| StoreError::UnknownNamespace { name: name.clone() })?;
         let block = ops::reserve(state, count)?;
         state.watermark = block.end();
+        self.record(
+            name,
+            AuditEvent::Granted {
+                start: block.start(),
+                end: block.end(),
+            },
+        );
         Ok(Reservation {
             block,
             watermark: block.end(),
@@ -152,10 +208,52 @@ impl Authority for MemoryAuthority {
         match ops::give_back(state, tail)? {
             Ok(watermark) => {
                 state.watermark = watermark;
+                self.record(
+                    name,
+                    AuditEvent::GivenBack {
+                        start: tail.start(),
+                        end: tail.end(),
+                    },
+                );
                 Ok(GiveBack::Returned)
             }
             Err(refused) => Ok(refused),
         }
+    }
+}
+
+#[async_trait]
+impl AuditLog for MemoryAuthority {
+    async fn subjects(&self) -> Result<Vec<NamespaceName>, StoreError> {
+        let guard = self.audit.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut subjects: Vec<NamespaceName> = guard.1.iter().map(|e| e.subject.clone()).collect();
+        subjects.sort();
+        subjects.dedup();
+        Ok(subjects)
+    }
+
+    async fn entries(
+        &self,
+        subject: &NamespaceName,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        let guard = self.audit.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(guard
+            .1
+            .iter()
+            .filter(|e| &e.subject == subject && after.is_none_or(|a| e.seq > a))
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError> {
+        let mut guard = self.audit.lock().unwrap_or_else(PoisonError::into_inner);
+        let log = &mut guard.1;
+        let before = log.len();
+        log.retain(|e| e.at_unix_ms >= before_unix_ms);
+        Ok((before - log.len()) as u64)
     }
 }
 
@@ -188,6 +286,13 @@ impl WorkerLeases for MemoryAuthority {
         group.slots.insert(
             grant.worker,
             (slot, Some(now.saturating_add(nanos(request.ttl)))),
+        );
+        self.record(
+            &request.group,
+            AuditEvent::Leased {
+                worker: grant.worker,
+                token: grant.token,
+            },
         );
         Ok(WorkerLease {
             group: request.group.clone(),

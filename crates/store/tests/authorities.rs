@@ -11,6 +11,7 @@ use idmint_store::conformance::MemoryBackend;
 
 idmint_store::conformance_tests!(memory => MemoryBackend);
 idmint_store::conformance_tests!(memory_leases => MemoryBackend, leases);
+idmint_store::conformance_tests!(memory_audit => MemoryBackend, audit);
 
 #[cfg(feature = "file")]
 idmint_store::conformance_tests!(file => idmint_store::conformance::FileBackend);

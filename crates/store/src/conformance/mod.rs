@@ -21,6 +21,7 @@
 //! idmint_store::conformance_tests!(postgres => PostgresBackend, with faults);  // + faults
 //! idmint_store::conformance_tests!(mysql_tickets => MysqlTicketBackend, faults only);
 //! idmint_store::conformance_tests!(postgres_leases => PostgresBackend, leases); // worker leases
+//! idmint_store::conformance_tests!(postgres_audit => PostgresBackend, audit);   // audit ledger
 //! ```
 //!
 //! Where it lives, and why here: the suite stays in idmint-store, behind the `conformance`
@@ -52,6 +53,8 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+#[cfg(feature = "conformance")]
+pub mod audit;
 #[cfg(feature = "conformance")]
 mod backend;
 #[cfg(feature = "conformance")]
@@ -731,6 +734,10 @@ pub fn run<F: Future<Output = ()>>(test: F) {
 /// [`conformance_tests!`](crate::conformance_tests) generates run, one per property.
 #[cfg(feature = "conformance")]
 pub mod cases {
+    pub use super::audit::cases::{
+        advance_is_forward_only_and_recorded, every_grant_is_in_the_ledger,
+        leases_are_in_the_ledger, pruning_keeps_the_ledger_verifiable,
+    };
     pub use super::faults::{
         cut_is_unavailable_and_recovers, lost_reply_never_reissues_the_block,
         stall_is_unavailable_within_the_timeout, two_authorities_never_overlap,
@@ -833,6 +840,8 @@ pub mod cases {
 ///   authorities on one storage (a [`NetworkBackend`]);
 /// - `conformance_tests!(name => Fixture, leases)`: the worker-lease properties ([`leases`]),
 ///   for a backend that stores leases;
+/// - `conformance_tests!(name => Fixture, audit)`: the audit-ledger properties ([`audit`]),
+///   for a backend that keeps a ledger;
 /// - `conformance_tests!(name => Fixture, faults only)`: cut, stall and lost reply alone (a
 ///   backend that grants single tickets rather than blocks, such as MySQL ticket mode).
 ///
@@ -858,6 +867,14 @@ macro_rules! conformance_tests {
             an_expired_lease_is_taken_over,
             a_released_lease_keeps_its_floor,
             reading_a_group_changes_nothing,
+        ]);
+    };
+    ($module:ident => $backend:ty, audit) => {
+        $crate::conformance_tests!(@tests $module, $backend, [
+            every_grant_is_in_the_ledger,
+            advance_is_forward_only_and_recorded,
+            leases_are_in_the_ledger,
+            pruning_keeps_the_ledger_verifiable,
         ]);
     };
     ($module:ident => $backend:ty, faults only) => {
