@@ -19,6 +19,7 @@
 //! What it does not do: talk to a network, validate ids, or know how a namespace works. It has
 //! no dependency besides serde (and utoipa with `openapi`).
 
+mod admin;
 pub mod decimal;
 mod decode;
 mod error;
@@ -27,6 +28,7 @@ mod namespace;
 #[cfg(feature = "openapi")]
 mod schema;
 
+pub use admin::AdvanceResponse;
 pub use decode::Decoded;
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use ids::{BlockResponse, IdsResponse};

@@ -20,10 +20,6 @@ use idmint_store::config::AuthorityConfig;
 use idmint_store::{Authority, Ledger};
 use std::path::PathBuf;
 
-/// Reservations `reseed` makes at most: an authority that grants one id per reservation
-/// (MySQL ticket mode) cannot be moved far this way.
-const MAX_RESERVATIONS: u32 = 10_000;
-
 /// What `idmint admin reseed` was asked.
 #[derive(Debug)]
 pub struct Reseed {
@@ -127,7 +123,7 @@ fn namespace_spec(
     }
 }
 
-/// Sets `name` up on `authority` (if absent) and reserves until its watermark is above `above`.
+/// Sets `name` up on `authority` (if absent) and moves its watermark above `above`.
 async fn lift(
     authority: &dyn Authority,
     name: &NamespaceName,
@@ -144,24 +140,22 @@ async fn lift(
             state.spec
         );
     }
-    let mut reservations = 0;
-    while state.watermark <= above {
-        let count = spec.ids_between(state.watermark, above.saturating_add(1));
-        if count == 0 {
-            break;
-        }
-        if reservations == MAX_RESERVATIONS {
+    if state.watermark <= above {
+        let Some(to) = above
+            .checked_add(1)
+            .filter(|&to| to <= spec.width().max_id() + 1)
+        else {
             bail!(
-                "the authority grants few ids per reservation (MySQL ticket mode?): after \
-                 {MAX_RESERVATIONS} reservations the watermark is {}; raise the ticket table's \
-                 counter instead (ALTER TABLE … AUTO_INCREMENT = {})",
-                state.watermark,
-                above.saturating_add(1)
+                "--above {above} is past the largest id of the {}-bit namespace {name} ({})",
+                spec.width().bits(),
+                spec.width().max_id()
             );
-        }
-        let r = authority.reserve(name, count).await?;
-        reservations += 1;
-        state.watermark = r.watermark;
+        };
+        // Forward-only, atomic, and recorded in the authority's audit ledger as a rebase.
+        state = authority
+            .advance(name, to, idmint_store::Advance::Rebase)
+            .await?
+            .state;
     }
     Ok(state)
 }

@@ -1,5 +1,9 @@
-//! Talking to a running node over HTTP/JSON: the `--server` address and GET requests whose
+//! Talking to a running node over HTTP/JSON: the `--server` address and requests whose
 //! answers are read as `idmint_api` types (or the API's error body, as an error).
+//!
+//! A node with `[auth]` wants a bearer token: every request carries `$IDMINT_TOKEN` when it is
+//! set (an environment variable, not a flag, so the token never shows in `ps` or a shell's
+//! history).
 //!
 //! A server may be given with or without a scheme: `127.0.0.1:7878` and `localhost:7878` mean
 //! `http://…`. Only `http` and `https` are accepted; a bad address is a usage error found while
@@ -76,7 +80,11 @@ pub struct Client {
     runtime: tokio::runtime::Runtime,
     http: reqwest::Client,
     server: ServerUrl,
+    token: Option<String>,
 }
+
+/// The environment variable holding the bearer token the CLI sends.
+pub const TOKEN_VAR: &str = "IDMINT_TOKEN";
 
 impl Client {
     /// A client of `server`; connects on the first request.
@@ -88,11 +96,26 @@ impl Client {
         let http = reqwest::Client::builder()
             .build()
             .context("setting up the HTTP client")?;
+        let token = std::env::var(TOKEN_VAR)
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty());
         Ok(Client {
             runtime,
             http,
             server,
+            token,
         })
+    }
+
+    /// POSTs (no body) to the API path `segments` with `query` and reads the answer as `T`, or
+    /// the API's error body as an error.
+    pub fn post<T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        query: &[(&str, String)],
+    ) -> Result<T> {
+        self.send(reqwest::Method::POST, segments, query)
     }
 
     /// GETs the API path `segments` with `query` and reads the answer as `T`, or the API's
@@ -102,9 +125,22 @@ impl Client {
         segments: &[&str],
         query: &[(&str, String)],
     ) -> Result<T> {
+        self.send(reqwest::Method::GET, segments, query)
+    }
+
+    fn send<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        segments: &[&str],
+        query: &[(&str, String)],
+    ) -> Result<T> {
         let url = self.server.endpoint(segments, query);
         self.runtime.block_on(async {
-            let resp = self.http.get(url.clone()).send().await.with_context(|| {
+            let mut request = self.http.request(method, url.clone());
+            if let Some(token) = &self.token {
+                request = request.bearer_auth(token);
+            }
+            let resp = request.send().await.with_context(|| {
                 format!(
                     "cannot reach {}; is `idmint serve` running there?",
                     self.server

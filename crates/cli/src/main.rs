@@ -10,6 +10,7 @@
 //! never a backtrace), 2 for a usage error (clap's).
 
 mod admin;
+mod audit;
 mod client;
 mod decode;
 mod output;
@@ -154,9 +155,13 @@ The first id that cannot be decoded stops the command (exit 1), naming its line.
         after_help = "Examples:\n  idmint sql postgres\n  idmint sql postgres --instagram --schema shard_5 --shard 5\n  idmint sql mysql\n  idmint sql mysql --tickets photos --servers 2"
     )]
     Sql(SqlCommand),
-    /// Operator actions on the authority itself (the node stopped).
+    /// Operator actions: move a namespace's watermark up through a running node (rebase,
+    /// retire; scope admin), or repair the authority offline (reseed).
     #[command(subcommand)]
     Admin(AdminCommand),
+    /// Read the authority's audit ledger of every grant: verify it or export it.
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Show a node's namespaces and their state as a table.
     #[command(after_help = "Example:\n  idmint status --server http://127.0.0.1:7878")]
     Status {
@@ -222,6 +227,72 @@ enum AdminCommand {
         /// With a multi authority: the member to re-seed, from 1 in config order.
         #[arg(long, value_name = "N")]
         member: Option<usize>,
+    },
+    /// Move a sequence namespace's watermark above ID through a running node, so that every
+    /// id from now on is above it (importing a table: start above its highest id). Never
+    /// down; repeatable. Needs the admin scope ($IDMINT_TOKEN). Recorded in the audit ledger.
+    #[command(
+        after_help = "Examples:\n  idmint admin rebase orders --above 123456789\n  IDMINT_TOKEN=idmint_… idmint admin rebase orders --above 123456789 --server https://ids.internal:7878\n\nThe node burns what it buffered below the new watermark. Other nodes of the same\nauthority serve what they already buffered until it runs out: stop or drain them first\nwhen the ids below must never appear again (an import)."
+    )]
+    Rebase {
+        /// Namespace name.
+        namespace: String,
+        /// The highest id that must never be handed out.
+        #[arg(long, value_name = "ID")]
+        above: u64,
+        /// Node URL; without a scheme, http:// (127.0.0.1:7878, localhost:7878).
+        #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]
+        server: ServerUrl,
+    },
+    /// Stop a sequence namespace for good: its watermark moves past its largest id, so it
+    /// hands out no id any more, and its record stays so it is never created again. Needs the
+    /// admin scope ($IDMINT_TOKEN). Recorded in the audit ledger. Cannot be undone.
+    #[command(
+        after_help = "Example:\n  idmint admin retire legacy_orders --server http://127.0.0.1:7878"
+    )]
+    Retire {
+        /// Namespace name.
+        namespace: String,
+        /// Node URL; without a scheme, http:// (127.0.0.1:7878, localhost:7878).
+        #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]
+        server: ServerUrl,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Prove from the ledger that no id was granted twice and every watermark is above every
+    /// grant (each member of a multi authority separately). Exit 1 on a violation. Reads only.
+    #[command(
+        after_help = "Examples:\n  idmint audit verify --config idmint.toml\n  idmint audit verify --data-dir /var/lib/idmint\n\nA file authority is locked by its running node: stop the node first. The networked\nauthorities (PostgreSQL, MySQL, etcd, ZooKeeper) can be verified while nodes serve."
+    )]
+    Verify {
+        /// The node's configuration file.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The node's data directory (the file authority).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+    },
+    /// Write every ledger entry: namespace (or lease group), order, time, event, its two
+    /// numbers (start and end of a grant or give-back, worker and token of a lease, watermarks
+    /// before and after a rebase or retirement) and the holder.
+    #[command(
+        after_help = "Examples:\n  idmint audit export --config idmint.toml > ledger.csv\n  idmint audit export --format json --namespace orders --config idmint.toml"
+    )]
+    Export {
+        /// The node's configuration file.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The node's data directory (the file authority).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// csv (with a header line) or json (one object per line).
+        #[arg(long, value_enum, default_value = "csv")]
+        format: audit::Format,
+        /// Only this namespace or lease group.
+        #[arg(long)]
+        namespace: Option<String>,
     },
 }
 
@@ -412,6 +483,48 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
             })?;
             Ok(out.line(format_args!("{line}"))?)
         }
+        Command::Admin(AdminCommand::Rebase {
+            namespace,
+            above,
+            server,
+        }) => {
+            let a: idmint_api::AdvanceResponse = Client::new(server)?.post(
+                &["v1", "admin", "rebase", &namespace],
+                &[("above", above.to_string())],
+            )?;
+            Ok(out.line(format_args!("{}", describe_advance(&a)))?)
+        }
+        Command::Admin(AdminCommand::Retire { namespace, server }) => {
+            let a: idmint_api::AdvanceResponse =
+                Client::new(server)?.post(&["v1", "admin", "retire", &namespace], &[])?;
+            Ok(out.line(format_args!("{}", describe_advance(&a)))?)
+        }
+        Command::Audit(AuditCommand::Verify { config, data_dir }) => {
+            let reports = audit::verify(&audit::Source { config, data_dir })?;
+            let mut text = Vec::new();
+            let clean = audit::print_report(&mut text, &reports)?;
+            out.bytes(&text)?;
+            if !clean {
+                let n: usize = reports.iter().map(|(_, r)| r.violations.len()).sum();
+                bail!("the audit ledger shows {n} violation(s): ids were granted twice or a watermark went back");
+            }
+            Ok(())
+        }
+        Command::Audit(AuditCommand::Export {
+            config,
+            data_dir,
+            format,
+            namespace,
+        }) => {
+            let mut text = Vec::new();
+            audit::export(
+                &audit::Source { config, data_dir },
+                format,
+                namespace.as_deref(),
+                &mut text,
+            )?;
+            Ok(out.bytes(&text)?)
+        }
         Command::Sql(command) => sql(out, command),
         Command::Completions { shell } => {
             use clap::CommandFactory;
@@ -438,6 +551,24 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// One line saying what a rebase or retirement did.
+fn describe_advance(a: &idmint_api::AdvanceResponse) -> String {
+    let moved = if a.watermark == a.previous_watermark {
+        format!("watermark already {}; nothing changed", a.watermark)
+    } else {
+        format!("watermark {} -> {}", a.previous_watermark, a.watermark)
+    };
+    let state = if a.retired {
+        "retired: it hands out no id any more".to_string()
+    } else {
+        format!("the next id is at or above {}", a.watermark)
+    };
+    format!(
+        "namespace {} ({}): {moved}; {state}; {} buffered ids burned on this node",
+        a.namespace, a.action, a.burned
+    )
 }
 
 fn status(out: &mut Out, server: ServerUrl) -> Result<()> {

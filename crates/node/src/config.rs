@@ -267,6 +267,10 @@ pub struct NodeConfig {
     pub leases: LeaseSettings,
     /// `[auth]`: bearer tokens, scopes and quotas ([`crate::auth`]); `None`: off.
     pub auth: Option<crate::auth::AuthConfig>,
+    /// `server.audit_retention_days`: the node prunes audit-ledger entries older than this
+    /// from its authority once an hour (1 to [`MAX_EXHAUSTION_WARNING_DAYS`] days); `None`
+    /// (the default): the ledger keeps everything.
+    pub audit_retention: Option<Duration>,
 }
 
 impl Default for NodeConfig {
@@ -289,6 +293,7 @@ impl Default for NodeConfig {
             listen: ListenConfig::default(),
             leases: LeaseSettings::default(),
             auth: None,
+            audit_retention: None,
         }
     }
 }
@@ -413,6 +418,7 @@ struct RawServer {
     max_namespaces: Option<usize>,
     refill_wait_ms: Option<u64>,
     exhaustion_warning_days: Option<u64>,
+    audit_retention_days: Option<u64>,
     header_read_timeout_ms: Option<u64>,
     idle_timeout_ms: Option<u64>,
     max_connections: Option<usize>,
@@ -643,6 +649,15 @@ impl FileConfig {
                 ));
             }
             node.exhaustion_warning = Duration::from_secs(days * DAY_SECS);
+        }
+        if let Some(days) = raw.server.audit_retention_days {
+            if !(1..=MAX_EXHAUSTION_WARNING_DAYS).contains(&days) {
+                return Err(invalid(
+                    "server.audit_retention_days",
+                    format!("{days} is not from 1 to {MAX_EXHAUSTION_WARNING_DAYS} (days the audit ledger keeps an entry; leave it out to keep every entry)"),
+                ));
+            }
+            node.audit_retention = Some(Duration::from_secs(days * DAY_SECS));
         }
         node.listen = listen_settings(&raw.server)?;
         node.leases = lease_settings(&raw.leases)?;
@@ -1393,6 +1408,16 @@ mod tests {
             assert!(err(&format!("[server]\nexhaustion_warning_days = {bad}\n"))
                 .starts_with("server.exhaustion_warning_days:"));
         }
+        for bad in [0, MAX_EXHAUSTION_WARNING_DAYS + 1] {
+            assert!(err(&format!("[server]\naudit_retention_days = {bad}\n"))
+                .starts_with("server.audit_retention_days:"));
+        }
+        let cfg = FileConfig::parse("[server]\naudit_retention_days = 90\n").unwrap();
+        assert_eq!(
+            cfg.node.audit_retention,
+            Some(Duration::from_secs(90 * DAY_SECS))
+        );
+        assert_eq!(FileConfig::parse("").unwrap().node.audit_retention, None);
         let cfg = FileConfig::parse("[server]\nexhaustion_warning_days = 30\n").unwrap();
         assert_eq!(
             cfg.node.exhaustion_warning,

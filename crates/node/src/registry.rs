@@ -36,6 +36,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::watch;
+
+/// How often a node with `server.audit_retention_days` prunes its authority's audit ledger.
+const AUDIT_PRUNE_EVERY: Duration = Duration::from_secs(3600);
 use tokio::task::JoinHandle;
 
 /// What a graceful shutdown did.
@@ -140,7 +143,53 @@ impl Node {
             })
         };
         node.lock_tasks().push(watcher);
+        if let Some(retention) = node.config.audit_retention {
+            let pruner = {
+                let node = node.clone();
+                let mut stop = node.stop.subscribe();
+                tokio::spawn(async move {
+                    loop {
+                        node.prune_audit(retention).await;
+                        tokio::select! {
+                            _ = tokio::time::sleep(AUDIT_PRUNE_EVERY) => {}
+                            _ = stop.changed() => return,
+                        }
+                    }
+                })
+            };
+            node.lock_tasks().push(pruner);
+        }
         Ok(node)
+    }
+
+    /// Removes audit-ledger entries older than `retention` (by this node's wall clock) from
+    /// the authority, or from each connected member of a multi authority; logs what it did.
+    async fn prune_audit(&self, retention: Duration) {
+        let now = self
+            .now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let cutoff = u64::try_from(now.saturating_sub(retention).as_millis()).unwrap_or(0);
+        let authorities = self
+            .authority
+            .audited_members()
+            .unwrap_or_else(|| vec![self.authority.clone()]);
+        for a in authorities {
+            let Some(log) = a.audit_log() else { continue };
+            match log.prune(cutoff).await {
+                Ok(0) => {}
+                Ok(removed) => {
+                    tracing::info!(
+                        authority = a.kind(),
+                        removed,
+                        "audit ledger entries older than the retention pruned"
+                    )
+                }
+                Err(e) => {
+                    tracing::warn!(authority = a.kind(), error = %e, "could not prune the audit ledger; trying again in an hour")
+                }
+            }
+        }
     }
 
     fn lock_tasks(&self) -> std::sync::MutexGuard<'_, Vec<JoinHandle<()>>> {
@@ -233,6 +282,83 @@ impl Node {
             .await?;
         self.auto_created.fetch_add(1, Ordering::Relaxed);
         Ok(ns)
+    }
+
+    /// Moves a sequence namespace's watermark up (`idmint admin rebase`: so that every id from
+    /// now on is above `above`; `idmint admin retire`: past its largest id, so it hands out
+    /// nothing more), recorded in the authority's audit ledger, and burns the ids this node
+    /// holds buffered below the new watermark. Forward-only and repeatable: a watermark already
+    /// there is left as it is. Sets the namespace up first if this node would on first use.
+    ///
+    /// Other nodes sharing the authority serve what they already buffered until their buffers
+    /// run dry (ids granted before the move: unique, but below the new watermark); the docs say
+    /// to stop or drain them for an import.
+    pub async fn advance(
+        &self,
+        name: &str,
+        action: idmint_store::Advance,
+        above: Option<u64>,
+    ) -> Result<idmint_api::AdvanceResponse, IdError> {
+        let ns = self.namespace(name).await?;
+        let Namespace::Sequence(seq) = &*ns else {
+            return Err(IdError::WrongKind(format!(
+                "namespace {name:?} is a {} namespace; only sequence namespaces have a \
+                 watermark to move",
+                ns.kind()
+            )));
+        };
+        let spec = seq.spec();
+        let ceiling = spec.width().max_id() + 1; // max_id is at most 2^63 - 1
+        let (to, verb) = match (action, above) {
+            (idmint_store::Advance::Retire, _) => (ceiling, "retire"),
+            (idmint_store::Advance::Rebase, Some(above)) if above < spec.width().max_id() => {
+                (above + 1, "rebase")
+            }
+            (idmint_store::Advance::Rebase, Some(above)) => {
+                return Err(IdError::InvalidRequest(format!(
+                    "above = {above} leaves no id of the {}-bit namespace {name:?} (its largest \
+                     id is {}); to stop it for good, retire it",
+                    spec.width().bits(),
+                    spec.width().max_id()
+                )))
+            }
+            (idmint_store::Advance::Rebase, None) => {
+                return Err(IdError::InvalidRequest(
+                    "a rebase needs above=N: the highest id that must never be handed out".into(),
+                ))
+            }
+        };
+        let advanced = self
+            .authority
+            .advance(ns.name(), to, action)
+            .await
+            .map_err(|e| match e {
+                StoreError::UnknownNamespace { name } => {
+                    IdError::UnknownNamespace(name.to_string())
+                }
+                StoreError::NotSupported { .. } => {
+                    IdError::Conflict(format!("{e}: move the watermark on the tier that owns it"))
+                }
+                StoreError::Lost { .. } => IdError::Lost {
+                    name: name.to_string(),
+                    reason: e.to_string(),
+                },
+                other => IdError::Unavailable {
+                    name: name.to_string(),
+                    reason: other.to_string(),
+                },
+            })?;
+        let burned = seq.supply().advanced(advanced.state.watermark);
+        tracing::warn!(namespace = %name, action = verb, from = advanced.from,
+            watermark = advanced.state.watermark, burned, "watermark moved by an operator");
+        Ok(idmint_api::AdvanceResponse {
+            namespace: name.to_string(),
+            action: verb.to_string(),
+            previous_watermark: advanced.from,
+            watermark: advanced.state.watermark,
+            burned,
+            retired: advanced.state.watermark > spec.width().max_id(),
+        })
     }
 
     /// How many namespaces were set up by auto-create (at most `max_namespaces`).

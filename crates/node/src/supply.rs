@@ -134,6 +134,9 @@ pub struct Supply {
     shortfall: AtomicU64,
     /// The highest watermark the source reported.
     watermark: AtomicU64,
+    /// Set by [`Supply::advanced`]: a block that starts below it was reserved before an
+    /// operator moved the watermark past it, and is burned on arrival, never served.
+    floor: AtomicU64,
     /// Ids handed out.
     served: AtomicU64,
     /// Ids reserved by requests straight from the source (cache `off`).
@@ -214,6 +217,7 @@ impl Supply {
             outcome,
             shortfall: AtomicU64::new(0),
             watermark: AtomicU64::new(config.watermark),
+            floor: AtomicU64::new(0),
             served: AtomicU64::new(0),
             reserved_direct: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
@@ -300,6 +304,21 @@ impl Supply {
                 reason: other.to_string(),
             },
         }
+    }
+
+    /// The source's watermark was moved up to `watermark` by an operator (`idmint admin
+    /// rebase` or `retire`): every buffered id lies below it and is burned, and so is a block
+    /// of a refill in flight that was reserved before the move. Returns the ids burned now.
+    ///
+    /// With cache `off`, a request whose reservation is in flight serves its ids still.
+    pub fn advanced(&self, watermark: u64) -> u64 {
+        self.floor.fetch_max(watermark, Ordering::Relaxed);
+        self.note_watermark(watermark);
+        let burned = self.with_buffer(|b| b.abandon());
+        if burned > 0 {
+            tracing::info!(namespace = %self.name, burned, watermark, "watermark moved by an operator; buffered ids below it burned");
+        }
+        burned
     }
 
     fn note_watermark(&self, w: u64) {
@@ -660,9 +679,23 @@ impl Supply {
                 }
                 Ok(r) => {
                     self.note_watermark(r.watermark);
-                    if let Err(e) = self.with_buffer(|b| b.refill_done(r.block)) {
-                        tracing::error!(namespace = %self.name, error = %e, "refusing a block; the namespace stops serving");
-                        self.poisoned.store(true, Ordering::Relaxed);
+                    let stale = r.block.start() < self.floor.load(Ordering::Relaxed);
+                    // A block reserved before an operator moved the watermark past it is
+                    // received, then burned whole under the same lock, so no request sees it
+                    // (nothing else can be buffered below the floor).
+                    let landed = self.with_buffer(|b| {
+                        b.refill_done(r.block)
+                            .map(|()| if stale { b.abandon() } else { 0 })
+                    });
+                    match landed {
+                        Err(e) => {
+                            tracing::error!(namespace = %self.name, error = %e, "refusing a block; the namespace stops serving");
+                            self.poisoned.store(true, Ordering::Relaxed);
+                        }
+                        Ok(burned) if burned > 0 => {
+                            tracing::info!(namespace = %self.name, burned, "a block reserved before the watermark moved is burned");
+                        }
+                        Ok(_) => {}
                     }
                     backoff = None;
                     retry_at = None;

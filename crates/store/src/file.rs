@@ -36,6 +36,14 @@
 //! [`NamespaceName`], `SequenceSpec::new(width, first, step, offset)` accepts the spec, and
 //! `first <= watermark <= max_id + 1`.
 //!
+//! ## The audit ledger
+//!
+//! [`AuditLog`] keeps `idmint.audit.v1`, keyed by `(subject, seq)`, whose values are
+//! [`crate::audit::encode_record`]'s line, and `idmint.audit_seq.v1`, one key `""` holding the
+//! last sequence number given (so numbers never repeat, even after every entry was pruned).
+//! An entry is inserted in the write transaction of the watermark change or lease acquisition
+//! it records, so redb's one-writer-at-a-time order is the entries' order.
+//!
 //! ## Worker leases
 //!
 //! [`WorkerLeases`] keeps two more tables, written by the same kind of transaction (one redb
@@ -57,6 +65,7 @@
 //! ids that process issued is not the lease but the durable time floor and the token, which
 //! the file keeps and the next holder starts from (a larger token, at or above the floor).
 
+use crate::audit::{self, Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 use crate::lease::{
     check_current, plan_acquire, GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases,
     WorkerSlot,
@@ -86,6 +95,8 @@ const LEASE_GROUPS: TableDefinition<&str, &[u8]> = TableDefinition::new("idmint.
 const WORKER_LEASES: TableDefinition<(&str, u64), &[u8]> =
     TableDefinition::new("idmint.worker_leases.v1");
 const LEASE_RECORD_VERSION: u8 = 1;
+const AUDIT: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("idmint.audit.v1");
+const AUDIT_SEQ: TableDefinition<&str, u64> = TableDefinition::new("idmint.audit_seq.v1");
 /// The whole store is a few kilobytes per thousand namespaces; redb's default cache is 1 GiB.
 const CACHE_BYTES: usize = 4 * 1024 * 1024;
 
@@ -229,11 +240,15 @@ impl FileAuthority {
     }
 
     /// One write transaction on `name`'s record: `op` gets the current state and returns the
-    /// state to write (if any) and the result. Commits with fsync before returning.
+    /// state to write (if any), the audit entry recording it (if any) and the result. Commits
+    /// with fsync before returning.
     async fn update<T, F>(&self, name: &NamespaceName, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(Option<NamespaceState>) -> Result<(Option<NamespaceState>, T), StoreError>
+        F: FnOnce(
+                Option<NamespaceState>,
+            )
+                -> Result<(Option<NamespaceState>, Option<AuditEvent>, T), StoreError>
             + Send
             + 'static,
     {
@@ -248,11 +263,14 @@ impl FileAuthority {
                     Some(value) => Some(decode(name.as_str(), value.value())?),
                     None => None,
                 };
-                let (write, out) = op(current)?;
+                let (write, event, out) = op(current)?;
                 if let Some(state) = write {
                     table
                         .insert(name.as_str(), encode(&state).as_slice())
                         .map_err(redb_error)?;
+                }
+                if let Some(event) = event {
+                    append_entry(&txn, name.as_str(), &event)?;
                 }
                 out
             };
@@ -274,6 +292,32 @@ impl Authority for FileAuthority {
         Some(self)
     }
 
+    fn audit_log(&self) -> Option<&dyn AuditLog> {
+        Some(self)
+    }
+
+    async fn advance(
+        &self,
+        name: &NamespaceName,
+        to: u64,
+        why: Advance,
+    ) -> Result<Advanced, StoreError> {
+        let key = name.clone();
+        self.update(name, move |current| {
+            let mut state = current.ok_or(StoreError::UnknownNamespace { name: key })?;
+            let from = state.watermark;
+            match ops::advance(&state, to)? {
+                Some(watermark) => {
+                    state.watermark = watermark;
+                    let event = ops::advance_event(why, from, watermark);
+                    Ok((Some(state.clone()), Some(event), Advanced { from, state }))
+                }
+                None => Ok((None, None, Advanced { from, state })),
+            }
+        })
+        .await
+    }
+
     async fn ensure_namespace(
         &self,
         name: &NamespaceName,
@@ -282,9 +326,9 @@ impl Authority for FileAuthority {
         let key = name.clone();
         self.update(name, move |current| {
             match ops::ensure(&key, current.as_ref(), spec)? {
-                Some(created) => Ok((Some(created.clone()), created)),
+                Some(created) => Ok((Some(created.clone()), None, created)),
                 None => match current {
-                    Some(state) => Ok((None, state)),
+                    Some(state) => Ok((None, None, state)),
                     None => Err(StoreError::UnknownNamespace { name: key }),
                 },
             }
@@ -300,6 +344,10 @@ impl Authority for FileAuthority {
             state.watermark = block.end();
             Ok((
                 Some(state),
+                Some(AuditEvent::Granted {
+                    start: block.start(),
+                    end: block.end(),
+                }),
                 Reservation {
                     block,
                     watermark: block.end(),
@@ -346,10 +394,141 @@ impl Authority for FileAuthority {
             match ops::give_back(&state, tail)? {
                 Ok(watermark) => {
                     state.watermark = watermark;
-                    Ok((Some(state), GiveBack::Returned))
+                    let event = AuditEvent::GivenBack {
+                        start: tail.start(),
+                        end: tail.end(),
+                    };
+                    Ok((Some(state), Some(event), GiveBack::Returned))
                 }
-                Err(refused) => Ok((None, refused)),
+                Err(refused) => Ok((None, None, refused)),
             }
+        })
+        .await
+    }
+}
+
+/// Appends an entry for `subject` inside `txn`, numbered from the one counter.
+fn append_entry(
+    txn: &WriteTransaction,
+    subject: &str,
+    event: &AuditEvent,
+) -> Result<(), StoreError> {
+    let mut counter = txn.open_table(AUDIT_SEQ).map_err(redb_error)?;
+    let last = counter
+        .get("")
+        .map_err(redb_error)?
+        .map_or(0, |v| v.value());
+    let seq = last + 1;
+    counter.insert("", seq).map_err(redb_error)?;
+    let mut table = txn.open_table(AUDIT).map_err(redb_error)?;
+    let record = audit::encode_record(audit::now_unix_ms(), event, audit::holder());
+    table
+        .insert((subject, seq), record.as_bytes())
+        .map_err(redb_error)?;
+    Ok(())
+}
+
+#[async_trait]
+impl AuditLog for FileAuthority {
+    async fn subjects(&self) -> Result<Vec<NamespaceName>, StoreError> {
+        self.blocking(|db| {
+            let txn = db.begin_read().map_err(redb_error)?;
+            let table = match txn.open_table(AUDIT) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(redb_error(e)),
+            };
+            let mut subjects: Vec<NamespaceName> = Vec::new();
+            // Keys are sorted by subject: jump past each subject's entries.
+            let mut from = String::new();
+            loop {
+                let next = table
+                    .range((from.as_str(), 0)..)
+                    .map_err(redb_error)?
+                    .next()
+                    .transpose()
+                    .map_err(redb_error)?;
+                let Some((key, _)) = next else { break };
+                let subject = key.value().0.to_string();
+                let name = NamespaceName::new(&subject).map_err(|e| StoreError::Corrupt {
+                    message: format!("audit ledger subject {subject:?} is not a name: {e}"),
+                })?;
+                subjects.push(name);
+                from = format!("{subject}\0");
+            }
+            Ok(subjects)
+        })
+        .await
+    }
+
+    async fn entries(
+        &self,
+        subject: &NamespaceName,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        let subject = subject.clone();
+        self.blocking(move |db| {
+            let txn = db.begin_read().map_err(redb_error)?;
+            let table = match txn.open_table(AUDIT) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(redb_error(e)),
+            };
+            let start = after.map_or(0, |a| a.saturating_add(1));
+            let mut out = Vec::new();
+            for item in table
+                .range((subject.as_str(), start)..=(subject.as_str(), u64::MAX))
+                .map_err(redb_error)?
+            {
+                if out.len() >= limit {
+                    break;
+                }
+                let (key, value) = item.map_err(redb_error)?;
+                let seq = key.value().1;
+                let entry = audit::decode_record(subject.clone(), seq, value.value()).map_err(
+                    |message| StoreError::Corrupt {
+                        message: format!("audit ledger entry ({subject}, {seq}): {message}"),
+                    },
+                )?;
+                out.push(entry);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError> {
+        self.blocking(move |db| {
+            let txn = begin_durable(db)?;
+            let removed = {
+                let mut table = txn.open_table(AUDIT).map_err(redb_error)?;
+                let mut old: Vec<(String, u64)> = Vec::new();
+                for item in table.iter().map_err(redb_error)? {
+                    let (key, value) = item.map_err(redb_error)?;
+                    let (subject, seq) = key.value();
+                    let name = NamespaceName::new(subject).map_err(|e| StoreError::Corrupt {
+                        message: format!("audit ledger subject {subject:?} is not a name: {e}"),
+                    })?;
+                    let entry =
+                        audit::decode_record(name, seq, value.value()).map_err(|message| {
+                            StoreError::Corrupt {
+                                message: format!(
+                                    "audit ledger entry ({subject}, {seq}): {message}"
+                                ),
+                            }
+                        })?;
+                    if entry.at_unix_ms < before_unix_ms {
+                        old.push((subject.to_string(), seq));
+                    }
+                }
+                for (subject, seq) in &old {
+                    table.remove((subject.as_str(), *seq)).map_err(redb_error)?;
+                }
+                old.len() as u64
+            };
+            txn.commit().map_err(redb_error)?;
+            Ok(removed)
         })
         .await
     }
@@ -448,6 +627,11 @@ impl WorkerLeases for FileAuthority {
                     .map_err(redb_error)?;
                 grant
             };
+            let event = AuditEvent::Leased {
+                worker: grant.worker,
+                token: grant.token,
+            };
+            append_entry(&txn, name, &event)?;
             // Dropping an uncommitted transaction (the `?`s above) aborts it: nothing changes.
             txn.commit().map_err(redb_error)?;
             live.insert(

@@ -383,6 +383,29 @@ impl Authority for LedgerAuthority {
         self.inner.worker_leases()
     }
 
+    fn audit_log(&self) -> Option<&dyn crate::AuditLog> {
+        self.inner.audit_log()
+    }
+
+    fn audited_members(&self) -> Option<Vec<Arc<dyn Authority>>> {
+        self.inner.audited_members()
+    }
+
+    /// Moves the store's watermark; the node's ledger learns the higher watermark as from a
+    /// reservation.
+    async fn advance(
+        &self,
+        name: &NamespaceName,
+        to: u64,
+        why: crate::Advance,
+    ) -> Result<crate::Advanced, StoreError> {
+        let advanced = self.inner.advance(name, to, why).await?;
+        if let Err(e) = self.ledger.note(name, advanced.state.watermark).await {
+            tracing::warn!(namespace = %name, error = %e, "the ledger could not record a watermark; it will try again at the next reservation");
+        }
+        Ok(advanced)
+    }
+
     /// Refuses a namespace the ledger records but the store does not have, or has at a lower
     /// watermark; otherwise sets it up in the store and records it durably before answering.
     async fn ensure_namespace(

@@ -883,6 +883,52 @@ impl Authority for MultiAuthority {
         Ok(out)
     }
 
+    /// The connected members (a pending one is not connected here: it has no ledger to read
+    /// until it answers).
+    fn audited_members(&self) -> Option<Vec<Arc<dyn Authority>>> {
+        Some(
+            self.members
+                .iter()
+                .filter_map(|m| m.lock().authority.clone())
+                .collect(),
+        )
+    }
+
+    /// Moves every member's watermark up to `to`, each recorded in that member's ledger. Not
+    /// atomic across members, but each move is forward-only and repeatable: after an error
+    /// (a member down), the same call again finishes the job. `from` is the highest watermark
+    /// a member had before.
+    async fn advance(
+        &self,
+        name: &NamespaceName,
+        to: u64,
+        why: crate::Advance,
+    ) -> Result<crate::Advanced, StoreError> {
+        let mut from = 0;
+        for m in &self.members {
+            let result = match self.usable(m, Access::Write).await {
+                Ok(a) => a.advance(name, to, why).await,
+                Err(e) => Err(e),
+            };
+            self.record(m, result.as_ref().map(|_| ()));
+            match result {
+                Ok(advanced) => from = from.max(advanced.from),
+                Err(e) if e.is_unavailable() => {
+                    return Err(m.unavailable(format!(
+                        "cannot move namespace {name}'s watermark on this member ({e}); the \
+                         members before it moved: run the same command again when it answers"
+                    )))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let state = self
+            .state(name)
+            .await?
+            .ok_or_else(|| StoreError::UnknownNamespace { name: name.clone() })?;
+        Ok(crate::Advanced { from, state })
+    }
+
     /// Hands the tail back to the member owning its residue class.
     async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
         let residue = tail.start() % tail.step();

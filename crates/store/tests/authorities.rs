@@ -16,6 +16,8 @@ idmint_store::conformance_tests!(memory_audit => MemoryBackend, audit);
 #[cfg(feature = "file")]
 idmint_store::conformance_tests!(file => idmint_store::conformance::FileBackend);
 #[cfg(feature = "file")]
+idmint_store::conformance_tests!(file_audit => idmint_store::conformance::FileBackend, audit);
+#[cfg(feature = "file")]
 idmint_store::conformance_tests!(file_leases => idmint_store::conformance::FileBackend, leases);
 
 /// The file store's lock: one authority per data directory.

@@ -10,7 +10,9 @@
 //!   panics on input. What hyper answers before the router runs (a URI over 64 KiB: 414; headers
 //!   over its buffer: 431; a request line it cannot parse: 400) has an empty body: hyper writes
 //!   those itself and offers no hook to change them.
-//! - Only `GET /v1/ids` and `POST /v1/blocks` may create a namespace or reserve ids; reads go
+//! - Only `GET /v1/ids`, `POST /v1/blocks` and the two administration routes (`POST
+//!   /v1/admin/rebase`, `/v1/admin/retire`: scope `admin`) may create a namespace or move a
+//!   watermark; reads go
 //!   through [`Node::read_namespace`]. `HEAD` on those two routes is 405 (axum would otherwise
 //!   run the GET handler and hand out an id nobody sees). Their answers carry
 //!   `Cache-Control: no-store`, so no cache replays an id.
@@ -61,6 +63,8 @@ const DECODE: &str = "/v1/decode/{namespace}/{id}";
 const NAMESPACES: &str = "/v1/namespaces";
 const NAMESPACE: &str = "/v1/namespaces/{namespace}";
 const OPENAPI: &str = "/openapi.json";
+const REBASE: &str = "/v1/admin/rebase/{namespace}";
+const RETIRE: &str = "/v1/admin/retire/{namespace}";
 /// The methods of the read-only routes: `HEAD` runs the GET handler without the body, which is
 /// harmless because reads never write.
 const READ: &str = "GET, HEAD";
@@ -108,6 +112,8 @@ pub(crate) fn routes() -> Routes {
     }
     .route(IDS, "GET", get(get_ids).head(refuse(IDS, "GET")))
     .route(BLOCKS, "POST", post(post_block))
+    .route(REBASE, "POST", post(rebase))
+    .route(RETIRE, "POST", post(retire))
     .route(DECODE, READ, get(decode))
     .route(NAMESPACES, READ, get(list_namespaces))
     .route(NAMESPACE, READ, get(get_namespace))
@@ -472,6 +478,85 @@ async fn post_block(
         })
         .into_response(),
         Err(e) => fail(&node, e),
+    })
+}
+
+/// `POST /v1/admin/rebase/{namespace}?above=N`: every id from now on is above N.
+async fn rebase(
+    State(node): State<Arc<Node>>,
+    headers: HeaderMap,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    path: Result<Path<String>, PathRejection>,
+) -> Response {
+    let result = async {
+        let caller = caller(&node, &headers)?;
+        let name = path_params(path)?;
+        node.auth().authorize(caller, &name, Scope::Admin, 0)?;
+        let above = above_param(&query_pairs(query)?)?;
+        node.advance(&name, idmint_store::Advance::Rebase, Some(above))
+            .await
+    }
+    .await;
+    match result {
+        Ok(a) => axum::Json(a).into_response(),
+        Err(e) => fail(&node, e),
+    }
+}
+
+/// `POST /v1/admin/retire/{namespace}`: the namespace hands out no id any more.
+async fn retire(
+    State(node): State<Arc<Node>>,
+    headers: HeaderMap,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    path: Result<Path<String>, PathRejection>,
+) -> Response {
+    let result = async {
+        let caller = caller(&node, &headers)?;
+        let name = path_params(path)?;
+        node.auth().authorize(caller, &name, Scope::Admin, 0)?;
+        if let Some((k, _)) = query_pairs(query)?.first() {
+            return Err(IdError::InvalidRequest(format!(
+                "unknown query parameter {k:?}; retire takes none"
+            )));
+        }
+        node.advance(&name, idmint_store::Advance::Retire, None)
+            .await
+    }
+    .await;
+    match result {
+        Ok(a) => axum::Json(a).into_response(),
+        Err(e) => fail(&node, e),
+    }
+}
+
+/// `above` (a decimal id, required, once) from query pairs that may hold nothing else.
+fn above_param(pairs: &[(String, String)]) -> Result<u64, IdError> {
+    let mut above = None;
+    for (k, v) in pairs {
+        match k.as_str() {
+            "above" if above.is_some() => {
+                return Err(IdError::InvalidRequest(
+                    "query parameter \"above\" is given more than once; give it once".into(),
+                ))
+            }
+            "above" => {
+                above = Some(v.parse::<u64>().map_err(|_| {
+                    IdError::InvalidRequest(format!(
+                        "above must be a whole number from 0 to 18446744073709551615, got {v:?}"
+                    ))
+                })?)
+            }
+            other => {
+                return Err(IdError::InvalidRequest(format!(
+                    "unknown query parameter {other:?}; only above is accepted"
+                )))
+            }
+        }
+    }
+    above.ok_or_else(|| {
+        IdError::InvalidRequest(
+            "above=N is required: the highest id that must never be handed out".into(),
+        )
     })
 }
 

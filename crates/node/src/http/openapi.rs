@@ -27,10 +27,10 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use idmint_api::{
-    BlockResponse, CacheSettings, Decoded, ErrorBody, ErrorCode, ErrorDetail, FieldOrder, Health,
-    IdsResponse, LayoutSettings, LeaseStatus, MemberState, NamespaceInfo, NamespaceList, Ready,
-    SequenceHeadroom, SequenceSettings, SequenceState, SnowflakeSettings, SnowflakeState,
-    WorkerLeaseState, WorkerPool,
+    AdvanceResponse, BlockResponse, CacheSettings, Decoded, ErrorBody, ErrorCode, ErrorDetail,
+    FieldOrder, Health, IdsResponse, LayoutSettings, LeaseStatus, MemberState, NamespaceInfo,
+    NamespaceList, Ready, SequenceHeadroom, SequenceSettings, SequenceState, SnowflakeSettings,
+    SnowflakeState, WorkerLeaseState, WorkerPool,
 };
 use serde_json::Value;
 use std::sync::Arc;
@@ -47,6 +47,8 @@ use utoipa::OpenApi;
     paths(
         get_ids,
         post_block,
+        rebase,
+        retire,
         decode,
         list_namespaces,
         get_namespace,
@@ -60,6 +62,7 @@ use utoipa::OpenApi;
     components(schemas(
         IdsResponse,
         BlockResponse,
+        AdvanceResponse,
         Decoded,
         NamespaceList,
         NamespaceInfo,
@@ -84,6 +87,7 @@ use utoipa::OpenApi;
     tags(
         (name = "ids", description = "Hand out ids: the only routes that create namespaces or reserve ids"),
         (name = "namespaces", description = "Read-only: settings, live state, decoding"),
+        (name = "admin", description = "Forward-only administration (scope `admin`): move a sequence namespace's watermark up, recorded in the authority's audit ledger"),
         (name = "operations", description = "Health, readiness, metrics and this document")
     )
 )]
@@ -339,6 +343,65 @@ fn get_ids() {}
 )]
 #[allow(dead_code)]
 fn post_block() {}
+
+/// Rebase: every id from now on is above `above`.
+#[utoipa::path(
+    post,
+    path = super::REBASE,
+    tag = "admin",
+    operation_id = "rebase",
+    summary = "Move a sequence namespace's watermark above an id",
+    description = "Forward-only: the watermark moves to `above + 1` if it is lower, else stays \
+                   (repeatable). For importing a table: start above its highest id. Recorded in \
+                   the authority's audit ledger. Ids this node buffered below the new watermark \
+                   are burned. Sets the namespace up first if this node would on first use. \
+                   No request body.",
+    params(
+        ("namespace" = String, Path, description = "1-128 of `[A-Za-z0-9_.:-]`, starting with a letter or digit",
+            pattern = "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", example = "photos"),
+        ("above" = String, Query, description = "The highest id that must never be handed out (decimal)",
+            pattern = "^[0-9]{1,20}$", example = "1000000"),
+    ),
+    responses(
+        (status = 200, description = "The watermark before and after", body = AdvanceResponse),
+        (status = 400, description = "`invalid_namespace` or `invalid_request` (`above` missing, not a number, or leaving no id)", body = ErrorBody),
+        (status = 404, description = "`unknown_namespace`: no such namespace and `auto_create` is off", body = ErrorBody),
+        (status = 409, description = "`wrong_kind` (not a sequence namespace), `settings_conflict` (the authority cannot move it: an upstream tier) or `too_many_namespaces`", body = ErrorBody),
+        (status = 414, description = "`invalid_request`: the request target is longer than 8 KiB", body = ErrorBody),
+        (status = 500, description = "`internal_error` or `namespace_lost`", body = ErrorBody),
+        (status = 503, description = "`authority_unavailable` or `shutting_down`", body = ErrorBody),
+    )
+)]
+#[allow(dead_code)]
+fn rebase() {}
+
+/// Retire: the namespace hands out no id any more.
+#[utoipa::path(
+    post,
+    path = super::RETIRE,
+    tag = "admin",
+    operation_id = "retire",
+    summary = "Retire a sequence namespace for good",
+    description = "Forward-only and final: the watermark moves past the namespace's largest id, \
+                   so every later request for its ids is `namespace_exhausted`; its record stays, \
+                   so it is never created again. Recorded in the authority's audit ledger. \
+                   Repeatable. No request body, no parameters.",
+    params(
+        ("namespace" = String, Path, description = "1-128 of `[A-Za-z0-9_.:-]`, starting with a letter or digit",
+            pattern = "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", example = "photos"),
+    ),
+    responses(
+        (status = 200, description = "The watermark before and after", body = AdvanceResponse),
+        (status = 400, description = "`invalid_namespace` or `invalid_request`", body = ErrorBody),
+        (status = 404, description = "`unknown_namespace`: no such namespace and `auto_create` is off", body = ErrorBody),
+        (status = 409, description = "`wrong_kind` (not a sequence namespace), `settings_conflict` (the authority cannot move it: an upstream tier) or `too_many_namespaces`", body = ErrorBody),
+        (status = 414, description = "`invalid_request`: the request target is longer than 8 KiB", body = ErrorBody),
+        (status = 500, description = "`internal_error` or `namespace_lost`", body = ErrorBody),
+        (status = 503, description = "`authority_unavailable` or `shutting_down`", body = ErrorBody),
+    )
+)]
+#[allow(dead_code)]
+fn retire() {}
 
 /// What an id says about itself.
 #[utoipa::path(

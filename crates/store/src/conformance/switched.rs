@@ -86,4 +86,12 @@ impl Authority for SwitchedAuthority {
     async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
         self.check()?.give_back(name, tail).await
     }
+    async fn advance(
+        &self,
+        name: &NamespaceName,
+        to: u64,
+        why: crate::Advance,
+    ) -> Result<crate::Advanced, StoreError> {
+        self.check()?.advance(name, to, why).await
+    }
 }
