@@ -256,6 +256,19 @@ fn crash_and_restart_never_repeats_an_id() {
                 clients.into_iter().map(|c| c.join().unwrap()).collect();
             drop(server);
             check_crash_run(&received, failed_requests.load(Ordering::SeqCst));
+            // The store's audit ledger, read back after the last kill: no block granted twice,
+            // the watermark above every grant, and every id the clients got inside a grant.
+            let all: Vec<u64> = received
+                .iter()
+                .flatten()
+                .flat_map(|(_, ids)| ids.iter().copied())
+                .collect();
+            let audit = support::audit_check(Some(&config), &data, "crash", &all);
+            println!(
+                "crash test: audit ledger verified: {} entries, {} grants, {} give-backs",
+                audit.entries, audit.grants, audit.give_backs
+            );
+            assert!(audit.grants >= 1 + CRASHES as u64, "{audit:?}");
             return;
         }
     }
@@ -532,6 +545,114 @@ fn next_and_status_talk_to_a_running_server() {
     let out = run(idmint().args(["status", "--server", &url]));
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("cannot reach"), "{out:?}");
+}
+
+/// `idmint admin rebase` and `retire` through a running node: the watermark moves up only,
+/// the node's buffered ids below it are never served, a retired namespace answers 409
+/// `namespace_exhausted`, and the audit ledger read back offline records both moves and still
+/// verifies.
+#[test]
+fn admin_rebase_and_retire_move_the_watermark_forward_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start(dir.path(), &data, None);
+    let url = format!("http://{}", server.addr);
+    let before = ids(server.addr, "imported", 5);
+    assert_eq!(before, [1, 2, 3, 4, 5]);
+
+    let out = run(idmint().args([
+        "admin", "rebase", "imported", "--above", "1000000", "--server", &url,
+    ]));
+    assert!(out.status.success(), "{out:?}");
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("watermark ") && said.contains("-> 1000001"),
+        "{said}"
+    );
+    // The default buffer held more than the 5 ids served: they are burned, not served.
+    assert!(!said.contains(" 0 buffered ids burned"), "{said}");
+    let after = ids(server.addr, "imported", 3);
+    assert_eq!(
+        after,
+        [1_000_001, 1_000_002, 1_000_003],
+        "the next ids are above the rebase"
+    );
+
+    // Lower: nothing changes, and says so.
+    let out = run(idmint().args([
+        "admin", "rebase", "imported", "--above", "10", "--server", &url,
+    ]));
+    assert!(out.status.success(), "{out:?}");
+    assert!(text(&out.stdout).contains("nothing changed"), "{out:?}");
+    assert_eq!(ids(server.addr, "imported", 1), [1_000_004]);
+
+    // Bad input: a clear 400, nothing moved.
+    let (status, body) = http(server.addr, "POST", "/v1/admin/rebase/imported?above=x").unwrap();
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+    let (status, _) = http(server.addr, "POST", "/v1/admin/rebase/imported").unwrap();
+    assert_eq!(status, 400);
+    let (status, body) = http(server.addr, "GET", "/v1/admin/retire/imported").unwrap();
+    assert_eq!(status, 405, "{body}");
+
+    let out = run(idmint().args(["admin", "retire", "imported", "--server", &url]));
+    assert!(out.status.success(), "{out:?}");
+    assert!(text(&out.stdout).contains("retired"), "{out:?}");
+    let (status, body) = http(server.addr, "GET", "/v1/ids/imported").unwrap();
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("namespace_exhausted")),
+        "{body}"
+    );
+    // Retiring again changes nothing.
+    let out = run(idmint().args(["admin", "retire", "imported", "--server", &url]));
+    assert!(out.status.success(), "{out:?}");
+    assert!(text(&out.stdout).contains("nothing changed"), "{out:?}");
+
+    server.kill9();
+    let served: Vec<u64> = before
+        .iter()
+        .chain(&after)
+        .copied()
+        .chain([1_000_004])
+        .collect();
+    let audit = support::audit_check(None, &data, "imported", &served);
+    assert_eq!(audit.give_backs, 0);
+    let out = run(idmint()
+        .args([
+            "audit",
+            "export",
+            "--format",
+            "json",
+            "--namespace",
+            "imported",
+            "--data-dir",
+        ])
+        .arg(&data));
+    assert!(out.status.success(), "{out:?}");
+    let events: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let moves: Vec<(&str, &str, &str)> = events
+        .iter()
+        .filter(|e| e["event"] != "granted")
+        .map(|e| {
+            (
+                e["event"].as_str().unwrap(),
+                e["from"].as_str().unwrap(),
+                e["to"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(moves.len(), 2, "{events:?}");
+    assert_eq!((moves[0].0, moves[0].2), ("rebased", "1000001"));
+    assert_eq!((moves[1].0, moves[1].2), ("retired", "9223372036854775808"));
+    assert!(events
+        .iter()
+        .all(|e| e["holder"].as_str().unwrap().contains(" pid ")));
 }
 
 /// Runs a client command with `input` on its stdin (written from a thread, so a large input

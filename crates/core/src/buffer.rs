@@ -258,6 +258,15 @@ impl Buffer {
         self.buffered
     }
 
+    /// The lowest id held (the next one [`Buffer::next_id`] would hand out), if any.
+    pub fn lowest(&self) -> Option<u64> {
+        if self.cursor < self.end {
+            Some(self.cursor)
+        } else {
+            self.ahead.front().map(Block::start)
+        }
+    }
+
     /// Lifetime counters.
     pub fn stats(&self) -> BufferStats {
         self.stats

@@ -348,7 +348,7 @@ impl Node {
                     reason: other.to_string(),
                 },
             })?;
-        let burned = seq.supply().advanced(advanced.state.watermark);
+        let burned = seq.supply().advanced(to);
         tracing::warn!(namespace = %name, action = verb, from = advanced.from,
             watermark = advanced.state.watermark, burned, "watermark moved by an operator");
         Ok(idmint_api::AdvanceResponse {

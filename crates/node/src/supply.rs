@@ -306,17 +306,21 @@ impl Supply {
         }
     }
 
-    /// The source's watermark was moved up to `watermark` by an operator (`idmint admin
-    /// rebase` or `retire`): every buffered id lies below it and is burned, and so is a block
-    /// of a refill in flight that was reserved before the move. Returns the ids burned now.
+    /// An operator moved the source's watermark to at least `to` (`idmint admin rebase` or
+    /// `retire`): if the buffer holds an id below `to`, everything buffered is burned (the
+    /// buffer's blocks were all granted before the move, so none is above it), and so is a
+    /// block of a refill in flight that starts below `to`. Returns the ids burned now.
     ///
     /// With cache `off`, a request whose reservation is in flight serves its ids still.
-    pub fn advanced(&self, watermark: u64) -> u64 {
-        self.floor.fetch_max(watermark, Ordering::Relaxed);
-        self.note_watermark(watermark);
-        let burned = self.with_buffer(|b| b.abandon());
+    pub fn advanced(&self, to: u64) -> u64 {
+        self.floor.fetch_max(to, Ordering::Relaxed);
+        self.note_watermark(to);
+        let burned = self.with_buffer(|b| match b.lowest() {
+            Some(lowest) if lowest < to => b.abandon(),
+            _ => 0,
+        });
         if burned > 0 {
-            tracing::info!(namespace = %self.name, burned, watermark, "watermark moved by an operator; buffered ids below it burned");
+            tracing::info!(namespace = %self.name, burned, watermark = to, "watermark moved by an operator; buffered ids below it burned");
         }
         burned
     }

@@ -32,6 +32,7 @@ const DEADLINE: Duration = Duration::from_secs(30);
 const ORDERS_TOKEN: &str = "idmint_orders_secret";
 const READER_TOKEN: &str = "idmint_reader_secret";
 const BLOCKS_TOKEN: &str = "idmint_blocks_secret";
+const ADMIN_TOKEN: &str = "idmint_admin_secret";
 
 fn hash(token: &str) -> String {
     idmint_node::auth::TokenHash::of(token.as_bytes()).to_string()
@@ -61,10 +62,16 @@ fn config() -> NodeConfig {
         [[auth.tokens]]
         hash = "{}"
         scopes = {{ "*" = ["blocks"] }}
+
+        [[auth.tokens]]
+        name = "admin"
+        hash = "{}"
+        scopes = {{ "orders.*" = ["admin", "ids"] }}
         "#,
         hash(ORDERS_TOKEN),
         hash(READER_TOKEN),
-        hash(BLOCKS_TOKEN)
+        hash(BLOCKS_TOKEN),
+        hash(ADMIN_TOKEN)
     );
     FileConfig::parse(&toml).unwrap().node
 }
@@ -168,6 +175,67 @@ impl AuthNode {
             .unwrap()
             .unwrap();
     }
+}
+
+/// Rebase and retire need the `admin` scope on the namespace: every other token is refused
+/// before anything moves; the admin token moves the watermark of `orders.*` only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebase_and_retire_need_the_admin_scope() {
+    let node = AuthNode::start(config()).await;
+    let post = reqwest::Method::POST;
+    let rebase = "/v1/admin/rebase/orders.eu?above=5000";
+    let (status, _, body) = node.call(post.clone(), rebase, None).await;
+    assert_eq!((status, code(&body)), (401, "unauthorized"), "{body}");
+    for token in [ORDERS_TOKEN, READER_TOKEN, BLOCKS_TOKEN] {
+        let (status, _, body) = node.call(post.clone(), rebase, Some(token)).await;
+        assert_eq!((status, code(&body)), (403, "forbidden"), "{token}: {body}");
+        let (status, _, body) = node
+            .call(post.clone(), "/v1/admin/retire/orders.eu", Some(token))
+            .await;
+        assert_eq!((status, code(&body)), (403, "forbidden"), "{token}: {body}");
+    }
+    // Nothing moved: the first id is still 1.
+    let (status, body) = node.get("/v1/ids/orders.eu", Some(ORDERS_TOKEN)).await;
+    assert_eq!(
+        (status, body["ids"][0].as_str()),
+        (200, Some("1")),
+        "{body}"
+    );
+
+    let (status, _, body) = node.call(post.clone(), rebase, Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["watermark"], "5001", "{body}");
+    assert_eq!(body["action"], "rebase", "{body}");
+    let (status, body) = node.get("/v1/ids/orders.eu", Some(ADMIN_TOKEN)).await;
+    assert_eq!(
+        (status, body["ids"][0].as_str()),
+        (200, Some("5001")),
+        "{body}"
+    );
+    // Outside the token's pattern: 403.
+    let (status, _, body) = node
+        .call(post.clone(), "/v1/admin/retire/users", Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!((status, code(&body)), (403, "forbidden"), "{body}");
+    let (status, _, body) = node
+        .call(
+            post.clone(),
+            "/v1/admin/retire/orders.eu",
+            Some(ADMIN_TOKEN),
+        )
+        .await;
+    assert_eq!(
+        (status, body["retired"].as_bool()),
+        (200, Some(true)),
+        "{body}"
+    );
+    let (status, body) = node.get("/v1/ids/orders.eu", Some(ADMIN_TOKEN)).await;
+    assert_eq!(
+        (status, code(&body)),
+        (409, "namespace_exhausted"),
+        "{body}"
+    );
+    node.stop().await;
 }
 
 fn code(body: &Value) -> &str {

@@ -435,3 +435,103 @@ pub fn parse_rfc3339_ms(text: &str) -> u64 {
         + num(20..23);
     u64::try_from(ms).unwrap_or_else(|_| panic!("before 1970: {text:?}"))
 }
+
+/// What `idmint audit verify` and `export` found after a run ([`audit_check`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditCounts {
+    /// Ledger entries of the namespace.
+    pub entries: u64,
+    /// Of them, grants (blocks, rebases, retirements).
+    pub grants: u64,
+    /// Of them, give-backs.
+    pub give_backs: u64,
+}
+
+/// Runs `idmint audit verify` on the node's configuration and data directory (the node
+/// stopped) and asserts it passes; then `idmint audit export` of `namespace` and asserts that
+/// every id in `received` lies in a block the ledger records as granted: the ledger is checked
+/// against what the clients actually got, not only against itself.
+pub fn audit_check(
+    config: Option<&Path>,
+    data_dir: &Path,
+    namespace: &str,
+    received: &[u64],
+) -> AuditCounts {
+    let with_source = |cmd: &mut Command| {
+        cmd.arg("--data-dir").arg(data_dir);
+        if let Some(config) = config {
+            cmd.arg("--config").arg(config);
+        }
+    };
+    let mut verify = idmint();
+    verify.args(["audit", "verify"]);
+    with_source(&mut verify);
+    let out = verify.output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "idmint audit verify failed ({}): {report}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(report.contains("ok: no id was granted twice"), "{report}");
+
+    let mut export = idmint();
+    export.args([
+        "audit",
+        "export",
+        "--format",
+        "csv",
+        "--namespace",
+        namespace,
+    ]);
+    with_source(&mut export);
+    let out = export.output().unwrap();
+    assert!(
+        out.status.success(),
+        "idmint audit export failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("authority,subject,seq,at_unix_ms,event,a,b,holder")
+    );
+    let mut counts = AuditCounts {
+        entries: 0,
+        grants: 0,
+        give_backs: 0,
+    };
+    let mut granted: Vec<(u64, u64)> = Vec::new();
+    for line in lines {
+        let fields: Vec<&str> = line.split(',').collect();
+        assert!(fields.len() >= 8, "export line {line:?}");
+        assert_eq!(fields[1], namespace, "{line}");
+        let (a, b): (u64, u64) = (fields[5].parse().unwrap(), fields[6].parse().unwrap());
+        counts.entries += 1;
+        match fields[4] {
+            "granted" => {
+                counts.grants += 1;
+                granted.push((a, b));
+            }
+            "rebased" | "retired" => counts.grants += 1,
+            "given_back" => counts.give_backs += 1,
+            other => panic!("unexpected event {other:?} in {line:?}"),
+        }
+    }
+    granted.sort_unstable();
+    let mut ids = received.to_vec();
+    ids.sort_unstable();
+    let mut g = 0;
+    for id in ids {
+        while g < granted.len() && granted[g].1 <= id {
+            g += 1;
+        }
+        assert!(
+            g < granted.len() && granted[g].0 <= id,
+            "id {id} was received but lies in no block the audit ledger records as granted"
+        );
+    }
+    counts
+}

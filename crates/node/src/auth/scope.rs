@@ -20,7 +20,8 @@ pub enum Scope {
     /// Read settings, state and decodings: namespace info and listing, decode, the status page
     /// and (with `[auth] metrics = "read"`) `/metrics`.
     Read,
-    /// Reserved for administrative operations; no route needs it yet.
+    /// Move a sequence namespace's watermark up: HTTP `POST /v1/admin/rebase` and
+    /// `/v1/admin/retire` (`idmint admin rebase`, `idmint admin retire`).
     Admin,
 }
 
