@@ -57,10 +57,13 @@ async fn ledgers(source: &Source) -> Result<Vec<(String, Arc<dyn Authority>)>> {
     };
     for (label, a) in &out {
         if a.audit_log().is_none() {
-            bail!(
-                "{label} keeps no audit ledger (an upstream authority: verify the tier above, \
-                 which records what it granted)"
-            );
+            if a.kind() == "upstream" {
+                bail!(
+                    "{label} keeps no audit ledger: the tier above records what it granted; \
+                     verify with that node's configuration"
+                );
+            }
+            bail!("{label} keeps no audit ledger");
         }
     }
     Ok(out)
