@@ -94,6 +94,15 @@ def main():
         assert info.sequence.settings.cache == pb.CACHE_MODE_FIXED, info
         assert info.sequence.state.ids_served >= 5, info
 
+        # Rebase and Retire (no [auth] here: open): forward-only, the answer says what moved.
+        a = stub.Rebase(pb.RebaseRequest(namespace="photos", above=1_000_000), timeout=10)
+        assert (a.action, a.watermark, a.retired) == ("rebase", 1_000_001, False), a
+        assert list(stub.Next(pb.NextRequest(namespace="photos", count=1)).u64.ids) == [1_000_001]
+        a = stub.Rebase(pb.RebaseRequest(namespace="photos", above=5), timeout=10)
+        assert a.previous_watermark == a.watermark, a
+        a = stub.Retire(pb.RetireRequest(namespace="tickets"), timeout=10)
+        assert a.retired and a.watermark > a.previous_watermark, a
+
         # NextStream: 25,000 ids in chunks of at most 10,000, unique and increasing.
         streamed = []
         chunks = 0
@@ -105,7 +114,7 @@ def main():
             chunks += 1
         assert len(streamed) == 25_000 and chunks == 3, (len(streamed), chunks)
         assert all(a < b for a, b in zip(streamed, streamed[1:])), "not increasing"
-        assert streamed[0] > 9, streamed[0]
+        assert streamed[0] > 1_000_001, streamed[0]
 
         # Errors: the gRPC code, and the idmint code in the trailing metadata and the message.
         for call, code, idmint in [
@@ -117,6 +126,10 @@ def main():
              grpc.StatusCode.FAILED_PRECONDITION, "wrong_kind"),
             (lambda: list(stub.NextStream(pb.NextStreamRequest(namespace="photos", total=0), timeout=10)),
              grpc.StatusCode.INVALID_ARGUMENT, "invalid_count"),
+            (lambda: stub.Next(pb.NextRequest(namespace="tickets", count=1), timeout=10),
+             grpc.StatusCode.RESOURCE_EXHAUSTED, "namespace_exhausted"),
+            (lambda: stub.Retire(pb.RetireRequest(namespace="sessions"), timeout=10),
+             grpc.StatusCode.FAILED_PRECONDITION, "wrong_kind"),
         ]:
             try:
                 call()

@@ -318,6 +318,48 @@ async fn redis_cli_gets_ids_of_every_kind() {
 
 /// Pipelining: `redis-cli --pipe` sends 10k INCRs at once and counts the replies; a raw
 /// pipeline of mixed commands in one write gets its answers in order.
+/// `IDMINT.REBASE` and `IDMINT.RETIRE` through redis-cli: forward-only, answered as a map.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cli_rebases_and_retires_a_namespace() {
+    let node = RespNode::start(every_kind()).await;
+    let first: u64 = node.cli(&["INCR", "orders"]).await.parse().unwrap();
+    assert_eq!(first, 1);
+    let answer = node.cli(&["IDMINT.REBASE", "orders", "999999"]).await;
+    let lines: Vec<&str> = answer.lines().collect();
+    let field = |name: &str| {
+        let i = lines
+            .iter()
+            .position(|l| *l == name)
+            .unwrap_or_else(|| panic!("{answer}"));
+        lines[i + 1].to_string()
+    };
+    assert_eq!(
+        (field("action"), field("watermark")),
+        ("rebase".into(), "1000000".into())
+    );
+    assert_eq!(node.cli(&["INCR", "orders"]).await, "1000000");
+    let lower = node.cli(&["IDMINT.REBASE", "orders", "5"]).await;
+    assert!(lower.contains("rebase"), "{lower}");
+    assert_eq!(
+        node.cli(&["INCR", "orders"]).await,
+        "1000001",
+        "nothing moved"
+    );
+    let bad = node.cli(&["IDMINT.REBASE", "orders", "x"]).await;
+    assert!(
+        bad.contains("invalid_request") || bad.starts_with("ERR"),
+        "{bad}"
+    );
+    let retired = node.cli(&["IDMINT.RETIRE", "orders"]).await;
+    assert!(
+        retired.contains("retire") && retired.contains("9223372036854775808"),
+        "{retired}"
+    );
+    let after = node.cli(&["INCR", "orders"]).await;
+    assert!(after.contains("exhausted"), "{after}");
+    node.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_answers_come_in_order() {
     let node = RespNode::start(every_kind()).await;

@@ -122,6 +122,18 @@ impl IdmintService {
     }
 }
 
+/// The gRPC form of a rebase's or retirement's answer.
+fn advanced(a: idmint_api::AdvanceResponse) -> proto::Advanced {
+    proto::Advanced {
+        namespace: a.namespace,
+        action: a.action,
+        previous_watermark: a.previous_watermark,
+        watermark: a.watermark,
+        burned: a.burned,
+        retired: a.retired,
+    }
+}
+
 /// The status of a request refused or cut because the node is shutting down.
 fn shutting_down() -> Status {
     status::from_id_error(&IdError::ShuttingDown)
@@ -430,6 +442,48 @@ impl proto::idmint_server::Idmint for IdmintService {
                 ));
             }
             Ok(proto::NamespaceList { namespaces })
+        })
+        .await
+    }
+
+    async fn rebase(
+        &self,
+        request: Request<proto::RebaseRequest>,
+    ) -> Result<Response<proto::Advanced>, Status> {
+        let caller = self.caller(request.metadata());
+        let req = request.into_inner();
+        self.unary("Rebase", async {
+            self.node
+                .auth()
+                .authorize(caller?, &req.namespace, Scope::Admin, 0)?;
+            let a = self
+                .node
+                .advance(
+                    &req.namespace,
+                    idmint_store::Advance::Rebase,
+                    Some(req.above),
+                )
+                .await?;
+            Ok(advanced(a))
+        })
+        .await
+    }
+
+    async fn retire(
+        &self,
+        request: Request<proto::RetireRequest>,
+    ) -> Result<Response<proto::Advanced>, Status> {
+        let caller = self.caller(request.metadata());
+        let req = request.into_inner();
+        self.unary("Retire", async {
+            self.node
+                .auth()
+                .authorize(caller?, &req.namespace, Scope::Admin, 0)?;
+            let a = self
+                .node
+                .advance(&req.namespace, idmint_store::Advance::Retire, None)
+                .await?;
+            Ok(advanced(a))
         })
         .await
     }

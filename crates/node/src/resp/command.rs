@@ -64,11 +64,15 @@ pub enum Command<'a> {
     Block(&'a str, u64),
     /// `IDMINT.DECODE ns id`.
     Decode(&'a str, &'a str),
+    /// `IDMINT.REBASE ns above`: every id from now on is above `above` (scope admin).
+    Rebase(&'a str, u64),
+    /// `IDMINT.RETIRE ns`: the namespace hands out no id any more (scope admin).
+    Retire(&'a str),
 }
 
 impl Command<'_> {
     /// Every value [`Command::name`] answers, in [`Command::index`] order.
-    pub const NAMES: [&'static str; 18] = [
+    pub const NAMES: [&'static str; 20] = [
         "ping",
         "echo",
         "quit",
@@ -87,6 +91,8 @@ impl Command<'_> {
         "idmint.next",
         "idmint.block",
         "idmint.decode",
+        "idmint.rebase",
+        "idmint.retire",
     ];
 
     /// The command's position in [`Command::NAMES`].
@@ -110,6 +116,8 @@ impl Command<'_> {
             Command::Next(..) => 15,
             Command::Block(..) => 16,
             Command::Decode(..) => 17,
+            Command::Rebase(..) => 18,
+            Command::Retire(_) => 19,
         }
     }
 
@@ -335,6 +343,23 @@ pub fn parse<'a>(
             let id = std::str::from_utf8(rest[1])
                 .map_err(|_| Refusal::Invalid(IdError::InvalidId("the id is not UTF-8".into())))?;
             Ok(Command::Decode(namespace(rest[0])?, id))
+        }
+        "IDMINT.REBASE" => {
+            arity(rest.len() == 2)?;
+            let above = std::str::from_utf8(rest[1])
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .ok_or_else(|| {
+                    Refusal::Invalid(IdError::InvalidRequest(format!(
+                        "above must be a whole number from 0 to 18446744073709551615, got {:?}",
+                        quote(rest[1])
+                    )))
+                })?;
+            Ok(Command::Rebase(namespace(rest[0])?, above))
+        }
+        "IDMINT.RETIRE" => {
+            arity(rest.len() == 1)?;
+            Ok(Command::Retire(namespace(rest[0])?))
         }
         other if KEY_COMMANDS.contains(&other) => Err(Refusal::Keys(other.to_owned())),
         _ => Err(Refusal::Unknown {

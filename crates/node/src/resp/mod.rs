@@ -532,6 +532,26 @@ async fn run(shared: &Shared, client: &mut Client, command: Command<'_>) -> Repl
             }
             .await
         }
+        Command::Rebase(name, above) => {
+            async {
+                allow(node, client, name, Scope::Admin, 0)?;
+                let a = node
+                    .advance(name, idmint_store::Advance::Rebase, Some(above))
+                    .await?;
+                Ok(reply::advanced(&a))
+            }
+            .await
+        }
+        Command::Retire(name) => {
+            async {
+                allow(node, client, name, Scope::Admin, 0)?;
+                let a = node
+                    .advance(name, idmint_store::Advance::Retire, None)
+                    .await?;
+                Ok(reply::advanced(&a))
+            }
+            .await
+        }
         Command::Decode(name, id) => match allow(node, client, name, Scope::Read, 0) {
             Err(e) => Err(e),
             Ok(_) => match node.read_namespace(name).await {

@@ -130,6 +130,19 @@ pub fn block(b: &Block) -> Reply {
     ])
 }
 
+/// What `IDMINT.REBASE` and `IDMINT.RETIRE` answer: the HTTP answer's fields as a map
+/// (watermarks as integers, like ids).
+pub fn advanced(a: &idmint_api::AdvanceResponse) -> Reply {
+    Reply::map([
+        ("namespace", Reply::text(a.namespace.clone())),
+        ("action", Reply::text(a.action.clone())),
+        ("previous_watermark", u64_id(a.previous_watermark)),
+        ("watermark", u64_id(a.watermark)),
+        ("burned", u64_id(a.burned)),
+        ("retired", Reply::Int(i64::from(a.retired))),
+    ])
+}
+
 /// What `IDMINT.DECODE` answers: the fields of [`idmint_api::Decoded`] as the HTTP API writes
 /// them (its JSON object), as a map. Numbers are integers, strings bulk strings, JSON null is
 /// null, booleans are booleans.
