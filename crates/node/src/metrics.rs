@@ -124,6 +124,10 @@ pub struct Metrics {
     pub clock_behind: Family<NamespaceLabels, Gauge<f64, AtomicU64>>,
     /// Requests that found the buffer short and waited for a refill.
     pub refill_waits: Family<NamespaceLabels, Counter>,
+    /// The most reservations from the source (authority or tier above) ever in flight at once.
+    pub source_requests_peak: Family<NamespaceLabels, Gauge>,
+    /// The most block requests of a lower tier ever answered at once.
+    pub block_requests_peak: Family<NamespaceLabels, Gauge>,
     /// 1 while a multi authority's member answers, 0 while it is down.
     pub member_up: Family<MemberLabels, Gauge>,
     /// gRPC requests answered, by method and status code (a stream counts once, when it ends).
@@ -175,6 +179,8 @@ impl Metrics {
         let demand = Family::<NamespaceLabels, Gauge<f64, AtomicU64>>::default();
         let clock_behind = Family::<NamespaceLabels, Gauge<f64, AtomicU64>>::default();
         let refill_waits = Family::<NamespaceLabels, Counter>::default();
+        let source_requests_peak = Family::<NamespaceLabels, Gauge>::default();
+        let block_requests_peak = Family::<NamespaceLabels, Gauge>::default();
         let member_up = Family::<MemberLabels, Gauge>::default();
         let grpc_requests = Family::<GrpcLabels, Counter>::default();
         let resp_commands = Family::<RespLabels, Counter>::default();
@@ -239,6 +245,16 @@ impl Metrics {
             "refill_waits",
             "Requests the buffer could not serve at once, which waited for a block from the authority",
             refill_waits.clone(),
+        );
+        registry.register(
+            "source_requests_in_flight_peak",
+            "The most reservations from the authority or the tier above ever in flight at once for the namespace (1: no stampede)",
+            source_requests_peak.clone(),
+        );
+        registry.register(
+            "block_requests_in_flight_peak",
+            "The most block requests of a lower tier ever answered at once for the namespace",
+            block_requests_peak.clone(),
         );
         registry.register(
             "authority_member_up",
@@ -322,6 +338,8 @@ impl Metrics {
             demand,
             clock_behind,
             refill_waits,
+            source_requests_peak,
+            block_requests_peak,
             member_up,
             grpc_requests,
             resp_commands,

@@ -360,6 +360,8 @@ impl StoredSequence {
             served: 0,
             reserved: 0,
             watermark: self.watermark,
+            source_requests_peak: 0,
+            block_requests_peak: 0,
         };
         // No demand: no projected exhaustion, so `now` is not needed.
         sequence_info(
@@ -499,6 +501,7 @@ fn sequence_info(
         served,
         reserved,
         watermark,
+        ..
     } = snapshot;
     let capacity = spec.capacity();
     let used = spec.ids_between(spec.first(), watermark);

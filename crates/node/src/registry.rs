@@ -613,6 +613,14 @@ impl Node {
                     .given_back
                     .get_or_create(&labels)
                     .set(gauge(snap.stats.given_back));
+                self.metrics
+                    .source_requests_peak
+                    .get_or_create(&labels)
+                    .set(gauge(snap.source_requests_peak));
+                self.metrics
+                    .block_requests_peak
+                    .get_or_create(&labels)
+                    .set(gauge(snap.block_requests_peak));
             }
         }
     }

@@ -117,6 +117,38 @@ pub struct SupplySnapshot {
     pub reserved: u64,
     /// The highest watermark the source reported.
     pub watermark: u64,
+    /// The most reservations from the source that were ever in flight at once.
+    pub source_requests_peak: u64,
+    /// The most block or lease requests of a lower tier ever answered at once.
+    pub block_requests_peak: u64,
+}
+
+/// A count of operations in flight and its peak ([`InFlight::enter`]).
+#[derive(Debug, Default)]
+struct InFlight {
+    now: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl InFlight {
+    /// Counts one more in flight until the guard drops (also when a future is dropped).
+    fn enter(&self) -> InFlightGuard<'_> {
+        let now = self.now.fetch_add(1, Ordering::AcqRel) + 1;
+        self.peak.fetch_max(now, Ordering::AcqRel);
+        InFlightGuard(self)
+    }
+
+    fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Acquire)
+    }
+}
+
+struct InFlightGuard<'a>(&'a InFlight);
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A namespace's supply. See the module docs.
@@ -137,6 +169,12 @@ pub struct Supply {
     /// Set by [`Supply::advanced`]: a block that starts below it was reserved before an
     /// operator moved the watermark past it, and is burned on arrival, never served.
     floor: AtomicU64,
+    /// Reservations from the source in flight now, and the most ever at once: one by
+    /// construction (the refill task is the only caller with a buffer), which is what keeps a
+    /// recovering tier from stampeding the one above.
+    to_source: InFlight,
+    /// Block and lease requests of a lower tier being answered now, and the most at once.
+    from_below: InFlight,
     /// Ids handed out.
     served: AtomicU64,
     /// Ids reserved by requests straight from the source (cache `off`).
@@ -218,6 +256,8 @@ impl Supply {
             shortfall: AtomicU64::new(0),
             watermark: AtomicU64::new(config.watermark),
             floor: AtomicU64::new(0),
+            to_source: InFlight::default(),
+            from_below: InFlight::default(),
             served: AtomicU64::new(0),
             reserved_direct: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
@@ -265,6 +305,8 @@ impl Supply {
             served: self.served.load(Ordering::Relaxed),
             reserved: stats.received + self.reserved_direct.load(Ordering::Relaxed),
             watermark: self.watermark.load(Ordering::Relaxed),
+            source_requests_peak: self.to_source.peak(),
+            block_requests_peak: self.from_below.peak(),
         }
     }
 
@@ -347,7 +389,10 @@ impl Supply {
     /// refill: with no buffer, every request is a round trip to the authority.
     async fn reserve_direct(&self, count: u64) -> Result<idmint_store::Reservation, StoreError> {
         let started = tokio::time::Instant::now();
-        let result = self.source.reserve(&self.name, count).await;
+        let result = {
+            let _in_flight = self.to_source.enter();
+            self.source.reserve(&self.name, count).await
+        };
         self.events.refilled(result.is_ok(), started.elapsed());
         if let Ok(r) = &result {
             self.reserved_direct
@@ -427,6 +472,7 @@ impl Supply {
 
     /// One contiguous block of up to `count` ids for a lower tier.
     pub async fn block(&self, count: u64, bits: u32) -> Result<Block, IdError> {
+        let _in_flight = self.from_below.enter();
         self.check_poisoned()?;
         if let CacheMode::Off = self.cache {
             let r = self
@@ -495,6 +541,7 @@ impl Supply {
             let block = self.block(count, bits).await?;
             return Ok(Lease { block, token: None });
         }
+        let _in_flight = self.from_below.enter();
         self.check_poisoned()?;
         let taken = self
             .fill(count, bits, |buf, taken, want| {
@@ -673,7 +720,10 @@ impl Supply {
                 .saturating_add(self.shortfall.swap(0, Ordering::Relaxed))
                 .min(MAX_REFILL);
             let started = tokio::time::Instant::now();
-            let result = self.source.reserve(&self.name, count).await;
+            let result = {
+                let _in_flight = self.to_source.enter();
+                self.source.reserve(&self.name, count).await
+            };
             self.events.refilled(result.is_ok(), started.elapsed());
             match result {
                 Ok(r) if self.admit(&r.block, true).is_err() => {
@@ -997,6 +1047,45 @@ mod tests {
         };
         served.extend(after);
         assert_increasing(&served);
+    }
+
+    /// No stampede on recovery: 50 requests wait on an empty buffer while the source is down,
+    /// then it comes back slow (5 virtual seconds a reservation); every request is answered
+    /// and at most one reservation was ever in flight, however many requests waited.
+    #[tokio::test(start_paused = true)]
+    async fn waiting_requests_share_one_refill_in_flight() {
+        let (s, source, _stop) = supply(10).await;
+        s.ids(10, 64).await.unwrap();
+        source.down.store(true, Ordering::Relaxed);
+        while s.ids(1, 64).await.is_ok() {}
+        source.down.store(false, Ordering::Relaxed);
+        source.slow.store(true, Ordering::Relaxed);
+        let waiting: Vec<_> = (0..50)
+            .map(|_| {
+                let s = s.clone();
+                tokio::spawn(async move {
+                    loop {
+                        match s.ids(1, 64).await {
+                            Ok(ids) => return ids,
+                            Err(IdError::Unavailable { .. }) => continue,
+                            Err(e) => panic!("{e:?}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for w in waiting {
+            all.extend(w.await.unwrap());
+        }
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 50, "every waiting request got its own id");
+        assert_eq!(
+            s.snapshot().source_requests_peak,
+            1,
+            "one reservation in flight at a time"
+        );
     }
 
     /// During an outage the refill task backs off (50 ms doubling to 2 s) instead of hammering
