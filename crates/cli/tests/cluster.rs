@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
-use support::{assert_strictly_increasing, stop_counts, Server, DEADLINE};
+use support::{assert_strictly_increasing, stop_counts, toml_string, Server, DEADLINE};
 
 /// The shared namespace and its block size: small, so that blocks turn over often.
 const NAMESPACE: &str = "orders";
@@ -123,11 +123,6 @@ async fn final_watermark(a: &dyn Authority) -> (u64, u64) {
         .unwrap()
         .expect("the namespace exists");
     (state.watermark, state.spec.initial_watermark())
-}
-
-/// A TOML basic string.
-fn toml_string(s: &str) -> String {
-    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
 /// Where one node slot currently lives. A slot is one node of the cluster; each restart of it is

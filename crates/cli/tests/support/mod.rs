@@ -445,6 +445,8 @@ pub struct AuditCounts {
     pub grants: u64,
     /// Of them, give-backs.
     pub give_backs: u64,
+    /// The namespace's watermark after the last entry: the store's, as the ledger tells it.
+    pub watermark: u64,
 }
 
 /// Runs `idmint audit verify` on the node's configuration and data directory (the node
@@ -502,6 +504,7 @@ pub fn audit_check(
         entries: 0,
         grants: 0,
         give_backs: 0,
+        watermark: 0,
     };
     let mut granted: Vec<(u64, u64)> = Vec::new();
     for line in lines {
@@ -514,9 +517,16 @@ pub fn audit_check(
             "granted" => {
                 counts.grants += 1;
                 granted.push((a, b));
+                counts.watermark = b;
             }
-            "rebased" | "retired" => counts.grants += 1,
-            "given_back" => counts.give_backs += 1,
+            "rebased" | "retired" => {
+                counts.grants += 1;
+                counts.watermark = b;
+            }
+            "given_back" => {
+                counts.give_backs += 1;
+                counts.watermark = a;
+            }
             other => panic!("unexpected event {other:?} in {line:?}"),
         }
     }
@@ -534,4 +544,9 @@ pub fn audit_check(
         );
     }
     counts
+}
+
+/// A TOML basic string of `s`, for configurations the tests write.
+pub fn toml_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
