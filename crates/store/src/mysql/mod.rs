@@ -139,6 +139,7 @@
 //! without room for the suffixes (more than 51 characters) serves ids, and its lease operations
 //! are [`StoreError::InvalidSetup`].
 
+mod audit;
 mod blocks;
 mod conn;
 mod leases;

@@ -155,9 +155,12 @@ async fn acquire_on(
         .await
         .map_err(pg)?;
     // The ledger entry, under the group's row lock: entries of a group follow its grants.
-    tx.execute(&st.audit, &[&group, &worker, &token, &crate::audit::holder()])
-        .await
-        .map_err(pg)?;
+    tx.execute(
+        &st.audit,
+        &[&group, &worker, &token, &crate::audit::holder()],
+    )
+    .await
+    .map_err(pg)?;
     tx.commit().await.map_err(pg)?;
     Ok(Ok(WorkerLease {
         group: request.group.clone(),

@@ -539,13 +539,16 @@ fn decode_entry(row: &Row, subject: &NamespaceName) -> Result<AuditEntry, StoreE
     };
     let number = |i: usize, what: &str| -> Result<u64, StoreError> {
         let raw = text(i, what)?;
-        raw.parse::<u64>()
-            .map_err(|_| bad(format!("{what} {raw:?} is not an integer from 0 to 2^64 - 1")))
+        raw.parse::<u64>().map_err(|_| {
+            bad(format!(
+                "{what} {raw:?} is not an integer from 0 to 2^64 - 1"
+            ))
+        })
     };
     let name = text(3, "event")?;
     let (a, b) = (number(4, "first number")?, number(5, "second number")?);
-    let event = AuditEvent::from_parts(name, a, b)
-        .ok_or_else(|| bad(format!("unknown event {name:?}")))?;
+    let event =
+        AuditEvent::from_parts(name, a, b).ok_or_else(|| bad(format!("unknown event {name:?}")))?;
     Ok(AuditEntry {
         seq,
         at_unix_ms,

@@ -577,7 +577,10 @@ mod tests {
 
     #[test]
     fn every_table_has_a_ledger_name_that_fits() {
-        assert_eq!(audit_table_name("idmint_namespaces"), "idmint_namespaces_audit");
+        assert_eq!(
+            audit_table_name("idmint_namespaces"),
+            "idmint_namespaces_audit"
+        );
         let long = "t".repeat(60);
         let name = audit_table_name(&long);
         assert!(name.len() <= MAX_IDENTIFIER_BYTES, "{name}");
