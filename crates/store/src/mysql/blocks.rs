@@ -1,7 +1,8 @@
 //! Block mode of the MySQL authority ([`MysqlAuthority`]): every namespace's watermark is one
-//! row of one InnoDB table, and a reservation is one autocommitted `UPDATE` whose block start
-//! comes back in the OK packet (see the parent module's docs for the statements and why a lost
-//! reply never hands a block out twice).
+//! row of one InnoDB table, and a reservation is one `UPDATE` (with its ledger entry, in one
+//! transaction sent as one request, see `audit`) whose block start comes back as the
+//! session's `LAST_INSERT_ID()` (see the parent module's docs for the statements and why a
+//! lost reply never hands a block out twice).
 //!
 //! Invariants: a reservation is never retried after an error; a statement that changed
 //! nothing is run again only when a read shows a concurrent give-back raced it

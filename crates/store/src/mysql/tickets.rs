@@ -1,6 +1,7 @@
 //! Flickr's ticket mode of the MySQL authority ([`MysqlTicketAuthority`]): every namespace is
 //! its own ticket table, and every id is one `REPLACE INTO … (stub) VALUES ('a')` whose id is
-//! the OK packet's last-insert-id (see the parent module's docs).
+//! the session's `LAST_INSERT_ID()`, sent with its ledger entry in one transaction, one
+//! request (see the parent module's docs).
 //!
 //! Invariants: a namespace is served only by a server whose `auto_increment_increment` and
 //! `auto_increment_offset` are the namespace's step and offset (read once per connection); every

@@ -21,6 +21,30 @@
 //! ([`SequenceSpec::new`], `first <= watermark <= max + 1`, a valid [`NamespaceName`]); a row that
 //! fails is [`StoreError::Corrupt`], never a panic.
 //!
+//! ## The audit ledger
+//!
+//! A third table, `<table>_audit` (or, when that passes 63 bytes, `<the table's first 40
+//! bytes>_<16 hex digits of a hash of its name>_audit`, so every table has one), created with
+//! the others and printed by [`schema_sql`], holds the [`AuditLog`]: one row per grant,
+//! `(seq bigserial, subject, at_unix_ms, event, a, b, holder)`, keyed by `(subject, seq)`;
+//! `a` and `b` are `numeric(20,0)` like the watermark (a retirement reaches 2^63). Every entry is
+//! written by the statement or transaction of the change it records, never alone:
+//!
+//! - `reserve` and `give_back`: the `UPDATE` becomes a `WITH u AS (UPDATE … RETURNING …) , l AS
+//!   (INSERT INTO <audit> … SELECT … FROM u) SELECT … FROM u`: one statement, one round trip as
+//!   before, and an entry exactly when the row changed (a refused give-back writes none);
+//! - a worker-lease acquisition: one more `INSERT` in its transaction, after the group's row
+//!   is locked;
+//! - [`Authority::advance`]: a transaction (row locked `FOR UPDATE`, the move checked by the
+//!   shared arithmetic, then the `UPDATE` and its entry in one statement, `COMMIT`); a move to
+//!   or below the watermark writes nothing.
+//!
+//! `seq` is drawn from the table's sequence by the `INSERT`, after the change locked its row, so
+//! within a subject it follows the order of the writes; `at_unix_ms` is the server's
+//! `clock_timestamp()`; the holder is [`crate::audit::holder`]. Reads (`subjects`, `entries`,
+//! paged by `seq`) change nothing and validate every row (an unknown event, a bad number or
+//! name is [`StoreError::Corrupt`]); `prune` is one `DELETE … WHERE at_unix_ms < $1`.
+//!
 //! ## Worker leases
 //!
 //! The authority stores snowflake worker leases too ([`WorkerLeases`], see `leases`): two more
@@ -33,7 +57,7 @@
 //!
 //! ## The statements, and what a compatible server must support
 //!
-//! - `reserve` is **one** autocommitted statement,
+//! - `reserve` is **one** autocommitted statement (with its ledger entry in a `WITH`, see below),
 //!   `UPDATE … SET block_start = <start>, watermark = <end> WHERE name = $1 AND <start> <= <max>
 //!   RETURNING …`, where `<start>` (the watermark aligned up to the residue class), the cut at the
 //!   width's maximum and `<end>` are computed from the row's current values inside the statement,
@@ -46,6 +70,7 @@
 //! - `give_back` reads the row (`SELECT`), validates the tail as every backend does, then makes
 //!   one compare-and-swap `UPDATE … SET watermark = <tail start> WHERE name = $1 AND watermark =
 //!   <tail end>`.
+//! - Both carry their ledger entry in the same statement (see "The audit ledger" below).
 //! - `ensure_namespace` is `INSERT … ON CONFLICT (name) DO NOTHING RETURNING …`, then a `SELECT`
 //!   when the row was already there (creation happens once even under concurrent callers).
 //! - `state` and `list` are plain `SELECT`s (`list` orders by `name COLLATE "C"`, byte order).
@@ -65,7 +90,8 @@
 //!
 //! ## Durability
 //!
-//! Every write is its own autocommitted transaction, and the call returns `Ok` only after the
+//! Every write is its own transaction (autocommitted, or `advance`'s and a lease acquisition's
+//! explicit one), and the call returns `Ok` only after the
 //! server reported the commit. With `synchronous_commit` on (forced per session, see above) and
 //! `fsync` on (the server's default; idmint cannot check it), the commit is flushed to the WAL
 //! before the server answers; with synchronous replication it also reached the standbys the
@@ -97,8 +123,9 @@
 //!
 //! ## What it does not do
 //!
-//! TLS (use a local socket, a tunnel or a sidecar), migrations of the table (the layout is
-//! version 1; a change will come with its own), retries of writes,
+//! TLS (use a local socket, a tunnel or a sidecar), migrations of the tables (the layout is
+//! version 1; the ledger is a new table, created if absent at connect, so an existing
+//! deployment gains it in place), retries of writes,
 //! failover between servers (list several hosts in the URL and tokio-postgres tries them in
 //! order at connect; consistency across a failover is the replication setup's business: use
 //! synchronous replication). [`instagram_sql`] prints Instagram's PL/pgSQL id function for
