@@ -12,7 +12,10 @@
 //! server crash (SIGKILL) and restart. Worker leases: the lease properties run for both modes
 //! (`mysql_leases::…`, `mysql_ticket_leases::…`); here, expiry by the database's clock,
 //! concurrent first acquisitions through InnoDB deadlocks, a renewal racing a takeover, and a
-//! table name too long for the lease tables.
+//! table name too long for the lease tables. The audit ledger: block mode runs the audit
+//! properties (`mysql_audit::…`); ticket mode runs the one it can hold
+//! (`mysql_tickets_audit::…`, see there why the others cannot) and its own ledger test here,
+//! with ledger rows idmint did not write (`Corrupt`).
 //!
 //! Needs MariaDB (or MySQL) on 127.0.0.1:3306, user root without password, for the
 //! per-test databases, and the `mariadbd` / `mariadb-install-db` binaries for the private

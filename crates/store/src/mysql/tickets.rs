@@ -10,7 +10,8 @@
 //! `REPLACE`s on one ticket row, common under concurrency), at most [`DEADLOCK_ATTEMPTS`] times
 //! after a random pause that grows with each attempt (a rolled-back statement granted nothing; the retry gets a new id, and a rolled-back
 //! auto-increment value is never issued again), never after a lost reply or any other error;
-//! `give_back` always refuses (a ticket counter cannot be lowered atomically).
+//! `give_back` always refuses (a ticket counter cannot be lowered atomically); every id returned
+//! has its ledger entry, committed with its `REPLACE`; `advance` only ever raises the counter.
 //!
 //! What it does not do: block mode (`blocks`), connection handling (`conn` and the pool).
 
