@@ -12,7 +12,10 @@
 //! server crash (SIGKILL) and restart. Worker leases: the lease properties run for both modes
 //! (`mysql_leases::…`, `mysql_ticket_leases::…`); here, expiry by the database's clock,
 //! concurrent first acquisitions through InnoDB deadlocks, a renewal racing a takeover, and a
-//! table name too long for the lease tables.
+//! table name too long for the lease tables. The audit ledger: block mode runs the audit
+//! properties (`mysql_audit::…`); ticket mode runs the one it can hold
+//! (`mysql_tickets_audit::…`, see there why the others cannot) and its own ledger test here,
+//! with ledger rows idmint did not write (`Corrupt`).
 //!
 //! Needs MariaDB (or MySQL) on 127.0.0.1:3306, user root without password, for the
 //! per-test databases, and the `mariadbd` / `mariadb-install-db` binaries for the private
@@ -24,10 +27,11 @@
 #![allow(clippy::unwrap_used)]
 
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
+use idmint_store::audit::{self, SubjectVerifier};
 use idmint_store::conformance::{MysqlBackend, MysqlTicketBackend};
 use idmint_store::lease::{LeaseError, LeaseRequest, WorkerChoice};
 use idmint_store::mysql::{MysqlAuthority, MysqlConfig, MysqlTicketAuthority};
-use idmint_store::{Authority, GiveBack, StoreError};
+use idmint_store::{Advance, AuditEntry, AuditEvent, AuditReport, Authority, GiveBack, StoreError};
 use idmint_testkit::mysql::{PrivateMariadb, TempDatabase};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -37,6 +41,25 @@ idmint_store::conformance_tests!(mysql => MysqlBackend, with faults);
 idmint_store::conformance_tests!(mysql_tickets => MysqlTicketBackend, faults only);
 idmint_store::conformance_tests!(mysql_leases => MysqlBackend, leases);
 idmint_store::conformance_tests!(mysql_ticket_leases => MysqlTicketBackend, leases);
+idmint_store::conformance_tests!(mysql_audit => MysqlBackend, audit);
+
+/// The audit properties ticket mode can hold. `conformance_tests!(… => MysqlTicketBackend,
+/// audit)` runs four; three cannot hold for a ticket server, whatever its ledger: they grant
+/// blocks (`every_grant_is_in_the_ledger` asks for step 3, offset 1, which the test server,
+/// increment 1, does not issue, and for give-backs; `advance_is_forward_only_and_recorded`
+/// reserves 100 ids and expects the watermark at 101, a ticket call grants one) or give a tail
+/// back and see it returned (`pruning_keeps_the_ledger_verifiable`; a ticket counter cannot be
+/// lowered, so `give_back` always refuses). Ticket mode's own ledger is tested below
+/// (`ticket_mode_records_every_id_and_advances_forward_only`).
+mod mysql_tickets_audit {
+    use super::MysqlTicketBackend;
+    use idmint_store::conformance::{cases, run};
+
+    #[test]
+    fn leases_are_in_the_ledger() {
+        run(cases::leases_are_in_the_ledger::<MysqlTicketBackend>());
+    }
+}
 
 /// Short enough for the stall test to be quick, long enough for a loaded 2-core machine.
 const OP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -532,6 +555,207 @@ async fn ticket_deadlocks_are_retried_and_never_repeat_an_id() {
         }
     }
     assert_eq!(all.len(), 1600);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The audit ledger (block mode's properties run as `mysql_audit::…`)
+
+/// Every entry of `subject`, in pages of 5.
+async fn ledger(a: &dyn Authority, subject: &NamespaceName) -> Vec<AuditEntry> {
+    let log = a.audit_log().expect("a MySQL authority keeps a ledger");
+    let mut all: Vec<AuditEntry> = Vec::new();
+    loop {
+        let page = log
+            .entries(subject, all.last().map(|e| e.seq), 5)
+            .await
+            .unwrap();
+        let done = page.len() < 5;
+        all.extend(page);
+        if done {
+            return all;
+        }
+    }
+}
+
+/// Verifies `subject`'s ledger against its state; panics on a violation.
+async fn verify_clean(a: &dyn Authority, subject: &NamespaceName) -> AuditReport {
+    let mut v = SubjectVerifier::new(subject.clone());
+    for e in ledger(a, subject).await {
+        v.add(&e);
+    }
+    let report = v.finish(a.state(subject).await.unwrap().as_ref());
+    assert!(report.is_clean(), "{:?}", report.violations);
+    report
+}
+
+/// Ticket mode: every id handed out by two authorities at once is in the ledger exactly once,
+/// as `[id, id + 1)`; a refused give-back records nothing; a rebase moves the counter up only
+/// (the next id is above it), a rebase below the watermark changes and records nothing, and a
+/// retirement leaves no id to hand out (the burned id past the end is not recorded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ticket_mode_records_every_id_and_advances_forward_only() {
+    let db = TempDatabase::new();
+    let (a, b) = (tickets(db.url()).await, tickets(db.url()).await);
+    let ns = name("ledger");
+    let spec = SequenceSpec::new(Width::Bits32, 1, 1, 0).unwrap();
+    a.ensure_namespace(&ns, spec).await.unwrap();
+    let mut tasks = Vec::new();
+    for t in 0..6 {
+        let authority = if t % 2 == 0 { a.clone() } else { b.clone() };
+        let ns = ns.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            for _ in 0..20 {
+                got.push(authority.next_id(&ns).await.unwrap());
+            }
+            got
+        }));
+    }
+    let mut ids = HashSet::new();
+    for task in tasks {
+        ids.extend(task.await.unwrap());
+    }
+    assert_eq!(ids.len(), 120);
+    let recorded = ledger(&*a, &ns).await;
+    let granted: HashSet<u64> = recorded
+        .iter()
+        .map(|e| match e.event {
+            AuditEvent::Granted { start, end } if end == start + 1 => start,
+            other => panic!("unexpected entry {other:?}"),
+        })
+        .collect();
+    assert_eq!(recorded.len(), 120, "each id once");
+    assert_eq!(granted, ids);
+    for e in &recorded {
+        assert_eq!(e.holder, audit::holder());
+        assert!(e.at_unix_ms > 1_600_000_000_000, "{e:?}");
+    }
+    assert!(a
+        .audit_log()
+        .unwrap()
+        .subjects()
+        .await
+        .unwrap()
+        .contains(&ns));
+    assert_eq!(ledger(&*b, &ns).await, recorded, "one ledger for both");
+
+    // A refused give-back records nothing.
+    let w = a.state(&ns).await.unwrap().unwrap().watermark;
+    let tail = Block::new(w - 1, w, 1).unwrap();
+    assert!(matches!(
+        a.give_back(&ns, tail).await.unwrap(),
+        GiveBack::Refused { .. }
+    ));
+
+    // Rebase: forward only, recorded; the next id is above it, on either authority.
+    let up = a.advance(&ns, w + 1000, Advance::Rebase).await.unwrap();
+    assert_eq!((up.from, up.state.watermark), (w, w + 1000));
+    assert_eq!(b.next_id(&ns).await.unwrap(), w + 1000);
+    assert_eq!(a.next_id(&ns).await.unwrap(), w + 1001);
+    let down = a.advance(&ns, 10, Advance::Rebase).await.unwrap();
+    assert_eq!((down.from, down.state.watermark), (w + 1002, w + 1002));
+    assert_eq!(a.state(&ns).await.unwrap().unwrap().watermark, w + 1002);
+    assert!(a
+        .advance(&ns, (1 << 31) + 1, Advance::Retire)
+        .await
+        .unwrap_err()
+        .is_exhausted());
+    assert!(a
+        .advance(&name("absent"), 10, Advance::Rebase)
+        .await
+        .unwrap_err()
+        .is_unknown_namespace());
+
+    // Retire: nothing more is handed out, by either authority; retiring again changes nothing.
+    let ceiling = 1u64 << 31;
+    let retired = a.advance(&ns, ceiling, Advance::Retire).await.unwrap();
+    assert_eq!((retired.from, retired.state.watermark), (w + 1002, ceiling));
+    assert!(a.reserve(&ns, 1).await.unwrap_err().is_exhausted());
+    assert!(b.reserve(&ns, 1).await.unwrap_err().is_exhausted());
+    assert_eq!(
+        a.advance(&ns, ceiling, Advance::Retire).await.unwrap().from,
+        ceiling
+    );
+
+    let tail: Vec<AuditEvent> = ledger(&*a, &ns).await[120..]
+        .iter()
+        .map(|e| e.event)
+        .collect();
+    assert_eq!(
+        tail,
+        vec![
+            AuditEvent::Rebased {
+                from: w,
+                to: w + 1000
+            },
+            AuditEvent::Granted {
+                start: w + 1000,
+                end: w + 1001
+            },
+            AuditEvent::Granted {
+                start: w + 1001,
+                end: w + 1002
+            },
+            AuditEvent::Retired {
+                from: w + 1002,
+                to: ceiling
+            },
+        ]
+    );
+    let report = verify_clean(&*a, &ns).await;
+    assert_eq!(report.grants, 124, "120 ids, a rebase, 2 ids, a retirement");
+
+    // Pruning by the server's clock removes the older entries only (this subject is the
+    // database's only one), and keeps the later ones in order.
+    let all = ledger(&*a, &ns).await;
+    let last = all.last().cloned().unwrap();
+    let older = all
+        .iter()
+        .filter(|e| e.at_unix_ms < last.at_unix_ms)
+        .count() as u64;
+    let log = a.audit_log().unwrap();
+    assert_eq!(log.prune(last.at_unix_ms).await.unwrap(), older);
+    let kept = ledger(&*a, &ns).await;
+    assert_eq!(kept[..], all[older as usize..]);
+    assert_eq!(
+        log.prune(last.at_unix_ms + 1).await.unwrap(),
+        kept.len() as u64
+    );
+    assert!(ledger(&*a, &ns).await.is_empty());
+}
+
+/// Ledger rows this version did not write are `Corrupt` when read, not a panic.
+#[tokio::test]
+async fn foreign_ledger_rows_are_corrupt() {
+    let db = TempDatabase::new();
+    let a = blocks(db.url()).await;
+    let ns = name("n");
+    a.ensure_namespace(&ns, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    a.reserve(&ns, 3).await.unwrap();
+    db.sql(
+        "INSERT INTO idmint_namespaces_audit (subject, at_unix_ms, event, a, b, holder) \
+         VALUES ('n', 1, 'stolen', 1, 2, 'x')",
+    )
+    .unwrap();
+    let log = a.audit_log().unwrap();
+    let err = log.entries(&ns, None, 10).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Corrupt { message } if message.contains("stolen")),
+        "{err:?}"
+    );
+    // The good entry before it still reads.
+    assert_eq!(log.entries(&ns, None, 1).await.unwrap().len(), 1);
+    db.sql(
+        "INSERT INTO idmint_namespaces_audit (subject, at_unix_ms, event, a, b, holder) \
+         VALUES ('-bad name', 1, 'granted', 1, 2, 'x')",
+    )
+    .unwrap();
+    assert!(matches!(
+        log.subjects().await,
+        Err(StoreError::Corrupt { .. })
+    ));
 }
 
 // ---------------------------------------------------------------------------------------------

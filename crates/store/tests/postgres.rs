@@ -9,7 +9,9 @@
 //! connects, rows idmint did not write (`Corrupt`), Instagram's PL/pgSQL id function
 //! against idmint's Instagram layout, and worker leases: the lease properties run as
 //! `postgres_leases::…`; here, expiry by the database's clock, a renewal racing a takeover,
-//! and a table name too long for the lease tables.
+//! and a table name too long for the lease tables. The audit properties run as
+//! `postgres_audit::…`; here, ledger numbers up to 2^63 (past `bigint`), ledger rows idmint did
+//! not write, and the ledger of a table name too long for `<table>_audit`.
 //!
 //! Each test runs in a database of its own (`TempDatabase`), so they run in parallel. They fail,
 //! saying how to start the server, when it is not running.
@@ -23,13 +25,14 @@ use idmint_store::conformance::faults::until_ok;
 use idmint_store::conformance::PostgresBackend;
 use idmint_store::lease::{LeaseError, LeaseRequest, WorkerChoice};
 use idmint_store::postgres::{instagram_sql, schema_sql, PostgresAuthority, PostgresConfig};
-use idmint_store::{Authority, GiveBack, StoreError};
+use idmint_store::{Advance, AuditEvent, Authority, GiveBack, StoreError};
 use idmint_testkit::postgres::TempDatabase;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 idmint_store::conformance_tests!(postgres => PostgresBackend, with faults);
 idmint_store::conformance_tests!(postgres_leases => PostgresBackend, leases);
+idmint_store::conformance_tests!(postgres_audit => PostgresBackend, audit);
 
 fn config(url: String, op_timeout: Duration, pool_size: usize) -> PostgresConfig {
     PostgresConfig {
@@ -232,6 +235,85 @@ async fn foreign_rows_are_corrupt() {
         )
         .await;
     assert!(refused.is_err());
+}
+
+/// The ledger stores numbers up to 2^63 (a retirement of a 64-bit namespace) like the
+/// watermark, past `bigint`; rows idmint did not write are `Corrupt` when read; a table name
+/// too long for `<table>_audit` gets a ledger of its own all the same.
+#[tokio::test]
+async fn the_ledger_holds_2_pow_63_and_refuses_foreign_rows() {
+    let db = TempDatabase::create().await;
+    let a = connect_default(&db).await;
+    let n = name("edge");
+    a.ensure_namespace(&n, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    a.reserve(&n, 3).await.unwrap();
+    let ceiling = 1u64 << 63;
+    let retired = a.advance(&n, ceiling, Advance::Retire).await.unwrap();
+    assert_eq!((retired.from, retired.state.watermark), (4, ceiling));
+    assert!(a.reserve(&n, 1).await.unwrap_err().is_exhausted());
+    let log = a.audit_log().unwrap();
+    let events: Vec<AuditEvent> = log
+        .entries(&n, None, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.event)
+        .collect();
+    assert_eq!(
+        events,
+        vec![
+            AuditEvent::Granted { start: 1, end: 4 },
+            AuditEvent::Retired {
+                from: 4,
+                to: ceiling
+            }
+        ]
+    );
+
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "INSERT INTO idmint_namespaces_audit (subject, at_unix_ms, event, a, b, holder) \
+             VALUES ('edge', 1, 'stolen', 1, 2, 'x')",
+        )
+        .await
+        .unwrap();
+    let err = log.entries(&n, None, 10).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Corrupt { message } if message.contains("stolen")),
+        "{err:?}"
+    );
+    assert_eq!(log.entries(&n, None, 2).await.unwrap().len(), 2);
+    client
+        .batch_execute(
+            "INSERT INTO idmint_namespaces_audit (subject, at_unix_ms, event, a, b, holder) \
+             VALUES ('-bad name', 1, 'granted', 1, 2, 'x')",
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        log.subjects().await,
+        Err(StoreError::Corrupt { .. })
+    ));
+
+    let long = connect(PostgresConfig {
+        table: "t".repeat(60),
+        ..PostgresConfig::new(db.url())
+    })
+    .await;
+    long.ensure_namespace(&n, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    long.reserve(&n, 2).await.unwrap();
+    let entries = long
+        .audit_log()
+        .unwrap()
+        .entries(&n, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 1, "a ledger of its own: {entries:?}");
 }
 
 const INSTAGRAM_EPOCH_MS: u64 = 1_314_220_021_721;

@@ -1,7 +1,8 @@
 //! Block mode of the MySQL authority ([`MysqlAuthority`]): every namespace's watermark is one
-//! row of one InnoDB table, and a reservation is one autocommitted `UPDATE` whose block start
-//! comes back in the OK packet (see the parent module's docs for the statements and why a lost
-//! reply never hands a block out twice).
+//! row of one InnoDB table, and a reservation is one `UPDATE` (with its ledger entry, in one
+//! transaction sent as one request, see `audit`) whose block start comes back as the
+//! session's `LAST_INSERT_ID()` (see the parent module's docs for the statements and why a
+//! lost reply never hands a block out twice).
 //!
 //! Invariants: a reservation is never retried after an error; a statement that changed
 //! nothing is run again only when a read shows a concurrent give-back raced it
@@ -10,17 +11,25 @@
 //!
 //! What it does not do: ticket mode (`tickets`), connection handling (`conn` and the pool).
 
+use super::audit::{self, batch, insert_select};
 use super::conn::{self, Client};
 use super::leases::{self, Tables};
-use super::sql::{namespace_table_sql, quote_identifier, valid_identifier, LeaseTables};
-use super::{col, execute, invalid_setup, literal, query, unavailable, SpecCache, KIND};
+use super::sql::{
+    namespace_table_sql, quote_identifier, text_literal, valid_identifier, AuditTable, LeaseTables,
+    NOW_MS,
+};
+use super::{
+    col, driver_error, execute, invalid_setup, literal, query, unavailable, SpecCache, KIND,
+};
+use crate::audit::{Advance, Advanced, AuditEntry, AuditLog};
 use crate::config::MysqlConfig;
 use crate::lease::{GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases, WorkerSlot};
 use crate::ops::{self, GIVE_BACK_RACE_ATTEMPTS};
 use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
-use mysql_async::{Conn, Row};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Row, TxOpts};
 use std::fmt;
 
 /// The MySQL/MariaDB authority in block mode: see the [module docs](super).
@@ -30,6 +39,8 @@ pub struct MysqlAuthority {
     specs: SpecCache<SequenceSpec>,
     /// The worker-lease tables, named after the table (see [`leases`]).
     leases: Tables,
+    /// The audit ledger, named after the table (see [`audit`]).
+    audit: AuditTable,
 }
 
 impl fmt::Debug for MysqlAuthority {
@@ -63,6 +74,7 @@ impl MysqlAuthority {
         );
         let ddl = namespace_table_sql(&config.table);
         let lease_tables = LeaseTables::for_table(&config.table);
+        let audit_table = AuditTable::for_table(&config.table);
         client
             .on_conn("creating the schema", async |s| {
                 // Create only when absent: a user without the CREATE privilege can still use
@@ -72,6 +84,7 @@ impl MysqlAuthority {
                     Some(Ok(n)) if n > 0 => {}
                     _ => drop(execute(&mut s.conn, &ddl).await?),
                 }
+                audit::ensure_table(&mut s.conn, &audit_table).await?;
                 match &lease_tables {
                     Ok(tables) => leases::ensure_tables(&mut s.conn, tables).await,
                     // A table name without room for the lease tables' suffixes still serves
@@ -85,6 +98,7 @@ impl MysqlAuthority {
             client,
             specs: SpecCache::default(),
             leases: lease_tables,
+            audit: audit_table,
         })
     }
 
@@ -99,7 +113,24 @@ impl MysqlAuthority {
         )
     }
 
-    /// The one statement of a reservation; see the module docs.
+    /// The one request of a reservation: its `UPDATE` and ledger entry in one transaction,
+    /// then whether it changed the row and the block's start (see the module docs).
+    fn reserve_request(&self, name: &NamespaceName, count: u64) -> String {
+        format!(
+            "START TRANSACTION; {update}; \
+             SET @idmint_n = ROW_COUNT(), @idmint_start = LAST_INSERT_ID(); \
+             {insert} name, {NOW_MS}, 'granted', @idmint_start, hi, {holder} FROM {table} \
+             WHERE name = {name} AND @idmint_n = 1; \
+             COMMIT; SELECT @idmint_n, @idmint_start",
+            update = self.reserve_sql(name, count),
+            insert = insert_select(&self.audit),
+            holder = text_literal(crate::audit::holder()),
+            table = self.table,
+            name = literal(name),
+        )
+    }
+
+    /// The `UPDATE` of a reservation; see the module docs.
     fn reserve_sql(&self, name: &NamespaceName, count: u64) -> String {
         // count - 1, capped where no namespace has that many ids left (keeps it a BIGINT).
         let more = (count - 1).min(i64::MAX as u64);
@@ -154,12 +185,13 @@ impl MysqlAuthority {
         let Some(spec) = self.spec_on(conn, name).await? else {
             return Err(StoreError::UnknownNamespace { name: name.clone() });
         };
-        let sql = self.reserve_sql(name, count);
+        let sql = self.reserve_request(name, count);
         for _ in 0..GIVE_BACK_RACE_ATTEMPTS {
-            let (affected, start) = execute(conn, &sql).await?;
+            let rows = batch(conn, &sql)
+                .await
+                .map_err(|e| driver_error("reserve", e))?;
+            let (affected, start) = changed_and_value(&rows, "reserve")?;
             if affected == 1 {
-                // LAST_INSERT_ID(0) leaves no id in the OK packet: a start of 0 reads as None.
-                let start = start.unwrap_or(0);
                 let block = spec
                     .reserve(start, count)
                     .ok()
@@ -212,13 +244,23 @@ impl MysqlAuthority {
             Err(refused) => return Ok(refused),
         };
         let sql = format!(
-            "UPDATE {} SET hi = {lowered} WHERE name = {} AND hi = {}",
-            self.table,
-            literal(name),
-            tail.end()
+            "START TRANSACTION; \
+             UPDATE {table} SET hi = {lowered} WHERE name = {name} AND hi = {end}; \
+             SET @idmint_n = ROW_COUNT(); \
+             {insert} {name}, {NOW_MS}, 'given_back', {lowered}, {end}, {holder} FROM DUAL \
+             WHERE @idmint_n = 1; \
+             COMMIT; SELECT @idmint_n, 0",
+            table = self.table,
+            name = literal(name),
+            end = tail.end(),
+            insert = insert_select(&self.audit),
+            holder = text_literal(crate::audit::holder()),
         );
         for _ in 0..GIVE_BACK_RACE_ATTEMPTS {
-            let (affected, _) = execute(conn, &sql).await?;
+            let rows = batch(conn, &sql)
+                .await
+                .map_err(|e| driver_error("give_back", e))?;
+            let (affected, _) = changed_and_value(&rows, "give_back")?;
             if affected == 1 {
                 return Ok(GiveBack::Returned);
             }
@@ -240,6 +282,76 @@ impl MysqlAuthority {
         Err(unavailable(format!(
             "giving back to {name} kept racing with concurrent reservations"
         )))
+    }
+
+    /// [`Authority::advance`] in one transaction: the row locked (`FOR UPDATE`), the move
+    /// checked by [`ops::advance`], the `UPDATE` and its ledger entry, `COMMIT`; every other
+    /// ending rolls back before the connection is reused.
+    async fn advance_on(
+        &self,
+        conn: &mut Conn,
+        name: &NamespaceName,
+        to: u64,
+        why: Advance,
+    ) -> Result<Advanced, StoreError> {
+        let mut tx = conn
+            .start_transaction(TxOpts::default())
+            .await
+            .map_err(|e| driver_error("START TRANSACTION", e))?;
+        let out = async {
+            let rows: Vec<Row> = tx
+                .query(format!("{} FOR UPDATE", self.select_sql(Some(name))))
+                .await
+                .map_err(|e| driver_error("locking the namespace", e))?;
+            let Some(row) = rows.first() else {
+                return Err(StoreError::UnknownNamespace { name: name.clone() });
+            };
+            let state = decode_block_row(row)?;
+            let from = state.watermark;
+            let Some(target) = ops::advance(&state, to)? else {
+                return Ok((false, Advanced { from, state }));
+            };
+            let event = ops::advance_event(why, from, target);
+            tx.query_drop(format!(
+                "UPDATE {} SET hi = {target} WHERE name = {}",
+                self.table,
+                literal(name)
+            ))
+            .await
+            .map_err(|e| driver_error("advancing the watermark", e))?;
+            tx.query_drop(format!(
+                "{} {}, {NOW_MS}, '{}', {from}, {target}, {}",
+                insert_select(&self.audit),
+                literal(name),
+                event.name(),
+                text_literal(crate::audit::holder())
+            ))
+            .await
+            .map_err(|e| driver_error("recording the move", e))?;
+            Ok((
+                true,
+                Advanced {
+                    from,
+                    state: NamespaceState {
+                        watermark: target,
+                        ..state
+                    },
+                },
+            ))
+        }
+        .await;
+        match out {
+            Ok((true, advanced)) => {
+                tx.commit().await.map_err(|e| driver_error("COMMIT", e))?;
+                Ok(advanced)
+            }
+            other => {
+                tx.rollback()
+                    .await
+                    .map_err(|e| driver_error("ROLLBACK", e))?;
+                other.map(|(_, advanced)| advanced)
+            }
+        }
     }
 
     async fn ensure_on(
@@ -275,6 +387,22 @@ impl MysqlAuthority {
     }
 }
 
+/// The last row of a request ending in `SELECT @idmint_n, <value>`: whether its change
+/// happened (the rows it changed) and the value. An answer without it leaves the outcome
+/// unknown: `Unavailable`, and the connection is dropped (the server rolls back whatever it
+/// left open).
+pub(super) fn changed_and_value(rows: &[Row], what: &str) -> Result<(u64, u64), StoreError> {
+    let row = rows.last().ok_or_else(|| {
+        unavailable(format!(
+            "{what}: the server's answer ended before its outcome"
+        ))
+    })?;
+    Ok((
+        col::<u64>(row, 0, &format!("{what}'s row count"))?,
+        col::<u64>(row, 1, &format!("{what}'s value"))?,
+    ))
+}
+
 /// A block-mode row: `name, width, first, step, offset, hi`.
 fn decode_block_row(row: &Row) -> Result<NamespaceState, StoreError> {
     let key: String = col(row, 0, "namespaces.name")?;
@@ -300,6 +428,23 @@ impl Authority for MysqlAuthority {
 
     fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
         Some(self)
+    }
+
+    fn audit_log(&self) -> Option<&dyn AuditLog> {
+        Some(self)
+    }
+
+    async fn advance(
+        &self,
+        name: &NamespaceName,
+        to: u64,
+        why: Advance,
+    ) -> Result<Advanced, StoreError> {
+        self.client
+            .on_conn("advance", async |s| {
+                self.advance_on(&mut s.conn, name, to, why).await
+            })
+            .await
     }
 
     async fn ensure_namespace(
@@ -362,9 +507,29 @@ impl Authority for MysqlAuthority {
 }
 
 #[async_trait]
+impl AuditLog for MysqlAuthority {
+    async fn subjects(&self) -> Result<Vec<NamespaceName>, StoreError> {
+        audit::subjects(&self.client, &self.audit).await
+    }
+
+    async fn entries(
+        &self,
+        subject: &NamespaceName,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        audit::entries(&self.client, &self.audit, subject, after, limit).await
+    }
+
+    async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError> {
+        audit::prune(&self.client, &self.audit, before_unix_ms).await
+    }
+}
+
+#[async_trait]
 impl WorkerLeases for MysqlAuthority {
     async fn acquire(&self, request: &LeaseRequest) -> Result<WorkerLease, LeaseError> {
-        leases::acquire(&self.client, &self.leases, request).await
+        leases::acquire(&self.client, &self.leases, &self.audit, request).await
     }
 
     async fn renew(

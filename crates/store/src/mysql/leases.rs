@@ -11,8 +11,8 @@
 //!   microseconds. The node's clock is never sent.
 //! - **one transaction per acquisition**: insert the group's row if absent (`ON DUPLICATE KEY
 //!   UPDATE`, which locks it), lock it (`SELECT … FOR UPDATE`), lock and read the group's slots
-//!   (`FOR UPDATE`: locking reads see the latest commit), [`plan_acquire`], write the slot and
-//!   the group's `last_token`, `COMMIT`. Every other ending rolls back explicitly before the
+//!   (`FOR UPDATE`: locking reads see the latest commit), [`plan_acquire`], write the slot,
+//!   the group's `last_token` and the audit ledger's `leased` entry, `COMMIT`. Every other ending rolls back explicitly before the
 //!   connection goes back to the pool, so no idle connection holds a group's lock.
 //! - **renew and release are one compare-and-swap `UPDATE`** on `(grp, worker, token)`; a
 //!   renewal raises the floor with `GREATEST`, a release sets it and clears `expires_at`. The
@@ -27,7 +27,7 @@
 //!   connection, see `conn`).
 
 use super::conn::{Client, Session};
-use super::sql::LeaseTables;
+use super::sql::{text_literal, AuditTable, LeaseTables, NOW_MS};
 use super::tickets::{deadlock_pause, DEADLOCK_ATTEMPTS};
 use super::{col, driver_error, execute, query, server_code, ER_LOCK_DEADLOCK};
 use crate::lease::{
@@ -166,6 +166,7 @@ fn decode_group(row: &Row) -> Result<GroupRecord, StoreError> {
 async fn acquire_in(
     tx: &mut Transaction<'_>,
     t: &LeaseTables,
+    audit: &AuditTable,
     request: &LeaseRequest,
     ttl_us: u64,
     ttl: Duration,
@@ -265,6 +266,18 @@ async fn acquire_in(
     )
     .await
     .map_err(failure("writing the lease group"))?;
+    // The ledger entry, under the group's row lock: entries of a group follow its grants.
+    tx.query_drop(format!(
+        "INSERT INTO {} (subject, at_unix_ms, event, a, b, holder) \
+         VALUES ({}, {NOW_MS}, 'leased', {}, {}, {})",
+        audit.quoted,
+        super::literal(&request.group),
+        grant.worker,
+        grant.token,
+        text_literal(crate::audit::holder())
+    ))
+    .await
+    .map_err(failure("recording the lease"))?;
     Ok(Ok(WorkerLease {
         group: request.group.clone(),
         worker: grant.worker,
@@ -279,6 +292,7 @@ async fn acquire_in(
 async fn acquire_once(
     conn: &mut Conn,
     t: &LeaseTables,
+    audit: &AuditTable,
     request: &LeaseRequest,
     ttl_us: u64,
     ttl: Duration,
@@ -287,7 +301,7 @@ async fn acquire_once(
         .start_transaction(TxOpts::default())
         .await
         .map_err(failure("START TRANSACTION"))?;
-    match acquire_in(&mut tx, t, request, ttl_us, ttl).await {
+    match acquire_in(&mut tx, t, audit, request, ttl_us, ttl).await {
         Ok(Ok(lease)) => {
             tx.commit().await.map_err(failure("COMMIT"))?;
             Ok(Ok(lease))
@@ -307,6 +321,7 @@ async fn acquire_once(
 pub(super) async fn acquire(
     client: &Client,
     tables: &Tables,
+    audit: &AuditTable,
     request: &LeaseRequest,
 ) -> Result<WorkerLease, LeaseError> {
     let t = tables_of(tables)?;
@@ -315,7 +330,7 @@ pub(super) async fn acquire(
         .on_conn("acquire_lease", async |s: &mut Session| {
             let mut attempt = 1;
             loop {
-                match acquire_once(&mut s.conn, t, request, ttl_us, ttl).await {
+                match acquire_once(&mut s.conn, t, audit, request, ttl_us, ttl).await {
                     Ok(out) => return Ok(out),
                     Err(f) => {
                         let pause = retry_after("acquiring a lease", &mut attempt, f)?;

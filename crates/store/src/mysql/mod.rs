@@ -1,8 +1,8 @@
 //! The MySQL/MariaDB authority (cargo feature `mysql`), in two modes:
 //!
 //! - [`MysqlAuthority`] (**block mode**, the one to use with idmint nodes): every namespace's
-//!   watermark is one row of one InnoDB table; a reservation is one autocommit `UPDATE` of that
-//!   row, one round trip.
+//!   watermark is one row of one InnoDB table; a reservation is one `UPDATE` of that row and
+//!   its audit-ledger entry in one transaction, one round trip.
 //! - [`MysqlTicketAuthority`] (**Flickr ticket mode**): every namespace is its own `Tickets`
 //!   table, and every id is one `REPLACE INTO … (stub) VALUES ('a')`; the server's
 //!   `auto_increment_increment` / `auto_increment_offset` make two (or N) servers issue disjoint
@@ -31,12 +31,13 @@
 //! ) ENGINE=InnoDB
 //! ```
 //!
-//! - `reserve`: one statement, in autocommit, that computes the block in SQL (DECIMAL
-//!   arithmetic, so nothing overflows near 2^63 nor with steps near 2^64):
+//! - `reserve`: one statement (sent with its ledger entry in one transaction, see "The audit
+//!   ledger" below) that computes the block in SQL (DECIMAL arithmetic, so nothing overflows
+//!   near 2^63 nor with steps near 2^64):
 //!   `UPDATE t SET hi = LAST_INSERT_ID(<aligned start>) + LEAST(count - 1, (<max> - <start>)
 //!   DIV step) * step + 1 WHERE name = '…' AND <start> <= <max>`. The block's **start** comes back
-//!   in the OK packet's last-insert-id (the `LAST_INSERT_ID(expr)` sequence idiom), the affected
-//!   row count says whether there was room; the block is then [`SequenceSpec::reserve`](idmint_core::SequenceSpec::reserve)`(start,
+//!   as the session's `LAST_INSERT_ID()` (the `LAST_INSERT_ID(expr)` sequence idiom), its
+//!   `ROW_COUNT()` says whether there was room (both read right after it, in the same request); the block is then [`SequenceSpec::reserve`](idmint_core::SequenceSpec::reserve)`(start,
 //!   count)`, which is exactly what the statement computed (same alignment, same cut at the
 //!   width's maximum), and its end is the new `hi`. (The start, not the new watermark, is what
 //!   travels: from the end alone a block cut at the maximum cannot be told from a full one.)
@@ -65,7 +66,8 @@
 //!   COMMENT='idmint-ticket v1 name=photos width=64 first=1 step=2 offset=1'
 //! ```
 //!
-//! - `reserve`: `REPLACE INTO t (stub) VALUES ('a')`; the id is the OK packet's last-insert-id.
+//! - `reserve`: `REPLACE INTO t (stub) VALUES ('a')` and its ledger entry in one transaction,
+//!   one request; the id is the session's `LAST_INSERT_ID()`.
 //!   **Each call returns a block of exactly one id, whatever `count`** (ids of a ticket server
 //!   are not contiguous when several clients or servers share it): this is the one place where
 //!   an authority returns fewer ids than asked before the id space ends, so ticket mode is for
@@ -91,8 +93,8 @@
 //!
 //! ## Durability and exclusivity
 //!
-//! Every write is one autocommit InnoDB statement: when the server acknowledges it, it is
-//! committed, and durable across a server crash with `innodb_flush_log_at_trx_commit = 1` (the
+//! Every write is one InnoDB transaction (the change and its ledger entry): when the server
+//! acknowledges its `COMMIT`, it is committed, and durable across a server crash with `innodb_flush_log_at_trx_commit = 1` (the
 //! default; with binary logging also `sync_binlog = 1`). Every new connection checks both
 //! (`conn`): a server that may lose acknowledged commits is [`StoreError::InvalidSetup`], with the
 //! variables, their values and the `my.cnf` lines to fix it, unless
@@ -126,7 +128,39 @@
 //!
 //! No retries of writes, no failover between servers (point the URL at the primary, or at a proxy that
 //! follows it; an asynchronous replica promoted after a crash may lack the last reservations),
-//! no TLS setup beyond what the URL can say, no schema migrations, no deletion of namespaces.
+//! no TLS setup beyond what the URL can say, no schema migrations (new tables are created when
+//! absent), no deletion of namespaces.
+//!
+//! ## The audit ledger
+//!
+//! Both modes keep the [`AuditLog`](crate::AuditLog) in `<table>_audit` (named after
+//! [`MysqlConfig::table`], in ticket mode too; a hashed name when that is not a plain identifier
+//! of at most 64 characters), created at connect when absent (existing deployments gain it in
+//! place) and printed by [`schema_sql`]: `seq` (`AUTO_INCREMENT`), `subject`, `at_unix_ms`
+//! (the server's `UTC_TIMESTAMP(6)`), `event`, `a`, `b`, `holder`, indexed by `(subject, seq)`
+//! and by time (for `prune`). Every entry is written in the transaction of the change it
+//! records (module `audit`):
+//!
+//! - block mode's `reserve` and `give_back`, and ticket mode's `REPLACE`, are now one
+//!   multi-statement request, `START TRANSACTION; <the statement above>; SET @idmint_… =
+//!   ROW_COUNT(), LAST_INSERT_ID(); INSERT INTO <audit> … SELECT … WHERE <it changed a row>;
+//!   COMMIT; SELECT @idmint_…`: still one round trip, and an entry exactly when something was
+//!   granted (a failed compare-and-swap, an id a ticket table issued outside the namespace's
+//!   class or width, write none). A failure anywhere rolls the transaction back: nothing
+//!   granted, nothing recorded;
+//! - a worker-lease acquisition: one more `INSERT` in its transaction;
+//! - [`Authority::advance`](crate::Authority::advance): a transaction with the namespace's row
+//!   (block mode) or the ticket rows (ticket mode) locked `FOR UPDATE`; in ticket mode the move
+//!   is a marker row `REPLACE INTO t (id, stub) VALUES (<to - 1>, 'r')`, whose explicit id
+//!   moves the table's `AUTO_INCREMENT` counter up to `to` (InnoDB never moves a counter down
+//!   for an explicit id below it) and keeps `MAX(id)` at `to - 1` for servers that rebuild the
+//!   counter from it; the counter is not transactional, so a move rolled back after the marker
+//!   was written may still have raised it: ids are skipped, never reissued, and none is recorded.
+//!
+//! `seq` is drawn by the entry's `INSERT`, after the change locked its row, and that lock is
+//! held to the commit, so within a subject it follows the order of the writes. Ticket mode's
+//! concurrent `REPLACE`s may commit out of id order (see the deadlock note below): the ledger
+//! then lists their ids in commit order, which the verifier accepts (they are disjoint).
 //!
 //! ## Worker leases
 //!
@@ -139,6 +173,7 @@
 //! without room for the suffixes (more than 51 characters) serves ids, and its lease operations
 //! are [`StoreError::InvalidSetup`].
 
+mod audit;
 mod blocks;
 mod conn;
 mod leases;

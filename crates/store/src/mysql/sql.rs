@@ -39,6 +39,8 @@ pub(super) fn quote_identifier(name: &str) -> String {
 /// names would pass 64 characters), each statement ended by `;` (for `idmint sql mysql`).
 pub fn schema_sql(table: &str) -> String {
     let mut out = format!("{};\n", namespace_table_sql(table));
+    out.push_str(&AuditTable::for_table(table).ddl());
+    out.push_str(";\n");
     match LeaseTables::for_table(table) {
         Ok(tables) => {
             for ddl in tables.ddl() {
@@ -113,6 +115,75 @@ impl LeaseTables {
             ),
         ]
     }
+}
+
+/// The audit ledger of one namespace table (block mode's, or the `table` setting in ticket
+/// mode, like the lease tables): `<table>_audit`, or, when that is not a plain identifier of
+/// at most 64 characters, `<the table's first 40 characters, sanitised>_<16 hex digits of a
+/// stable hash of the name>_audit`. Every authority has one: every grant writes to it.
+#[derive(Debug, Clone)]
+pub(super) struct AuditTable {
+    /// Unquoted (for `information_schema`).
+    pub(super) name: String,
+    /// Quoted.
+    pub(super) quoted: String,
+}
+
+impl AuditTable {
+    pub(super) fn for_table(table: &str) -> Self {
+        let plain = format!("{table}_audit");
+        let name = if valid_identifier(&plain) {
+            plain
+        } else {
+            let sanitised: String = table
+                .chars()
+                .take(40)
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect();
+            format!("{sanitised}_{:016x}_audit", fnv1a64(table.as_bytes()))
+        };
+        AuditTable {
+            quoted: quote_identifier(&name),
+            name,
+        }
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS` of the ledger. `seq` is drawn when an entry is inserted,
+    /// which every write does after it locked the row it changes (the namespace's row, the
+    /// ticket row, the lease group's row), so within one subject `seq` follows the order of the
+    /// writes. `at_unix_ms` is the server's clock (UTC). The event's name is not constrained:
+    /// readers check it (an unknown one is `Corrupt`).
+    pub(super) fn ddl(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n  \
+             seq BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,\n  \
+             subject VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n  \
+             at_unix_ms BIGINT UNSIGNED NOT NULL,\n  \
+             event VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n  \
+             a BIGINT UNSIGNED NOT NULL,\n  \
+             b BIGINT UNSIGNED NOT NULL,\n  \
+             holder TEXT CHARACTER SET utf8mb4 NOT NULL,\n  \
+             KEY by_subject (subject, seq),\n  \
+             KEY by_time (at_unix_ms)\n\
+             ) ENGINE=InnoDB COMMENT='idmint audit ledger v1: append-only, at_unix_ms by the \
+             server clock'",
+            self.quoted
+        )
+    }
+}
+
+/// The server's clock as ms since the Unix epoch, whatever the session's time zone.
+pub(super) const NOW_MS: &str =
+    "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
+
+/// `s` as an SQL string expression that needs no escaping whatever the `sql_mode` (a hex
+/// literal converted to utf8mb4).
+pub(super) fn text_literal(s: &str) -> String {
+    let mut hex = String::with_capacity(s.len() * 2);
+    for b in s.bytes() {
+        hex.push_str(&format!("{b:02x}"));
+    }
+    format!("CONVERT(X'{hex}' USING utf8mb4)")
 }
 
 /// `CREATE TABLE IF NOT EXISTS` of block mode's namespace table alone.
@@ -260,19 +331,34 @@ mod tests {
         let sql = schema_sql("ids");
         assert_eq!(
             sql.matches("CREATE TABLE IF NOT EXISTS").count(),
-            3,
+            4,
             "{sql}"
         );
         assert!(sql.contains("`ids_lease_groups`") && sql.contains("`ids_leases`"));
+        assert!(sql.contains("`ids_audit`"));
         let long = "t".repeat(52);
         let sql = schema_sql(&long);
         assert_eq!(
             sql.matches("CREATE TABLE IF NOT EXISTS").count(),
-            1,
+            2,
             "{sql}"
         );
         assert!(sql.contains("-- no worker-lease tables"));
         assert!(LeaseTables::for_table(&"t".repeat(51)).is_ok());
+    }
+
+    #[test]
+    fn every_table_has_a_ledger_name_that_fits() {
+        assert_eq!(AuditTable::for_table("ids").name, "ids_audit");
+        for table in ["t".repeat(60), "t".repeat(64), "odd-name".into()] {
+            let audit = AuditTable::for_table(&table);
+            assert!(valid_identifier(&audit.name), "{}", audit.name);
+        }
+        assert_ne!(
+            AuditTable::for_table(&"t".repeat(60)).name,
+            AuditTable::for_table(&"t".repeat(61)).name
+        );
+        assert_eq!(text_literal("a'b"), "CONVERT(X'612762' USING utf8mb4)");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Flickr's ticket mode of the MySQL authority ([`MysqlTicketAuthority`]): every namespace is
 //! its own ticket table, and every id is one `REPLACE INTO … (stub) VALUES ('a')` whose id is
-//! the OK packet's last-insert-id (see the parent module's docs).
+//! the session's `LAST_INSERT_ID()`, sent with its ledger entry in one transaction, one
+//! request (see the parent module's docs).
 //!
 //! Invariants: a namespace is served only by a server whose `auto_increment_increment` and
 //! `auto_increment_offset` are the namespace's step and offset (read once per connection); every
@@ -9,20 +10,24 @@
 //! `REPLACE`s on one ticket row, common under concurrency), at most [`DEADLOCK_ATTEMPTS`] times
 //! after a random pause that grows with each attempt (a rolled-back statement granted nothing; the retry gets a new id, and a rolled-back
 //! auto-increment value is never issued again), never after a lost reply or any other error;
-//! `give_back` always refuses (a ticket counter cannot be lowered atomically).
+//! `give_back` always refuses (a ticket counter cannot be lowered atomically); every id returned
+//! has its ledger entry, committed with its `REPLACE`; `advance` only ever raises the counter.
 //!
 //! What it does not do: block mode (`blocks`), connection handling (`conn` and the pool).
 
+use super::audit::{self, batch, insert_select};
+use super::blocks::changed_and_value;
 use super::conn::{self, AutoIncrement, Client, Session};
 use super::leases::{self, Tables};
 use super::sql::{
-    parse_ticket_comment, quote_identifier, ticket_table_name, ticket_table_sql, LeaseTables,
-    TICKET_TABLE_PREFIX,
+    parse_ticket_comment, quote_identifier, text_literal, ticket_table_name, ticket_table_sql,
+    AuditTable, LeaseTables, NOW_MS, TICKET_TABLE_PREFIX,
 };
 use super::{
-    col, driver_error, execute, invalid_setup, query, server_code, unavailable, SpecCache,
+    col, driver_error, execute, invalid_setup, literal, query, server_code, unavailable, SpecCache,
     ER_LOCK_DEADLOCK, ER_NO_SUCH_TABLE, KIND,
 };
+use crate::audit::{Advance, Advanced, AuditEntry, AuditLog};
 use crate::config::MysqlConfig;
 use crate::lease::{GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases, WorkerSlot};
 use crate::ops;
@@ -30,7 +35,7 @@ use crate::{Authority, AutoIncrementSettings, GiveBack, NamespaceState, Reservat
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec};
 use mysql_async::prelude::Queryable;
-use mysql_async::Conn;
+use mysql_async::{Conn, Row, TxOpts};
 use std::fmt;
 
 /// The spec a server's auto-increment settings give `requested`'s width and first id.
@@ -126,6 +131,8 @@ pub struct MysqlTicketAuthority {
     tickets: SpecCache<Ticket>,
     /// The worker-lease tables, named after `config.table` (see [`leases`]).
     leases: Tables,
+    /// The audit ledger, named after `config.table` (see [`audit`]).
+    audit: AuditTable,
 }
 
 impl fmt::Debug for MysqlTicketAuthority {
@@ -146,11 +153,13 @@ impl MysqlTicketAuthority {
     pub async fn connect(config: MysqlConfig) -> Result<Self, StoreError> {
         let client = conn::client(&config, true)?;
         let lease_tables = LeaseTables::for_table(&config.table);
+        let audit_table = AuditTable::for_table(&config.table);
         client
             .on_conn("connecting", async |s| {
                 s.auto_increment
                     .map(drop)
                     .ok_or_else(|| unavailable("auto-increment settings not read".into()))?;
+                audit::ensure_table(&mut s.conn, &audit_table).await?;
                 match &lease_tables {
                     Ok(tables) => leases::ensure_tables(&mut s.conn, tables).await,
                     // Without room for the lease tables' names the authority still serves
@@ -163,6 +172,7 @@ impl MysqlTicketAuthority {
             client,
             tickets: SpecCache::default(),
             leases: lease_tables,
+            audit: audit_table,
         })
     }
 
@@ -270,9 +280,27 @@ impl MysqlTicketAuthority {
         };
         let spec = ticket.spec;
         check_server(session.auto_increment, name, &spec)?;
-        let sql = format!("REPLACE INTO {} (stub) VALUES ('a')", ticket.table);
-        let id = match session.conn.query_drop(sql.as_str()).await {
-            Ok(()) => session.conn.last_insert_id(),
+        let max = spec.width().max_id();
+        // The REPLACE and its ledger entry in one transaction, one round trip. The entry is
+        // written only for an id this call returns (of the class, within the width); the
+        // checks below refuse any other, which is then burned, unrecorded.
+        let sql = format!(
+            "START TRANSACTION; REPLACE INTO {table} (stub) VALUES ('a'); \
+             SET @idmint_id = LAST_INSERT_ID(); \
+             {insert} {name}, {NOW_MS}, 'granted', @idmint_id, @idmint_id + 1, {holder} \
+             FROM DUAL WHERE @idmint_id BETWEEN {first} AND {max} \
+             AND MOD(@idmint_id, {step}) = {offset}; \
+             COMMIT; SELECT 1, @idmint_id",
+            table = ticket.table,
+            insert = insert_select(&self.audit),
+            name = literal(name),
+            holder = text_literal(crate::audit::holder()),
+            first = spec.first(),
+            step = spec.step(),
+            offset = spec.offset(),
+        );
+        let rows = match batch(&mut session.conn, &sql).await {
+            Ok(rows) => rows,
             Err(e) if server_code(&e) == Some(ER_NO_SUCH_TABLE) => {
                 self.tickets.forget(name);
                 return Err(StoreError::UnknownNamespace { name: name.clone() }.into());
@@ -282,9 +310,7 @@ impl MysqlTicketAuthority {
             }
             Err(e) => return Err(driver_error("REPLACE", e).into()),
         };
-        let id =
-            id.ok_or_else(|| unavailable(format!("REPLACE into {} returned no id", ticket.table)))?;
-        let max = spec.width().max_id();
+        let (_, id) = changed_and_value(&rows, "REPLACE")?;
         if id > max {
             // Burned, never returned: the id space of this width is over.
             return Err(StoreError::Exhausted {
@@ -330,6 +356,105 @@ impl MysqlTicketAuthority {
             Some(_) => Err(StoreError::Corrupt {
                 message: format!("namespace {name}: the ticket table was not recognised"),
             }),
+        }
+    }
+
+    /// [`Authority::advance`] in one transaction: the ticket rows locked (`FOR UPDATE`, which
+    /// also locks the gap above them: a concurrent `REPLACE` waits for the commit), the
+    /// watermark read as `state` reads it, the move checked by [`ops::advance`], then a marker
+    /// row `(to - 1, 'r')` (`REPLACE`: it replaces the previous marker, always lower) and the
+    /// ledger entry, `COMMIT`. The marker's explicit id raises the table's counter to `to` or
+    /// above (InnoDB moves the counter past an explicit id above it, never down), and keeps
+    /// `MAX(id)` at `to - 1` for servers that rebuild the counter from it at restart.
+    async fn advance_on(
+        &self,
+        conn: &mut Conn,
+        name: &NamespaceName,
+        to: u64,
+        why: Advance,
+    ) -> Result<Advanced, StoreError> {
+        let Some(ticket) = self.ticket_on(conn, name).await? else {
+            return Err(StoreError::UnknownNamespace { name: name.clone() });
+        };
+        let table_name = ticket_table_name(name);
+        let mut tx = conn
+            .start_transaction(TxOpts::default())
+            .await
+            .map_err(|e| driver_error("START TRANSACTION", e))?;
+        let out = async {
+            let rows: Vec<Row> = match tx
+                .query(format!("SELECT id FROM {} FOR UPDATE", ticket.table))
+                .await
+            {
+                Ok(rows) => rows,
+                Err(e) if server_code(&e) == Some(ER_NO_SUCH_TABLE) => {
+                    self.tickets.forget(name);
+                    return Err(StoreError::UnknownNamespace { name: name.clone() });
+                }
+                Err(e) => return Err(driver_error("locking the ticket table", e)),
+            };
+            let mut max_id: Option<u64> = None;
+            for row in &rows {
+                let id: u64 = col(row, 0, "ticket id")?;
+                max_id = Some(max_id.map_or(id, |m| m.max(id)));
+            }
+            let rows: Vec<Row> = tx
+                .query(format!(
+                    "SELECT AUTO_INCREMENT FROM information_schema.TABLES \
+                     WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '{table_name}'"
+                ))
+                .await
+                .map_err(|e| driver_error("reading the ticket counter", e))?;
+            let counter: Option<u64> = match rows.first() {
+                Some(row) => col(row, 0, "AUTO_INCREMENT")?,
+                None => None,
+            };
+            let state = ticket_state(name.clone(), ticket.spec, counter, max_id);
+            let from = state.watermark;
+            let Some(target) = ops::advance(&state, to)? else {
+                return Ok((false, Advanced { from, state }));
+            };
+            let event = ops::advance_event(why, from, target);
+            // target > from > MAX(id): the marker's id is new and above every ticket.
+            tx.query_drop(format!(
+                "REPLACE INTO {} (id, stub) VALUES ({}, 'r')",
+                ticket.table,
+                target - 1
+            ))
+            .await
+            .map_err(|e| driver_error("raising the ticket counter", e))?;
+            tx.query_drop(format!(
+                "{} {}, {NOW_MS}, '{}', {from}, {target}, {}",
+                insert_select(&self.audit),
+                literal(name),
+                event.name(),
+                text_literal(crate::audit::holder())
+            ))
+            .await
+            .map_err(|e| driver_error("recording the move", e))?;
+            Ok((
+                true,
+                Advanced {
+                    from,
+                    state: NamespaceState {
+                        watermark: target,
+                        ..state
+                    },
+                },
+            ))
+        }
+        .await;
+        match out {
+            Ok((true, advanced)) => {
+                tx.commit().await.map_err(|e| driver_error("COMMIT", e))?;
+                Ok(advanced)
+            }
+            other => {
+                tx.rollback()
+                    .await
+                    .map_err(|e| driver_error("ROLLBACK", e))?;
+                other.map(|(_, advanced)| advanced)
+            }
         }
     }
 
@@ -431,6 +556,23 @@ impl Authority for MysqlTicketAuthority {
         Some(self)
     }
 
+    fn audit_log(&self) -> Option<&dyn AuditLog> {
+        Some(self)
+    }
+
+    async fn advance(
+        &self,
+        name: &NamespaceName,
+        to: u64,
+        why: Advance,
+    ) -> Result<Advanced, StoreError> {
+        self.client
+            .on_conn("advance", async |s| {
+                self.advance_on(&mut s.conn, name, to, why).await
+            })
+            .await
+    }
+
     async fn ensure_namespace(
         &self,
         name: &NamespaceName,
@@ -483,9 +625,29 @@ impl Authority for MysqlTicketAuthority {
 }
 
 #[async_trait]
+impl AuditLog for MysqlTicketAuthority {
+    async fn subjects(&self) -> Result<Vec<NamespaceName>, StoreError> {
+        audit::subjects(&self.client, &self.audit).await
+    }
+
+    async fn entries(
+        &self,
+        subject: &NamespaceName,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        audit::entries(&self.client, &self.audit, subject, after, limit).await
+    }
+
+    async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError> {
+        audit::prune(&self.client, &self.audit, before_unix_ms).await
+    }
+}
+
+#[async_trait]
 impl WorkerLeases for MysqlTicketAuthority {
     async fn acquire(&self, request: &LeaseRequest) -> Result<WorkerLease, LeaseError> {
-        leases::acquire(&self.client, &self.leases, request).await
+        leases::acquire(&self.client, &self.leases, &self.audit, request).await
     }
 
     async fn renew(

@@ -88,6 +88,11 @@ pub(super) struct Statements {
     pub(super) list: Statement,
     pub(super) reserve: Statement,
     pub(super) give_back: Statement,
+    pub(super) lock_one: Statement,
+    pub(super) advance: Statement,
+    pub(super) audit_subjects: Statement,
+    pub(super) audit_entries: Statement,
+    pub(super) audit_prune: Statement,
 }
 
 /// The worker-lease statements, prepared on one connection (on first use).
@@ -102,6 +107,7 @@ pub(super) struct LeaseStatements {
     pub(super) release: Statement,
     pub(super) slot: Statement,
     pub(super) group: Statement,
+    pub(super) audit: Statement,
 }
 
 /// One open connection: the client, its statements once prepared, and the task driving the
@@ -150,15 +156,36 @@ impl PgConn {
                 c.prepare(&sql.list),
                 c.prepare(&sql.reserve),
                 c.prepare(&sql.give_back),
+                c.prepare(&sql.lock_one),
+                c.prepare(&sql.advance),
+                c.prepare(&sql.audit_subjects),
+                c.prepare(&sql.audit_entries),
+                c.prepare(&sql.audit_prune),
             );
             match prepared {
-                Ok((insert, select_one, list, reserve, give_back)) => {
+                Ok((
+                    insert,
+                    select_one,
+                    list,
+                    reserve,
+                    give_back,
+                    lock_one,
+                    advance,
+                    audit_subjects,
+                    audit_entries,
+                    audit_prune,
+                )) => {
                     self.statements = Some(Statements {
                         insert,
                         select_one,
                         list,
                         reserve,
                         give_back,
+                        lock_one,
+                        advance,
+                        audit_subjects,
+                        audit_entries,
+                        audit_prune,
                     });
                 }
                 Err(e) => return Err(self.fail(&e)),
@@ -193,6 +220,7 @@ impl PgConn {
                 c.prepare(&sql.release),
                 c.prepare(&sql.slot),
                 c.prepare(&sql.group),
+                c.prepare(&sql.audit),
             );
             match prepared {
                 Ok((
@@ -205,6 +233,7 @@ impl PgConn {
                     release,
                     slot,
                     group,
+                    audit,
                 )) => {
                     self.lease_statements = Some(LeaseStatements {
                         insert_group,
@@ -216,6 +245,7 @@ impl PgConn {
                         release,
                         slot,
                         group,
+                        audit,
                     });
                 }
                 Err(e) => return Err(self.fail(&e)),

@@ -7,8 +7,8 @@
 //!   `clock_timestamp() + TTL` and compared with `clock_timestamp()`, both inside the statement;
 //!   the time left comes back in microseconds. The node's clock is never sent.
 //! - **one transaction per acquisition**: insert the group's row if absent, lock it (`FOR
-//!   UPDATE`), lock and read the group's slots, [`plan_acquire`], write the slot and the
-//!   group's `last_token`, commit. Acquisitions of one group therefore queue on the group row,
+//!   UPDATE`), lock and read the group's slots, [`plan_acquire`], write the slot, the
+//!   group's `last_token` and the audit ledger's `leased` entry, commit. Acquisitions of one group therefore queue on the group row,
 //!   and a concurrent renewal or release of a slot waits for the slot's row lock and then finds
 //!   the new token (0 rows: [`LeaseError::Superseded`]).
 //! - **renew and release are one compare-and-swap `UPDATE`** on `(group, worker, token)`; a
@@ -154,6 +154,13 @@ async fn acquire_on(
     tx.execute(&st.update_group, &[&group, &grant.group.layout, &token])
         .await
         .map_err(pg)?;
+    // The ledger entry, under the group's row lock: entries of a group follow its grants.
+    tx.execute(
+        &st.audit,
+        &[&group, &worker, &token, &crate::audit::holder()],
+    )
+    .await
+    .map_err(pg)?;
     tx.commit().await.map_err(pg)?;
     Ok(Ok(WorkerLease {
         group: request.group.clone(),

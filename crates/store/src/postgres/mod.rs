@@ -21,6 +21,30 @@
 //! ([`SequenceSpec::new`], `first <= watermark <= max + 1`, a valid [`NamespaceName`]); a row that
 //! fails is [`StoreError::Corrupt`], never a panic.
 //!
+//! ## The audit ledger
+//!
+//! A third table, `<table>_audit` (or, when that passes 63 bytes, `<the table's first 40
+//! bytes>_<16 hex digits of a hash of its name>_audit`, so every table has one), created with
+//! the others and printed by [`schema_sql`], holds the [`AuditLog`]: one row per grant,
+//! `(seq bigserial, subject, at_unix_ms, event, a, b, holder)`, keyed by `(subject, seq)`;
+//! `a` and `b` are `numeric(20,0)` like the watermark (a retirement reaches 2^63). Every entry is
+//! written by the statement or transaction of the change it records, never alone:
+//!
+//! - `reserve` and `give_back`: the `UPDATE` becomes a `WITH u AS (UPDATE … RETURNING …) , l AS
+//!   (INSERT INTO <audit> … SELECT … FROM u) SELECT … FROM u`: one statement, one round trip as
+//!   before, and an entry exactly when the row changed (a refused give-back writes none);
+//! - a worker-lease acquisition: one more `INSERT` in its transaction, after the group's row
+//!   is locked;
+//! - [`Authority::advance`]: a transaction (row locked `FOR UPDATE`, the move checked by the
+//!   shared arithmetic, then the `UPDATE` and its entry in one statement, `COMMIT`); a move to
+//!   or below the watermark writes nothing.
+//!
+//! `seq` is drawn from the table's sequence by the `INSERT`, after the change locked its row, so
+//! within a subject it follows the order of the writes; `at_unix_ms` is the server's
+//! `clock_timestamp()`; the holder is [`crate::audit::holder`]. Reads (`subjects`, `entries`,
+//! paged by `seq`) change nothing and validate every row (an unknown event, a bad number or
+//! name is [`StoreError::Corrupt`]); `prune` is one `DELETE … WHERE at_unix_ms < $1`.
+//!
 //! ## Worker leases
 //!
 //! The authority stores snowflake worker leases too ([`WorkerLeases`], see `leases`): two more
@@ -33,7 +57,7 @@
 //!
 //! ## The statements, and what a compatible server must support
 //!
-//! - `reserve` is **one** autocommitted statement,
+//! - `reserve` is **one** autocommitted statement (with its ledger entry in a `WITH`, see below),
 //!   `UPDATE … SET block_start = <start>, watermark = <end> WHERE name = $1 AND <start> <= <max>
 //!   RETURNING …`, where `<start>` (the watermark aligned up to the residue class), the cut at the
 //!   width's maximum and `<end>` are computed from the row's current values inside the statement,
@@ -46,6 +70,7 @@
 //! - `give_back` reads the row (`SELECT`), validates the tail as every backend does, then makes
 //!   one compare-and-swap `UPDATE … SET watermark = <tail start> WHERE name = $1 AND watermark =
 //!   <tail end>`.
+//! - Both carry their ledger entry in the same statement (see "The audit ledger" below).
 //! - `ensure_namespace` is `INSERT … ON CONFLICT (name) DO NOTHING RETURNING …`, then a `SELECT`
 //!   when the row was already there (creation happens once even under concurrent callers).
 //! - `state` and `list` are plain `SELECT`s (`list` orders by `name COLLATE "C"`, byte order).
@@ -65,7 +90,8 @@
 //!
 //! ## Durability
 //!
-//! Every write is its own autocommitted transaction, and the call returns `Ok` only after the
+//! Every write is its own transaction (autocommitted, or `advance`'s and a lease acquisition's
+//! explicit one), and the call returns `Ok` only after the
 //! server reported the commit. With `synchronous_commit` on (forced per session, see above) and
 //! `fsync` on (the server's default; idmint cannot check it), the commit is flushed to the WAL
 //! before the server answers; with synchronous replication it also reached the standbys the
@@ -97,8 +123,9 @@
 //!
 //! ## What it does not do
 //!
-//! TLS (use a local socket, a tunnel or a sidecar), migrations of the table (the layout is
-//! version 1; a change will come with its own), retries of writes,
+//! TLS (use a local socket, a tunnel or a sidecar), migrations of the tables (the layout is
+//! version 1; the ledger is a new table, created if absent at connect, so an existing
+//! deployment gains it in place), retries of writes,
 //! failover between servers (list several hosts in the URL and tokio-postgres tries them in
 //! order at connect; consistency across a failover is the replication setup's business: use
 //! synchronous replication). [`instagram_sql`] prints Instagram's PL/pgSQL id function for
@@ -111,6 +138,7 @@ mod sql;
 pub use crate::config::PostgresConfig;
 pub use sql::{instagram_sql, schema_sql, InstagramSqlError};
 
+use crate::audit::{self, Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 use crate::lease::WorkerLeases;
 use crate::ops::{self, GIVE_BACK_RACE_ATTEMPTS};
 use crate::pool::{Pool, PoolLimits};
@@ -118,7 +146,10 @@ use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use conn::{chain, describe_server, PgConnector, Statements};
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
-use sql::{schema_sql_quoted, validate_table, LeaseTables, StatementsSql};
+use sql::{
+    audit_ddl, audit_table_name, quote_ident, schema_sql_quoted, validate_table, LeaseTables,
+    StatementsSql,
+};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -179,7 +210,9 @@ impl PostgresAuthority {
         // Without room for the lease tables' names the authority still serves sequences; its
         // lease operations say why they cannot run.
         let lease_tables = LeaseTables::for_table(&config.table);
+        let audit_table = quote_ident(&audit_table_name(&config.table));
         let mut ddl = schema_sql_quoted(&table);
+        ddl.push_str(&audit_ddl(&audit_table));
         if let Ok(tables) = &lease_tables {
             ddl.push_str(&tables.ddl());
         }
@@ -188,6 +221,7 @@ impl PostgresAuthority {
             tls,
             sql: Arc::new(StatementsSql::new(
                 &table,
+                &audit_table,
                 lease_tables.as_ref().map_err(Clone::clone),
             )),
         };
@@ -222,18 +256,6 @@ impl PostgresAuthority {
             .await
     }
 
-    /// A compare-and-swap `UPDATE`: run once, never retried; the number of rows it changed.
-    async fn write_count(
-        &self,
-        what: &str,
-        pick: fn(&Statements) -> &Statement,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<u64, StoreError> {
-        self.pool
-            .on_conn(what, async |c| c.execute(pick, params).await)
-            .await
-    }
-
     /// A read-only query (`state`, `list`): run again on a new connection after a connection
     /// failure (see [`crate::pool`]). Reads change nothing, so running one twice is harmless.
     async fn read(
@@ -263,6 +285,23 @@ impl Authority for PostgresAuthority {
 
     fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
         Some(self)
+    }
+
+    fn audit_log(&self) -> Option<&dyn AuditLog> {
+        Some(self)
+    }
+
+    /// One transaction: the row locked (`FOR UPDATE`), the move checked by [`ops::advance`],
+    /// then the `UPDATE` and its ledger entry in one statement, commit.
+    async fn advance(
+        &self,
+        name: &NamespaceName,
+        to: u64,
+        why: Advance,
+    ) -> Result<Advanced, StoreError> {
+        self.pool
+            .on_conn("advance", async |c| advance_on(c, name, to, why).await)
+            .await
     }
 
     async fn ensure_namespace(
@@ -305,7 +344,11 @@ impl Authority for PostgresAuthority {
         for _ in 0..GIVE_BACK_RACE_ATTEMPTS {
             // The one statement that reserves. Not retried after an error: see the module docs.
             let rows = self
-                .write("reserve", |s| &s.reserve, &[&name.as_str(), &count_param])
+                .write(
+                    "reserve",
+                    |s| &s.reserve,
+                    &[&name.as_str(), &count_param, &audit::holder()],
+                )
                 .await?;
             if let Some(row) = rows.first() {
                 return decode_reservation(row, name, count);
@@ -352,12 +395,13 @@ impl Authority for PostgresAuthority {
             }
             // The compare-and-swap. Not retried after an error: see the module docs.
             let updated = self
-                .write_count(
+                .write(
                     "give_back",
                     |s| &s.give_back,
-                    &[&name.as_str(), &start, &end],
+                    &[&name.as_str(), &start, &end, &audit::holder()],
                 )
-                .await?;
+                .await?
+                .len();
             match updated {
                 1 => return Ok(GiveBack::Returned),
                 // A reservation won the race: the next read reports its watermark.
@@ -373,6 +417,172 @@ impl Authority for PostgresAuthority {
             "give_back on {name}: the watermark kept changing under {GIVE_BACK_RACE_ATTEMPTS} attempts"
         )))
     }
+}
+
+/// [`Authority::advance`] on one connection (see there). Every early return drops the
+/// transaction, which rolls it back before the connection runs anything else.
+async fn advance_on(
+    c: &mut conn::PgConn,
+    name: &NamespaceName,
+    to: u64,
+    why: Advance,
+) -> Result<Advanced, StoreError> {
+    let st = c.prepare().await?;
+    let (lock, write) = (st.lock_one.clone(), st.advance.clone());
+    let pg = |e: tokio_postgres::Error| conn::pg_error(&e);
+    let tx = c.transaction().await?;
+    let rows = tx.query(&lock, &[&name.as_str()]).await.map_err(pg)?;
+    let Some(row) = rows.first() else {
+        return Err(StoreError::UnknownNamespace { name: name.clone() });
+    };
+    let state = decode_state(row)?;
+    let from = state.watermark;
+    let Some(target) = ops::advance(&state, to)? else {
+        // Already there: nothing to write, nothing to record.
+        tx.commit().await.map_err(pg)?;
+        return Ok(Advanced { from, state });
+    };
+    let event = ops::advance_event(why, from, target);
+    let rows = tx
+        .query(
+            &write,
+            &[
+                &name.as_str(),
+                &target.to_string(),
+                &event.name(),
+                &from.to_string(),
+                &audit::holder(),
+            ],
+        )
+        .await
+        .map_err(pg)?;
+    let after = match rows.first() {
+        Some(row) => decode_state(row)?,
+        None => {
+            return Err(corrupt(format!(
+                "advance on {name}: the row locked a moment ago was not updated"
+            )))
+        }
+    };
+    if after.watermark != target || after.name != *name {
+        return Err(corrupt(format!(
+            "advance on {name} to {target} wrote {after:?}"
+        )));
+    }
+    tx.commit().await.map_err(pg)?;
+    Ok(Advanced { from, state: after })
+}
+
+#[async_trait]
+impl AuditLog for PostgresAuthority {
+    async fn subjects(&self) -> Result<Vec<NamespaceName>, StoreError> {
+        let rows = self
+            .read("audit_subjects", |s| &s.audit_subjects, &[])
+            .await?;
+        let mut subjects = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let raw: &str = row
+                .try_get(0)
+                .map_err(|e| corrupt(format!("unreadable ledger subject: {}", chain(&e))))?;
+            subjects.push(NamespaceName::new(raw).map_err(|e| {
+                corrupt(format!("ledger subject {raw:?} is not a valid name: {e}"))
+            })?);
+        }
+        // Byte order, whatever the server's collation.
+        subjects.sort();
+        subjects.dedup();
+        Ok(subjects)
+    }
+
+    async fn entries(
+        &self,
+        subject: &NamespaceName,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        // `seq` is a positive bigint: nothing lies above 2^63 - 1.
+        let after = match after.map(i64::try_from) {
+            None => 0,
+            Some(Ok(after)) => after,
+            Some(Err(_)) => return Ok(Vec::new()),
+        };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .read(
+                "audit_entries",
+                |s| &s.audit_entries,
+                &[&subject.as_str(), &after, &limit],
+            )
+            .await?;
+        let mut entries: Vec<AuditEntry> = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let entry = decode_entry(row, subject)?;
+            if entries.last().is_some_and(|last| last.seq >= entry.seq) {
+                return Err(corrupt(format!(
+                    "the ledger of {subject} came back out of order at entry {}",
+                    entry.seq
+                )));
+            }
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+
+    async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError> {
+        let before = i64::try_from(before_unix_ms).unwrap_or(i64::MAX);
+        self.pool
+            .on_conn("audit_prune", async |c| {
+                c.execute(|s| &s.audit_prune, &[&before]).await
+            })
+            .await
+    }
+}
+
+/// A ledger row (`seq, at_unix_ms, subject, event, a::text, b::text, holder`) of `subject`,
+/// validated: a row this version did not write is `Corrupt`, never a panic.
+fn decode_entry(row: &Row, subject: &NamespaceName) -> Result<AuditEntry, StoreError> {
+    let bad = |what: String| corrupt(format!("ledger of {subject}: {what}"));
+    let seq: i64 = row
+        .try_get(0)
+        .map_err(|e| bad(format!("unreadable seq: {}", chain(&e))))?;
+    let seq = u64::try_from(seq).map_err(|_| bad(format!("seq {seq} is negative")))?;
+    let bad = |what: String| corrupt(format!("ledger of {subject}, entry {seq}: {what}"));
+    let at: i64 = row
+        .try_get(1)
+        .map_err(|e| bad(format!("unreadable time: {}", chain(&e))))?;
+    let at_unix_ms = u64::try_from(at).map_err(|_| bad(format!("time {at} is negative")))?;
+    let stored: &str = row
+        .try_get(2)
+        .map_err(|e| bad(format!("unreadable subject: {}", chain(&e))))?;
+    if stored != subject.as_str() {
+        return Err(bad(format!("the row is of subject {stored:?}")));
+    }
+    let text = |i: usize, what: &str| -> Result<&str, StoreError> {
+        row.try_get(i)
+            .map_err(|e| bad(format!("unreadable {what}: {}", chain(&e))))
+    };
+    let number = |i: usize, what: &str| -> Result<u64, StoreError> {
+        let raw = text(i, what)?;
+        raw.parse::<u64>().map_err(|_| {
+            bad(format!(
+                "{what} {raw:?} is not an integer from 0 to 2^64 - 1"
+            ))
+        })
+    };
+    let name = text(3, "event")?;
+    let (a, b) = (number(4, "first number")?, number(5, "second number")?);
+    let event =
+        AuditEvent::from_parts(name, a, b).ok_or_else(|| bad(format!("unknown event {name:?}")))?;
+    Ok(AuditEntry {
+        seq,
+        at_unix_ms,
+        subject: subject.clone(),
+        event,
+        holder: text(6, "holder")?.to_string(),
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

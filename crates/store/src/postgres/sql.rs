@@ -43,6 +43,7 @@ pub(super) fn validate_table(table: &str) -> Result<String, StoreError> {
 /// (`CREATE TABLE IF NOT EXISTS`).
 pub fn schema_sql(table: &str) -> String {
     let mut ddl = schema_sql_quoted(&quote_ident(table));
+    ddl.push_str(&audit_ddl(&quote_ident(&audit_table_name(table))));
     match LeaseTables::for_table(table) {
         Ok(tables) => ddl.push_str(&tables.ddl()),
         Err(e) => ddl.push_str(&format!("-- no worker-lease tables: {e}\n")),
@@ -137,10 +138,13 @@ pub(super) struct LeaseSql {
     /// The group's record and its slots: `layout, last_token` then [`SLOT_COLUMNS`] (`NULL`s
     /// for a group without slots), ordered by worker id.
     pub(super) group: String,
+    /// The ledger entry of an acquisition, in its transaction: `$1` the group, `$2` the worker
+    /// id, `$3` the token, `$4` the holder ([`crate::audit::holder`]).
+    pub(super) audit: String,
 }
 
 impl LeaseSql {
-    pub(super) fn new(tables: &LeaseTables) -> Self {
+    pub(super) fn new(tables: &LeaseTables, audit: &str) -> Self {
         let LeaseTables { groups, leases } = tables;
         let expiry = "clock_timestamp() + $6::bigint * interval '1 microsecond'";
         LeaseSql {
@@ -187,6 +191,10 @@ impl LeaseSql {
                  CROSS JOIN {NOW} LEFT JOIN {leases} l ON l.grp = g.grp \
                  WHERE g.grp = $1::text ORDER BY l.worker"
             ),
+            audit: format!(
+                "INSERT INTO {audit} (subject, at_unix_ms, event, a, b, holder) \
+                 VALUES ($1::text, {NOW_MS}, 'leased', $2::bigint, $3::bigint, $4::text)"
+            ),
         }
     }
 }
@@ -209,6 +217,58 @@ pub(super) fn schema_sql_quoted(table: &str) -> String {
     )
 }
 
+/// The ledger table of the namespace table `table` (as written, unquoted): `<table>_audit`,
+/// or, when that passes PostgreSQL's 63 bytes, `<the table's first 40 bytes at most>_<16 hex
+/// digits of a stable hash of the whole name>_audit`, so every table name has a ledger of its
+/// own (the ledger is written with every grant: an authority cannot run without one).
+pub(super) fn audit_table_name(table: &str) -> String {
+    let plain = format!("{table}_audit");
+    if plain.len() <= MAX_IDENTIFIER_BYTES {
+        return plain;
+    }
+    let mut cut = 40;
+    while !table.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}_{:016x}_audit", &table[..cut], fnv1a64(table.as_bytes()))
+}
+
+/// FNV-1a, 64 bits: stable across Rust versions and platforms (a table name must not change).
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// The DDL of the audit ledger `audit` (quoted). `seq` comes from the table's sequence, drawn
+/// when the entry is inserted, which every write does after it locked the row it changes, so
+/// within one subject `seq` follows the order of the writes. Ranges and numbers are
+/// `numeric(20,0)` like the watermark (2^63 does not fit a `bigint`). The event's name is not
+/// constrained here: readers check it (an unknown one is `Corrupt`), and a later version may
+/// add events without a migration.
+pub(super) fn audit_ddl(audit: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {audit} (
+    seq        bigserial NOT NULL,
+    subject    text NOT NULL,
+    at_unix_ms bigint NOT NULL CHECK (at_unix_ms >= 0),
+    event      text NOT NULL,
+    a          numeric(20,0) NOT NULL CHECK (a >= 0),
+    b          numeric(20,0) NOT NULL CHECK (b >= 0),
+    holder     text NOT NULL,
+    PRIMARY KEY (subject, seq)
+);
+"
+    )
+}
+
+/// The server's clock as ms since the Unix epoch (`clock_timestamp()`: when the statement
+/// runs).
+const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
 const MAX_32: u64 = Width::Bits32.max_id();
 const MAX_64: u64 = Width::Bits64.max_id();
 const CEILING_32: u64 = MAX_32 + 1;
@@ -218,14 +278,32 @@ const CEILING_64: u64 = MAX_64 + 1;
 pub(super) const STATE_COLUMNS: &str =
     "name, width, first_id::text, step::text, id_offset::text, watermark::text";
 
+/// The columns of a state as the table holds them, for a `RETURNING` whose rows a `WITH`
+/// query reads ([`STATE_COLUMNS`] then formats them).
+const RAW_COLUMNS: &str = "name, width, first_id, step, id_offset, watermark";
+
 /// The statements' text for one table.
 #[derive(Debug)]
 pub(super) struct StatementsSql {
     pub(super) insert: String,
     pub(super) select_one: String,
     pub(super) list: String,
+    /// The reservation and its ledger entry, one statement: `$1` name, `$2` count, `$3` holder.
     pub(super) reserve: String,
+    /// The compare-and-swap of a give-back and its ledger entry, one statement: `$1` name,
+    /// `$2` the tail's start, `$3` its end, `$4` holder; a row if it matched.
     pub(super) give_back: String,
+    /// The row, locked (`advance`'s first statement).
+    pub(super) lock_one: String,
+    /// `advance`'s move and its ledger entry: `$1` name, `$2` the new watermark, `$3` the
+    /// event, `$4` the old watermark, `$5` holder.
+    pub(super) advance: String,
+    /// Every subject of the ledger.
+    pub(super) audit_subjects: String,
+    /// A page of a subject's entries: `$1` subject, `$2` after (exclusive), `$3` limit.
+    pub(super) audit_entries: String,
+    /// Removes entries older than `$1` ms.
+    pub(super) audit_prune: String,
     /// The worker-lease statements, or why there are none (the table name is too long).
     pub(super) leases: Result<LeaseSql, String>,
 }
@@ -233,7 +311,7 @@ pub(super) struct StatementsSql {
 impl StatementsSql {
     /// The statements of the namespace table `table` (quoted) and of the lease tables
     /// `leases`.
-    pub(super) fn new(table: &str, leases: Result<&LeaseTables, String>) -> Self {
+    pub(super) fn new(table: &str, audit: &str, leases: Result<&LeaseTables, String>) -> Self {
         // The reservation arithmetic of `SequenceSpec::reserve`, in numeric, on the row's
         // current values (an UPDATE's SET sees the row version it locked):
         //   x     = max(watermark, first)
@@ -245,6 +323,8 @@ impl StatementsSql {
         let start = format!("({x} + mod(id_offset + step - mod({x}, step), step))");
         let max = format!("(CASE width WHEN 32 THEN {MAX_32}::numeric ELSE {MAX_64}::numeric END)");
         let n = format!("LEAST($2::text::numeric, div({max} - {start}, step) + 1)");
+        let insert_entry =
+            format!("INSERT INTO {audit} (subject, at_unix_ms, event, a, b, holder)");
         StatementsSql {
             insert: format!(
                 "INSERT INTO {table} (name, width, first_id, step, id_offset, watermark) \
@@ -255,16 +335,38 @@ impl StatementsSql {
             select_one: format!("SELECT {STATE_COLUMNS} FROM {table} WHERE name = $1::text"),
             list: format!("SELECT {STATE_COLUMNS} FROM {table} ORDER BY name COLLATE \"C\""),
             reserve: format!(
-                "UPDATE {table} SET block_start = {start}, \
+                "WITH u AS (UPDATE {table} SET block_start = {start}, \
                  watermark = {start} + ({n} - 1) * step + 1 \
                  WHERE name = $1::text AND {start} <= {max} \
-                 RETURNING {STATE_COLUMNS}, block_start::text"
+                 RETURNING {RAW_COLUMNS}, block_start), \
+                 l AS ({insert_entry} SELECT name, {NOW_MS}, 'granted', block_start, watermark, \
+                 $3::text FROM u) \
+                 SELECT {STATE_COLUMNS}, block_start::text FROM u"
             ),
             give_back: format!(
-                "UPDATE {table} SET watermark = $2::text::numeric, block_start = NULL \
-                 WHERE name = $1::text AND watermark = $3::text::numeric"
+                "WITH u AS (UPDATE {table} SET watermark = $2::text::numeric, block_start = NULL \
+                 WHERE name = $1::text AND watermark = $3::text::numeric RETURNING name), \
+                 l AS ({insert_entry} SELECT name, {NOW_MS}, 'given_back', $2::text::numeric, \
+                 $3::text::numeric, $4::text FROM u) \
+                 SELECT name FROM u"
             ),
-            leases: leases.map(LeaseSql::new),
+            lock_one: format!(
+                "SELECT {STATE_COLUMNS} FROM {table} WHERE name = $1::text FOR UPDATE"
+            ),
+            advance: format!(
+                "WITH u AS (UPDATE {table} SET watermark = $2::text::numeric, block_start = NULL \
+                 WHERE name = $1::text RETURNING {RAW_COLUMNS}), \
+                 l AS ({insert_entry} SELECT name, {NOW_MS}, $3::text, $4::text::numeric, \
+                 watermark, $5::text FROM u) \
+                 SELECT {STATE_COLUMNS} FROM u"
+            ),
+            audit_subjects: format!("SELECT DISTINCT subject FROM {audit}"),
+            audit_entries: format!(
+                "SELECT seq, at_unix_ms, subject, event, a::text, b::text, holder FROM {audit} \
+                 WHERE subject = $1::text AND seq > $2::bigint ORDER BY seq LIMIT $3::bigint"
+            ),
+            audit_prune: format!("DELETE FROM {audit} WHERE at_unix_ms < $1::bigint"),
+            leases: leases.map(|tables| LeaseSql::new(tables, audit)),
         }
     }
 }
@@ -463,10 +565,29 @@ mod tests {
     fn the_reserve_statement_is_one_update() {
         let sql = StatementsSql::new(
             "\"t\"",
+            "\"t_audit\"",
             LeaseTables::for_table("t").as_ref().map_err(Clone::clone),
         );
-        assert!(sql.reserve.starts_with("UPDATE \"t\" SET"));
+        assert!(sql.reserve.starts_with("WITH u AS (UPDATE \"t\" SET"));
+        assert!(sql.reserve.contains("INSERT INTO \"t_audit\""));
         assert_eq!(sql.reserve.matches(';').count(), 0);
         assert!(sql.give_back.contains("AND watermark = $3::text::numeric"));
+        assert!(sql.give_back.contains("'given_back'"));
+    }
+
+    #[test]
+    fn every_table_has_a_ledger_name_that_fits() {
+        assert_eq!(
+            audit_table_name("idmint_namespaces"),
+            "idmint_namespaces_audit"
+        );
+        let long = "t".repeat(60);
+        let name = audit_table_name(&long);
+        assert!(name.len() <= MAX_IDENTIFIER_BYTES, "{name}");
+        assert!(name.ends_with("_audit"));
+        assert_ne!(name, audit_table_name(&"t".repeat(61)));
+        let wide = "é".repeat(31);
+        assert!(audit_table_name(&wide).len() <= MAX_IDENTIFIER_BYTES);
+        assert!(schema_sql("x").contains("CREATE TABLE IF NOT EXISTS \"x_audit\""));
     }
 }

@@ -1,0 +1,192 @@
+//! The audit ledger of both MySQL authorities ([`AuditLog`](crate::AuditLog) for
+//! [`MysqlAuthority`](super::MysqlAuthority) and
+//! [`MysqlTicketAuthority`](super::MysqlTicketAuthority)): the InnoDB table
+//! `<table>_audit` (`sql::AuditTable`), created at connect when absent, and the one-round-trip
+//! transactions that write an entry with the change it records.
+//!
+//! Invariants:
+//! - **same transaction**: every entry is inserted by the transaction that makes the change it
+//!   records (`START TRANSACTION; <change>; <entry>; COMMIT`, sent as one multi-statement
+//!   request: one round trip, as the change alone took), and only if the change happened (the
+//!   entry's `INSERT … SELECT` is conditioned on the change's `ROW_COUNT()`);
+//! - **ordered per subject**: the entry is inserted after the change locked its row (the
+//!   namespace's row, the ticket row, the lease group's row) and that lock is held to the
+//!   commit, so the `AUTO_INCREMENT` `seq` of one subject follows the order of its writes;
+//! - **no open transaction is handed back**: after a failed request the connection is rolled
+//!   back before it returns to the pool (a failure that cut the connection leaves nothing
+//!   open: the server rolls back a closed session);
+//! - **reads change nothing and are validated**: a row this version did not write is
+//!   [`StoreError::Corrupt`].
+
+use super::conn::{Client, Session};
+use super::sql::AuditTable;
+use super::{col, driver_error, execute, query};
+use crate::audit::{AuditEntry, AuditEvent};
+use crate::StoreError;
+use idmint_core::NamespaceName;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Row};
+
+/// Creates the ledger table if `information_schema` does not list it (a user without the
+/// `CREATE` privilege can use a table made for it).
+pub(super) async fn ensure_table(conn: &mut Conn, t: &AuditTable) -> Result<(), StoreError> {
+    let sql = format!(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
+         AND TABLE_NAME = '{}'",
+        t.name
+    );
+    let rows = query(conn, &sql).await?;
+    match rows.first().map(|row| col::<u64>(row, 0, "COUNT(*)")) {
+        Some(Ok(n)) if n > 0 => Ok(()),
+        _ => execute(conn, &t.ddl()).await.map(drop),
+    }
+}
+
+/// `INSERT INTO <ledger> (…) SELECT`: the head of every entry's statement, which then selects
+/// `subject, at_unix_ms, event, a, b, holder`.
+pub(super) fn insert_select(t: &AuditTable) -> String {
+    format!(
+        "INSERT INTO {} (subject, at_unix_ms, event, a, b, holder) SELECT",
+        t.quoted
+    )
+}
+
+/// Runs a multi-statement request and returns the rows of every result set, in order. On an
+/// error the session is rolled back (best effort) before the error is returned, so no
+/// transaction the request opened stays open on a connection that goes back to the pool.
+pub(super) async fn batch(conn: &mut Conn, sql: &str) -> Result<Vec<Row>, mysql_async::Error> {
+    let out = async {
+        let mut result = conn.query_iter(sql).await?;
+        let mut rows = Vec::new();
+        loop {
+            rows.extend(result.collect::<Row>().await?);
+            if result.is_empty() {
+                break;
+            }
+        }
+        // The driver keeps the error of a later statement as the pending result and reports
+        // the request as finished: reading on is what returns it.
+        result.drop_result().await?;
+        Ok(rows)
+    }
+    .await;
+    if out.is_err() {
+        // A connection that failed fails this too; the pool then drops it, and the server
+        // rolls the closed session back.
+        let _ = conn.query_drop("ROLLBACK").await;
+    }
+    out
+}
+
+/// One ledger row (`seq, at_unix_ms, subject, event, a, b, holder`) of `subject`, validated.
+fn decode_entry(row: &Row, subject: &NamespaceName) -> Result<AuditEntry, StoreError> {
+    let seq: u64 = col(row, 0, "audit.seq")?;
+    let bad = |what: String| StoreError::Corrupt {
+        message: format!("ledger of {subject}, entry {seq}: {what}"),
+    };
+    let at_unix_ms: u64 = col(row, 1, "audit.at_unix_ms")?;
+    let stored: String = col(row, 2, "audit.subject")?;
+    if stored != subject.as_str() {
+        return Err(bad(format!("the row is of subject {stored:?}")));
+    }
+    let name: String = col(row, 3, "audit.event")?;
+    let a: u64 = col(row, 4, "audit.a")?;
+    let b: u64 = col(row, 5, "audit.b")?;
+    let event = AuditEvent::from_parts(&name, a, b)
+        .ok_or_else(|| bad(format!("unknown event {name:?}")))?;
+    Ok(AuditEntry {
+        seq,
+        at_unix_ms,
+        subject: subject.clone(),
+        event,
+        holder: col(row, 6, "audit.holder")?,
+    })
+}
+
+/// [`AuditLog::subjects`] of the ledger `t`.
+pub(super) async fn subjects(
+    client: &Client,
+    t: &AuditTable,
+) -> Result<Vec<NamespaceName>, StoreError> {
+    let sql = format!("SELECT DISTINCT subject FROM {}", t.quoted);
+    let sql = &sql;
+    let mut subjects = client
+        .read_on_conn("audit_subjects", async |s: &mut Session| {
+            let mut out = Vec::new();
+            for row in query(&mut s.conn, sql).await? {
+                let raw: String = col(&row, 0, "audit.subject")?;
+                out.push(NamespaceName::new(&raw).map_err(|e| StoreError::Corrupt {
+                    message: format!("ledger subject {raw:?} is not a valid name: {e}"),
+                })?);
+            }
+            Ok(out)
+        })
+        .await?;
+    subjects.sort();
+    subjects.dedup();
+    Ok(subjects)
+}
+
+/// [`AuditLog::entries`] of the ledger `t`.
+pub(super) async fn entries(
+    client: &Client,
+    t: &AuditTable,
+    subject: &NamespaceName,
+    after: Option<u64>,
+    limit: usize,
+) -> Result<Vec<AuditEntry>, StoreError> {
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT seq, at_unix_ms, subject, event, a, b, holder FROM {} \
+         WHERE subject = ? AND seq > ? ORDER BY seq LIMIT ?",
+        t.quoted
+    );
+    let params = (
+        subject.as_str().to_owned(),
+        after.unwrap_or(0),
+        u64::try_from(limit).unwrap_or(u64::MAX),
+    );
+    let (sql, params) = (&sql, &params);
+    let rows: Vec<Row> = client
+        .read_on_conn("audit_entries", async |s: &mut Session| {
+            s.conn
+                .exec(sql.as_str(), params.clone())
+                .await
+                .map_err(|e| driver_error("reading the audit ledger", e))
+        })
+        .await?;
+    let mut entries: Vec<AuditEntry> = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let entry = decode_entry(row, subject)?;
+        if entries.last().is_some_and(|last| last.seq >= entry.seq) {
+            return Err(StoreError::Corrupt {
+                message: format!(
+                    "the ledger of {subject} came back out of order at entry {}",
+                    entry.seq
+                ),
+            });
+        }
+        entries.push(entry);
+    }
+    Ok(entries)
+}
+
+/// [`AuditLog::prune`] of the ledger `t`: one `DELETE` by the `by_time` index.
+pub(super) async fn prune(
+    client: &Client,
+    t: &AuditTable,
+    before_unix_ms: u64,
+) -> Result<u64, StoreError> {
+    let sql = format!(
+        "DELETE FROM {} WHERE at_unix_ms < {before_unix_ms}",
+        t.quoted
+    );
+    let sql = &sql;
+    client
+        .on_conn("audit_prune", async |s: &mut Session| {
+            execute(&mut s.conn, sql).await.map(|(n, _)| n)
+        })
+        .await
+}
