@@ -29,7 +29,9 @@
 //!   cleanly, or among what regional node 0 held when it was killed (its buffer, what it had
 //!   burned, and one refill in flight, read from its namespace detail just before the kill);
 //! - a clean stop of each tier hands its tail up (accepted when it is the tail of the tier
-//!   above's newest lease, burned and reported otherwise);
+//!   above's newest lease, burned and reported otherwise: with four clients closing at once,
+//!   whose close may race a refill, none may be the newest, so the amounts are printed and the
+//!   accounting below checks them; `crates/client/tests/client.rs` checks an exact hand-back);
 //! - the global store's audit ledger verifies (`idmint audit verify`), and every id a client
 //!   received lies in a block the ledger records as granted.
 //!
@@ -362,10 +364,7 @@ fn ride_out(backend: &str, global_authority: &str) {
     // Its tail goes back only if its lease is the global node's newest (regional node 0 may
     // have leased last); otherwise it is burned, and reported.
     let (regional_given_back, regional_burned) = stop_counts(&rest);
-    assert!(
-        client_given_back > 0,
-        "the clients' clean close gave nothing back"
-    );
+
     let global_state = sequence_state(global.addr);
     let global_burned_before_stop = number(&global_state["ids_burned"]);
     let (status, rest) = global.terminate();

@@ -8,6 +8,7 @@
 //! before connecting; with auth on, the right user reserves (also after its token expired),
 //! while no user and a wrong password are refused.
 
+#![cfg(feature = "etcd")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use idmint_core::{NamespaceName, SequenceSpec};

@@ -7,6 +7,7 @@
 //! name); `require` connects without a CA; `off` is refused by the server; `verify-full` with
 //! another CA is refused; impossible settings are refused before any connection.
 
+#![cfg(feature = "mysql")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use idmint_core::{NamespaceName, SequenceSpec};

@@ -9,6 +9,7 @@
 //! right (`verify-full` without `ca_file`, `ca_file` with `require` or `off`, a missing CA
 //! file) are refused before any connection, naming the key or the file.
 
+#![cfg(feature = "postgres")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use idmint_core::{NamespaceName, SequenceSpec};
