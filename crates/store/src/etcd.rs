@@ -133,6 +133,7 @@ use crate::lease::{
     check_current, plan_acquire, GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases,
     WorkerSlot,
 };
+use crate::audit::{self, Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 use crate::{ops, Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use etcd_client::{
@@ -180,6 +181,8 @@ pub struct EtcdAuthority {
     ns_prefix: String,
     /// `<prefix>leases/`.
     lease_prefix: String,
+    /// `<prefix>audit/`.
+    audit_prefix: String,
     slots: Mutex<HashMap<NamespaceName, Slot>>,
     /// Per lease group: serializes this authority's acquisitions in it.
     groups: Mutex<HashMap<NamespaceName, Arc<tokio::sync::Mutex<()>>>>,
@@ -201,8 +204,8 @@ impl fmt::Debug for EtcdAuthority {
 
 /// What an operation decided from a namespace's current state.
 enum Decision<T> {
-    /// Write this state (CAS), then answer `T`.
-    Write(NamespaceState, T),
+    /// Write this state (CAS) and its audit entry in the same `Txn`, then answer `T`.
+    Write(NamespaceState, AuditEvent, T),
     /// Write nothing, answer `T`.
     Keep(T),
 }
@@ -310,6 +313,7 @@ impl EtcdAuthority {
             lease: client.lease_client(),
             ns_prefix: format!("{}ns/", config.prefix),
             lease_prefix: format!("{}leases/", config.prefix),
+            audit_prefix: format!("{}audit/", config.prefix),
             config,
             slots: Mutex::new(HashMap::new()),
             groups: Mutex::new(HashMap::new()),
@@ -461,7 +465,7 @@ impl EtcdAuthority {
                 None => (self.read(name).await?.ok_or_else(unknown)?, true),
             };
             let decision = decide(&record.state);
-            let (new_state, answer) = match decision {
+            let (new_state, event, answer) = match decision {
                 // Only write decisions may rest on cached data (the CAS checks them); a
                 // refusal or an error is confirmed on a fresh read.
                 Ok(Decision::Keep(_)) | Err(_) if !fresh => continue,
@@ -473,15 +477,21 @@ impl EtcdAuthority {
                     *cache = Some(record);
                     return Ok(answer);
                 }
-                Ok(Decision::Write(new_state, answer)) => (new_state, answer),
+                Ok(Decision::Write(new_state, event, answer)) => (new_state, event, answer),
             };
+            // The entry's key is named after the revision the write is conditioned on: unique
+            // (each write of the key compares a newer one) and below the revision it creates.
+            let entry = self.audit_key(name, record.mod_revision);
             let txn = Txn::new()
                 .when([Compare::mod_revision(
                     key.clone(),
                     CompareOp::Equal,
                     record.mod_revision,
                 )])
-                .and_then([TxnOp::put(key.clone(), encode(&new_state), None)])
+                .and_then([
+                    TxnOp::put(key.clone(), encode(&new_state), None),
+                    TxnOp::put(entry, audit_value(&event), None),
+                ])
                 .or_else([TxnOp::get(key.clone(), None)]);
             let mut kv = self.kv.clone();
             let response = self
@@ -528,6 +538,37 @@ impl Authority for EtcdAuthority {
         Some(self)
     }
 
+    fn audit_log(&self) -> Option<&dyn AuditLog> {
+        Some(self)
+    }
+
+    async fn advance(
+        &self,
+        name: &NamespaceName,
+        to: u64,
+        why: Advance,
+    ) -> Result<Advanced, StoreError> {
+        self.update(name, |state| {
+            let from = state.watermark;
+            Ok(match ops::advance(state, to)? {
+                Some(watermark) => {
+                    let mut next = state.clone();
+                    next.watermark = watermark;
+                    Decision::Write(
+                        next.clone(),
+                        ops::advance_event(why, from, watermark),
+                        Advanced { from, state: next },
+                    )
+                }
+                None => Decision::Keep(Advanced {
+                    from,
+                    state: state.clone(),
+                }),
+            })
+        })
+        .await
+    }
+
     async fn ensure_namespace(
         &self,
         name: &NamespaceName,
@@ -570,6 +611,10 @@ impl Authority for EtcdAuthority {
             next.watermark = block.end();
             Ok(Decision::Write(
                 next,
+                AuditEvent::Granted {
+                    start: block.start(),
+                    end: block.end(),
+                },
                 Reservation {
                     block,
                     watermark: block.end(),
@@ -610,7 +655,14 @@ impl Authority for EtcdAuthority {
             Ok(watermark) => {
                 let mut next = state.clone();
                 next.watermark = watermark;
-                Ok(Decision::Write(next, GiveBack::Returned))
+                Ok(Decision::Write(
+                    next,
+                    AuditEvent::GivenBack {
+                        start: tail.start(),
+                        end: tail.end(),
+                    },
+                    GiveBack::Returned,
+                ))
             }
             Err(refused) => Ok(Decision::Keep(refused)),
         })
@@ -646,6 +698,8 @@ struct LiveRead {
 /// A lease group's keys as read by one range read.
 #[derive(Debug, Default)]
 struct GroupRead {
+    /// The revision of the store the read saw.
+    revision: i64,
     record: Option<(GroupRecord, i64)>,
     workers: BTreeMap<u64, (RecordRead, Option<LiveRead>)>,
 }
@@ -706,7 +760,10 @@ impl EtcdAuthority {
                 async move { kv.get(prefix, Some(GetOptions::new().with_prefix())).await }
             })
             .await?;
-        let mut read = GroupRead::default();
+        let mut read = GroupRead {
+            revision: response.header().map_or(0, |h| h.revision()),
+            ..GroupRead::default()
+        };
         let mut lives = BTreeMap::new();
         for kv in response.kvs() {
             let key = String::from_utf8_lossy(kv.key());
@@ -938,13 +995,31 @@ impl EtcdAuthority {
                 floor_unix_ms: grant.floor_unix_ms,
                 expires_in: None,
             };
+            // The entry is named after the revision the write rests on: the group key's (every
+            // acquisition writes it), or the read's for a new group; below the revision the
+            // transaction creates and above every earlier entry's of the group.
+            let group_rev = read.record.as_ref().map(|(_, rev)| *rev);
+            if group_rev.is_none() && read.revision <= 0 {
+                return Err(unavailable(format!(
+                    "lease group {group}: etcd answered a read without its revision"
+                ))
+                .into());
+            }
+            let entry = self.audit_key(group, group_rev.unwrap_or(read.revision));
+            let event = AuditEvent::Leased {
+                worker: grant.worker,
+                token: grant.token,
+            };
             let txn = Txn::new()
                 .when([
-                    unchanged(&group_key, read.record.as_ref().map(|(_, rev)| *rev)),
+                    unchanged(&group_key, group_rev),
                     unchanged(&worker_key, record_rev),
                     unchanged(&live_key, None),
+                    // Defence in depth: entry names are unique by construction.
+                    unchanged(&entry, None),
                 ])
                 .and_then([
+                    TxnOp::put(entry.clone(), audit_value(&event), None),
                     TxnOp::put(group_key, encode_group(&grant.group), None),
                     TxnOp::put(worker_key, encode_record(&slot), None),
                     TxnOp::put(
@@ -1154,6 +1229,210 @@ impl WorkerLeases for EtcdAuthority {
         }
         let slots = read.slots(&expiry);
         Ok(read.record.map(|(record, _)| (record, slots)))
+    }
+}
+
+/// How many audit keys one read of [`AuditLog::subjects`] or [`AuditLog::prune`] returns.
+const AUDIT_PAGE: i64 = 500;
+/// How many deletes one pruning `Txn` carries (etcd's `--max-txn-ops` is 128 by default).
+const PRUNE_BATCH: usize = 64;
+
+impl EtcdAuthority {
+    /// `<prefix>audit/<subject>/`.
+    fn audit_dir(&self, subject: &NamespaceName) -> String {
+        format!("{}{}/", self.audit_prefix, subject.as_str())
+    }
+
+    /// The key of the entry whose write is conditioned on revision `after_revision`.
+    fn audit_key(&self, subject: &NamespaceName, after_revision: i64) -> String {
+        format!("{}{:020}", self.audit_dir(subject), after_revision.max(0))
+    }
+
+    /// A range read of `[start, end)` of at most `limit` keys (linearizable), sorted by key.
+    async fn range(
+        &self,
+        what: &str,
+        start: String,
+        end: String,
+        limit: i64,
+        keys_only: bool,
+    ) -> Result<Vec<KeyValue>, StoreError> {
+        let mut options = GetOptions::new().with_range(end).with_limit(limit);
+        if keys_only {
+            options = options.with_keys_only();
+        }
+        let mut response = self
+            .call_idempotent(what, |mut kv| {
+                let (start, options) = (start.clone(), options.clone());
+                async move { kv.get(start, Some(options)).await }
+            })
+            .await?;
+        Ok(response.take_kvs())
+    }
+
+    /// The subject and the name (after its directory) of an audit key.
+    fn audit_parts<'k>(&self, key: &'k str) -> Result<(NamespaceName, &'k str), StoreError> {
+        let corrupt = || StoreError::Corrupt {
+            message: format!("etcd key {key:?} is not an audit entry"),
+        };
+        let (subject, entry) = key
+            .strip_prefix(&self.audit_prefix)
+            .and_then(|rest| rest.split_once('/'))
+            .ok_or_else(corrupt)?;
+        let subject = NamespaceName::new(subject).map_err(|_| corrupt())?;
+        Ok((subject, entry))
+    }
+
+    /// An audit key and value read back, validated: the name is 20 digits, a revision below
+    /// the key's create revision (its `seq`), and the value an [`audit::encode_record`] line.
+    fn audit_entry(&self, kv: &KeyValue) -> Result<AuditEntry, StoreError> {
+        let key = String::from_utf8_lossy(kv.key());
+        let (subject, name) = self.audit_parts(&key)?;
+        let corrupt = |what: String| StoreError::Corrupt {
+            message: format!("etcd audit entry {key:?}: {what}"),
+        };
+        let after = (name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| name.parse::<u64>().ok())
+            .flatten()
+            .ok_or_else(|| corrupt("its name is not a 20-digit revision".to_owned()))?;
+        let seq = u64::try_from(kv.create_revision())
+            .ok()
+            .filter(|&seq| seq > after)
+            .ok_or_else(|| {
+                corrupt(format!(
+                    "created at revision {}, not after the one it is named after",
+                    kv.create_revision()
+                ))
+            })?;
+        audit::decode_record(subject, seq, kv.value()).map_err(corrupt)
+    }
+}
+
+/// What an audit key holds: the entry in [`audit::encode_record`]'s form, stamped with this
+/// process's clock (etcd has none to offer).
+fn audit_value(event: &AuditEvent) -> String {
+    audit::encode_record(audit::now_unix_ms(), event, audit::holder())
+}
+
+/// The key just above every key that starts with `dir` (which ends in `/`): `dir` with the
+/// `/` turned into `0`.
+fn dir_end(dir: &str) -> String {
+    let mut end = dir.strip_suffix('/').unwrap_or(dir).to_owned();
+    end.push('0');
+    end
+}
+
+#[async_trait]
+impl AuditLog for EtcdAuthority {
+    async fn subjects(&self) -> Result<Vec<NamespaceName>, StoreError> {
+        let end = dir_end(&self.audit_prefix);
+        let mut start = self.audit_prefix.clone();
+        let mut subjects = std::collections::BTreeSet::new();
+        loop {
+            let page = self
+                .range("listing audit subjects", start, end.clone(), AUDIT_PAGE, true)
+                .await?;
+            let mut last = None;
+            for kv in &page {
+                let key = String::from_utf8_lossy(kv.key());
+                let (subject, _) = self.audit_parts(&key)?;
+                last = Some(subject.clone());
+                subjects.insert(subject);
+            }
+            match last {
+                // Skip the rest of the last subject's entries.
+                Some(subject) if page.len() as i64 >= AUDIT_PAGE => {
+                    start = dir_end(&self.audit_dir(&subject));
+                }
+                _ => return Ok(subjects.into_iter().collect()),
+            }
+        }
+    }
+
+    async fn entries(
+        &self,
+        subject: &NamespaceName,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // An entry's name is a revision below its seq and at or above its predecessor's seq,
+        // so the entries after `after` are exactly those named `after` or above.
+        let dir = self.audit_dir(subject);
+        let start = format!("{dir}{:020}", after.unwrap_or(0));
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let page = self
+            .range(
+                &format!("reading the audit ledger of {subject}"),
+                start,
+                dir_end(&dir),
+                limit,
+                false,
+            )
+            .await?;
+        let mut entries = Vec::with_capacity(page.len());
+        for kv in &page {
+            let entry = self.audit_entry(kv)?;
+            if &entry.subject != subject {
+                return Err(StoreError::Corrupt {
+                    message: format!(
+                        "etcd audit entry {:?} is not of {subject}",
+                        String::from_utf8_lossy(kv.key())
+                    ),
+                });
+            }
+            if after.is_none_or(|a| entry.seq > a) {
+                entries.push(entry);
+            }
+        }
+        // Key order is seq order by construction; sort anyway rather than depend on it.
+        entries.sort_by_key(|e| e.seq);
+        Ok(entries)
+    }
+
+    async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError> {
+        let end = dir_end(&self.audit_prefix);
+        let mut start = self.audit_prefix.clone();
+        let mut removed = 0u64;
+        loop {
+            let page = self
+                .range("reading the audit ledger", start, end.clone(), AUDIT_PAGE, false)
+                .await?;
+            let mut old = Vec::new();
+            for kv in &page {
+                if self.audit_entry(kv)?.at_unix_ms < before_unix_ms {
+                    old.push(kv.key().to_vec());
+                }
+            }
+            for batch in old.chunks(PRUNE_BATCH) {
+                let txn = Txn::new().and_then(
+                    batch
+                        .iter()
+                        .map(|key| TxnOp::delete(key.clone(), None))
+                        .collect::<Vec<_>>(),
+                );
+                let mut kv = self.kv.clone();
+                let response = self.call("pruning the audit ledger", kv.txn(txn)).await?;
+                for op in response.op_responses() {
+                    if let TxnOpResponse::Delete(deleted) = op {
+                        removed += u64::try_from(deleted.deleted()).unwrap_or(0);
+                    }
+                }
+            }
+            match page.last() {
+                Some(kv) if page.len() as i64 >= AUDIT_PAGE => {
+                    // The next key after the last one read.
+                    let mut next = kv.key().to_vec();
+                    next.push(0);
+                    start = String::from_utf8(next).map_err(|_| StoreError::Corrupt {
+                        message: "an etcd audit key is not UTF-8".to_owned(),
+                    })?;
+                }
+                _ => return Ok(removed),
+            }
+        }
     }
 }
 

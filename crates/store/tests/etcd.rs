@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 idmint_store::conformance_tests!(etcd => EtcdBackend, with faults);
 idmint_store::conformance_tests!(etcd_leases => EtcdBackend, leases);
+idmint_store::conformance_tests!(etcd_audit => EtcdBackend, audit);
 
 /// Short enough to keep fault tests quick, long enough for a loaded 2-core CI machine.
 const FAULT_TIMEOUT: Duration = Duration::from_secs(1);
