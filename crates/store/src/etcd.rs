@@ -1248,19 +1248,14 @@ impl EtcdAuthority {
         format!("{}{:020}", self.audit_dir(subject), after_revision.max(0))
     }
 
-    /// A range read of `[start, end)` of at most `limit` keys (linearizable), sorted by key.
+    /// A range read from `start` (linearizable) with `options` (its end, limit, filters),
+    /// sorted by key.
     async fn range(
         &self,
         what: &str,
         start: String,
-        end: String,
-        limit: i64,
-        keys_only: bool,
+        options: GetOptions,
     ) -> Result<Vec<KeyValue>, StoreError> {
-        let mut options = GetOptions::new().with_range(end).with_limit(limit);
-        if keys_only {
-            options = options.with_keys_only();
-        }
         let mut response = self
             .call_idempotent(what, |mut kv| {
                 let (start, options) = (start.clone(), options.clone());
@@ -1330,7 +1325,14 @@ impl AuditLog for EtcdAuthority {
         let mut subjects = std::collections::BTreeSet::new();
         loop {
             let page = self
-                .range("listing audit subjects", start, end.clone(), AUDIT_PAGE, true)
+                .range(
+                    "listing audit subjects",
+                    start,
+                    GetOptions::new()
+                        .with_range(end.clone())
+                        .with_limit(AUDIT_PAGE)
+                        .with_keys_only(),
+                )
                 .await?;
             let mut last = None;
             for kv in &page {
@@ -1358,20 +1360,41 @@ impl AuditLog for EtcdAuthority {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        // An entry's name is a revision below its seq and at or above its predecessor's seq,
-        // so the entries after `after` are exactly those named `after` or above.
+        // An entry is named after its predecessor's seq (the revision its write was
+        // conditioned on) and its seq is above its name: so the entries after `after` are
+        // those named `after` or above, plus at most one named below `after` if `after` is not
+        // the seq of an entry (the one following the last entry at or below `after`).
+        let what = format!("reading the audit ledger of {subject}");
         let dir = self.audit_dir(subject);
-        let start = format!("{dir}{:020}", after.unwrap_or(0));
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let page = self
+        let from = format!("{dir}{:020}", after.unwrap_or(0));
+        let mut page = self
             .range(
-                &format!("reading the audit ledger of {subject}"),
-                start,
-                dir_end(&dir),
-                limit,
-                false,
+                &what,
+                from.clone(),
+                GetOptions::new()
+                    .with_range(dir_end(&dir))
+                    .with_limit(i64::try_from(limit).unwrap_or(i64::MAX)),
             )
             .await?;
+        let named_after = |kv: &KeyValue| kv.key().ends_with(&from.as_bytes()[dir.len()..]);
+        if let Some(after) = after.filter(|_| !page.first().is_some_and(named_after)) {
+            // `after` is no entry's seq, or the last one's: look for the one entry named below
+            // it with a seq above it. etcd filters by create revision after reading the
+            // whole range, so this costs a read of the subject's older keys; it happens only
+            // after a full page that ended the ledger, or with an `after` no entry has.
+            let min = i64::try_from(after.saturating_add(1)).unwrap_or(i64::MAX);
+            let mut before = self
+                .range(
+                    &what,
+                    dir.clone(),
+                    GetOptions::new()
+                        .with_range(from.clone())
+                        .with_min_create_revision(min),
+                )
+                .await?;
+            before.append(&mut page);
+            page = before;
+        }
         let mut entries = Vec::with_capacity(page.len());
         for kv in &page {
             let entry = self.audit_entry(kv)?;
@@ -1389,6 +1412,7 @@ impl AuditLog for EtcdAuthority {
         }
         // Key order is seq order by construction; sort anyway rather than depend on it.
         entries.sort_by_key(|e| e.seq);
+        entries.truncate(limit);
         Ok(entries)
     }
 
@@ -1398,7 +1422,13 @@ impl AuditLog for EtcdAuthority {
         let mut removed = 0u64;
         loop {
             let page = self
-                .range("reading the audit ledger", start, end.clone(), AUDIT_PAGE, false)
+                .range(
+                    "reading the audit ledger",
+                    start,
+                    GetOptions::new()
+                        .with_range(end.clone())
+                        .with_limit(AUDIT_PAGE),
+                )
                 .await?;
             let mut old = Vec::new();
             for kv in &page {
