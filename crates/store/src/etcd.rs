@@ -18,6 +18,47 @@
 //! [`StoreError::Corrupt`], never a panic. Text, so that `etcdctl get --prefix /idmint/` is
 //! readable.
 //!
+//! ## The audit ledger ([`AuditLog`], [`crate::audit`])
+//!
+//! One key per entry, `<prefix>audit/<subject>/<20 digits>` (subject: the namespace, or the
+//! lease group of a worker-lease acquisition), whose value is [`audit::encode_record`]'s line
+//! `v1 <at_unix_ms> <event> <a> <b> <holder>`:
+//!
+//! ```text
+//! /idmint/audit/photos/00000000000000000412   v1 1700000005000 granted 1001 2001 web-1 pid 7
+//! ```
+//!
+//! - **Same write.** The entry is put by the very `Txn` that writes the watermark (`reserve`,
+//!   a `give_back` that returns, an `advance` that moves it) or the lease group
+//!   (`WorkerLeases::acquire`), in its `Then` branch: no grant without its entry, no entry
+//!   without its grant, also when a reply is lost. A refused give-back, an `advance` that
+//!   changes nothing, a renewal and a release write none.
+//! - **seq** is the entry key's `create_revision`: the revision of that `Txn`, global to the
+//!   cluster, so it increases in commit order within a subject (and across subjects, where it
+//!   means nothing).
+//! - **The name** is the revision the write is conditioned on, zero-padded to 20 digits: the
+//!   namespace key's `mod_revision` compared by the CAS (the lease group key's, or for a new
+//!   group the revision of the read the decision rests on). It is unique (each write of the
+//!   key compares a newer revision), below the entry's own seq and at or above the seq of the
+//!   subject's previous entry, so key order is seq order: [`AuditLog::entries`] is one range
+//!   read from the key named `after` (plus, when that page cannot show there is none, a
+//!   filtered read of the older keys for the one entry named below `after` with a seq above
+//!   it).
+//! - **Time** is the writing process's clock ([`audit::now_unix_ms`]): etcd offers none.
+//!   Compacting etcd's history changes neither: a live key keeps its create revision.
+//! - `subjects`: range reads of the keys only, 500 at a time, skipping to the next subject
+//!   after each page; `prune`: reads the whole ledger 500 entries at a time and deletes those
+//!   older than the cut-off in `Txn`s of 64 deletes (etcd's `--max-txn-ops` is 128 by
+//!   default).
+//! - No schema: keys appear with the first write, so a store written by an older version
+//!   upgrades in place (its ledger starts with the first write after the upgrade).
+//! - Readers validate what they read: a name that is not 20 digits or not below the key's
+//!   create revision, a value [`audit::decode_record`] refuses, a subject that is no
+//!   namespace name are [`StoreError::Corrupt`].
+//! - Cost: none in round trips (one more `Put` in a `Txn` that was sent anyway); every entry
+//!   is a key of etcd's keyspace for as long as it is kept, so size etcd's
+//!   `--quota-backend-bytes` for the retention, and prune.
+//!
 //! ## Operations relied on (etcd v3 KV API, etcd 3.4 or later)
 //!
 //! - `ensure_namespace`: one `Txn` `If(create_revision(key) == 0) Then(Put(key, state))
@@ -31,10 +72,13 @@
 //!   few conflicts in a row it first pauses (random, exponential, at most 64 ms) and reads the
 //!   key afresh. After [`MAX_CONFLICTS`] conflicts it gives up with
 //!   [`StoreError::Unavailable`].
+//!   The `Then` branch also puts the write's audit entry (above).
 //!   The state and revision of the last successful write are cached per namespace, so a
 //!   reservation is normally a single round trip; a stale cache only costs one conflict.
 //!   A decision that writes nothing (a refused `give_back`, `Exhausted`) is never taken on
 //!   cached data: the key is read again first.
+//! - `advance`: the same compare-and-swap loop; a watermark already at or above the target is
+//!   confirmed on a fresh read and written nothing.
 //! - `state`: `Get(key)`; `list`: `Get(<prefix>ns/, prefix)`. Both are linearizable reads
 //!   (etcd's default), not serializable ones.
 //!
@@ -93,7 +137,7 @@
 //!   minimum, 2 s by default, and the granted TTL is reported), then one `Txn` comparing what the
 //!   decision rests on (the group key's `mod_revision`, or its absence; the chosen worker's
 //!   record's `mod_revision` or absence; its live key's absence) that writes the group key,
-//!   the record and the live key. Every acquisition writes the group key, so two of them in one
+//!   the record, the live key and the acquisition's audit entry (`leased`). Every acquisition writes the group key, so two of them in one
 //!   group never both commit on the same read: tokens strictly grow. On a conflict it reads
 //!   again and retries (as reservations do, at most [`MAX_CONFLICTS`] times, reusing the etcd
 //!   lease); an etcd lease left unused (a refusal, an error, a failed transaction) is revoked.
@@ -128,12 +172,12 @@
 //! reservation is a new revision), and paging `list` (one range read; fine for tens of
 //! thousands of namespaces).
 
+use crate::audit::{self, Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 pub use crate::config::EtcdConfig;
 use crate::lease::{
     check_current, plan_acquire, GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases,
     WorkerSlot,
 };
-use crate::audit::{self, Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 use crate::{ops, Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use etcd_client::{
@@ -1875,6 +1919,21 @@ mod tests {
         for bad in ["03", "-1", "x", ""] {
             assert!(parse_worker(&name(), "k", bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn audit_keys_sort_in_seq_order_and_dirs_end_below_their_neighbours() {
+        assert_eq!(dir_end("/idmint/audit/"), "/idmint/audit0");
+        assert_eq!(dir_end("/idmint/audit/a/"), "/idmint/audit/a0");
+        // Every key of subject `a` sorts below the end of its directory, every key of a
+        // subject whose name continues `a` (`a0`, `a:b`; `a.b` and `a-b` sort before) above.
+        let end = dir_end("/idmint/audit/a/");
+        assert!(format!("/idmint/audit/a/{:020}", i64::MAX).as_str() < end.as_str());
+        assert!("/idmint/audit/a/zzz" < end.as_str());
+        assert!("/idmint/audit/a0/00000000000000000001" >= end.as_str());
+        assert!("/idmint/audit/a:b/00000000000000000001" > end.as_str());
+        let (k1, k2) = (format!("{:020}", 99), format!("{:020}", 100));
+        assert!(k1 < k2, "zero-padded names sort numerically");
     }
 
     #[test]

@@ -6,13 +6,15 @@
 //! ## Znodes (record format v1)
 //!
 //! Everything lives under [`ZookeeperConfig::root`] (default `/idmint`), which is created
-//! (with its parents) on connect, as are its two directories:
+//! (with its parents) on connect, as are its three directories:
 //!
 //! ```text
 //! <root>/namespaces/<name>                  persistent   idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=1001
 //! <root>/leases/<group>                     persistent   idmint.group/v1 last_token=7 layout=<layout text>
 //! <root>/leases/<group>/workers/<worker>    persistent   idmint.worker/v1 token=7 floor=1700000005000 holder=<holder text>
 //! <root>/leases/<group>/live/<worker>       EPHEMERAL    idmint.live/v1 token=7 ttl_ms=10000 holder=<holder text>
+//! <root>/audit/<subject>                    persistent   (empty)
+//! <root>/audit/<subject>/<10 digits>        PERSISTENT_SEQUENTIAL   v1 1700000005000 granted 1001 2001 web-1 pid 7
 //! ```
 //!
 //! Values are one line of text (readable with `zkCli.sh get`), fields in this order, numbers in
@@ -21,14 +23,57 @@
 //! (another version, edited by hand, a watermark outside `[first, max_id + 1]`, a child name
 //! that is not a namespace or worker id) is [`StoreError::Corrupt`], never a panic.
 //!
+//! ## The audit ledger ([`AuditLog`], [`crate::audit`])
+//!
+//! One persistent-sequential znode per entry under `<root>/audit/<subject>/` (subject: the
+//! namespace, or the lease group of a worker-lease acquisition), named by ZooKeeper with the
+//! parent's 10-digit sequence number, holding [`audit::encode_record`]'s line.
+//!
+//! - **Same write.** The entry is created by the very `multi` that writes the watermark
+//!   (`setData` at the version read, then the create: `reserve`, a `give_back` that returns,
+//!   an `advance` that moves it) or acquires a worker lease (the create, then the group,
+//!   worker and live znodes): no grant without its entry, no entry without its grant, also
+//!   when a reply is lost. A refused give-back, an `advance` that changes nothing, a renewal
+//!   and a release write none.
+//! - **seq** is the sequence suffix: ZooKeeper numbers a parent's sequential children from its
+//!   `cversion` when the transaction is applied, so seq increases in commit order within a
+//!   subject. Pruning deletes entries but never the subject's directory, so the numbering
+//!   continues after it. The counter is a 32-bit signed int: a subject takes at most
+//!   2^31 - 1 child changes (an entry counts once when created and once when pruned), then
+//!   ZooKeeper's names go negative and readers answer [`StoreError::Corrupt`].
+//! - **Time** ([`AuditEntry::at_unix_ms`]) is the entry znode's `ctime`, stamped by the
+//!   ZooKeeper leader's clock when the `multi` is applied; it is read back from the znode's
+//!   `Stat` (the time field of the stored line is the writing process's clock, for people
+//!   reading it with `zkCli.sh`, and is not what readers report). `prune` compares `ctime`.
+//! - **Upgrade in place.** `<root>/audit` is created on connect; a subject's directory on its
+//!   first write: a `multi` that fails on the entry's create with `NoNode` (nothing written)
+//!   makes the directory and is sent again. A store written by an older version thus starts
+//!   its ledger with its first write after the upgrade.
+//! - **Reads.** `subjects`: `getChildren(<root>/audit)` and an `exists` per subject (pipelined),
+//!   keeping those with a child. `entries`: `getChildren` of the subject, sorted and cut to the
+//!   page in Rust, then a `getData` per entry of the page (pipelined). `prune`: per subject,
+//!   `getChildren`, an `exists` per entry and a `delete` per old one (pipelined). Names that
+//!   are not 10 digits, lines [`audit::decode_record`] refuses and subjects that are no
+//!   namespace name are [`StoreError::Corrupt`].
+//! - **Limit: `jute.maxbuffer`.** `getChildren` answers a subject's whole list of names in one
+//!   reply, and every page of `entries` reads it again. Each name costs 14 bytes of the reply
+//!   (10 digits and a 4-byte length), so with ZooKeeper's default `jute.maxbuffer` of 1 MiB
+//!   (0xfffff bytes) a subject of more than about 74,000 entries exceeds it: a server or client
+//!   that enforces the limit on replies (the Java client, `zkCli.sh`) cannot list it, and even
+//!   where it goes through, paging costs one full listing per page. Keep subjects below that
+//!   with retention ([`AuditLog::prune`]) or raise `jute.maxbuffer` on servers and clients.
+//! - Cost: none in round trips: a `multi` replaces the `setData` that was sent anyway (one
+//!   more failed `multi` and two creates the first time a subject is written).
+//!
 //! ## Operations relied on (ZooKeeper 3.5 or later)
 //!
 //! - `ensure_namespace`: `create` (persistent); on `NodeExists` the record is read and the specs
 //!   compared (`ops::ensure`): created once, the losers of a race see the winner's record.
-//! - `reserve` and `give_back`: compare-and-swap on the znode's data version: `getData` returns
-//!   the record and its `Stat.version` together, the new state is computed in Rust
-//!   (`ops::reserve`, `ops::give_back`) and written with `setData(path, new, version)`,
-//!   which ZooKeeper applies only if the version is still the one read. On `BadVersion`
+//! - `reserve`, `give_back` and `advance`: compare-and-swap on the znode's data version:
+//!   `getData` returns the record and its `Stat.version` together, the new state is computed
+//!   in Rust (`ops::reserve`, `ops::give_back`, `ops::advance`) and written with
+//!   `setData(path, new, version)` in a `multi` with the audit entry's create (above), which
+//!   ZooKeeper applies only if the version is still the one read. On `BadVersion`
 //!   (another node wrote in between) the record is read again and the operation recomputed,
 //!   at once for the first few conflicts, then after a random pause (at most 64 ms); after
 //!   [`MAX_CONFLICTS`] it gives up with [`StoreError::Unavailable`]. The last written state
@@ -59,9 +104,10 @@
 //! expired session or the operation timeout is [`StoreError::Unavailable`] and drops the
 //! namespace's cached state. (Reads, and `ensure_namespace`'s create, whose repetition finds the
 //! first one's znode, are sent again after a connection loss, within the operation timeout.)
-//! A `setData` whose reply was lost may have committed; every later write is conditional on the
-//! version it read, which the lost write changed if it committed, so whichever lands second
-//! fails its check and is recomputed from the first: the possibly granted block is burned.
+//! A write (a `multi` with its audit entry) whose reply was lost may have committed, entry and
+//! all; every later write is conditional on the version it read, which the lost write changed
+//! if it committed, so whichever lands second fails its check and is recomputed from the
+//! first: the possibly granted block is burned (and recorded as granted).
 //!
 //! Calls wait for the session to be connected before they hand the library a request, because
 //! the library keeps a request it was given while disconnected and sends it once reconnected,
@@ -98,9 +144,9 @@
 //!   even when the holder stopped renewing, and could not expire by itself.)
 //! - **acquire**: reads the group (its record and version, the worker records and the live
 //!   znodes), runs [`plan_acquire`], then commits from the lease's new session one `multi`
-//!   transaction: the group record set at the version read (or created, with its two
-//!   directories), the worker record set at the version read (or created), and the ephemeral
-//!   `live/<worker>` created. Concurrent acquisitions conflict on the group's version (every
+//!   transaction: the audit entry (`leased`) created, the group record set at the version read
+//!   (or created, with its two directories), the worker record set at the version read (or
+//!   created), and the ephemeral `live/<worker>` created. Concurrent acquisitions conflict on the group's version (every
 //!   acquisition changes it) or on the live znode (`NodeExists`), and retry from a fresh read;
 //!   so at most one live lease per worker id, and tokens strictly increase per group.
 //! - **renew**: reads the worker record (its token must be the lease's, else
@@ -128,12 +174,12 @@
 //! the connect string (use `root`), deleting namespaces, watches, and paging `list` (one
 //! `getChildren`; fine for tens of thousands of namespaces). Reads are not preceded by `sync`.
 
+use crate::audit::{self, Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 pub use crate::config::ZookeeperConfig;
 use crate::lease::{
     check_current, plan_acquire, superseded, GroupRecord, LeaseError, LeaseRequest, WorkerLease,
     WorkerLeases, WorkerSlot,
 };
-use crate::audit::{self, Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 use crate::{ops, Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
@@ -1250,7 +1296,10 @@ impl ZookeeperAuthority {
         let mut subjects = Vec::with_capacity(children.len());
         for child in children {
             subjects.push(NamespaceName::new(&child).map_err(|e| StoreError::Corrupt {
-                message: format!("znode {}/{child} is not an audit subject: {e}", self.audit_dir),
+                message: format!(
+                    "znode {}/{child} is not an audit subject: {e}",
+                    self.audit_dir
+                ),
             })?);
         }
         subjects.sort();
@@ -1316,7 +1365,7 @@ impl ZookeeperAuthority {
             };
             let mut entry = audit::decode_record(subject.clone(), seq, &data).map_err(corrupt)?;
             // The time is the server's: when the znode was created.
-            entry.at_unix_ms = created_ms(&stat).map_err(corrupt)?;
+            entry.at_unix_ms = created_ms(stat.ctime).map_err(corrupt)?;
             entries.push(entry);
         }
         Ok(entries)
@@ -1345,7 +1394,7 @@ impl ZookeeperAuthority {
         for (path, stat) in stats {
             match timed(deadline, &what, stat).await? {
                 Ok(Some(stat)) => {
-                    let created = created_ms(&stat).map_err(|e| StoreError::Corrupt {
+                    let created = created_ms(stat.ctime).map_err(|e| StoreError::Corrupt {
                         message: format!("ZooKeeper audit entry {path}: {e}"),
                     })?;
                     if created < before_unix_ms {
@@ -1410,7 +1459,10 @@ impl AuditLog for ZookeeperAuthority {
 
     async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError> {
         let mut removed = 0;
-        for subject in self.audit_read(|deadline| self.audit_dirs(deadline)).await? {
+        for subject in self
+            .audit_read(|deadline| self.audit_dirs(deadline))
+            .await?
+        {
             // The subject's directory stays, empty or not: its child counter is the next
             // entry's sequence number, which must keep growing.
             removed += self
@@ -1433,9 +1485,9 @@ fn entry_seq(name: &str) -> Option<u64> {
         .flatten()
 }
 
-/// A znode's creation time (the server's clock), as unix ms.
-fn created_ms(stat: &Stat) -> Result<u64, String> {
-    u64::try_from(stat.ctime).map_err(|_| format!("creation time {} is negative", stat.ctime))
+/// A znode's creation time (`Stat.ctime`, the server's clock) as unix ms.
+fn created_ms(ctime: i64) -> Result<u64, String> {
+    u64::try_from(ctime).map_err(|_| format!("creation time {ctime} is negative"))
 }
 
 /// A lease group as read: its record and version, the worker records with their versions and
@@ -1807,6 +1859,25 @@ mod tests {
 
     fn name() -> NamespaceName {
         NamespaceName::new("photos").unwrap()
+    }
+
+    #[test]
+    fn audit_entry_names_are_ten_digits() {
+        assert_eq!(entry_name(7), "0000000007");
+        assert_eq!(entry_seq(&entry_name(7)), Some(7));
+        assert_eq!(entry_seq("2147483647"), Some(2_147_483_647));
+        for bad in [
+            "",
+            "7",
+            "-000000001",
+            "000000000x",
+            "00000000007",
+            "e000000007",
+        ] {
+            assert_eq!(entry_seq(bad), None, "{bad:?}");
+        }
+        assert_eq!(created_ms(1_700_000_000_000), Ok(1_700_000_000_000));
+        assert!(created_ms(-1).is_err());
     }
 
     #[test]

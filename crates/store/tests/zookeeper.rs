@@ -486,14 +486,24 @@ async fn the_ledger_upgrades_in_place_and_damage_is_corrupt() {
             "{what}: expected Corrupt, got {r:?}"
         )
     };
-    raw.set_data(&format!("/old/audit/old/{:010}", entries[0].seq), b"v1 junk", None)
-        .await
-        .unwrap();
-    corrupt(log.entries(&ns, None, 10).await.map(drop), "a damaged entry");
+    raw.set_data(
+        &format!("/old/audit/old/{:010}", entries[0].seq),
+        b"v1 junk",
+        None,
+    )
+    .await
+    .unwrap();
+    corrupt(
+        log.entries(&ns, None, 10).await.map(drop),
+        "a damaged entry",
+    );
     raw.create("/old/audit/old/junk", b"", &persistent)
         .await
         .unwrap();
-    corrupt(log.entries(&ns, None, 10).await.map(drop), "a name that is no seq");
+    corrupt(
+        log.entries(&ns, None, 10).await.map(drop),
+        "a name that is no seq",
+    );
     corrupt(log.prune(0).await.map(drop), "prune");
     raw.create("/old/audit/not a name", b"", &persistent)
         .await
