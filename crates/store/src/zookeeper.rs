@@ -56,12 +56,14 @@
 //!   are not 10 digits, lines [`audit::decode_record`] refuses and subjects that are no
 //!   namespace name are [`StoreError::Corrupt`].
 //! - **Limit: `jute.maxbuffer`.** `getChildren` answers a subject's whole list of names in one
-//!   reply, and every page of `entries` reads it again. Each name costs 14 bytes of the reply
-//!   (10 digits and a 4-byte length), so with ZooKeeper's default `jute.maxbuffer` of 1 MiB
-//!   (0xfffff bytes) a subject of more than about 74,000 entries exceeds it: a server or client
-//!   that enforces the limit on replies (the Java client, `zkCli.sh`) cannot list it, and even
-//!   where it goes through, paging costs one full listing per page. Keep subjects below that
-//!   with retention ([`AuditLog::prune`]) or raise `jute.maxbuffer` on servers and clients.
+//!   reply, and every page of `entries` (and `prune`) reads it again. Each name costs 14 bytes
+//!   of the reply (10 digits and a 4-byte length), so a subject of more than about 74,000
+//!   entries makes a reply above ZooKeeper's default `jute.maxbuffer` of 1 MiB (0xfffff
+//!   bytes). ZooKeeper 3.8.0 sends it anyway and this module's client reads it (measured: a
+//!   listing of 400,000 entries, 5.6 MB, answered in one reply), but Java clients (`zkCli.sh`,
+//!   Curator, ZooInspector) refuse a reply above their own `jute.maxbuffer`, and each page
+//!   then costs a listing of the whole subject. Keep subjects below that with retention
+//!   ([`AuditLog::prune`]), or raise `jute.maxbuffer` for the Java tools.
 //! - Cost: none in round trips: a `multi` replaces the `setData` that was sent anyway (one
 //!   more failed `multi` and two creates the first time a subject is written).
 //!
