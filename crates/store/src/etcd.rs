@@ -18,6 +18,47 @@
 //! [`StoreError::Corrupt`], never a panic. Text, so that `etcdctl get --prefix /idmint/` is
 //! readable.
 //!
+//! ## The audit ledger ([`AuditLog`], [`crate::audit`])
+//!
+//! One key per entry, `<prefix>audit/<subject>/<20 digits>` (subject: the namespace, or the
+//! lease group of a worker-lease acquisition), whose value is [`audit::encode_record`]'s line
+//! `v1 <at_unix_ms> <event> <a> <b> <holder>`:
+//!
+//! ```text
+//! /idmint/audit/photos/00000000000000000412   v1 1700000005000 granted 1001 2001 web-1 pid 7
+//! ```
+//!
+//! - **Same write.** The entry is put by the very `Txn` that writes the watermark (`reserve`,
+//!   a `give_back` that returns, an `advance` that moves it) or the lease group
+//!   (`WorkerLeases::acquire`), in its `Then` branch: no grant without its entry, no entry
+//!   without its grant, also when a reply is lost. A refused give-back, an `advance` that
+//!   changes nothing, a renewal and a release write none.
+//! - **seq** is the entry key's `create_revision`: the revision of that `Txn`, global to the
+//!   cluster, so it increases in commit order within a subject (and across subjects, where it
+//!   means nothing).
+//! - **The name** is the revision the write is conditioned on, zero-padded to 20 digits: the
+//!   namespace key's `mod_revision` compared by the CAS (the lease group key's, or for a new
+//!   group the revision of the read the decision rests on). It is unique (each write of the
+//!   key compares a newer revision), below the entry's own seq and at or above the seq of the
+//!   subject's previous entry, so key order is seq order: [`AuditLog::entries`] is one range
+//!   read from the key named `after` (plus, when that page cannot show there is none, a
+//!   filtered read of the older keys for the one entry named below `after` with a seq above
+//!   it).
+//! - **Time** is the writing process's clock ([`audit::now_unix_ms`]): etcd offers none.
+//!   Compacting etcd's history changes neither: a live key keeps its create revision.
+//! - `subjects`: range reads of the keys only, 500 at a time, skipping to the next subject
+//!   after each page; `prune`: reads the whole ledger 500 entries at a time and deletes those
+//!   older than the cut-off in `Txn`s of 64 deletes (etcd's `--max-txn-ops` is 128 by
+//!   default).
+//! - No schema: keys appear with the first write, so a store written by an older version
+//!   upgrades in place (its ledger starts with the first write after the upgrade).
+//! - Readers validate what they read: a name that is not 20 digits or not below the key's
+//!   create revision, a value [`audit::decode_record`] refuses, a subject that is no
+//!   namespace name are [`StoreError::Corrupt`].
+//! - Cost: none in round trips (one more `Put` in a `Txn` that was sent anyway); every entry
+//!   is a key of etcd's keyspace for as long as it is kept, so size etcd's
+//!   `--quota-backend-bytes` for the retention, and prune.
+//!
 //! ## Operations relied on (etcd v3 KV API, etcd 3.4 or later)
 //!
 //! - `ensure_namespace`: one `Txn` `If(create_revision(key) == 0) Then(Put(key, state))
@@ -31,10 +72,13 @@
 //!   few conflicts in a row it first pauses (random, exponential, at most 64 ms) and reads the
 //!   key afresh. After [`MAX_CONFLICTS`] conflicts it gives up with
 //!   [`StoreError::Unavailable`].
+//!   The `Then` branch also puts the write's audit entry (above).
 //!   The state and revision of the last successful write are cached per namespace, so a
 //!   reservation is normally a single round trip; a stale cache only costs one conflict.
 //!   A decision that writes nothing (a refused `give_back`, `Exhausted`) is never taken on
 //!   cached data: the key is read again first.
+//! - `advance`: the same compare-and-swap loop; a watermark already at or above the target is
+//!   confirmed on a fresh read and written nothing.
 //! - `state`: `Get(key)`; `list`: `Get(<prefix>ns/, prefix)`. Both are linearizable reads
 //!   (etcd's default), not serializable ones.
 //!
@@ -93,7 +137,7 @@
 //!   minimum, 2 s by default, and the granted TTL is reported), then one `Txn` comparing what the
 //!   decision rests on (the group key's `mod_revision`, or its absence; the chosen worker's
 //!   record's `mod_revision` or absence; its live key's absence) that writes the group key,
-//!   the record and the live key. Every acquisition writes the group key, so two of them in one
+//!   the record, the live key and the acquisition's audit entry (`leased`). Every acquisition writes the group key, so two of them in one
 //!   group never both commit on the same read: tokens strictly grow. On a conflict it reads
 //!   again and retries (as reservations do, at most [`MAX_CONFLICTS`] times, reusing the etcd
 //!   lease); an etcd lease left unused (a refusal, an error, a failed transaction) is revoked.
@@ -128,6 +172,7 @@
 //! reservation is a new revision), and paging `list` (one range read; fine for tens of
 //! thousands of namespaces).
 
+use crate::audit::{self, Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 pub use crate::config::EtcdConfig;
 use crate::lease::{
     check_current, plan_acquire, GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases,
@@ -180,6 +225,8 @@ pub struct EtcdAuthority {
     ns_prefix: String,
     /// `<prefix>leases/`.
     lease_prefix: String,
+    /// `<prefix>audit/`.
+    audit_prefix: String,
     slots: Mutex<HashMap<NamespaceName, Slot>>,
     /// Per lease group: serializes this authority's acquisitions in it.
     groups: Mutex<HashMap<NamespaceName, Arc<tokio::sync::Mutex<()>>>>,
@@ -201,8 +248,8 @@ impl fmt::Debug for EtcdAuthority {
 
 /// What an operation decided from a namespace's current state.
 enum Decision<T> {
-    /// Write this state (CAS), then answer `T`.
-    Write(NamespaceState, T),
+    /// Write this state (CAS) and its audit entry in the same `Txn`, then answer `T`.
+    Write(NamespaceState, AuditEvent, T),
     /// Write nothing, answer `T`.
     Keep(T),
 }
@@ -310,6 +357,7 @@ impl EtcdAuthority {
             lease: client.lease_client(),
             ns_prefix: format!("{}ns/", config.prefix),
             lease_prefix: format!("{}leases/", config.prefix),
+            audit_prefix: format!("{}audit/", config.prefix),
             config,
             slots: Mutex::new(HashMap::new()),
             groups: Mutex::new(HashMap::new()),
@@ -461,7 +509,7 @@ impl EtcdAuthority {
                 None => (self.read(name).await?.ok_or_else(unknown)?, true),
             };
             let decision = decide(&record.state);
-            let (new_state, answer) = match decision {
+            let (new_state, event, answer) = match decision {
                 // Only write decisions may rest on cached data (the CAS checks them); a
                 // refusal or an error is confirmed on a fresh read.
                 Ok(Decision::Keep(_)) | Err(_) if !fresh => continue,
@@ -473,15 +521,21 @@ impl EtcdAuthority {
                     *cache = Some(record);
                     return Ok(answer);
                 }
-                Ok(Decision::Write(new_state, answer)) => (new_state, answer),
+                Ok(Decision::Write(new_state, event, answer)) => (new_state, event, answer),
             };
+            // The entry's key is named after the revision the write is conditioned on: unique
+            // (each write of the key compares a newer one) and below the revision it creates.
+            let entry = self.audit_key(name, record.mod_revision);
             let txn = Txn::new()
                 .when([Compare::mod_revision(
                     key.clone(),
                     CompareOp::Equal,
                     record.mod_revision,
                 )])
-                .and_then([TxnOp::put(key.clone(), encode(&new_state), None)])
+                .and_then([
+                    TxnOp::put(key.clone(), encode(&new_state), None),
+                    TxnOp::put(entry, audit_value(&event), None),
+                ])
                 .or_else([TxnOp::get(key.clone(), None)]);
             let mut kv = self.kv.clone();
             let response = self
@@ -528,6 +582,37 @@ impl Authority for EtcdAuthority {
         Some(self)
     }
 
+    fn audit_log(&self) -> Option<&dyn AuditLog> {
+        Some(self)
+    }
+
+    async fn advance(
+        &self,
+        name: &NamespaceName,
+        to: u64,
+        why: Advance,
+    ) -> Result<Advanced, StoreError> {
+        self.update(name, |state| {
+            let from = state.watermark;
+            Ok(match ops::advance(state, to)? {
+                Some(watermark) => {
+                    let mut next = state.clone();
+                    next.watermark = watermark;
+                    Decision::Write(
+                        next.clone(),
+                        ops::advance_event(why, from, watermark),
+                        Advanced { from, state: next },
+                    )
+                }
+                None => Decision::Keep(Advanced {
+                    from,
+                    state: state.clone(),
+                }),
+            })
+        })
+        .await
+    }
+
     async fn ensure_namespace(
         &self,
         name: &NamespaceName,
@@ -570,6 +655,10 @@ impl Authority for EtcdAuthority {
             next.watermark = block.end();
             Ok(Decision::Write(
                 next,
+                AuditEvent::Granted {
+                    start: block.start(),
+                    end: block.end(),
+                },
                 Reservation {
                     block,
                     watermark: block.end(),
@@ -610,7 +699,14 @@ impl Authority for EtcdAuthority {
             Ok(watermark) => {
                 let mut next = state.clone();
                 next.watermark = watermark;
-                Ok(Decision::Write(next, GiveBack::Returned))
+                Ok(Decision::Write(
+                    next,
+                    AuditEvent::GivenBack {
+                        start: tail.start(),
+                        end: tail.end(),
+                    },
+                    GiveBack::Returned,
+                ))
             }
             Err(refused) => Ok(Decision::Keep(refused)),
         })
@@ -646,6 +742,8 @@ struct LiveRead {
 /// A lease group's keys as read by one range read.
 #[derive(Debug, Default)]
 struct GroupRead {
+    /// The revision of the store the read saw.
+    revision: i64,
     record: Option<(GroupRecord, i64)>,
     workers: BTreeMap<u64, (RecordRead, Option<LiveRead>)>,
 }
@@ -706,7 +804,10 @@ impl EtcdAuthority {
                 async move { kv.get(prefix, Some(GetOptions::new().with_prefix())).await }
             })
             .await?;
-        let mut read = GroupRead::default();
+        let mut read = GroupRead {
+            revision: response.header().map_or(0, |h| h.revision()),
+            ..GroupRead::default()
+        };
         let mut lives = BTreeMap::new();
         for kv in response.kvs() {
             let key = String::from_utf8_lossy(kv.key());
@@ -938,13 +1039,31 @@ impl EtcdAuthority {
                 floor_unix_ms: grant.floor_unix_ms,
                 expires_in: None,
             };
+            // The entry is named after the revision the write rests on: the group key's (every
+            // acquisition writes it), or the read's for a new group; below the revision the
+            // transaction creates and above every earlier entry's of the group.
+            let group_rev = read.record.as_ref().map(|(_, rev)| *rev);
+            if group_rev.is_none() && read.revision <= 0 {
+                return Err(unavailable(format!(
+                    "lease group {group}: etcd answered a read without its revision"
+                ))
+                .into());
+            }
+            let entry = self.audit_key(group, group_rev.unwrap_or(read.revision));
+            let event = AuditEvent::Leased {
+                worker: grant.worker,
+                token: grant.token,
+            };
             let txn = Txn::new()
                 .when([
-                    unchanged(&group_key, read.record.as_ref().map(|(_, rev)| *rev)),
+                    unchanged(&group_key, group_rev),
                     unchanged(&worker_key, record_rev),
                     unchanged(&live_key, None),
+                    // Defence in depth: entry names are unique by construction.
+                    unchanged(&entry, None),
                 ])
                 .and_then([
+                    TxnOp::put(entry.clone(), audit_value(&event), None),
                     TxnOp::put(group_key, encode_group(&grant.group), None),
                     TxnOp::put(worker_key, encode_record(&slot), None),
                     TxnOp::put(
@@ -1154,6 +1273,240 @@ impl WorkerLeases for EtcdAuthority {
         }
         let slots = read.slots(&expiry);
         Ok(read.record.map(|(record, _)| (record, slots)))
+    }
+}
+
+/// How many audit keys one read of [`AuditLog::subjects`] or [`AuditLog::prune`] returns.
+const AUDIT_PAGE: i64 = 500;
+/// How many deletes one pruning `Txn` carries (etcd's `--max-txn-ops` is 128 by default).
+const PRUNE_BATCH: usize = 64;
+
+impl EtcdAuthority {
+    /// `<prefix>audit/<subject>/`.
+    fn audit_dir(&self, subject: &NamespaceName) -> String {
+        format!("{}{}/", self.audit_prefix, subject.as_str())
+    }
+
+    /// The key of the entry whose write is conditioned on revision `after_revision`.
+    fn audit_key(&self, subject: &NamespaceName, after_revision: i64) -> String {
+        format!("{}{:020}", self.audit_dir(subject), after_revision.max(0))
+    }
+
+    /// A range read from `start` (linearizable) with `options` (its end, limit, filters),
+    /// sorted by key.
+    async fn range(
+        &self,
+        what: &str,
+        start: String,
+        options: GetOptions,
+    ) -> Result<Vec<KeyValue>, StoreError> {
+        let mut response = self
+            .call_idempotent(what, |mut kv| {
+                let (start, options) = (start.clone(), options.clone());
+                async move { kv.get(start, Some(options)).await }
+            })
+            .await?;
+        Ok(response.take_kvs())
+    }
+
+    /// The subject and the name (after its directory) of an audit key.
+    fn audit_parts<'k>(&self, key: &'k str) -> Result<(NamespaceName, &'k str), StoreError> {
+        let corrupt = || StoreError::Corrupt {
+            message: format!("etcd key {key:?} is not an audit entry"),
+        };
+        let (subject, entry) = key
+            .strip_prefix(&self.audit_prefix)
+            .and_then(|rest| rest.split_once('/'))
+            .ok_or_else(corrupt)?;
+        let subject = NamespaceName::new(subject).map_err(|_| corrupt())?;
+        Ok((subject, entry))
+    }
+
+    /// An audit key and value read back, validated: the name is 20 digits, a revision below
+    /// the key's create revision (its `seq`), and the value an [`audit::encode_record`] line.
+    fn audit_entry(&self, kv: &KeyValue) -> Result<AuditEntry, StoreError> {
+        let key = String::from_utf8_lossy(kv.key());
+        let (subject, name) = self.audit_parts(&key)?;
+        let corrupt = |what: String| StoreError::Corrupt {
+            message: format!("etcd audit entry {key:?}: {what}"),
+        };
+        let after = (name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| name.parse::<u64>().ok())
+            .flatten()
+            .ok_or_else(|| corrupt("its name is not a 20-digit revision".to_owned()))?;
+        let seq = u64::try_from(kv.create_revision())
+            .ok()
+            .filter(|&seq| seq > after)
+            .ok_or_else(|| {
+                corrupt(format!(
+                    "created at revision {}, not after the one it is named after",
+                    kv.create_revision()
+                ))
+            })?;
+        audit::decode_record(subject, seq, kv.value()).map_err(corrupt)
+    }
+}
+
+/// What an audit key holds: the entry in [`audit::encode_record`]'s form, stamped with this
+/// process's clock (etcd has none to offer).
+fn audit_value(event: &AuditEvent) -> String {
+    audit::encode_record(audit::now_unix_ms(), event, audit::holder())
+}
+
+/// The key just above every key that starts with `dir` (which ends in `/`): `dir` with the
+/// `/` turned into `0`.
+fn dir_end(dir: &str) -> String {
+    let mut end = dir.strip_suffix('/').unwrap_or(dir).to_owned();
+    end.push('0');
+    end
+}
+
+#[async_trait]
+impl AuditLog for EtcdAuthority {
+    async fn subjects(&self) -> Result<Vec<NamespaceName>, StoreError> {
+        let end = dir_end(&self.audit_prefix);
+        let mut start = self.audit_prefix.clone();
+        let mut subjects = std::collections::BTreeSet::new();
+        loop {
+            let page = self
+                .range(
+                    "listing audit subjects",
+                    start,
+                    GetOptions::new()
+                        .with_range(end.clone())
+                        .with_limit(AUDIT_PAGE)
+                        .with_keys_only(),
+                )
+                .await?;
+            let mut last = None;
+            for kv in &page {
+                let key = String::from_utf8_lossy(kv.key());
+                let (subject, _) = self.audit_parts(&key)?;
+                last = Some(subject.clone());
+                subjects.insert(subject);
+            }
+            match last {
+                // Skip the rest of the last subject's entries.
+                Some(subject) if page.len() as i64 >= AUDIT_PAGE => {
+                    start = dir_end(&self.audit_dir(&subject));
+                }
+                _ => return Ok(subjects.into_iter().collect()),
+            }
+        }
+    }
+
+    async fn entries(
+        &self,
+        subject: &NamespaceName,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // An entry is named after its predecessor's seq (the revision its write was
+        // conditioned on) and its seq is above its name: so the entries after `after` are
+        // those named `after` or above, plus at most one named below `after` if `after` is not
+        // the seq of an entry (the one following the last entry at or below `after`).
+        let what = format!("reading the audit ledger of {subject}");
+        let dir = self.audit_dir(subject);
+        let from = format!("{dir}{:020}", after.unwrap_or(0));
+        let mut page = self
+            .range(
+                &what,
+                from.clone(),
+                GetOptions::new()
+                    .with_range(dir_end(&dir))
+                    .with_limit(i64::try_from(limit).unwrap_or(i64::MAX)),
+            )
+            .await?;
+        let named_after = |kv: &KeyValue| kv.key().ends_with(&from.as_bytes()[dir.len()..]);
+        if let Some(after) = after.filter(|_| !page.first().is_some_and(named_after)) {
+            // `after` is no entry's seq, or the last one's: look for the one entry named below
+            // it with a seq above it. etcd filters by create revision after reading the
+            // whole range, so this costs a read of the subject's older keys; it happens only
+            // after a full page that ended the ledger, or with an `after` no entry has.
+            let min = i64::try_from(after.saturating_add(1)).unwrap_or(i64::MAX);
+            let mut before = self
+                .range(
+                    &what,
+                    dir.clone(),
+                    GetOptions::new()
+                        .with_range(from.clone())
+                        .with_min_create_revision(min),
+                )
+                .await?;
+            before.append(&mut page);
+            page = before;
+        }
+        let mut entries = Vec::with_capacity(page.len());
+        for kv in &page {
+            let entry = self.audit_entry(kv)?;
+            if &entry.subject != subject {
+                return Err(StoreError::Corrupt {
+                    message: format!(
+                        "etcd audit entry {:?} is not of {subject}",
+                        String::from_utf8_lossy(kv.key())
+                    ),
+                });
+            }
+            if after.is_none_or(|a| entry.seq > a) {
+                entries.push(entry);
+            }
+        }
+        // Key order is seq order by construction; sort anyway rather than depend on it.
+        entries.sort_by_key(|e| e.seq);
+        entries.truncate(limit);
+        Ok(entries)
+    }
+
+    async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError> {
+        let end = dir_end(&self.audit_prefix);
+        let mut start = self.audit_prefix.clone();
+        let mut removed = 0u64;
+        loop {
+            let page = self
+                .range(
+                    "reading the audit ledger",
+                    start,
+                    GetOptions::new()
+                        .with_range(end.clone())
+                        .with_limit(AUDIT_PAGE),
+                )
+                .await?;
+            let mut old = Vec::new();
+            for kv in &page {
+                if self.audit_entry(kv)?.at_unix_ms < before_unix_ms {
+                    old.push(kv.key().to_vec());
+                }
+            }
+            for batch in old.chunks(PRUNE_BATCH) {
+                let txn = Txn::new().and_then(
+                    batch
+                        .iter()
+                        .map(|key| TxnOp::delete(key.clone(), None))
+                        .collect::<Vec<_>>(),
+                );
+                let mut kv = self.kv.clone();
+                let response = self.call("pruning the audit ledger", kv.txn(txn)).await?;
+                for op in response.op_responses() {
+                    if let TxnOpResponse::Delete(deleted) = op {
+                        removed += u64::try_from(deleted.deleted()).unwrap_or(0);
+                    }
+                }
+            }
+            match page.last() {
+                Some(kv) if page.len() as i64 >= AUDIT_PAGE => {
+                    // The next key after the last one read.
+                    let mut next = kv.key().to_vec();
+                    next.push(0);
+                    start = String::from_utf8(next).map_err(|_| StoreError::Corrupt {
+                        message: "an etcd audit key is not UTF-8".to_owned(),
+                    })?;
+                }
+                _ => return Ok(removed),
+            }
+        }
     }
 }
 
@@ -1566,6 +1919,21 @@ mod tests {
         for bad in ["03", "-1", "x", ""] {
             assert!(parse_worker(&name(), "k", bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn audit_keys_sort_in_seq_order_and_dirs_end_below_their_neighbours() {
+        assert_eq!(dir_end("/idmint/audit/"), "/idmint/audit0");
+        assert_eq!(dir_end("/idmint/audit/a/"), "/idmint/audit/a0");
+        // Every key of subject `a` sorts below the end of its directory, every key of a
+        // subject whose name continues `a` (`a0`, `a:b`; `a.b` and `a-b` sort before) above.
+        let end = dir_end("/idmint/audit/a/");
+        assert!(format!("/idmint/audit/a/{:020}", i64::MAX).as_str() < end.as_str());
+        assert!("/idmint/audit/a/zzz" < end.as_str());
+        assert!("/idmint/audit/a0/00000000000000000001" >= end.as_str());
+        assert!("/idmint/audit/a:b/00000000000000000001" > end.as_str());
+        let (k1, k2) = (format!("{:020}", 99), format!("{:020}", 100));
+        assert!(k1 < k2, "zero-padded names sort numerically");
     }
 
     #[test]

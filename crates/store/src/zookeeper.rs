@@ -6,13 +6,15 @@
 //! ## Znodes (record format v1)
 //!
 //! Everything lives under [`ZookeeperConfig::root`] (default `/idmint`), which is created
-//! (with its parents) on connect, as are its two directories:
+//! (with its parents) on connect, as are its three directories:
 //!
 //! ```text
 //! <root>/namespaces/<name>                  persistent   idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=1001
 //! <root>/leases/<group>                     persistent   idmint.group/v1 last_token=7 layout=<layout text>
 //! <root>/leases/<group>/workers/<worker>    persistent   idmint.worker/v1 token=7 floor=1700000005000 holder=<holder text>
 //! <root>/leases/<group>/live/<worker>       EPHEMERAL    idmint.live/v1 token=7 ttl_ms=10000 holder=<holder text>
+//! <root>/audit/<subject>                    persistent   (empty)
+//! <root>/audit/<subject>/<10 digits>        PERSISTENT_SEQUENTIAL   v1 1700000005000 granted 1001 2001 web-1 pid 7
 //! ```
 //!
 //! Values are one line of text (readable with `zkCli.sh get`), fields in this order, numbers in
@@ -21,14 +23,59 @@
 //! (another version, edited by hand, a watermark outside `[first, max_id + 1]`, a child name
 //! that is not a namespace or worker id) is [`StoreError::Corrupt`], never a panic.
 //!
+//! ## The audit ledger ([`AuditLog`], [`crate::audit`])
+//!
+//! One persistent-sequential znode per entry under `<root>/audit/<subject>/` (subject: the
+//! namespace, or the lease group of a worker-lease acquisition), named by ZooKeeper with the
+//! parent's 10-digit sequence number, holding [`audit::encode_record`]'s line.
+//!
+//! - **Same write.** The entry is created by the very `multi` that writes the watermark
+//!   (`setData` at the version read, then the create: `reserve`, a `give_back` that returns,
+//!   an `advance` that moves it) or acquires a worker lease (the create, then the group,
+//!   worker and live znodes): no grant without its entry, no entry without its grant, also
+//!   when a reply is lost. A refused give-back, an `advance` that changes nothing, a renewal
+//!   and a release write none.
+//! - **seq** is the sequence suffix: ZooKeeper numbers a parent's sequential children from its
+//!   `cversion` when the transaction is applied, so seq increases in commit order within a
+//!   subject. Pruning deletes entries but never the subject's directory, so the numbering
+//!   continues after it. The counter is a 32-bit signed int: a subject takes at most
+//!   2^31 - 1 child changes (an entry counts once when created and once when pruned), then
+//!   ZooKeeper's names go negative and readers answer [`StoreError::Corrupt`].
+//! - **Time** ([`AuditEntry::at_unix_ms`]) is the entry znode's `ctime`, stamped by the
+//!   ZooKeeper leader's clock when the `multi` is applied; it is read back from the znode's
+//!   `Stat` (the time field of the stored line is the writing process's clock, for people
+//!   reading it with `zkCli.sh`, and is not what readers report). `prune` compares `ctime`.
+//! - **Upgrade in place.** `<root>/audit` is created on connect; a subject's directory on its
+//!   first write: a `multi` that fails on the entry's create with `NoNode` (nothing written)
+//!   makes the directory and is sent again. A store written by an older version thus starts
+//!   its ledger with its first write after the upgrade.
+//! - **Reads.** `subjects`: `getChildren(<root>/audit)` and an `exists` per subject (pipelined),
+//!   keeping those with a child. `entries`: `getChildren` of the subject, sorted and cut to the
+//!   page in Rust, then a `getData` per entry of the page (pipelined). `prune`: per subject,
+//!   `getChildren`, an `exists` per entry and a `delete` per old one (pipelined). Names that
+//!   are not 10 digits, lines [`audit::decode_record`] refuses and subjects that are no
+//!   namespace name are [`StoreError::Corrupt`].
+//! - **Limit: `jute.maxbuffer`.** `getChildren` answers a subject's whole list of names in one
+//!   reply, and every page of `entries` (and `prune`) reads it again. Each name costs 14 bytes
+//!   of the reply (10 digits and a 4-byte length), so a subject of more than about 74,000
+//!   entries makes a reply above ZooKeeper's default `jute.maxbuffer` of 1 MiB (0xfffff
+//!   bytes). ZooKeeper 3.8.0 sends it anyway and this module's client reads it (measured: a
+//!   listing of 400,000 entries, 5.6 MB, answered in one reply), but Java clients (`zkCli.sh`,
+//!   Curator, ZooInspector) refuse a reply above their own `jute.maxbuffer`, and each page
+//!   then costs a listing of the whole subject. Keep subjects below that with retention
+//!   ([`AuditLog::prune`]), or raise `jute.maxbuffer` for the Java tools.
+//! - Cost: none in round trips: a `multi` replaces the `setData` that was sent anyway (one
+//!   more failed `multi` and two creates the first time a subject is written).
+//!
 //! ## Operations relied on (ZooKeeper 3.5 or later)
 //!
 //! - `ensure_namespace`: `create` (persistent); on `NodeExists` the record is read and the specs
 //!   compared (`ops::ensure`): created once, the losers of a race see the winner's record.
-//! - `reserve` and `give_back`: compare-and-swap on the znode's data version: `getData` returns
-//!   the record and its `Stat.version` together, the new state is computed in Rust
-//!   (`ops::reserve`, `ops::give_back`) and written with `setData(path, new, version)`,
-//!   which ZooKeeper applies only if the version is still the one read. On `BadVersion`
+//! - `reserve`, `give_back` and `advance`: compare-and-swap on the znode's data version:
+//!   `getData` returns the record and its `Stat.version` together, the new state is computed
+//!   in Rust (`ops::reserve`, `ops::give_back`, `ops::advance`) and written with
+//!   `setData(path, new, version)` in a `multi` with the audit entry's create (above), which
+//!   ZooKeeper applies only if the version is still the one read. On `BadVersion`
 //!   (another node wrote in between) the record is read again and the operation recomputed,
 //!   at once for the first few conflicts, then after a random pause (at most 64 ms); after
 //!   [`MAX_CONFLICTS`] it gives up with [`StoreError::Unavailable`]. The last written state
@@ -59,9 +106,10 @@
 //! expired session or the operation timeout is [`StoreError::Unavailable`] and drops the
 //! namespace's cached state. (Reads, and `ensure_namespace`'s create, whose repetition finds the
 //! first one's znode, are sent again after a connection loss, within the operation timeout.)
-//! A `setData` whose reply was lost may have committed; every later write is conditional on the
-//! version it read, which the lost write changed if it committed, so whichever lands second
-//! fails its check and is recomputed from the first: the possibly granted block is burned.
+//! A write (a `multi` with its audit entry) whose reply was lost may have committed, entry and
+//! all; every later write is conditional on the version it read, which the lost write changed
+//! if it committed, so whichever lands second fails its check and is recomputed from the
+//! first: the possibly granted block is burned (and recorded as granted).
 //!
 //! Calls wait for the session to be connected before they hand the library a request, because
 //! the library keeps a request it was given while disconnected and sends it once reconnected,
@@ -98,9 +146,9 @@
 //!   even when the holder stopped renewing, and could not expire by itself.)
 //! - **acquire**: reads the group (its record and version, the worker records and the live
 //!   znodes), runs [`plan_acquire`], then commits from the lease's new session one `multi`
-//!   transaction: the group record set at the version read (or created, with its two
-//!   directories), the worker record set at the version read (or created), and the ephemeral
-//!   `live/<worker>` created. Concurrent acquisitions conflict on the group's version (every
+//!   transaction: the audit entry (`leased`) created, the group record set at the version read
+//!   (or created, with its two directories), the worker record set at the version read (or
+//!   created), and the ephemeral `live/<worker>` created. Concurrent acquisitions conflict on the group's version (every
 //!   acquisition changes it) or on the live znode (`NodeExists`), and retry from a fresh read;
 //!   so at most one live lease per worker id, and tokens strictly increase per group.
 //! - **renew**: reads the worker record (its token must be the lease's, else
@@ -128,6 +176,7 @@
 //! the connect string (use `root`), deleting namespaces, watches, and paging `list` (one
 //! `getChildren`; fine for tens of thousands of namespaces). Reads are not preceded by `sync`.
 
+use crate::audit::{self, Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 pub use crate::config::ZookeeperConfig;
 use crate::lease::{
     check_current, plan_acquire, superseded, GroupRecord, LeaseError, LeaseRequest, WorkerLease,
@@ -145,8 +194,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
 use zookeeper_client::{
-    Acls, Client, CreateMode, CreateOptions, Error as ZkError, MultiWriteError, SessionInfo,
-    SessionState, Stat,
+    Acls, Client, CreateMode, CreateOptions, Error as ZkError, MultiWriteError, MultiWriteResult,
+    SessionInfo, SessionState, Stat,
 };
 
 const KIND: &str = "zookeeper";
@@ -165,6 +214,8 @@ const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 const PERSISTENT: CreateOptions<'static> = CreateMode::Persistent.with_acls(Acls::anyone_all());
 const EPHEMERAL: CreateOptions<'static> = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+const SEQUENTIAL: CreateOptions<'static> =
+    CreateMode::PersistentSequential.with_acls(Acls::anyone_all());
 
 /// The cached result of the last write of a namespace by this authority.
 #[derive(Debug, Clone)]
@@ -194,6 +245,8 @@ pub struct ZookeeperAuthority {
     ns_dir: String,
     /// `<root>/leases`.
     lease_dir: String,
+    /// `<root>/audit`.
+    audit_dir: String,
     slots: Mutex<HashMap<NamespaceName, Slot>>,
     lease_sessions: Mutex<HashMap<(NamespaceName, u64), LeaseSession>>,
     conflicts: AtomicU64,
@@ -211,8 +264,8 @@ impl fmt::Debug for ZookeeperAuthority {
 
 /// What an operation decided from a namespace's current state.
 enum Decision<T> {
-    /// Write this state (CAS), then answer `T`.
-    Write(NamespaceState, T),
+    /// Write this state (CAS) and its audit entry in the same `multi`, then answer `T`.
+    Write(NamespaceState, AuditEvent, T),
     /// Write nothing, answer `T`.
     Keep(T),
 }
@@ -250,6 +303,7 @@ impl ZookeeperAuthority {
             connect_string: config.connect_string(),
             ns_dir: format!("{}/namespaces", config.root),
             lease_dir: format!("{}/leases", config.root),
+            audit_dir: format!("{}/audit", config.root),
             config,
             client: tokio::sync::Mutex::new(None),
             slots: Mutex::new(HashMap::new()),
@@ -287,7 +341,43 @@ impl ZookeeperAuthority {
         format!("{}/{}", self.lease_dir, group.as_str())
     }
 
-    /// Creates `<root>` (and its parents), `<root>/namespaces` and `<root>/leases` if absent.
+    /// `<root>/audit/<subject>`: the parent of the subject's entries.
+    fn audit_subject_dir(&self, subject: &NamespaceName) -> String {
+        format!("{}/{}", self.audit_dir, subject.as_str())
+    }
+
+    /// Creates `<root>/audit` and `<root>/audit/<subject>` if absent (an entry's first write,
+    /// or a store written by a version without the ledger).
+    async fn ensure_audit_dir(
+        &self,
+        subject: &NamespaceName,
+        deadline: Deadline,
+    ) -> Result<(), StoreError> {
+        let client = self.client(deadline).await?;
+        for path in [self.audit_dir.clone(), self.audit_subject_dir(subject)] {
+            let what = format!("creating {path}");
+            match timed(deadline, &what, client.create(&path, b"", &PERSISTENT)).await? {
+                Ok(_) | Err(ZkError::NodeExists) => {}
+                Err(e) => return Err(failed(&what, &e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds the creation of `subject`'s next audit entry (persistent sequential) to `multi`.
+    fn add_audit_entry(
+        &self,
+        multi: &mut zookeeper_client::MultiWriter<'_>,
+        subject: &NamespaceName,
+        event: &AuditEvent,
+    ) -> Result<(), ZkError> {
+        let prefix = format!("{}/", self.audit_subject_dir(subject));
+        let record = audit::encode_record(audit::now_unix_ms(), event, audit::holder());
+        multi.add_create(&prefix, record.as_bytes(), &SEQUENTIAL)
+    }
+
+    /// Creates `<root>` (and its parents), `<root>/namespaces`, `<root>/leases` and
+    /// `<root>/audit` if absent.
     async fn ensure_dirs(&self, deadline: Deadline) -> Result<(), StoreError> {
         let client = self.client(deadline).await?;
         let root = &self.config.root;
@@ -298,6 +388,7 @@ impl ZookeeperAuthority {
         paths.push(root.clone());
         paths.push(self.ns_dir.clone());
         paths.push(self.lease_dir.clone());
+        paths.push(self.audit_dir.clone());
         for path in paths {
             match timed(
                 deadline,
@@ -465,12 +556,13 @@ impl ZookeeperAuthority {
         // Taken out: an error below leaves the cache empty, so the next call reads afresh.
         let mut current: Option<(Cached, bool)> = cache.take().map(|c| (c, false));
         let mut conflicts = 0u32;
+        let mut made_dir = false;
         loop {
             let (record, fresh) = match current.take() {
                 Some(known) => known,
                 None => (self.read(name, deadline).await?.ok_or_else(unknown)?, true),
             };
-            let (new_state, answer) = match decide(&record.state) {
+            let (new_state, event, answer) = match decide(&record.state) {
                 // Only write decisions may rest on cached data (the CAS checks them); a
                 // refusal or an error is confirmed on a fresh read.
                 Ok(Decision::Keep(_)) | Err(_) if !fresh => continue,
@@ -482,22 +574,49 @@ impl ZookeeperAuthority {
                     *cache = Some(record);
                     return Ok(answer);
                 }
-                Ok(Decision::Write(new_state, answer)) => (new_state, answer),
+                Ok(Decision::Write(new_state, event, answer)) => (new_state, event, answer),
             };
             let client = self.client(deadline).await?;
             let data = encode_ns(&new_state);
-            let written = client.set_data(&path, data.as_bytes(), Some(record.version));
-            match timed(deadline, &what, written).await? {
-                Ok(stat) => {
+            // Operation 0: the compare-and-swap; operation 1: the entry.
+            let mut multi = client.new_multi_writer();
+            multi
+                .add_set_data(&path, data.as_bytes(), Some(record.version))
+                .and_then(|()| self.add_audit_entry(&mut multi, name, &event))
+                .map_err(|e| failed("building an update", &e))?;
+            match timed(deadline, &what, multi.commit()).await? {
+                Ok(results) => {
+                    let Some(MultiWriteResult::SetData { stat }) = results.first() else {
+                        return Err(unavailable(format!(
+                            "{what}: ZooKeeper answered a transaction without its results"
+                        )));
+                    };
                     *cache = Some(Cached {
                         state: new_state,
                         version: stat.version,
                     });
                     return Ok(answer);
                 }
+                // The subject's audit directory is missing (a store written before the
+                // ledger): make it, then go again (nothing was written).
+                Err(MultiWriteError::OperationFailed {
+                    index: 1,
+                    source: ZkError::NoNode,
+                }) if !made_dir => {
+                    made_dir = true;
+                    self.ensure_audit_dir(name, deadline).await?;
+                    current = Some((record, fresh));
+                    continue;
+                }
                 // Another writer came first (or the namespace is gone): go again from a read.
-                Err(ZkError::BadVersion) | Err(ZkError::NoNode) => {}
-                Err(e) => return Err(failed(&what, &e)),
+                Err(MultiWriteError::OperationFailed {
+                    index: 0,
+                    source: ZkError::BadVersion | ZkError::NoNode,
+                }) => {}
+                Err(MultiWriteError::OperationFailed { source, .. })
+                | Err(MultiWriteError::RequestFailed { source }) => {
+                    return Err(failed(&what, &source))
+                }
             }
             self.conflicts.fetch_add(1, Ordering::Relaxed);
             conflicts += 1;
@@ -720,8 +839,14 @@ impl ZookeeperAuthority {
         let group_data = encode_group(&grant.group);
         let worker_data = encode_worker(&worker);
         let live_data = encode_live(&live);
+        let event = AuditEvent::Leased {
+            worker: grant.worker,
+            token: grant.token,
+        };
+        // Operation 0: the entry; then the group, the worker record and the live znode.
         let mut multi = client.new_multi_writer();
         let built = (|| {
+            self.add_audit_entry(&mut multi, &request.group, &event)?;
             match &view {
                 Some(v) => {
                     multi.add_set_data(&group_path, group_data.as_bytes(), Some(v.version))?
@@ -742,7 +867,17 @@ impl ZookeeperAuthority {
         })();
         built.map_err(|e| failed("building a lease transaction", &e))?;
         let what = format!("acquiring a lease of group {}", request.group);
-        if committed(&what, timed(deadline, &what, multi.commit()).await?)?.is_none() {
+        let result = timed(deadline, &what, multi.commit()).await?;
+        if let Err(MultiWriteError::OperationFailed {
+            index: 0,
+            source: ZkError::NoNode,
+        }) = result
+        {
+            // The group's audit directory is missing: make it and go again.
+            self.ensure_audit_dir(&request.group, deadline).await?;
+            return Ok(None);
+        }
+        if committed(&what, result)?.is_none() {
             return Ok(None);
         }
         self.remember_session(&request.group, grant.worker, grant.token, &client);
@@ -924,6 +1059,37 @@ impl Authority for ZookeeperAuthority {
         Some(self)
     }
 
+    fn audit_log(&self) -> Option<&dyn AuditLog> {
+        Some(self)
+    }
+
+    async fn advance(
+        &self,
+        name: &NamespaceName,
+        to: u64,
+        why: Advance,
+    ) -> Result<Advanced, StoreError> {
+        self.update(name, |state| {
+            let from = state.watermark;
+            Ok(match ops::advance(state, to)? {
+                Some(watermark) => {
+                    let mut next = state.clone();
+                    next.watermark = watermark;
+                    Decision::Write(
+                        next.clone(),
+                        ops::advance_event(why, from, watermark),
+                        Advanced { from, state: next },
+                    )
+                }
+                None => Decision::Keep(Advanced {
+                    from,
+                    state: state.clone(),
+                }),
+            })
+        })
+        .await
+    }
+
     async fn ensure_namespace(
         &self,
         name: &NamespaceName,
@@ -978,6 +1144,10 @@ impl Authority for ZookeeperAuthority {
             next.watermark = block.end();
             Ok(Decision::Write(
                 next,
+                AuditEvent::Granted {
+                    start: block.start(),
+                    end: block.end(),
+                },
                 Reservation {
                     block,
                     watermark: block.end(),
@@ -1007,7 +1177,14 @@ impl Authority for ZookeeperAuthority {
             Ok(watermark) => {
                 let mut next = state.clone();
                 next.watermark = watermark;
-                Ok(Decision::Write(next, GiveBack::Returned))
+                Ok(Decision::Write(
+                    next,
+                    AuditEvent::GivenBack {
+                        start: tail.start(),
+                        end: tail.end(),
+                    },
+                    GiveBack::Returned,
+                ))
             }
             Err(refused) => Ok(Decision::Keep(refused)),
         })
@@ -1090,6 +1267,229 @@ impl WorkerLeases for ZookeeperAuthority {
             (v.record, slots)
         }))
     }
+}
+
+impl ZookeeperAuthority {
+    /// Runs a read of the ledger until it does not fail with a lost connection.
+    async fn audit_read<T, F, Fut>(&self, attempt: F) -> Result<T, StoreError>
+    where
+        F: Fn(Deadline) -> Fut,
+        Fut: Future<Output = Result<T, Fail>>,
+    {
+        let deadline = self.deadline();
+        loop {
+            match attempt(deadline).await {
+                Err(Fail::Transient) => retry_pause(deadline).await,
+                Err(Fail::Store(e)) => return Err(e),
+                Ok(done) => return Ok(done),
+            }
+        }
+    }
+
+    /// Every directory under `<root>/audit` (subjects, also those with no entry left).
+    async fn audit_dirs(&self, deadline: Deadline) -> Result<Vec<NamespaceName>, Fail> {
+        let client = self.client(deadline).await?;
+        let what = "listing audit subjects";
+        let children = match timed(deadline, what, client.list_children(&self.audit_dir)).await? {
+            Ok(children) => children,
+            Err(ZkError::NoNode) => return Ok(Vec::new()),
+            Err(e) => return Err(fail(what, e)),
+        };
+        let mut subjects = Vec::with_capacity(children.len());
+        for child in children {
+            subjects.push(NamespaceName::new(&child).map_err(|e| StoreError::Corrupt {
+                message: format!(
+                    "znode {}/{child} is not an audit subject: {e}",
+                    self.audit_dir
+                ),
+            })?);
+        }
+        subjects.sort();
+        Ok(subjects)
+    }
+
+    /// The sequence numbers of `subject`'s entries, sorted (one `getChildren`).
+    async fn audit_seqs(
+        &self,
+        client: &Client,
+        subject: &NamespaceName,
+        deadline: Deadline,
+    ) -> Result<Vec<u64>, Fail> {
+        let dir = self.audit_subject_dir(subject);
+        let what = format!("listing the audit ledger of {subject}");
+        let children = match timed(deadline, &what, client.list_children(&dir)).await? {
+            Ok(children) => children,
+            Err(ZkError::NoNode) => return Ok(Vec::new()),
+            Err(e) => return Err(fail(&what, e)),
+        };
+        let mut seqs = Vec::with_capacity(children.len());
+        for child in children {
+            seqs.push(entry_seq(&child).ok_or_else(|| StoreError::Corrupt {
+                message: format!("znode {dir}/{child} is not an audit entry"),
+            })?);
+        }
+        seqs.sort_unstable();
+        Ok(seqs)
+    }
+
+    async fn entries_once(
+        &self,
+        subject: &NamespaceName,
+        after: Option<u64>,
+        limit: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<AuditEntry>, Fail> {
+        let client = self.client(deadline).await?;
+        let seqs = self.audit_seqs(&client, subject, deadline).await?;
+        let dir = self.audit_subject_dir(subject);
+        let what = format!("reading the audit ledger of {subject}");
+        // Sent at once, answered in order.
+        let reads: Vec<_> = seqs
+            .into_iter()
+            .filter(|&seq| after.is_none_or(|a| seq > a))
+            .take(limit)
+            .map(|seq| {
+                let path = format!("{dir}/{}", entry_name(seq));
+                let read = client.get_data(&path);
+                (seq, path, read)
+            })
+            .collect();
+        let mut entries = Vec::with_capacity(reads.len());
+        for (seq, path, read) in reads {
+            let (data, stat) = match timed(deadline, &what, read).await? {
+                Ok(found) => found,
+                // Pruned since the listing.
+                Err(ZkError::NoNode) => continue,
+                Err(e) => return Err(fail(&what, e)),
+            };
+            let corrupt = |what: String| StoreError::Corrupt {
+                message: format!("ZooKeeper audit entry {path}: {what}"),
+            };
+            let mut entry = audit::decode_record(subject.clone(), seq, &data).map_err(corrupt)?;
+            // The time is the server's: when the znode was created.
+            entry.at_unix_ms = created_ms(stat.ctime).map_err(corrupt)?;
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+
+    /// Removes `subject`'s entries created before `before_unix_ms`; how many.
+    async fn prune_once(
+        &self,
+        subject: &NamespaceName,
+        before_unix_ms: u64,
+        deadline: Deadline,
+    ) -> Result<u64, Fail> {
+        let client = self.client(deadline).await?;
+        let seqs = self.audit_seqs(&client, subject, deadline).await?;
+        let dir = self.audit_subject_dir(subject);
+        let what = format!("pruning the audit ledger of {subject}");
+        let stats: Vec<_> = seqs
+            .into_iter()
+            .map(|seq| {
+                let path = format!("{dir}/{}", entry_name(seq));
+                let stat = client.check_stat(&path);
+                (path, stat)
+            })
+            .collect();
+        let mut old = Vec::new();
+        for (path, stat) in stats {
+            match timed(deadline, &what, stat).await? {
+                Ok(Some(stat)) => {
+                    let created = created_ms(stat.ctime).map_err(|e| StoreError::Corrupt {
+                        message: format!("ZooKeeper audit entry {path}: {e}"),
+                    })?;
+                    if created < before_unix_ms {
+                        old.push(path);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => return Err(fail(&what, e)),
+            }
+        }
+        let deletes: Vec<_> = old.iter().map(|path| client.delete(path, None)).collect();
+        let mut removed = 0;
+        for delete in deletes {
+            match timed(deadline, &what, delete).await? {
+                Ok(()) => removed += 1,
+                // Removed by another pruner meanwhile.
+                Err(ZkError::NoNode) => {}
+                Err(e) => return Err(fail(&what, e)),
+            }
+        }
+        Ok(removed)
+    }
+}
+
+#[async_trait]
+impl AuditLog for ZookeeperAuthority {
+    async fn subjects(&self) -> Result<Vec<NamespaceName>, StoreError> {
+        self.audit_read(|deadline| async move {
+            let dirs = self.audit_dirs(deadline).await?;
+            let client = self.client(deadline).await?;
+            let what = "listing audit subjects";
+            // Only those with an entry left; sent at once, answered in order.
+            let stats: Vec<_> = dirs
+                .into_iter()
+                .map(|subject| {
+                    let stat = client.check_stat(&self.audit_subject_dir(&subject));
+                    (subject, stat)
+                })
+                .collect();
+            let mut subjects = Vec::new();
+            for (subject, stat) in stats {
+                match timed(deadline, what, stat).await? {
+                    Ok(Some(stat)) if stat.num_children > 0 => subjects.push(subject),
+                    Ok(_) => {}
+                    Err(e) => return Err(fail(what, e)),
+                }
+            }
+            Ok(subjects)
+        })
+        .await
+    }
+
+    async fn entries(
+        &self,
+        subject: &NamespaceName,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        self.audit_read(|deadline| self.entries_once(subject, after, limit, deadline))
+            .await
+    }
+
+    async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError> {
+        let mut removed = 0;
+        for subject in self
+            .audit_read(|deadline| self.audit_dirs(deadline))
+            .await?
+        {
+            // The subject's directory stays, empty or not: its child counter is the next
+            // entry's sequence number, which must keep growing.
+            removed += self
+                .audit_read(|deadline| self.prune_once(&subject, before_unix_ms, deadline))
+                .await?;
+        }
+        Ok(removed)
+    }
+}
+
+/// The name ZooKeeper gives the sequential znode numbered `seq` (10 digits, zero-padded).
+fn entry_name(seq: u64) -> String {
+    format!("{seq:010}")
+}
+
+/// The sequence number of an entry's znode name (exactly 10 digits), `None` if it is none.
+fn entry_seq(name: &str) -> Option<u64> {
+    (name.len() == 10 && name.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| name.parse().ok())
+        .flatten()
+}
+
+/// A znode's creation time (`Stat.ctime`, the server's clock) as unix ms.
+fn created_ms(ctime: i64) -> Result<u64, String> {
+    u64::try_from(ctime).map_err(|_| format!("creation time {ctime} is negative"))
 }
 
 /// A lease group as read: its record and version, the worker records with their versions and
@@ -1461,6 +1861,25 @@ mod tests {
 
     fn name() -> NamespaceName {
         NamespaceName::new("photos").unwrap()
+    }
+
+    #[test]
+    fn audit_entry_names_are_ten_digits() {
+        assert_eq!(entry_name(7), "0000000007");
+        assert_eq!(entry_seq(&entry_name(7)), Some(7));
+        assert_eq!(entry_seq("2147483647"), Some(2_147_483_647));
+        for bad in [
+            "",
+            "7",
+            "-000000001",
+            "000000000x",
+            "00000000007",
+            "e000000007",
+        ] {
+            assert_eq!(entry_seq(bad), None, "{bad:?}");
+        }
+        assert_eq!(created_ms(1_700_000_000_000), Ok(1_700_000_000_000));
+        assert!(created_ms(-1).is_err());
     }
 
     #[test]

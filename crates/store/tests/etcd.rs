@@ -19,7 +19,7 @@ use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
 use idmint_store::conformance::EtcdBackend;
 use idmint_store::etcd::{EtcdAuthority, EtcdConfig};
 use idmint_store::lease::{LeaseError, LeaseRequest, WorkerChoice, WorkerLeases};
-use idmint_store::{Authority, StoreError};
+use idmint_store::{AuditEvent, Authority, StoreError};
 use idmint_testkit::etcd::PrivateEtcd;
 use idmint_testkit::proxy::{Fault, FaultProxy};
 use std::sync::Arc;
@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 idmint_store::conformance_tests!(etcd => EtcdBackend, with faults);
 idmint_store::conformance_tests!(etcd_leases => EtcdBackend, leases);
+idmint_store::conformance_tests!(etcd_audit => EtcdBackend, audit);
 
 /// Short enough to keep fault tests quick, long enough for a loaded 2-core CI machine.
 const FAULT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -169,6 +170,20 @@ async fn lost_reply_history_shows_the_burned_block() {
         committed > 0,
         "in {ROUNDS} rounds no lost transaction committed: the ambiguous case was not tested"
     );
+    // The ledger is written in the same transaction as the watermark: it holds the lost
+    // grants that committed and no other, and verifies clean against the watermark.
+    let log = a.audit_log().unwrap();
+    let entries = log.entries(&ns, None, 1000).await.unwrap();
+    let lost: Vec<_> = entries
+        .iter()
+        .filter(|e| matches!(e.event, AuditEvent::Granted { start, end } if spec.ids_between(start, end) == LOST))
+        .collect();
+    assert_eq!(lost.len(), committed, "lost grants in the ledger: {lost:?}");
+    assert_eq!(entries.len(), 2 * ROUNDS + committed);
+    let report = idmint_store::audit::verify(log, &a.list().await.unwrap())
+        .await
+        .unwrap();
+    assert!(report.is_clean(), "{:?}", report.violations);
 }
 
 fn watermark_of(record: &etcd_client::KeyValue) -> u64 {
@@ -328,6 +343,59 @@ async fn foreign_records_are_corrupt() {
     raw.delete("/idmint/ns/garbage", None).await.unwrap();
     raw.put("/idmint/ns/not a name", "x", None).await.unwrap();
     assert!(matches!(a.list().await, Err(StoreError::Corrupt { .. })));
+}
+
+/// The ledger's keys: `entries` pages exactly from any `after` (an entry's seq or not), a
+/// damaged entry or a key that is no entry is `Corrupt` for every reader, never a panic.
+#[tokio::test]
+async fn the_ledger_pages_from_any_seq_and_damage_is_corrupt() {
+    let etcd = PrivateEtcd::start().await;
+    let a = connect(EtcdConfig::new([etcd.client_url()])).await;
+    let mut raw = etcd_client::Client::connect([etcd.client_url()], None)
+        .await
+        .unwrap();
+    let ns = name("paged");
+    a.ensure_namespace(&ns, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    // Writes to another key in between, so that seqs (revisions) have gaps.
+    for i in 0..6 {
+        a.reserve(&ns, 10).await.unwrap();
+        raw.put(format!("/elsewhere/{i}"), "x", None).await.unwrap();
+    }
+    let log = a.audit_log().unwrap();
+    let all = log.entries(&ns, None, 100).await.unwrap();
+    assert_eq!(all.len(), 6);
+    for after in all[0].seq - 1..=all[5].seq + 1 {
+        let expected: Vec<_> = all.iter().filter(|e| e.seq > after).cloned().collect();
+        assert_eq!(
+            log.entries(&ns, Some(after), 100).await.unwrap(),
+            expected,
+            "after {after}"
+        );
+        let two: Vec<_> = expected.iter().take(2).cloned().collect();
+        assert_eq!(log.entries(&ns, Some(after), 2).await.unwrap(), two);
+    }
+    assert_eq!(log.subjects().await.unwrap(), vec![ns.clone()]);
+
+    let corrupt = |r: Result<(), StoreError>, what: &str| match r {
+        Err(StoreError::Corrupt { message }) => assert!(message.contains("audit"), "{message}"),
+        other => panic!("{what}: expected Corrupt, got {other:?}"),
+    };
+    // A damaged value.
+    let key = format!("/idmint/audit/paged/{:020}", all[5].seq);
+    raw.put(key.as_str(), "v1 junk", None).await.unwrap();
+    corrupt(log.entries(&ns, None, 100).await.map(drop), "entries");
+    corrupt(log.prune(0).await.map(drop), "prune");
+    raw.delete(key.as_str(), None).await.unwrap();
+    // A key that is no entry's, and one under a subject that is no name.
+    raw.put("/idmint/audit/paged/x", "x", None).await.unwrap();
+    corrupt(log.entries(&ns, None, 100).await.map(drop), "entries");
+    raw.delete("/idmint/audit/paged/x", None).await.unwrap();
+    raw.put("/idmint/audit/not a name/1", "x", None)
+        .await
+        .unwrap();
+    corrupt(log.subjects().await.map(drop), "subjects");
 }
 
 /// No server: `connect` is `Unavailable`, quickly, and the message does not leak credentials

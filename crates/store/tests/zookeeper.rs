@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 idmint_store::conformance_tests!(zookeeper => ZookeeperBackend, with faults);
 idmint_store::conformance_tests!(zookeeper_leases => ZookeeperBackend, leases);
+idmint_store::conformance_tests!(zookeeper_audit => ZookeeperBackend, audit);
 
 const LAYOUT: &str = "timestamp_bits=41 node_bits=2 sequence_bits=12 unit=1ms epoch=0";
 
@@ -238,6 +239,33 @@ async fn kill_9_of_zookeeper_under_load_repeats_no_id() {
             pair[1]
         );
     }
+    // Every acknowledged block is in the ledger (written in the same multi as the watermark;
+    // a write whose reply the kill lost may add a grant nobody saw), and it verifies clean.
+    let log = nodes[0].audit_log().unwrap();
+    let mut recorded = std::collections::BTreeSet::new();
+    let mut after = None;
+    loop {
+        let page = log.entries(&ns, after, 500).await.unwrap();
+        after = page.last().map(|e| e.seq).or(after);
+        for e in &page {
+            if let idmint_store::AuditEvent::Granted { start, end } = e.event {
+                recorded.insert((start, end));
+            }
+        }
+        if page.len() < 500 {
+            break;
+        }
+    }
+    for b in &all {
+        assert!(
+            recorded.contains(&(b.start(), b.end())),
+            "block {b:?} is not in the ledger"
+        );
+    }
+    let report = idmint_store::audit::verify(log, &nodes[0].list().await.unwrap())
+        .await
+        .unwrap();
+    assert!(report.is_clean(), "{:?}", report.violations);
     let ids: u64 = all.iter().map(|b| b.len()).sum();
     eprintln!(
         "kill -9 under load: {} blocks ({ids} ids) granted, {before} of them before the kill, \
@@ -416,6 +444,71 @@ async fn foreign_records_are_corrupt() {
             "{result:?}"
         );
     }
+}
+
+/// A store written before the ledger (no `<root>/audit`) upgrades in place: the first write
+/// makes the directories. Entries and their names that idmint did not write are `Corrupt`.
+#[tokio::test]
+async fn the_ledger_upgrades_in_place_and_damage_is_corrupt() {
+    let zk = PrivateZookeeper::start().await;
+    let a = connect(&zk.connect_string(), "/old").await;
+    let raw = zookeeper_client_for_tests(&zk.connect_string()).await;
+    let ns = name("old");
+    a.ensure_namespace(&ns, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    // As a version without the ledger left it (connect made the directory again).
+    raw.delete("/old/audit", None).await.unwrap();
+    let r = a.reserve(&ns, 10).await.unwrap();
+    let log = a.audit_log().unwrap();
+    let entries = log.entries(&ns, None, 10).await.unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(
+        entries[0].event,
+        idmint_store::AuditEvent::Granted {
+            start: r.block.start(),
+            end: r.block.end()
+        }
+    );
+    // The server's clock: the znode's creation time.
+    let (_, stat) = raw
+        .get_data(&format!("/old/audit/old/{:010}", entries[0].seq))
+        .await
+        .unwrap();
+    assert_eq!(entries[0].at_unix_ms, stat.ctime as u64);
+    assert_eq!(log.subjects().await.unwrap(), vec![ns.clone()]);
+
+    let persistent =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let corrupt = |r: Result<(), StoreError>, what: &str| {
+        assert!(
+            matches!(r, Err(StoreError::Corrupt { .. })),
+            "{what}: expected Corrupt, got {r:?}"
+        )
+    };
+    raw.set_data(
+        &format!("/old/audit/old/{:010}", entries[0].seq),
+        b"v1 junk",
+        None,
+    )
+    .await
+    .unwrap();
+    corrupt(
+        log.entries(&ns, None, 10).await.map(drop),
+        "a damaged entry",
+    );
+    raw.create("/old/audit/old/junk", b"", &persistent)
+        .await
+        .unwrap();
+    corrupt(
+        log.entries(&ns, None, 10).await.map(drop),
+        "a name that is no seq",
+    );
+    corrupt(log.prune(0).await.map(drop), "prune");
+    raw.create("/old/audit/not a name", b"", &persistent)
+        .await
+        .unwrap();
+    corrupt(log.subjects().await.map(drop), "a subject that is no name");
 }
 
 async fn zookeeper_client_for_tests(server: &str) -> zookeeper_client::Client {
