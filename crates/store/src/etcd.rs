@@ -167,8 +167,8 @@
 //!
 //! ## What it does not do
 //!
-//! TLS and etcd authentication (plain `http://` endpoints only), watches, deleting
-//! namespaces, compacting etcd's history (configure etcd's `--auto-compaction-*`: every
+//! Client certificates (mutual TLS; server TLS with `ca_file` and user/password
+//! authentication are supported), watches, deleting namespaces, compacting etcd's history (configure etcd's `--auto-compaction-*`: every
 //! reservation is a new revision), and paging `list` (one range read; fine for tens of
 //! thousands of namespaces).
 
