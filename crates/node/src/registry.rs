@@ -339,14 +339,7 @@ impl Node {
                 StoreError::NotSupported { .. } => {
                     IdError::Conflict(format!("{e}: move the watermark on the tier that owns it"))
                 }
-                StoreError::Lost { .. } => IdError::Lost {
-                    name: name.to_string(),
-                    reason: e.to_string(),
-                },
-                other => IdError::Unavailable {
-                    name: name.to_string(),
-                    reason: other.to_string(),
-                },
+                other => authority_error(name, other),
             })?;
         let burned = seq.supply().advanced(to);
         tracing::warn!(namespace = %name, action = verb, from = advanced.from,
@@ -522,14 +515,7 @@ impl Node {
                 StoreError::SpecConflict { .. } | StoreError::InvalidSetup { .. } => {
                     IdError::Conflict(e.to_string())
                 }
-                StoreError::Lost { .. } => IdError::Lost {
-                    name: name.to_string(),
-                    reason: e.to_string(),
-                },
-                other => IdError::Unavailable {
-                    name: name.to_string(),
-                    reason: other.to_string(),
-                },
+                other => authority_error(name.as_str(), other),
             })?;
         let source: Arc<dyn BlockSource> = Arc::new(self.authority.clone());
         let supply = Supply::new(
@@ -655,6 +641,21 @@ impl Node {
             }
         }
         report
+    }
+}
+
+/// The domain error of an authority's failure on namespace `name`: a lost namespace as such,
+/// anything else as unavailable (the caller maps the errors that mean more first).
+fn authority_error(name: &str, e: StoreError) -> IdError {
+    match e {
+        StoreError::Lost { .. } => IdError::Lost {
+            name: name.to_string(),
+            reason: e.to_string(),
+        },
+        other => IdError::Unavailable {
+            name: name.to_string(),
+            reason: other.to_string(),
+        },
     }
 }
 

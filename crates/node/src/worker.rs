@@ -138,19 +138,15 @@ pub struct LeasedWorker {
     renew_soon: tokio::sync::Notify,
 }
 
-/// `host pid N`: who holds a lease, for messages and listings.
+/// `host pid N`: who holds a lease, for messages and listings; the same name the audit ledger
+/// records as the holder of this process's grants ([`idmint_store::audit::holder`]).
 pub fn holder_name() -> String {
-    format!("{} pid {}", host_name(), std::process::id())
+    idmint_store::audit::holder().to_string()
 }
 
-/// This machine's host name (`/proc/sys/kernel/hostname`, else `$HOSTNAME`, else "unknown").
+/// This machine's host name ([`idmint_store::audit::host_name`]).
 pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "unknown".into())
+    idmint_store::audit::host_name()
 }
 
 /// The trailing number of a host name (`web-3` → 3), as a StatefulSet names its pods.

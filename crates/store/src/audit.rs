@@ -1,6 +1,6 @@
 //! The audit ledger: an append-only record, kept by every durable authority next to its
 //! watermarks, of every grant it made (blocks, give-backs, worker leases, forward-only
-//! administration), and the [`Verifier`] that proves from it that no id was granted twice
+//! administration), and the verifier ([`verify`], [`SubjectVerifier`]) that proves from it that no id was granted twice
 //! (docs/design.md, "The audit ledger"; `idmint audit verify`).
 //!
 //! Not to be confused with the node's [`crate::ledger`] (what one node remembers of the

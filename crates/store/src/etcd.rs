@@ -246,14 +246,6 @@ impl fmt::Debug for EtcdAuthority {
     }
 }
 
-/// What an operation decided from a namespace's current state.
-enum Decision<T> {
-    /// Write this state (CAS) and its audit entry in the same `Txn`, then answer `T`.
-    Write(NamespaceState, AuditEvent, T),
-    /// Write nothing, answer `T`.
-    Keep(T),
-}
-
 /// The TLS options of `config` (`None`: plain), after checking them against the endpoints.
 fn tls_options(config: &EtcdConfig) -> Result<Option<etcd_client::TlsOptions>, String> {
     use crate::tls::TlsMode;
@@ -473,7 +465,7 @@ impl EtcdAuthority {
     async fn update<T>(
         &self,
         name: &NamespaceName,
-        decide: impl Fn(&NamespaceState) -> Result<Decision<T>, StoreError>,
+        decide: impl Fn(&NamespaceState) -> Result<ops::Decision<T>, StoreError>,
     ) -> Result<T, StoreError> {
         let result = {
             let slot = self.slot(name);
@@ -496,7 +488,7 @@ impl EtcdAuthority {
         &self,
         name: &NamespaceName,
         cache: &mut Option<Cached>,
-        decide: impl Fn(&NamespaceState) -> Result<Decision<T>, StoreError>,
+        decide: impl Fn(&NamespaceState) -> Result<ops::Decision<T>, StoreError>,
     ) -> Result<T, StoreError> {
         let unknown = || StoreError::UnknownNamespace { name: name.clone() };
         let key = self.key(name);
@@ -512,16 +504,16 @@ impl EtcdAuthority {
             let (new_state, event, answer) = match decision {
                 // Only write decisions may rest on cached data (the CAS checks them); a
                 // refusal or an error is confirmed on a fresh read.
-                Ok(Decision::Keep(_)) | Err(_) if !fresh => continue,
+                Ok(ops::Decision::Keep(_)) | Err(_) if !fresh => continue,
                 Err(e) => {
                     *cache = Some(record);
                     return Err(e);
                 }
-                Ok(Decision::Keep(answer)) => {
+                Ok(ops::Decision::Keep(answer)) => {
                     *cache = Some(record);
                     return Ok(answer);
                 }
-                Ok(Decision::Write(new_state, event, answer)) => (new_state, event, answer),
+                Ok(ops::Decision::Write(new_state, event, answer)) => (new_state, event, answer),
             };
             // The entry's key is named after the revision the write is conditioned on: unique
             // (each write of the key compares a newer one) and below the revision it creates.
@@ -592,25 +584,8 @@ impl Authority for EtcdAuthority {
         to: u64,
         why: Advance,
     ) -> Result<Advanced, StoreError> {
-        self.update(name, |state| {
-            let from = state.watermark;
-            Ok(match ops::advance(state, to)? {
-                Some(watermark) => {
-                    let mut next = state.clone();
-                    next.watermark = watermark;
-                    Decision::Write(
-                        next.clone(),
-                        ops::advance_event(why, from, watermark),
-                        Advanced { from, state: next },
-                    )
-                }
-                None => Decision::Keep(Advanced {
-                    from,
-                    state: state.clone(),
-                }),
-            })
-        })
-        .await
+        self.update(name, |state| ops::decide_advance(state, to, why))
+            .await
     }
 
     async fn ensure_namespace(
@@ -649,23 +624,8 @@ impl Authority for EtcdAuthority {
     }
 
     async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError> {
-        self.update(name, |state| {
-            let block = ops::reserve(state, count)?;
-            let mut next = state.clone();
-            next.watermark = block.end();
-            Ok(Decision::Write(
-                next,
-                AuditEvent::Granted {
-                    start: block.start(),
-                    end: block.end(),
-                },
-                Reservation {
-                    block,
-                    watermark: block.end(),
-                },
-            ))
-        })
-        .await
+        self.update(name, |state| ops::decide_reserve(state, count))
+            .await
     }
 
     async fn state(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError> {
@@ -695,22 +655,8 @@ impl Authority for EtcdAuthority {
     }
 
     async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
-        self.update(name, |state| match ops::give_back(state, tail)? {
-            Ok(watermark) => {
-                let mut next = state.clone();
-                next.watermark = watermark;
-                Ok(Decision::Write(
-                    next,
-                    AuditEvent::GivenBack {
-                        start: tail.start(),
-                        end: tail.end(),
-                    },
-                    GiveBack::Returned,
-                ))
-            }
-            Err(refused) => Ok(Decision::Keep(refused)),
-        })
-        .await
+        self.update(name, |state| ops::decide_give_back(state, tail))
+            .await
     }
 }
 

@@ -587,6 +587,79 @@ pub(crate) mod ops {
         }
     }
 
+    /// What a compare-and-swap backend (etcd, ZooKeeper) decided from a namespace's current
+    /// state: its `update` loop reads the state, asks one of the `decide_*` functions below,
+    /// and writes the new state with its audit entry in one conditional write, or nothing.
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    pub(crate) enum Decision<T> {
+        /// Write this state and its audit entry in one conditional write, then answer `T`.
+        Write(NamespaceState, crate::AuditEvent, T),
+        /// Write nothing, answer `T`.
+        Keep(T),
+    }
+
+    /// [`Authority::reserve`] as a [`Decision`].
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    pub(crate) fn decide_reserve(
+        state: &NamespaceState,
+        count: u64,
+    ) -> Result<Decision<Reservation>, StoreError> {
+        let block = reserve(state, count)?;
+        let mut next = state.clone();
+        next.watermark = block.end();
+        let event = crate::AuditEvent::Granted {
+            start: block.start(),
+            end: block.end(),
+        };
+        let answer = Reservation {
+            block,
+            watermark: block.end(),
+        };
+        Ok(Decision::Write(next, event, answer))
+    }
+
+    /// [`Authority::give_back`] as a [`Decision`].
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    pub(crate) fn decide_give_back(
+        state: &NamespaceState,
+        tail: Block,
+    ) -> Result<Decision<GiveBack>, StoreError> {
+        Ok(match give_back(state, tail)? {
+            Ok(watermark) => {
+                let mut next = state.clone();
+                next.watermark = watermark;
+                let event = crate::AuditEvent::GivenBack {
+                    start: tail.start(),
+                    end: tail.end(),
+                };
+                Decision::Write(next, event, GiveBack::Returned)
+            }
+            Err(refused) => Decision::Keep(refused),
+        })
+    }
+
+    /// [`Authority::advance`] as a [`Decision`].
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    pub(crate) fn decide_advance(
+        state: &NamespaceState,
+        to: u64,
+        why: crate::Advance,
+    ) -> Result<Decision<crate::Advanced>, StoreError> {
+        let from = state.watermark;
+        Ok(match advance(state, to)? {
+            Some(watermark) => {
+                let mut next = state.clone();
+                next.watermark = watermark;
+                let event = advance_event(why, from, watermark);
+                Decision::Write(next.clone(), event, crate::Advanced { from, state: next })
+            }
+            None => Decision::Keep(crate::Advanced {
+                from,
+                state: state.clone(),
+            }),
+        })
+    }
+
     /// `Ok(Some(state))` to create, `Ok(None)` if `existing` already has `spec`, the conflict
     /// otherwise.
     pub(crate) fn ensure(

@@ -262,14 +262,6 @@ impl fmt::Debug for ZookeeperAuthority {
     }
 }
 
-/// What an operation decided from a namespace's current state.
-enum Decision<T> {
-    /// Write this state (CAS) and its audit entry in the same `multi`, then answer `T`.
-    Write(NamespaceState, AuditEvent, T),
-    /// Write nothing, answer `T`.
-    Keep(T),
-}
-
 /// When an operation must be over, and the operation timeout (for messages).
 type Deadline = (Instant, Duration);
 
@@ -523,7 +515,7 @@ impl ZookeeperAuthority {
     async fn update<T>(
         &self,
         name: &NamespaceName,
-        decide: impl Fn(&NamespaceState) -> Result<Decision<T>, StoreError>,
+        decide: impl Fn(&NamespaceState) -> Result<ops::Decision<T>, StoreError>,
     ) -> Result<T, StoreError> {
         let deadline = self.deadline();
         let result = {
@@ -548,7 +540,7 @@ impl ZookeeperAuthority {
         name: &NamespaceName,
         cache: &mut Option<Cached>,
         deadline: Deadline,
-        decide: impl Fn(&NamespaceState) -> Result<Decision<T>, StoreError>,
+        decide: impl Fn(&NamespaceState) -> Result<ops::Decision<T>, StoreError>,
     ) -> Result<T, StoreError> {
         let unknown = || StoreError::UnknownNamespace { name: name.clone() };
         let path = self.ns_path(name);
@@ -565,16 +557,16 @@ impl ZookeeperAuthority {
             let (new_state, event, answer) = match decide(&record.state) {
                 // Only write decisions may rest on cached data (the CAS checks them); a
                 // refusal or an error is confirmed on a fresh read.
-                Ok(Decision::Keep(_)) | Err(_) if !fresh => continue,
+                Ok(ops::Decision::Keep(_)) | Err(_) if !fresh => continue,
                 Err(e) => {
                     *cache = Some(record);
                     return Err(e);
                 }
-                Ok(Decision::Keep(answer)) => {
+                Ok(ops::Decision::Keep(answer)) => {
                     *cache = Some(record);
                     return Ok(answer);
                 }
-                Ok(Decision::Write(new_state, event, answer)) => (new_state, event, answer),
+                Ok(ops::Decision::Write(new_state, event, answer)) => (new_state, event, answer),
             };
             let client = self.client(deadline).await?;
             let data = encode_ns(&new_state);
@@ -1069,25 +1061,8 @@ impl Authority for ZookeeperAuthority {
         to: u64,
         why: Advance,
     ) -> Result<Advanced, StoreError> {
-        self.update(name, |state| {
-            let from = state.watermark;
-            Ok(match ops::advance(state, to)? {
-                Some(watermark) => {
-                    let mut next = state.clone();
-                    next.watermark = watermark;
-                    Decision::Write(
-                        next.clone(),
-                        ops::advance_event(why, from, watermark),
-                        Advanced { from, state: next },
-                    )
-                }
-                None => Decision::Keep(Advanced {
-                    from,
-                    state: state.clone(),
-                }),
-            })
-        })
-        .await
+        self.update(name, |state| ops::decide_advance(state, to, why))
+            .await
     }
 
     async fn ensure_namespace(
@@ -1138,23 +1113,8 @@ impl Authority for ZookeeperAuthority {
     }
 
     async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError> {
-        self.update(name, |state| {
-            let block = ops::reserve(state, count)?;
-            let mut next = state.clone();
-            next.watermark = block.end();
-            Ok(Decision::Write(
-                next,
-                AuditEvent::Granted {
-                    start: block.start(),
-                    end: block.end(),
-                },
-                Reservation {
-                    block,
-                    watermark: block.end(),
-                },
-            ))
-        })
-        .await
+        self.update(name, |state| ops::decide_reserve(state, count))
+            .await
     }
 
     async fn state(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError> {
@@ -1173,22 +1133,8 @@ impl Authority for ZookeeperAuthority {
     }
 
     async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
-        self.update(name, |state| match ops::give_back(state, tail)? {
-            Ok(watermark) => {
-                let mut next = state.clone();
-                next.watermark = watermark;
-                Ok(Decision::Write(
-                    next,
-                    AuditEvent::GivenBack {
-                        start: tail.start(),
-                        end: tail.end(),
-                    },
-                    GiveBack::Returned,
-                ))
-            }
-            Err(refused) => Ok(Decision::Keep(refused)),
-        })
-        .await
+        self.update(name, |state| ops::decide_give_back(state, tail))
+            .await
     }
 }
 

@@ -488,19 +488,7 @@ async fn rebase(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
-    let result = async {
-        let caller = caller(&node, &headers)?;
-        let name = path_params(path)?;
-        node.auth().authorize(caller, &name, Scope::Admin, 0)?;
-        let above = above_param(&query_pairs(query)?)?;
-        node.advance(&name, idmint_store::Advance::Rebase, Some(above))
-            .await
-    }
-    .await;
-    match result {
-        Ok(a) => axum::Json(a).into_response(),
-        Err(e) => fail(&node, e),
-    }
+    administer(&node, &headers, query, path, idmint_store::Advance::Rebase).await
 }
 
 /// `POST /v1/admin/retire/{namespace}`: the namespace hands out no id any more.
@@ -510,22 +498,40 @@ async fn retire(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
+    administer(&node, &headers, query, path, idmint_store::Advance::Retire).await
+}
+
+/// A rebase or retirement: the `admin` scope first, then the parameters (`above` for a
+/// rebase, none for a retirement), then [`Node::advance`].
+async fn administer(
+    node: &Node,
+    headers: &HeaderMap,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    path: Result<Path<String>, PathRejection>,
+    action: idmint_store::Advance,
+) -> Response {
     let result = async {
-        let caller = caller(&node, &headers)?;
+        let caller = caller(node, headers)?;
         let name = path_params(path)?;
         node.auth().authorize(caller, &name, Scope::Admin, 0)?;
-        if let Some((k, _)) = query_pairs(query)?.first() {
-            return Err(IdError::InvalidRequest(format!(
-                "unknown query parameter {k:?}; retire takes none"
-            )));
-        }
-        node.advance(&name, idmint_store::Advance::Retire, None)
-            .await
+        let pairs = query_pairs(query)?;
+        let above = match action {
+            idmint_store::Advance::Rebase => Some(above_param(&pairs)?),
+            idmint_store::Advance::Retire => match pairs.first() {
+                Some((k, _)) => {
+                    return Err(IdError::InvalidRequest(format!(
+                        "unknown query parameter {k:?}; retire takes none"
+                    )))
+                }
+                None => None,
+            },
+        };
+        node.advance(&name, action, above).await
     }
     .await;
     match result {
         Ok(a) => axum::Json(a).into_response(),
-        Err(e) => fail(&node, e),
+        Err(e) => fail(node, e),
     }
 }
 

@@ -51,6 +51,58 @@ pub(super) fn insert_select(t: &AuditTable) -> String {
     )
 }
 
+/// Inside `tx`: the ledger entry of a forward-only move of `name`'s watermark from `from` to
+/// `target` (`event`), then the outcome an `advance` answers.
+pub(super) async fn record_advance(
+    tx: &mut mysql_async::Transaction<'_>,
+    t: &AuditTable,
+    name: &NamespaceName,
+    event: AuditEvent,
+    state: crate::NamespaceState,
+) -> Result<(bool, crate::Advanced), StoreError> {
+    let (from, target) = event.numbers();
+    tx.query_drop(format!(
+        "{} {}, {}, '{}', {from}, {target}, {}",
+        insert_select(t),
+        super::literal(name),
+        super::sql::NOW_MS,
+        event.name(),
+        super::sql::text_literal(crate::audit::holder())
+    ))
+    .await
+    .map_err(|e| driver_error("recording the move", e))?;
+    Ok((
+        true,
+        crate::Advanced {
+            from,
+            state: crate::NamespaceState {
+                watermark: target,
+                ..state
+            },
+        },
+    ))
+}
+
+/// Ends an `advance` transaction: `COMMIT` when it moved the watermark, `ROLLBACK` on every
+/// other outcome (nothing moved, or an error) before the connection is reused.
+pub(super) async fn finish_advance(
+    tx: mysql_async::Transaction<'_>,
+    out: Result<(bool, crate::Advanced), StoreError>,
+) -> Result<crate::Advanced, StoreError> {
+    match out {
+        Ok((true, advanced)) => {
+            tx.commit().await.map_err(|e| driver_error("COMMIT", e))?;
+            Ok(advanced)
+        }
+        other => {
+            tx.rollback()
+                .await
+                .map_err(|e| driver_error("ROLLBACK", e))?;
+            other.map(|(_, advanced)| advanced)
+        }
+    }
+}
+
 /// Runs a multi-statement request and returns the rows of every result set, in order. On an
 /// error the session is rolled back (best effort) before the error is returned, so no
 /// transaction the request opened stays open on a connection that goes back to the pool.

@@ -423,39 +423,10 @@ impl MysqlTicketAuthority {
             ))
             .await
             .map_err(|e| driver_error("raising the ticket counter", e))?;
-            tx.query_drop(format!(
-                "{} {}, {NOW_MS}, '{}', {from}, {target}, {}",
-                insert_select(&self.audit),
-                literal(name),
-                event.name(),
-                text_literal(crate::audit::holder())
-            ))
-            .await
-            .map_err(|e| driver_error("recording the move", e))?;
-            Ok((
-                true,
-                Advanced {
-                    from,
-                    state: NamespaceState {
-                        watermark: target,
-                        ..state
-                    },
-                },
-            ))
+            super::audit::record_advance(&mut tx, &self.audit, name, event, state).await
         }
         .await;
-        match out {
-            Ok((true, advanced)) => {
-                tx.commit().await.map_err(|e| driver_error("COMMIT", e))?;
-                Ok(advanced)
-            }
-            other => {
-                tx.rollback()
-                    .await
-                    .map_err(|e| driver_error("ROLLBACK", e))?;
-                other.map(|(_, advanced)| advanced)
-            }
-        }
+        super::audit::finish_advance(tx, out).await
     }
 
     /// Validates `tail` and refuses it (see [`Authority::give_back`] below).

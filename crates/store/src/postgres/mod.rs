@@ -291,7 +291,7 @@ impl Authority for PostgresAuthority {
         Some(self)
     }
 
-    /// One transaction: the row locked (`FOR UPDATE`), the move checked by [`ops::advance`],
+    /// One transaction: the row locked (`FOR UPDATE`), the move checked by `ops::advance`,
     /// then the `UPDATE` and its ledger entry in one statement, commit.
     async fn advance(
         &self,
