@@ -16,7 +16,7 @@ use crate::config::ClientConfig;
 use crate::error::ClientError;
 use crate::id::{Id, Kind};
 use crate::namespace::{refill_loop, Ids, Namespace, NamespaceStats, State};
-use crate::nodes::{CallError, Nodes};
+use crate::nodes::{CallError, IntoClientError, Nodes};
 use crate::sequence::{SequenceIds, SpecCheck};
 use crate::timed::TimedIds;
 use idmint_core::{Buffer, Clock, NamespaceName, SystemClock};
@@ -130,7 +130,7 @@ impl Client {
         clock: Arc<dyn Clock>,
     ) -> Result<Client, ClientError> {
         config.check()?;
-        let nodes = Nodes::new(&config.urls, config.op_timeout)?;
+        let nodes = crate::nodes::connect(&config.urls, config.op_timeout)?;
         nodes
             .call(|mut c| async move { c.namespaces(proto::NamespacesRequest {}).await })
             .await

@@ -19,7 +19,7 @@
 //!   the hot path ([`SequenceIds::try_next`]) takes no lock while the window has ids.
 
 use crate::error::ClientError;
-use crate::nodes::Nodes;
+use crate::nodes::{IntoClientError, Nodes};
 use crate::window::{Take, Window};
 use idmint_core::buffer::{PutBack, Taken};
 use idmint_core::{Block, Buffer, BufferError, BufferPolicy, Width};

@@ -20,7 +20,7 @@
 
 use crate::error::ClientError;
 use crate::id::{Id, Kind};
-use crate::nodes::Nodes;
+use crate::nodes::{IntoClientError, Nodes};
 use crate::sequence::Refilled;
 use idmint_core::{Ulid, Uuid7};
 use idmint_proto::v1 as proto;

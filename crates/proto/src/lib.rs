@@ -7,7 +7,14 @@
 //! drift; no transport is generated or depended on (the node brings tonic's server, a client
 //! its own channel), so depending on this crate opens no socket.
 //!
+//! With the `nodes` feature, [`nodes`]: several nodes behind one caller and the one fallback
+//! policy across them, shared by the upstream authority and the client library (lazy channels:
+//! still no socket until a call).
+//!
 //! What it does not do: map errors or convert domain types (each side's own edge does that).
+
+#[cfg(feature = "nodes")]
+pub mod nodes;
 
 /// The generated messages, service and client of `idmint.v1`.
 #[allow(missing_docs, clippy::all, clippy::pedantic, clippy::unwrap_used)]

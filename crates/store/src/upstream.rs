@@ -54,15 +54,13 @@ use crate::config::{redact_url, UpstreamConfig};
 use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
+use idmint_proto::nodes::{CallError, Nodes, NodesError};
 use idmint_proto::v1 as proto;
 use proto::idmint_client::IdmintClient;
 use std::collections::HashMap;
-use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
-use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Status};
+use tonic::transport::Channel;
+use tonic::Code;
 
 /// The metadata key holding the idmint error code of a status (the node's `grpc::status`).
 const ERROR_CODE_KEY: &str = "idmint-error-code";
@@ -70,24 +68,14 @@ const ERROR_CODE_KEY: &str = "idmint-error-code";
 /// An authority whose blocks come from other idmint nodes over gRPC. See the module docs.
 #[derive(Debug)]
 pub struct UpstreamAuthority {
-    nodes: Vec<UpperNode>,
-    /// The index of the url that answered last: calls start there.
-    current: AtomicUsize,
-    op_timeout: Duration,
+    /// The upper nodes, labelled by their urls without secrets, and the fallback across them.
+    nodes: Nodes,
     /// Per namespace, the newest block granted and the highest end returned. A std mutex: held
     /// for a lookup or an insert, never across `.await`.
     granted: Mutex<HashMap<NamespaceName, Granted>>,
     /// The upper tier's residue classes per spec, learned by `ensure_namespace`. A std mutex, as
     /// above.
     residues: Mutex<HashMap<SequenceSpec, Vec<u64>>>,
-}
-
-/// One upper node: a lazily connected channel (tonic reconnects it as needed).
-#[derive(Debug)]
-struct UpperNode {
-    /// The url without secrets, for messages.
-    label: String,
-    channel: Channel,
 }
 
 /// The newest block of a namespace and where it came from.
@@ -139,42 +127,27 @@ struct Leased {
     node: usize,
 }
 
-/// How a call failed.
-enum CallError {
-    /// Every url was tried: none answered (the last failure, described).
-    Unavailable(String),
-    /// An upper node answered with this status (not one that moves on to the next url).
-    Status(Status),
-}
-
 impl UpstreamAuthority {
     /// The authority over `config`'s urls. Channels connect lazily: nothing is contacted here,
     /// so a node starts while its upper tier is down and its operations answer
     /// [`StoreError::Unavailable`] until one url answers. Must run inside a tokio runtime (each
     /// channel's worker task is spawned here).
     pub fn connect(config: &UpstreamConfig) -> Result<Self, StoreError> {
-        let mut nodes = Vec::with_capacity(config.urls.len());
-        for url in &config.urls {
-            let label = redact_url(url);
-            let endpoint =
-                Endpoint::from_shared(url.clone()).map_err(|_| StoreError::InvalidSetup {
-                    message: format!("upstream url {label} is not a valid http:// url"),
-                })?;
-            let channel = endpoint
-                .connect_timeout(config.op_timeout)
-                .timeout(config.op_timeout)
-                .connect_lazy();
-            nodes.push(UpperNode { label, channel });
-        }
-        if nodes.is_empty() {
-            return Err(StoreError::InvalidSetup {
-                message: "an upstream authority needs at least one url".into(),
-            });
-        }
+        let urls = config
+            .urls
+            .iter()
+            .map(|url| (redact_url(url), url.clone()))
+            .collect();
+        let nodes = Nodes::new(urls, config.op_timeout).map_err(|e| StoreError::InvalidSetup {
+            message: match e {
+                NodesError::Empty => "an upstream authority needs at least one url".into(),
+                NodesError::InvalidUrl(label) => {
+                    format!("upstream url {label} is not a valid http:// url")
+                }
+            },
+        })?;
         Ok(UpstreamAuthority {
             nodes,
-            current: AtomicUsize::new(0),
-            op_timeout: config.op_timeout,
             granted: Mutex::new(HashMap::new()),
             residues: Mutex::new(HashMap::new()),
         })
@@ -186,55 +159,6 @@ impl UpstreamAuthority {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Runs `op` on the upper nodes from the current one on, moving to the next on a failure
-    /// that another node may not have; the index of the node that answered, and its answer.
-    async fn call<T, F, Fut>(&self, op: F) -> Result<(usize, T), CallError>
-    where
-        F: Fn(IdmintClient<Channel>) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
-    {
-        let n = self.nodes.len();
-        let first = self.current.load(Ordering::Relaxed) % n;
-        let mut last = String::new();
-        for i in 0..n {
-            let index = (first + i) % n;
-            match self.call_one(index, &op).await {
-                Ok(answer) => {
-                    self.current.store(index, Ordering::Relaxed);
-                    return Ok((index, answer));
-                }
-                Err(CallError::Unavailable(why)) => last = why,
-                Err(answer) => return Err(answer),
-            }
-        }
-        Err(CallError::Unavailable(last))
-    }
-
-    /// Runs `op` on the upper node `index` alone, under the timeout.
-    async fn call_one<T, F, Fut>(&self, index: usize, op: &F) -> Result<T, CallError>
-    where
-        F: Fn(IdmintClient<Channel>) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
-    {
-        let node = &self.nodes[index];
-        let client = IdmintClient::new(node.channel.clone());
-        match tokio::time::timeout(self.op_timeout, op(client)).await {
-            Ok(Ok(answer)) => Ok(answer.into_inner()),
-            Ok(Err(status)) if moves_on(&status) => Err(CallError::Unavailable(format!(
-                "{}: {} ({})",
-                node.label,
-                status.message(),
-                code_name(status.code())
-            ))),
-            Ok(Err(status)) => Err(CallError::Status(status)),
-            Err(_) => Err(CallError::Unavailable(format!(
-                "{}: no answer within {} ms",
-                node.label,
-                self.op_timeout.as_millis()
-            ))),
-        }
-    }
-
     /// The store error of a failed call about `name`.
     fn error(&self, name: &NamespaceName, e: CallError) -> StoreError {
         let status = match e {
@@ -244,7 +168,7 @@ impl UpstreamAuthority {
                     message,
                 }
             }
-            CallError::Status(status) => status,
+            CallError::Status(_, status) => status,
         };
         let idmint_code = status
             .metadata()
@@ -294,6 +218,7 @@ impl UpstreamAuthority {
             namespace: name.to_string(),
         };
         match self
+            .nodes
             .call(|mut c| {
                 let request = request.clone();
                 async move { c.namespace(request).await }
@@ -301,33 +226,9 @@ impl UpstreamAuthority {
             .await
         {
             Ok((_, info)) => upper(name, info).map(Some),
-            Err(CallError::Status(s)) if s.code() == Code::NotFound => Ok(None),
+            Err(CallError::Status(_, s)) if s.code() == Code::NotFound => Ok(None),
             Err(e) => Err(self.error(name, e)),
         }
-    }
-}
-
-/// Whether a status means "this node cannot serve now": try the next url.
-fn moves_on(status: &Status) -> bool {
-    matches!(
-        status.code(),
-        Code::Unavailable
-            | Code::DeadlineExceeded
-            | Code::Cancelled
-            | Code::Unknown
-            | Code::Internal
-            | Code::Aborted
-    )
-}
-
-fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::Cancelled => "CANCELLED",
-        Code::Internal => "INTERNAL",
-        Code::Aborted => "ABORTED",
-        _ => "UNKNOWN",
     }
 }
 
@@ -433,6 +334,7 @@ impl Authority for UpstreamAuthority {
             count,
         };
         let (node, leased) = self
+            .nodes
             .call(|mut c| {
                 let request = request.clone();
                 async move { c.block(request).await }
@@ -485,21 +387,20 @@ impl Authority for UpstreamAuthority {
         let block = match outcome {
             Ok(part) => {
                 if part.start() != block.start() {
-                    tracing::warn!(namespace = %name, upper = %self.nodes[node].label,
+                    tracing::warn!(namespace = %name, upper = %self.nodes.label(node),
                         burned_from = block.start(), burned_to = part.start(),
                         "the upper node granted ids below those another upper node granted already; the part below is burned");
                 }
                 part
             }
             Err(floor) => {
-                self.current
-                    .store((node + 1) % self.nodes.len(), Ordering::Relaxed);
+                self.nodes.move_past(node);
                 return Err(StoreError::Unavailable {
                     backend: "upstream",
                     message: format!(
                         "{} granted [{}, {}) for namespace {name}, below {floor} already \
                          granted by another upper node; burned, trying the next url",
-                        self.nodes[node].label,
+                        self.nodes.label(node),
                         block.start(),
                         block.end()
                     ),
@@ -521,6 +422,7 @@ impl Authority for UpstreamAuthority {
     /// The sequence namespaces the upper node serves now, sorted by name.
     async fn list(&self) -> Result<Vec<NamespaceState>, StoreError> {
         let (_, list) = self
+            .nodes
             .call(|mut c| async move { c.namespaces(proto::NamespacesRequest {}).await })
             .await
             .map_err(|e| match e {
@@ -528,7 +430,7 @@ impl Authority for UpstreamAuthority {
                     backend: "upstream",
                     message,
                 },
-                CallError::Status(s) => StoreError::Unavailable {
+                CallError::Status(_, s) => StoreError::Unavailable {
                     backend: "upstream",
                     message: format!("the upper tier answered: {}", s.message()),
                 },
@@ -611,6 +513,7 @@ impl UpstreamAuthority {
             lease,
         };
         let answer = self
+            .nodes
             .call_one(index, &|mut c: IdmintClient<Channel>| {
                 let request = request.clone();
                 async move { c.give_back(request).await }

@@ -1,0 +1,250 @@
+//! Several idmint nodes behind one caller, and the one fallback policy across them (cargo
+//! feature `nodes`): the upstream authority's upper tier (`idmint_store::upstream`) and the
+//! client library's nodes (`idmint_client`) both call through [`Nodes`].
+//!
+//! A call goes to the node that answered last; on a failure another node may not have
+//! (`UNAVAILABLE`, `DEADLINE_EXCEEDED`, `CANCELLED`, `ABORTED`, `INTERNAL`, `UNKNOWN`, a
+//! connection error, or no answer within the timeout) the next node is tried, in order, each
+//! **at most once per call**. So a `Block` whose answer was lost is never sent again to the
+//! node that may have granted it (docs/design.md invariant 1: that block is burned, never
+//! served); the next node grants a block of its own. Any other status is the node's answer and
+//! ends the call.
+//!
+//! Channels connect lazily: building [`Nodes`] contacts nothing. Every call is bounded by the
+//! timeout; nothing is held across `.await` but the call's own state.
+
+use crate::v1::idmint_client::IdmintClient;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+/// The nodes of one caller, each with a label for messages (no secret: a redacted url, or
+/// `node #i`).
+#[derive(Debug)]
+pub struct Nodes {
+    nodes: Vec<(String, Channel)>,
+    /// The index of the node that answered last: calls start there.
+    current: AtomicUsize,
+    timeout: Duration,
+}
+
+/// How a call to the nodes failed.
+#[derive(Debug)]
+pub enum CallError {
+    /// No node answered: every failure, described, in the order tried.
+    Unavailable(String),
+    /// Node `.0` answered with this status (not one that moves on to the next node).
+    Status(usize, Status),
+}
+
+/// Why [`Nodes::new`] refused its urls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodesError {
+    /// No url was given.
+    Empty,
+    /// The url of this label is not a valid `http://` url.
+    InvalidUrl(String),
+}
+
+impl Nodes {
+    /// Channels to `urls` (`(label, url)`), each call and connection bounded by `timeout`,
+    /// connected lazily. Must run inside a tokio runtime (each channel spawns its worker).
+    pub fn new(urls: Vec<(String, String)>, timeout: Duration) -> Result<Nodes, NodesError> {
+        if urls.is_empty() {
+            return Err(NodesError::Empty);
+        }
+        let mut nodes = Vec::with_capacity(urls.len());
+        for (label, url) in urls {
+            let endpoint =
+                Endpoint::from_shared(url).map_err(|_| NodesError::InvalidUrl(label.clone()))?;
+            let channel = endpoint
+                .connect_timeout(timeout)
+                .timeout(timeout)
+                .connect_lazy();
+            nodes.push((label, channel));
+        }
+        Ok(Nodes {
+            nodes,
+            current: AtomicUsize::new(0),
+            timeout,
+        })
+    }
+
+    /// How many nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Always false: [`Nodes::new`] refuses an empty list.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The label of node `index`.
+    pub fn label(&self, index: usize) -> &str {
+        self.nodes
+            .get(index)
+            .map_or("", |(label, _)| label.as_str())
+    }
+
+    /// Makes the next calls start at the node after `index`: its answer was unusable (e.g. a
+    /// block below what another node granted already).
+    pub fn move_past(&self, index: usize) {
+        self.current
+            .store((index + 1) % self.nodes.len(), Ordering::Relaxed);
+    }
+
+    /// The timeout of every call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Runs `op` on the nodes from the current one on, each at most once, moving on after a
+    /// failure another node may not have; the index of the node that answered, and its answer.
+    pub async fn call<T, F, Fut>(&self, op: F) -> Result<(usize, T), CallError>
+    where
+        F: Fn(IdmintClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let n = self.nodes.len();
+        let first = self.current.load(Ordering::Relaxed) % n;
+        let mut failures = Vec::new();
+        for i in 0..n {
+            let index = (first + i) % n;
+            match self.call_one(index, &op).await {
+                Ok(answer) => {
+                    self.current.store(index, Ordering::Relaxed);
+                    return Ok((index, answer));
+                }
+                Err(CallError::Unavailable(why)) => failures.push(why),
+                Err(answer) => return Err(answer),
+            }
+        }
+        Err(CallError::Unavailable(failures.join("; ")))
+    }
+
+    /// Runs `op` on node `index` alone, under the timeout (a give-back goes to the node that
+    /// leased the block, and to no other).
+    pub async fn call_one<T, F, Fut>(&self, index: usize, op: &F) -> Result<T, CallError>
+    where
+        F: Fn(IdmintClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let Some((label, channel)) = self.nodes.get(index) else {
+            return Err(CallError::Unavailable(format!("no node #{index}")));
+        };
+        let client = IdmintClient::new(channel.clone());
+        match tokio::time::timeout(self.timeout, op(client)).await {
+            Ok(Ok(answer)) => Ok(answer.into_inner()),
+            Ok(Err(status)) if moves_on(&status) => Err(CallError::Unavailable(format!(
+                "{label}: {} ({})",
+                status.message(),
+                code_name(status.code())
+            ))),
+            Ok(Err(status)) => Err(CallError::Status(index, status)),
+            Err(_) => Err(CallError::Unavailable(format!(
+                "{label}: no answer within {} ms",
+                self.timeout.as_millis()
+            ))),
+        }
+    }
+}
+
+/// Whether a status means "this node cannot serve now": try the next one.
+pub fn moves_on(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable
+            | Code::DeadlineExceeded
+            | Code::Cancelled
+            | Code::Unknown
+            | Code::Internal
+            | Code::Aborted
+    )
+}
+
+/// A gRPC code's name as the specification writes it (`UNAVAILABLE`), for messages.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn only_failures_another_node_may_not_have_move_on() {
+        for code in [
+            Code::Unavailable,
+            Code::DeadlineExceeded,
+            Code::Internal,
+            Code::Aborted,
+        ] {
+            assert!(moves_on(&Status::new(code, "x")), "{code:?}");
+        }
+        for code in [
+            Code::NotFound,
+            Code::InvalidArgument,
+            Code::ResourceExhausted,
+        ] {
+            assert!(!moves_on(&Status::new(code, "x")), "{code:?}");
+        }
+        assert_eq!(code_name(Code::ResourceExhausted), "RESOURCE_EXHAUSTED");
+    }
+
+    #[tokio::test]
+    async fn urls_are_checked_and_nothing_is_contacted() {
+        assert_eq!(
+            Nodes::new(Vec::new(), Duration::from_secs(1)).unwrap_err(),
+            NodesError::Empty
+        );
+        assert_eq!(
+            Nodes::new(
+                vec![("a".into(), "not a url".into())],
+                Duration::from_secs(1)
+            )
+            .unwrap_err(),
+            NodesError::InvalidUrl("a".into())
+        );
+        // Nothing listens there; building succeeds (lazily connected), a call fails over both.
+        let nodes = Nodes::new(
+            vec![
+                ("first".into(), "http://127.0.0.1:1".into()),
+                ("second".into(), "http://127.0.0.1:1".into()),
+            ],
+            Duration::from_secs(2),
+        )
+        .unwrap();
+        let err = nodes
+            .call(|mut c| async move { c.namespaces(crate::v1::NamespacesRequest {}).await })
+            .await
+            .unwrap_err();
+        match err {
+            CallError::Unavailable(why) => {
+                assert!(why.contains("first") && why.contains("second"), "{why}")
+            }
+            CallError::Status(..) => panic!("no node answered"),
+        }
+    }
+}
