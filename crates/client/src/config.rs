@@ -30,6 +30,10 @@ pub struct ClientConfig {
     /// Most time-ordered ids fetched in one `Next` call; at most the nodes' `server.max_count`
     /// (default 10,000).
     pub max_time_batch: u64,
+    /// The bearer token sent with every call, for nodes with `[auth]` (`blocks` scope for
+    /// sequence namespaces, `ids` for the others, `read` for their settings). Its `Debug`
+    /// output hides it. Default: none.
+    pub token: Option<idmint_proto::nodes::BearerToken>,
 }
 
 impl ClientConfig {
@@ -49,7 +53,14 @@ impl ClientConfig {
             refill_wait: Duration::from_secs(2),
             validity: Duration::from_secs(1),
             max_time_batch: 1_000,
+            token: None,
         }
+    }
+
+    /// These settings with `token` sent as the bearer token of every call.
+    pub fn with_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(idmint_proto::nodes::BearerToken::new(token));
+        self
     }
 
     /// A fixed block size instead of sizing from demand (the rest of the buffer policy kept).

@@ -133,9 +133,11 @@ pub(crate) fn from_status(namespace: &str, node: usize, status: &Status) -> Clie
         },
         Code::ResourceExhausted => ClientError::Exhausted { code, message },
         Code::DataLoss => ClientError::Lost { message },
-        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
-            ClientError::Rejected { code, message }
-        }
+        Code::InvalidArgument
+        | Code::FailedPrecondition
+        | Code::OutOfRange
+        | Code::Unauthenticated
+        | Code::PermissionDenied => ClientError::Rejected { code, message },
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted => {
             ClientError::Unavailable { code, message }
         }

@@ -75,4 +75,5 @@ pub use config::{ClientConfig, MAX_BATCH};
 pub use error::ClientError;
 pub use id::{Id, Kind};
 pub use idmint_core::{BufferConfig, BufferPolicy, Clock, ManualClock, Sizing, SystemClock};
+pub use idmint_proto::nodes::BearerToken;
 pub use namespace::{Namespace, NamespaceStats};

@@ -261,6 +261,55 @@ async fn errors_map_to_their_variants() {
     node.stop().await;
 }
 
+/// A node with `[auth]`: the client with a token of the `blocks` scope gets ids; without a
+/// token, or with one lacking the scope, the call is `Rejected` with the node's code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_is_sent_to_a_node_with_auth() {
+    let hash = idmint_node::auth::TokenHash::of(b"idmint_app").to_string();
+    let reader = idmint_node::auth::TokenHash::of(b"idmint_reader").to_string();
+    let node = TestNode::start(&format!(
+        "[[auth.tokens]]\nhash = \"{hash}\"\nscopes = {{ \"*\" = [\"blocks\", \"read\"] }}\n\n\
+         [[auth.tokens]]\nhash = \"{reader}\"\nscopes = {{ \"*\" = [\"read\"] }}\n"
+    ))
+    .await;
+    let client = Client::connect_with(
+        support::config([node.url()]).with_token("idmint_app"),
+        Arc::new(SystemClock::new()),
+    )
+    .await
+    .unwrap();
+    let ids = client.next_batch("photos", 3).await.unwrap();
+    assert_eq!(u64s(&ids).len(), 3);
+    assert!(format!(
+        "{:?}",
+        support::config([node.url()]).with_token("idmint_app")
+    )
+    .contains("<redacted>"));
+    client.close().await;
+    for token in [None, Some("idmint_reader"), Some("idmint_unknown")] {
+        let mut config = support::config([node.url()]);
+        if let Some(t) = token {
+            config = config.with_token(t);
+        }
+        let outcome = match Client::connect_with(config, Arc::new(SystemClock::new())).await {
+            Ok(client) => {
+                let r = client.next_batch("photos", 1).await.map(|_| ());
+                client.close().await;
+                r
+            }
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Err(ClientError::Rejected { code, .. }) => assert!(
+                matches!(code.as_deref(), Some("unauthorized") | Some("forbidden")),
+                "{token:?}: {code:?}"
+            ),
+            other => panic!("{token:?}: {other:?}"),
+        }
+    }
+    node.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_increase_per_client_across_handles_calls_and_batches() {
     // One after another through every entry point: each id is above every id handed out

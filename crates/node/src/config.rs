@@ -83,10 +83,21 @@ pub fn block_request_cap(spec: &SequenceSpec) -> u64 {
 }
 
 /// `count` lowered to the [`block_request_cap`] of `ns` (a sequence namespace; other kinds
-/// have no blocks and keep `count`).
-pub fn block_request(ns: &crate::namespace::Namespace, count: u64) -> u64 {
+/// have no blocks and keep `count`), or for a 32-bit namespace to `max_block_32` when the
+/// caller's token sets it (a trusted lower tier).
+pub fn block_request(
+    ns: &crate::namespace::Namespace,
+    count: u64,
+    max_block_32: Option<u64>,
+) -> u64 {
     match ns {
-        crate::namespace::Namespace::Sequence(s) => count.min(block_request_cap(&s.spec())),
+        crate::namespace::Namespace::Sequence(s) => {
+            let cap = match (s.spec().width(), max_block_32) {
+                (Width::Bits32, Some(max)) => max,
+                _ => block_request_cap(&s.spec()),
+            };
+            count.min(cap)
+        }
         _ => count,
     }
 }

@@ -738,3 +738,43 @@ async fn without_auth_everything_is_open_and_32_bit_blocks_are_capped() {
     }
     node.stop().await;
 }
+
+/// A token's `max_block_32` raises the 32-bit block cap for it alone (a regional tier's token):
+/// its block request gets up to that many ids, another token's the default 1/100,000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tokens_max_block_32_raises_the_cap_for_it_alone() {
+    let config = FileConfig::parse(&format!(
+        "[namespaces.small]\nkind = \"sequence\"\nwidth = 32\ncache = \"fixed\"\nblock_size = 500000\n\n\
+         [server]\nmax_block_request = 1000000\n\n\
+         [[auth.tokens]]\nname = \"regional\"\nhash = \"{}\"\nscopes = {{ \"*\" = [\"blocks\"] }}\nmax_block_32 = 200000\n\n\
+         [[auth.tokens]]\nname = \"app\"\nhash = \"{}\"\nscopes = {{ \"*\" = [\"blocks\"] }}\n",
+        hash(ADMIN_TOKEN),
+        hash(BLOCKS_TOKEN)
+    ))
+    .unwrap()
+    .node;
+    let node = AuthNode::start(config).await;
+    let number = |v: &Value| {
+        v.as_u64()
+            .unwrap_or_else(|| v.as_str().unwrap().parse().unwrap())
+    };
+    let mut sizes = Vec::new();
+    for token in [ADMIN_TOKEN, BLOCKS_TOKEN] {
+        let (status, _, body) = node
+            .call(
+                reqwest::Method::POST,
+                "/v1/blocks/small?count=1000000",
+                Some(token),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        sizes.push(number(&body["end"]) - number(&body["start"]));
+    }
+    let default_cap = u64::from(u32::MAX) / 2 / 100_000;
+    assert!(
+        sizes[0] > default_cap && sizes[0] <= 200_000,
+        "the regional token's block: {sizes:?}"
+    );
+    assert!(sizes[1] <= default_cap, "another token's block: {sizes:?}");
+    node.stop().await;
+}

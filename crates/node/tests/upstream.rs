@@ -450,3 +450,48 @@ async fn a_32_bit_namespace_runs_out_through_the_tiers_clearly() {
     node.shutdown().await;
     upper.stop().await;
 }
+
+/// An upper tier with `[auth]`: a lower tier with the token in its `[authority]` gets blocks;
+/// one without is refused at start-up with a message naming the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lower_tier_sends_its_token_to_an_upper_tier_with_auth() {
+    let store = Arc::new(MemoryAuthority::new());
+    let hash = idmint_node::auth::TokenHash::of(b"idmint_regional").to_string();
+    let with_auth = format!(
+        "block_size = 1000\n\n[[auth.tokens]]\nname = \"regional\"\nhash = \"{hash}\"\n\
+         scopes = {{ \"*\" = [\"blocks\", \"read\"] }}\n"
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upper = Upper::start_with(store, &with_auth, listener).await;
+
+    let mut upstream = UpstreamConfig::new([upper.url()]);
+    upstream.op_timeout = Duration::from_millis(2000);
+    upstream.token = Some("idmint_regional".into());
+    let node = Node::start(
+        config(LOWER),
+        Arc::new(UpstreamAuthority::connect(&upstream).unwrap()),
+    )
+    .await
+    .unwrap();
+    let ids = take(&node, 5).await.unwrap();
+    assert_eq!(ids.len(), 5);
+    node.shutdown().await;
+
+    for token in [None, Some("idmint_wrong")] {
+        let mut upstream = UpstreamConfig::new([upper.url()]);
+        upstream.op_timeout = Duration::from_millis(2000);
+        upstream.token = token.map(str::to_string);
+        let refused = Node::start(
+            config(LOWER),
+            Arc::new(UpstreamAuthority::connect(&upstream).unwrap()),
+        )
+        .await
+        .map(|_| ())
+        .unwrap_err();
+        assert!(
+            refused.to_string().contains("[authority] token"),
+            "{token:?}: {refused}"
+        );
+    }
+    upper.stop().await;
+}

@@ -10,21 +10,76 @@
 //! served); the next node grants a block of its own. Any other status is the node's answer and
 //! ends the call.
 //!
+//! With a [`BearerToken`], every call carries `authorization: Bearer <token>` (a node with
+//! `[auth]` wants one: `blocks` scope for `Block`/`GiveBack`, `read` for the namespace reads,
+//! `ids` for `Next`). The token never appears in a message or a `Debug` output.
+//!
 //! Channels connect lazily: building [`Nodes`] contacts nothing. Every call is bounded by the
 //! timeout; nothing is held across `.await` but the call's own state.
 
 use crate::v1::idmint_client::IdmintClient;
+use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
+
+/// The client a call's operation gets: the generated client on the node's channel, with the
+/// bearer token (if any) added to every request.
+pub type NodeClient = IdmintClient<InterceptedService<Channel, Bearer>>;
+
+/// A bearer token for the nodes' `[auth]`. Its `Debug` output hides it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BearerToken(String);
+
+impl BearerToken {
+    /// The token `token` (as `idmint token new` printed it; surrounding whitespace removed).
+    pub fn new(token: impl Into<String>) -> BearerToken {
+        BearerToken(token.into().trim().to_string())
+    }
+}
+
+impl fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("BearerToken(<redacted>)")
+    }
+}
+
+/// Adds `authorization: Bearer <token>` to every request (nothing without a token).
+#[derive(Clone)]
+pub struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl fmt::Debug for Bearer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Bearer(<redacted>)"
+        } else {
+            "Bearer(none)"
+        })
+    }
+}
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
 
 /// The nodes of one caller, each with a label for messages (no secret: a redacted url, or
 /// `node #i`).
 #[derive(Debug)]
 pub struct Nodes {
     nodes: Vec<(String, Channel)>,
+    bearer: Bearer,
     /// The index of the node that answered last: calls start there.
     current: AtomicUsize,
     timeout: Duration,
@@ -46,15 +101,30 @@ pub enum NodesError {
     Empty,
     /// The url of this label is not a valid `http://` url.
     InvalidUrl(String),
+    /// The token is empty or holds characters a header cannot carry.
+    InvalidToken,
 }
 
 impl Nodes {
     /// Channels to `urls` (`(label, url)`), each call and connection bounded by `timeout`,
-    /// connected lazily. Must run inside a tokio runtime (each channel spawns its worker).
-    pub fn new(urls: Vec<(String, String)>, timeout: Duration) -> Result<Nodes, NodesError> {
+    /// every request carrying `token` if given, connected lazily. Must run inside a tokio
+    /// runtime (each channel spawns its worker).
+    pub fn new(
+        urls: Vec<(String, String)>,
+        timeout: Duration,
+        token: Option<&BearerToken>,
+    ) -> Result<Nodes, NodesError> {
         if urls.is_empty() {
             return Err(NodesError::Empty);
         }
+        let bearer = match token {
+            None => Bearer(None),
+            Some(BearerToken(t)) if t.is_empty() => return Err(NodesError::InvalidToken),
+            Some(BearerToken(t)) => Bearer(Some(
+                MetadataValue::try_from(format!("Bearer {t}"))
+                    .map_err(|_| NodesError::InvalidToken)?,
+            )),
+        };
         let mut nodes = Vec::with_capacity(urls.len());
         for (label, url) in urls {
             let endpoint =
@@ -67,6 +137,7 @@ impl Nodes {
         }
         Ok(Nodes {
             nodes,
+            bearer,
             current: AtomicUsize::new(0),
             timeout,
         })
@@ -105,7 +176,7 @@ impl Nodes {
     /// failure another node may not have; the index of the node that answered, and its answer.
     pub async fn call<T, F, Fut>(&self, op: F) -> Result<(usize, T), CallError>
     where
-        F: Fn(IdmintClient<Channel>) -> Fut,
+        F: Fn(NodeClient) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let n = self.nodes.len();
@@ -129,13 +200,13 @@ impl Nodes {
     /// leased the block, and to no other).
     pub async fn call_one<T, F, Fut>(&self, index: usize, op: &F) -> Result<T, CallError>
     where
-        F: Fn(IdmintClient<Channel>) -> Fut,
+        F: Fn(NodeClient) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let Some((label, channel)) = self.nodes.get(index) else {
             return Err(CallError::Unavailable(format!("no node #{index}")));
         };
-        let client = IdmintClient::new(channel.clone());
+        let client = IdmintClient::with_interceptor(channel.clone(), self.bearer.clone());
         match tokio::time::timeout(self.timeout, op(client)).await {
             Ok(Ok(answer)) => Ok(answer.into_inner()),
             Ok(Err(status)) if moves_on(&status) => Err(CallError::Unavailable(format!(
@@ -216,7 +287,7 @@ mod tests {
     #[tokio::test]
     async fn urls_are_checked_and_nothing_is_contacted() {
         assert_eq!(
-            Nodes::new(Vec::new(), Duration::from_secs(1)).unwrap_err(),
+            Nodes::new(Vec::new(), Duration::from_secs(1), None).unwrap_err(),
             NodesError::Empty
         );
         assert_eq!(
@@ -234,8 +305,23 @@ mod tests {
                 ("second".into(), "http://127.0.0.1:1".into()),
             ],
             Duration::from_secs(2),
+            Some(&BearerToken::new("idmint_test")),
         )
         .unwrap();
+        assert_eq!(
+            format!("{:?}", BearerToken::new("secret")),
+            "BearerToken(<redacted>)"
+        );
+        let bad = BearerToken::new("line\nbreak");
+        assert_eq!(
+            Nodes::new(
+                vec![("a".into(), "http://127.0.0.1:1".into())],
+                Duration::from_secs(1),
+                Some(&bad)
+            )
+            .unwrap_err(),
+            NodesError::InvalidToken
+        );
         let err = nodes
             .call(|mut c| async move { c.namespaces(crate::v1::NamespacesRequest {}).await })
             .await

@@ -870,7 +870,8 @@ pub(crate) fn check_root(root: &str) -> Result<(), &'static str> {
 /// gRPC addresses. Parsed in every build; only connecting needs the cargo feature `upstream`.
 ///
 /// Keys: `urls` (required, not empty, each `http://host:port`), `timeout_ms` (into
-/// [`UpstreamConfig::op_timeout`]).
+/// [`UpstreamConfig::op_timeout`]), `token` (a bearer token of the upper tier's `[auth]`, with
+/// `blocks` and `read` on the namespaces; never printed).
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
@@ -884,6 +885,9 @@ pub struct UpstreamConfig {
         with = "timeout_ms"
     )]
     pub op_timeout: Duration,
+    /// The bearer token sent to the upper nodes, for an upper tier with `[auth]`.
+    #[serde(default)]
+    pub token: Option<String>,
 }
 
 impl UpstreamConfig {
@@ -900,6 +904,7 @@ impl UpstreamConfig {
         UpstreamConfig {
             urls: urls.into_iter().map(Into::into).collect(),
             op_timeout: Self::DEFAULT_OP_TIMEOUT,
+            token: None,
         }
     }
 
@@ -939,6 +944,7 @@ impl fmt::Debug for UpstreamConfig {
         f.debug_struct("UpstreamConfig")
             .field("urls", &urls)
             .field("op_timeout", &self.op_timeout)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
@@ -1442,6 +1448,16 @@ mod tests {
             "authority.urls",
             "needs urls",
         );
+        let with_token = parse(
+            "[authority]\nkind = \"upstream\"\nurls = [\"http://g:7879\"]\ntoken = \"idmint_s3cret\"\n",
+        )
+        .unwrap();
+        let AuthorityConfig::Upstream(u) = &with_token else {
+            panic!("{with_token:?}")
+        };
+        assert_eq!(u.token.as_deref(), Some("idmint_s3cret"));
+        assert!(!with_token.to_string().contains("s3cret"));
+        assert!(!format!("{with_token:?}").contains("s3cret"));
         assert_names(
             "[authority]\nkind = \"upstream\"\nurls = []\n",
             "authority.urls",
@@ -1463,7 +1479,7 @@ mod tests {
         assert_names(
             "[authority]\nkind = \"upstream\"\nurls = [\"http://a:1\"]\nurl = \"x\"\n",
             "authority.url",
-            "expected urls or timeout_ms",
+            "expected one of urls, timeout_ms, token",
         );
         let err = err("[authority]\nkind = \"upstream\"\nurls = [\"http://u:hunter2@a:1\"]\n");
         assert!(!err.contains("hunter2"), "{err}");

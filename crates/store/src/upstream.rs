@@ -46,20 +46,21 @@
 //! upper namespace has cache `off`, which leases nothing); then its settings are read and
 //! compared, so on `Ok` the namespace exists durably upstream with the same spec.
 //!
-//! What it does not do: TLS or authentication (the gRPC port is plain HTTP/2 on a private
-//! network), buffering (the node's supply does it, sized by its `buffer_seconds`), or retrying a
+//! With `token` in its configuration every call carries `authorization: Bearer <token>`, for an
+//! upper tier with `[auth]` (the token needs `blocks` and `read` on the namespaces).
+//!
+//! What it does not do: TLS (the gRPC port is plain HTTP/2 on a private network; the token
+//! travels in the clear there), buffering (the node's supply does it, sized by its `buffer_seconds`), or retrying a
 //! `Block` on the node that may have granted it.
 
 use crate::config::{redact_url, UpstreamConfig};
 use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
-use idmint_proto::nodes::{CallError, Nodes, NodesError};
+use idmint_proto::nodes::{BearerToken, CallError, NodeClient, Nodes, NodesError};
 use idmint_proto::v1 as proto;
-use proto::idmint_client::IdmintClient;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use tonic::transport::Channel;
 use tonic::Code;
 
 /// The metadata key holding the idmint error code of a status (the node's `grpc::status`).
@@ -138,13 +139,19 @@ impl UpstreamAuthority {
             .iter()
             .map(|url| (redact_url(url), url.clone()))
             .collect();
-        let nodes = Nodes::new(urls, config.op_timeout).map_err(|e| StoreError::InvalidSetup {
-            message: match e {
-                NodesError::Empty => "an upstream authority needs at least one url".into(),
-                NodesError::InvalidUrl(label) => {
-                    format!("upstream url {label} is not a valid http:// url")
-                }
-            },
+        let token = config.token.as_deref().map(BearerToken::new);
+        let nodes = Nodes::new(urls, config.op_timeout, token.as_ref()).map_err(|e| {
+            StoreError::InvalidSetup {
+                message: match e {
+                    NodesError::Empty => "an upstream authority needs at least one url".into(),
+                    NodesError::InvalidUrl(label) => {
+                        format!("upstream url {label} is not a valid http:// url")
+                    }
+                    NodesError::InvalidToken => {
+                        "the upstream token is empty or not printable ASCII".into()
+                    }
+                },
+            }
         })?;
         Ok(UpstreamAuthority {
             nodes,
@@ -193,6 +200,12 @@ impl UpstreamAuthority {
             Code::InvalidArgument | Code::FailedPrecondition => {
                 StoreError::InvalidSetup { message }
             }
+            Code::Unauthenticated | Code::PermissionDenied => StoreError::InvalidSetup {
+                message: format!(
+                    "{message}: set [authority] token to a token of the upper tier with the \
+                     blocks and read scopes on {name}"
+                ),
+            },
             _ => StoreError::Unavailable {
                 backend: "upstream",
                 message,
@@ -514,7 +527,7 @@ impl UpstreamAuthority {
         };
         let answer = self
             .nodes
-            .call_one(index, &|mut c: IdmintClient<Channel>| {
+            .call_one(index, &|mut c: NodeClient| {
                 let request = request.clone();
                 async move { c.give_back(request).await }
             })

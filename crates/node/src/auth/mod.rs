@@ -63,6 +63,10 @@ pub struct TokenConfig {
     pub grants: Vec<(Pattern, Scopes)>,
     /// Largest count of one request (ids or a block) this token may ask for.
     pub max_count: Option<u64>,
+    /// The most ids one block request of this token may get from a 32-bit namespace, instead
+    /// of the default 1/100,000 of its space ([`crate::config::block_request_cap`]): for a
+    /// regional tier's token, so its buffer can hold `buffer_seconds` of its demand.
+    pub max_block_32: Option<u64>,
     /// Ids per second per namespace.
     pub rate: Option<Rate>,
 }
@@ -94,6 +98,7 @@ struct RawToken {
     #[serde(default)]
     scopes: BTreeMap<String, Vec<String>>,
     max_count: Option<u64>,
+    max_block_32: Option<u64>,
     rate: Option<f64>,
     burst: Option<u64>,
 }
@@ -173,6 +178,15 @@ impl RawAuth {
                     ));
                 }
             }
+            if let Some(max) = raw.max_block_32 {
+                let ceiling = max_request.min(1 << 31);
+                if max == 0 || max > ceiling {
+                    return Err(invalid(
+                        key("max_block_32"),
+                        format!("{max}: must be from 1 to {ceiling} (the server's own request limit, and the size of a 32-bit space)"),
+                    ));
+                }
+            }
             let rate = match (raw.rate, raw.burst) {
                 (None, None) => None,
                 (None, Some(_)) => {
@@ -201,6 +215,7 @@ impl RawAuth {
                 hash,
                 grants,
                 max_count: raw.max_count,
+                max_block_32: raw.max_block_32,
                 rate,
             });
         }
@@ -411,6 +426,12 @@ impl Auth {
         self.token(caller).and_then(|t| t.max_count)
     }
 
+    /// The most ids one block request of `caller` may get from a 32-bit namespace, if its token
+    /// raises the default cap (`max_block_32`).
+    pub fn max_block_32(&self, caller: Caller) -> Option<u64> {
+        self.token(caller).and_then(|t| t.max_block_32)
+    }
+
     /// Counts `ids` handed out to `caller` (`idmint_auth_ids_total`).
     pub fn served(&self, caller: Caller, ids: u64) {
         if let Some(t) = self.token(caller) {
@@ -551,6 +572,10 @@ mod tests {
         assert!(err(&pattern).starts_with("auth.tokens[0].scopes:"));
         let rate = format!("[[tokens]]\nhash = \"{hash}\"\nrate = 0");
         assert!(err(&rate).starts_with("auth.tokens[0].rate:"));
+        for bad in [0, 2_000_000] {
+            let max = format!("[[tokens]]\nhash = \"{hash}\"\nmax_block_32 = {bad}");
+            assert!(err(&max).starts_with("auth.tokens[0].max_block_32:"));
+        }
         let max = format!("[[tokens]]\nhash = \"{hash}\"\nmax_count = 2000000");
         assert!(err(&max).starts_with("auth.tokens[0].max_count:"));
         let name = format!("[[tokens]]\nname = \"none\"\nhash = \"{hash}\"");

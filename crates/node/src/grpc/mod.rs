@@ -328,7 +328,8 @@ impl proto::idmint_server::Idmint for IdmintService {
             let auth = self.node.auth();
             auth.authorize(caller, &req.namespace, Scope::Blocks, count)?;
             let ns = self.node.namespace(&req.namespace).await?;
-            let lease = ns.lease(crate::config::block_request(&ns, count)).await?;
+            let count = crate::config::block_request(&ns, count, auth.max_block_32(caller));
+            let lease = ns.lease(count).await?;
             auth.served(caller, lease.block.len());
             Ok(proto::LeasedBlock {
                 start: lease.block.start(),

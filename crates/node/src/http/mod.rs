@@ -465,7 +465,8 @@ async fn post_block(
         )?;
         node.auth().authorize(caller, &name, Scope::Blocks, count)?;
         let ns = node.namespace(&name).await?;
-        let block = ns.block(crate::config::block_request(&ns, count)).await?;
+        let count = crate::config::block_request(&ns, count, node.auth().max_block_32(caller));
+        let block = ns.block(count).await?;
         node.auth().served(caller, block.len());
         Ok::<_, IdError>(block)
     }

@@ -526,7 +526,9 @@ async fn run(shared: &Shared, client: &mut Client, command: Command<'_>) -> Repl
             async {
                 let caller = allow(node, client, name, Scope::Blocks, count)?;
                 let ns = client.namespace(node, name).await?;
-                let block = ns.block(crate::config::block_request(&ns, count)).await?;
+                let count =
+                    crate::config::block_request(&ns, count, node.auth().max_block_32(caller));
+                let block = ns.block(count).await?;
                 node.auth().served(caller, block.len());
                 Ok(reply::block(&block))
             }
@@ -669,11 +671,11 @@ async fn incr_by(
             )))
         }
     };
-    if crate::config::block_request(&ns, count) < count {
+    let cap = crate::config::block_request(&ns, count, node.auth().max_block_32(caller));
+    if cap < count {
         return Err(IdError::InvalidCount(format!(
-            "INCRBY {name} {count}: a 32-bit namespace hands out at most {} ids per block \
-             request; use IDMINT.NEXT {name} {count}",
-            crate::config::block_request(&ns, count)
+            "INCRBY {name} {count}: a 32-bit namespace hands out at most {cap} ids per block \
+             request; use IDMINT.NEXT {name} {count}"
         )));
     }
     if let Some(block) = seq.consecutive(count).await? {
