@@ -293,7 +293,8 @@ mod tests {
         assert_eq!(
             Nodes::new(
                 vec![("a".into(), "not a url".into())],
-                Duration::from_secs(1)
+                Duration::from_secs(1),
+                None
             )
             .unwrap_err(),
             NodesError::InvalidUrl("a".into())
