@@ -12,6 +12,7 @@ use crate::client::{Client, CloseReport};
 use crate::config::ClientConfig;
 use crate::error::ClientError;
 use crate::id::Id;
+use crate::local::LocalIds;
 use crate::namespace::{Namespace, NamespaceStats};
 use idmint_core::{Clock, SystemClock};
 use std::sync::Arc;
@@ -144,6 +145,14 @@ impl BlockingNamespace {
         self.namespace.try_next()
     }
 
+    /// A handle for one owner that takes chunks of ids ([`Namespace::local`]).
+    pub fn local(&self) -> BlockingLocalIds {
+        BlockingLocalIds {
+            runtime: self.runtime.clone(),
+            ids: self.namespace.local(),
+        }
+    }
+
     /// The next id; blocks only when none is buffered.
     pub fn next(&self) -> Result<Id, ClientError> {
         if let Some(id) = self.namespace.try_next() {
@@ -160,5 +169,35 @@ impl BlockingNamespace {
     /// A snapshot of the namespace's state.
     pub fn stats(&self) -> NamespaceStats {
         self.namespace.stats()
+    }
+}
+
+/// [`LocalIds`] with blocking waits, from [`BlockingNamespace::local`].
+#[derive(Debug)]
+pub struct BlockingLocalIds {
+    runtime: Arc<Runtime>,
+    ids: LocalIds,
+}
+
+impl BlockingLocalIds {
+    /// The next id if one is at hand, without blocking ([`LocalIds::try_next`]).
+    #[inline]
+    pub fn try_next(&mut self) -> Option<Id> {
+        self.ids.try_next()
+    }
+
+    /// The next id; blocks only when none is buffered.
+    // The client's name for this call everywhere; not an `Iterator` (it fails, and waits).
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Id, ClientError> {
+        if let Some(id) = self.ids.try_next() {
+            return Ok(id);
+        }
+        self.runtime.block_on(self.ids.next())
+    }
+
+    /// Ids held in the current chunk.
+    pub fn held(&self) -> u64 {
+        self.ids.held()
     }
 }

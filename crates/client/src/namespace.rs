@@ -122,6 +122,13 @@ impl Namespace {
         }
     }
 
+    /// A handle for one owner that takes a chunk of sequence ids at a time and hands them out
+    /// without any atomic operation: the fastest way to take many ids on one thread. Its ids
+    /// increase per handle, not across handles (see [`LocalIds`](crate::LocalIds)).
+    pub fn local(&self) -> crate::LocalIds {
+        crate::LocalIds::new(self.clone())
+    }
+
     /// The next id, waiting for a refill only when none is buffered.
     pub async fn next(&self) -> Result<Id, ClientError> {
         if let Some(id) = self.try_next() {

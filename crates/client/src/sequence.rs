@@ -92,6 +92,9 @@ struct Inner {
     discarded: u64,
     /// A taker found the buffer empty: refill even if the level check would not.
     shortfall: bool,
+    /// Ids of [`Chunk`] tails that could not go back (their handle dropped after the close):
+    /// counted served when the chunk was taken, burned now.
+    chunk_tails_burned: u64,
 }
 
 /// A sequence namespace's ids. See the module docs.
@@ -99,6 +102,14 @@ struct Inner {
 pub(crate) struct SequenceIds {
     window: Window,
     inner: Mutex<Inner>,
+}
+
+/// A run of ids owned by one [`LocalIds`](crate::LocalIds): taken from the buffer as one block
+/// (like a window), with the take that records it, so its unused tail can go back.
+#[derive(Debug)]
+pub(crate) struct Chunk {
+    pub(crate) block: Block,
+    pub(crate) lease: Taken,
 }
 
 /// What one refill round did.
@@ -132,6 +143,7 @@ impl SequenceIds {
                 closed: false,
                 discarded: 0,
                 shortfall: false,
+                chunk_tails_burned: 0,
             }),
         }
     }
@@ -175,6 +187,50 @@ impl SequenceIds {
                     return None;
                 }
             }
+        }
+    }
+
+    /// A chunk for one owner (a [`LocalIds`](crate::LocalIds)): the window retired first, then
+    /// one block of a window's length taken from the buffer, so its ids follow every id handed
+    /// out before. `None` when the buffer is empty or closed (`wake` is called, as
+    /// [`SequenceIds::try_next`] does). The chunk's ids count as served from here on.
+    pub(crate) fn take_chunk(&self, wake: impl Fn()) -> Option<Chunk> {
+        let mut inner = self.lock();
+        if inner.closed {
+            return None;
+        }
+        retire_window(&self.window, &mut inner);
+        let len = window_len(&inner.buffer);
+        let mut lease = Taken::new();
+        let got = inner.buffer.take_block_for(&mut lease, len);
+        if inner.buffer.wants_refill() {
+            wake();
+        }
+        match got {
+            Some(block) => Some(Chunk { block, lease }),
+            None => {
+                inner.shortfall = true;
+                wake();
+                None
+            }
+        }
+    }
+
+    /// The unused `tail` of a chunk taken through `lease`: back in front of the buffer if
+    /// nothing was taken from it since (the window retired first, as for every take), else
+    /// burned ([`Buffer::take_back_tail`]); burned too once the namespace is closed (its tail
+    /// went to the node already; nothing may enter the buffer again).
+    pub(crate) fn return_chunk(&self, lease: &Taken, tail: Block) {
+        let mut inner = self.lock();
+        if inner.closed {
+            inner.chunk_tails_burned += tail.len();
+            return;
+        }
+        retire_window(&self.window, &mut inner);
+        if inner.buffer.take_back_tail(lease, tail).is_none() {
+            // Not a tail of the chunk: a caller's bug. Never restored, so counted burned.
+            debug_assert!(false, "a chunk's tail that is not its tail");
+            inner.chunk_tails_burned += tail.len();
         }
     }
 
@@ -329,10 +385,11 @@ impl SequenceIds {
         // them served; they were burned.
         let lost = self.window.lost();
         let s = inner.buffer.stats();
+        let tails = inner.chunk_tails_burned;
         SequenceStats {
             buffered: inner.buffer.buffered() + in_window,
-            served: s.served.saturating_sub(in_window + lost),
-            burned: s.burned + inner.discarded + lost,
+            served: s.served.saturating_sub(in_window + lost + tails),
+            burned: s.burned + inner.discarded + lost + tails,
             given_back: s.given_back,
             refills: s.refills,
             demand_per_sec: inner.buffer.demand_per_sec(),

@@ -8,7 +8,10 @@
 //! (the node's `ids_served` drops back to what the client served) and the next client
 //! continues right after the last id served; snowflake, ULID and UUIDv7 ids older than the
 //! validity limit (an injected clock moved by hand) are never handed out; the blocking wrapper
-//! works from plain threads; errors map to their variants.
+//! works from plain threads; errors map to their variants; one owner's `LocalIds` on several
+//! threads beside the shared path hands out each id once, increasing per handle, with exact
+//! counts once the handles drop, and a dropped handle's chunk tail goes back (nothing taken
+//! since) or is counted burned (something taken since, or after the close).
 //!
 //! No test sleeps to order events, and none bounds how long something takes: nodes and
 //! clients wait a minute for a refill (`support::config`), never what a test runs into.
@@ -340,5 +343,123 @@ async fn ids_increase_per_client_across_handles_calls_and_batches() {
     let stats = h1.stats();
     assert_eq!(stats.burned, 0, "{stats:?}");
     client.close().await;
+    node.stop().await;
+}
+
+#[test]
+fn local_handles_on_threads_hand_out_each_id_once_beside_the_shared_path() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let node = rt.block_on(TestNode::start(""));
+    let client =
+        BlockingClient::connect_with(support::config([node.url()]), Arc::new(SystemClock::new()))
+            .unwrap();
+    let orders = client.namespace("orders").unwrap();
+    // Three threads on their own `LocalIds` (chunks, no atomics) and one on the shared window
+    // (`try_next`, one `fetch_sub` per id), taking from the same buffer at once.
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let orders = orders.clone();
+            std::thread::spawn(move || {
+                let mut ids = Vec::with_capacity(400_000);
+                if t == 0 {
+                    while ids.len() < 100_000 {
+                        let id = match orders.try_next() {
+                            Some(id) => id,
+                            None => orders.next().unwrap(),
+                        };
+                        ids.push(id.as_u64().unwrap());
+                    }
+                } else {
+                    let mut local = orders.local();
+                    while ids.len() < 400_000 {
+                        ids.push(local.next().unwrap().as_u64().unwrap());
+                    }
+                }
+                ids
+            })
+        })
+        .collect();
+    let mut all = HashSet::new();
+    let mut highest = 0;
+    for (t, thread) in threads.into_iter().enumerate() {
+        let ids = thread.join().unwrap();
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "ids increase per handle (thread {t})"
+        );
+        highest = highest.max(*ids.last().unwrap());
+        for id in ids {
+            assert!(all.insert(id), "{id} handed out twice");
+        }
+    }
+    assert_eq!(all.len(), 1_300_000);
+    let state = rt.block_on(node.sequence("orders"));
+    assert!(highest < state.watermark, "only ids of granted blocks");
+    let report = client.close().unwrap();
+    let stats = orders.stats();
+    // Every handle dropped: its unused chunk tail went back or was counted burned, so the
+    // counts are exact again, and every id the node leased is accounted for.
+    assert_eq!(stats.served, all.len() as u64, "{stats:?}");
+    assert_eq!(stats.buffered, 0, "{stats:?}");
+    assert_eq!(stats.given_back, report.given_back, "{stats:?}");
+    let state = rt.block_on(node.sequence("orders"));
+    assert_eq!(
+        state.ids_served,
+        stats.served + stats.burned,
+        "{stats:?} {state:?}"
+    );
+    drop(client);
+    rt.block_on(node.stop());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_handles_chunk_tail_goes_back_or_is_counted_burned() {
+    // Fixed blocks of 1,000: chunks (and windows) of 125 ids; fewer than 500 ids taken, so no
+    // refill: one block, all of it accounted for below.
+    let node = TestNode::start("").await;
+    let config = support::config([node.url()]).fixed_blocks(1000).unwrap();
+    let client = Client::connect_with(config, Arc::new(SystemClock::new()))
+        .await
+        .unwrap();
+    let photos = client.namespace("photos").await.unwrap();
+    let seq = |id: Option<Id>| id.unwrap().as_u64().unwrap();
+
+    // Dropped with nothing taken since its chunk: the tail goes back in front.
+    let mut first = photos.local();
+    let a = seq(first.try_next());
+    for i in 1..10 {
+        assert_eq!(seq(first.try_next()), a + i);
+    }
+    assert_eq!(first.held(), 115);
+    drop(first);
+    assert_eq!(seq(photos.try_next()), a + 10);
+
+    // Something taken after its chunk: the tail cannot go back in order, so it is burned.
+    let mut second = photos.local();
+    assert_eq!(seq(second.try_next()), a + 11);
+    assert_eq!(
+        seq(photos.try_next()),
+        a + 136,
+        "after the chunk a + 11 ..= a + 135"
+    );
+    drop(second);
+    assert_eq!(photos.stats().burned, 124);
+
+    // Alive across the close: the close gives the buffer's tail back; the chunk's tail is
+    // burned when the handle drops, never given back or served twice.
+    let mut third = photos.local();
+    assert_eq!(seq(third.try_next()), a + 137);
+    let report = client.close().await;
+    assert_eq!(report.given_back, 1000 - 262);
+    assert_eq!(third.held(), 124);
+    drop(third);
+    let stats = photos.stats();
+    assert_eq!(
+        (stats.served, stats.burned, stats.given_back, stats.buffered),
+        (14, 248, 738, 0),
+        "{stats:?}"
+    );
+    // A handle made after the close gets nothing.
+    assert_eq!(photos.local().try_next(), None);
     node.stop().await;
 }
