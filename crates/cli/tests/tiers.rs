@@ -214,12 +214,20 @@ fn ride_out(backend: &str, global_authority: &str) {
     let dir = tempfile::tempdir().unwrap();
     let global_grpc = free_port();
     let global_data = dir.path().join("global");
+    let outage = outage();
+    // Sized as docs/backends.md ("Sizing for an outage") says: each regional buffer refills
+    // below half a block, so a block holds twice the outage of its own demand (at least 20 s);
+    // its `max_block`, and the global node's `max_block_request`, allow that block at the
+    // highest rate the paced clients reach on one regional node (2 clients of at most 10,000
+    // ids/s; 25,000 with margin).
+    let buffer_seconds = (outage.as_secs() * 2).max(20);
+    let max_block = (25_000 * buffer_seconds).max(1_000_000);
     let global_cfg = write(
         dir.path(),
         "global.toml",
         &format!(
-            "[server]\nauto_create = false\n\n{global_authority}\n[namespaces.{NAMESPACE}]\n\
-             kind = \"sequence\"\n"
+            "[server]\nauto_create = false\nmax_block_request = {max_block}\n\n\
+             {global_authority}\n[namespaces.{NAMESPACE}]\nkind = \"sequence\"\n"
         ),
     );
     let global = Server::start_with(
@@ -231,16 +239,13 @@ fn ride_out(backend: &str, global_authority: &str) {
             cmd.args(["--grpc", &global_grpc.to_string()]);
         },
     );
-    let outage = outage();
-    // Each regional buffer holds twice the outage of its own demand (and at least 20 s).
-    let buffer_seconds = (outage.as_secs() * 2).max(20);
     let regional_cfg = write(
         dir.path(),
         "regional.toml",
         &format!(
             "[server]\nauto_create = false\n\n[authority]\nkind = \"upstream\"\n\
              urls = [\"http://{global_grpc}\"]\n\n[namespaces.{NAMESPACE}]\nkind = \"sequence\"\n\
-             buffer_seconds = {buffer_seconds}\nmin_block = 20000\n"
+             buffer_seconds = {buffer_seconds}\nmin_block = 20000\nmax_block = {max_block}\n"
         ),
     );
     let regional_grpc = [free_port(), free_port()];
@@ -283,7 +288,9 @@ fn ride_out(backend: &str, global_authority: &str) {
             thread::sleep(Duration::from_millis(10));
         }
     };
-    wait_for(20_000, "warm-up");
+    // Warm-up: long enough for the demand averages to see the steady rate, and for the
+    // clients' own buffers (10 s of their demand) to have refilled from the regional nodes.
+    wait_for((4_000 * outage.as_secs()).max(20_000), "warm-up");
 
     // The outage: the global node frozen, its sockets open, nothing answering.
     let waits_before: Vec<u64> = regional_http
