@@ -169,37 +169,18 @@ impl SequenceIds {
             if !self.window.is_used_up() {
                 continue; // another thread installed a window meanwhile
             }
-            retire_window(&self.window, &mut inner);
-            let len = window_len(&inner.buffer);
-            let mut lease = Taken::new();
-            let got = inner.buffer.take_block_for(&mut lease, len);
-            if inner.buffer.wants_refill() {
-                wake();
-            }
-            match got {
-                Some(block) => {
-                    self.window.install(block);
-                    inner.window_lease = Some(lease);
-                }
-                None => {
-                    inner.shortfall = true;
-                    wake();
-                    return None;
-                }
-            }
+            let chunk = self.carve(&mut inner, &wake)?;
+            self.window.install(chunk.block);
+            inner.window_lease = Some(chunk.lease);
         }
     }
 
-    /// A chunk for one owner (a [`LocalIds`](crate::LocalIds)): the window retired first, then
-    /// one block of a window's length taken from the buffer, so its ids follow every id handed
-    /// out before. `None` when the buffer is empty or closed (`wake` is called, as
-    /// [`SequenceIds::try_next`] does). The chunk's ids count as served from here on.
-    pub(crate) fn take_chunk(&self, wake: impl Fn()) -> Option<Chunk> {
-        let mut inner = self.lock();
-        if inner.closed {
-            return None;
-        }
-        retire_window(&self.window, &mut inner);
+    /// The window retired, then one block of a window's length taken from the buffer, with the
+    /// take that records it: the next window, or a [`Chunk`]. `None` when the buffer is empty
+    /// (a refill is then due whatever the level says). `wake` is called when the refill task
+    /// should look.
+    fn carve(&self, inner: &mut Inner, wake: &impl Fn()) -> Option<Chunk> {
+        retire_window(&self.window, inner);
         let len = window_len(&inner.buffer);
         let mut lease = Taken::new();
         let got = inner.buffer.take_block_for(&mut lease, len);
@@ -214,6 +195,18 @@ impl SequenceIds {
                 None
             }
         }
+    }
+
+    /// A chunk for one owner (a [`LocalIds`](crate::LocalIds)): the window retired first, then
+    /// one block of a window's length taken from the buffer, so its ids follow every id handed
+    /// out before. `None` when the buffer is empty or closed (`wake` is called, as
+    /// [`SequenceIds::try_next`] does). The chunk's ids count as served from here on.
+    pub(crate) fn take_chunk(&self, wake: impl Fn()) -> Option<Chunk> {
+        let mut inner = self.lock();
+        if inner.closed {
+            return None;
+        }
+        self.carve(&mut inner, &wake)
     }
 
     /// The unused `tail` of a chunk taken through `lease`: back in front of the buffer if
