@@ -74,7 +74,9 @@ pub struct NamespaceStats {
     /// Ids held and not handed out yet (fresh ones, for a time-ordered namespace).
     pub buffered: u64,
     /// Ids handed out. Exact once no call is in flight (a `try_next` whose claim races a window
-    /// change burns that one id and counts it in `burned`, window.rs).
+    /// change burns that one id and counts it in `burned`, window.rs) and no
+    /// [`LocalIds`](crate::LocalIds) is alive: a live handle's chunk counts as served until
+    /// the handle drops and its unused tail goes back or is counted burned.
     pub served: u64,
     /// Ids received but never to be handed out: a tail refused or not sent back, a block part
     /// below ids already held, time-ordered ids dropped as out of order or at close.
