@@ -11,7 +11,9 @@
 //!   handed out);
 //! - the spec is the ledger's record of the namespace, else the configuration's (declared, else
 //!   `[defaults]`); a member gets its own offset;
-//! - the ledger is updated only after the store holds the new watermark durably.
+//! - the ledger is updated only after the store holds the new watermark durably, and then
+//!   records the store's incarnation (created for an emptied store): the re-seeded store is
+//!   the one the node uses from now on.
 
 use anyhow::{bail, Context, Result};
 use idmint_core::{NamespaceName, SequenceSpec};
@@ -95,6 +97,24 @@ pub fn reseed(args: Reseed) -> Result<String> {
                 .adopt(&state)
                 .await
                 .context("recording the re-seed in the ledger")?;
+            // The re-seeded store is the one this node uses from now on: its incarnation (a
+            // new one for an emptied store) replaces the ledger's.
+            let incarnation = match authority.incarnation().await {
+                Ok(Some(known)) => Some(known),
+                Ok(None) => Some(
+                    authority
+                        .create_incarnation(&idmint_store::Incarnation::random())
+                        .await?,
+                ),
+                Err(idmint_store::StoreError::NotSupported { .. }) => None,
+                Err(e) => return Err(e.into()),
+            };
+            if let Some(incarnation) = incarnation {
+                ledger
+                    .record_incarnation(&incarnation)
+                    .await
+                    .context("recording the store's incarnation in the ledger")?;
+            }
         }
         Ok(format!(
             "namespace {name} on {what}: watermark {}; no id at or below {} will be handed out \

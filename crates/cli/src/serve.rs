@@ -26,7 +26,7 @@
 
 use anyhow::{bail, Context, Result};
 use idmint_node::{FileConfig, Node, Shutdown};
-use idmint_store::{Ledger, LedgerAuthority};
+use idmint_store::{Ledger, LedgerAuthority, StoreExpectations};
 use std::io::IsTerminal;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -102,45 +102,29 @@ pub(crate) fn resolve_data_dir(flag: Option<PathBuf>, file: &FileConfig) -> Resu
         .with_context(|| format!("resolving the data directory {}", dir.display()))
 }
 
-/// Refuses to start on an empty store when the configuration declares sequence namespaces and
-/// the ledger records none, unless `--init` says this is a new deployment: that is what a store
-/// that moved looks like (docs/uniqueness.md).
-async fn check_new_deployment(
-    file: &FileConfig,
-    authority: &dyn idmint_store::Authority,
-    ledger: &Ledger,
-    data_dir: &std::path::Path,
-    init: bool,
-) -> Result<()> {
-    let declared: Vec<String> = file
-        .node
-        .namespaces
-        .iter()
-        .filter(|(_, k)| matches!(k, idmint_node::KindConfig::Sequence { .. }))
-        .map(|(n, _)| n.to_string())
-        .collect();
-    if init || declared.is_empty() || !ledger.is_empty() {
-        return Ok(());
-    }
-    match authority.list().await {
-        Ok(stored) if stored.is_empty() => bail!(
-            "the {} authority ({}) holds no namespace and this node's ledger {} records none, \
-             but the configuration declares {}: if this is a new deployment, start once with \
-             --init; if not, the configuration points at another store than before (authority \
-             path, table, prefix or database) or the data directory {} is not the one used \
-             before",
-            authority.kind(),
-            file.authority,
-            ledger.path().display(),
-            declared.join(", "),
-            data_dir.display()
-        ),
-        Ok(_) => Ok(()),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot list the store's namespaces to check it is the one used before");
-            Ok(())
+/// What the configuration declares that lives in the store, and what `--init` and
+/// `[authority] incarnation` say: the start checks of [`LedgerAuthority::open`].
+fn store_expectations(file: &FileConfig, init: bool) -> StoreExpectations {
+    let mut expect = StoreExpectations {
+        init,
+        incarnation: file.incarnation.clone(),
+        ..StoreExpectations::default()
+    };
+    for (name, kind) in &file.node.namespaces {
+        match kind {
+            idmint_node::KindConfig::Sequence { .. } => {
+                expect.declared_namespaces.push(name.clone())
+            }
+            idmint_node::KindConfig::Snowflake { group, .. } => {
+                let group = group.clone().unwrap_or_else(|| name.clone());
+                if !expect.declared_groups.contains(&group) {
+                    expect.declared_groups.push(group);
+                }
+            }
+            _ => {}
         }
     }
+    expect
 }
 
 /// The listen addresses given on the command line (each overrides the file's).
@@ -244,6 +228,7 @@ pub fn serve(
                 .await
                 .context("setting up the authority")?;
         // The ledger: what this node set up, checked against the store (docs/uniqueness.md).
+        let mut node_ledger = None;
         let authority: Arc<dyn idmint_store::Authority> = if file.authority.is_durable() {
             let ledger = Arc::new(
                 Ledger::open(&data_dir, file.authority.to_string())
@@ -254,8 +239,20 @@ pub fn serve(
                 namespaces = ledger.len(),
                 "ledger"
             );
-            check_new_deployment(&file, &*authority, &ledger, &data_dir, init).await?;
-            Arc::new(LedgerAuthority::new(authority, ledger))
+            node_ledger = Some(ledger.clone());
+            let expect = store_expectations(&file, init);
+            let checked = LedgerAuthority::open(authority, ledger, &expect)
+                .await
+                .with_context(|| {
+                    format!(
+                        "checking the store against this node's ledger (data directory {})",
+                        data_dir.display()
+                    )
+                })?;
+            if let Some(incarnation) = checked.incarnation() {
+                tracing::info!(%incarnation, "store incarnation");
+            }
+            Arc::new(checked)
         } else {
             authority
         };
@@ -321,6 +318,11 @@ pub fn serve(
         }
         let served = idmint_node::serve_front_ends(node, shutdown, front_ends).await;
         signals.abort();
+        if let Some(ledger) = node_ledger {
+            if let Err(e) = ledger.flush().await {
+                tracing::warn!(error = %e, "could not write the ledger at shutdown");
+            }
+        }
         let report = served?;
         say(format_args!(
             "idmint stopped: {} ids handed back, {} burned",

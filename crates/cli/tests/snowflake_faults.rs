@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use support::{
-    assert_strictly_increasing, http_get, parse_rfc3339_ms, read_response, rfc3339_ms,
+    assert_strictly_increasing, http_get, parse_ids, parse_rfc3339_ms, read_response, rfc3339_ms,
     serve_command, Exited, FakeClock, Server, DEADLINE,
 };
 
@@ -226,16 +226,6 @@ fn take(addr: SocketAddr, count: u64) -> Result<Vec<u64>, (u16, String)> {
         return Err((status, body));
     }
     Ok(parse_ids(&body))
-}
-
-fn parse_ids(body: &str) -> Vec<u64> {
-    let body: Value = serde_json::from_str(body).unwrap();
-    body["ids"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no ids in {body}"))
-        .iter()
-        .map(|v| v.as_str().unwrap().parse().unwrap())
-        .collect()
 }
 
 /// `count` ids from `addr`; panics on anything but 200.

@@ -22,7 +22,7 @@ use idmint_core::{
     BufferConfig, BufferPolicy, FieldOrder, Layout, LayoutSpec, NamespaceName, SequenceSpec,
     Sizing, Width,
 };
-use idmint_store::AuthorityConfig;
+use idmint_store::{AuthorityConfig, Incarnation};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -326,6 +326,9 @@ pub struct FileConfig {
     pub tls: Option<TlsFiles>,
     /// The authority.
     pub authority: AuthorityConfig,
+    /// `[authority] incarnation`: the store incarnation the node must find
+    /// ([`idmint_store::incarnation`]); any other store, or an empty one, is refused.
+    pub incarnation: Option<Incarnation>,
     /// The node settings.
     pub node: NodeConfig,
 }
@@ -359,6 +362,40 @@ fn tls_files(raw: &RawServer) -> Result<Option<TlsFiles>, ConfigError> {
     }
 }
 
+/// The `[authority]` table: the authority's own keys, and `incarnation`, the store incarnation
+/// every node of the deployment must find ([`idmint_store::incarnation`]).
+#[derive(Debug)]
+struct AuthoritySection {
+    config: AuthorityConfig,
+    incarnation: Option<Incarnation>,
+}
+
+impl<'de> Deserialize<'de> for AuthoritySection {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut table = toml::Table::deserialize(deserializer)?;
+        let incarnation = match table.remove("incarnation") {
+            None => None,
+            Some(toml::Value::String(text)) => Some(
+                Incarnation::parse(&text)
+                    .map_err(|e| D::Error::custom(format!("authority.incarnation: {e}")))?,
+            ),
+            Some(other) => {
+                return Err(D::Error::custom(format!(
+                    "authority.incarnation: expected a string, found {}",
+                    other.type_str()
+                )))
+            }
+        };
+        let config = AuthorityConfig::deserialize_at("authority", toml::Value::Table(table))
+            .map_err(|e| D::Error::custom(e.message()))?;
+        Ok(AuthoritySection {
+            config,
+            incarnation,
+        })
+    }
+}
+
 /// A configuration error, naming the key at fault.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
@@ -389,7 +426,7 @@ struct RawFile {
     #[serde(default)]
     server: RawServer,
     #[serde(default)]
-    authority: Option<AuthorityConfig>,
+    authority: Option<AuthoritySection>,
     #[serde(default)]
     defaults: RawSequence,
     #[serde(default)]
@@ -687,7 +724,10 @@ impl FileConfig {
         if let Some(auth) = raw.auth {
             node.auth = Some(auth.validate(node.max_count.max(node.max_block_request))?);
         }
-        let authority = raw.authority.unwrap_or_default();
+        let (authority, incarnation) = match raw.authority {
+            Some(section) => (section.config, section.incarnation),
+            None => (AuthorityConfig::default(), None),
+        };
         if let Some(offsets) = authority.residue_offsets() {
             check_multi(&node, &offsets)?;
         }
@@ -699,6 +739,7 @@ impl FileConfig {
             data_dir: raw.server.data_dir,
             tls,
             authority,
+            incarnation,
             node,
         })
     }

@@ -648,7 +648,7 @@ impl Node {
 /// anything else as unavailable (the caller maps the errors that mean more first).
 fn authority_error(name: &str, e: StoreError) -> IdError {
     match e {
-        StoreError::Lost { .. } => IdError::Lost {
+        StoreError::Lost { .. } | StoreError::StoreLost { .. } => IdError::Lost {
             name: name.to_string(),
             reason: e.to_string(),
         },

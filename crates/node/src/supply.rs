@@ -337,7 +337,7 @@ impl Supply {
         }
         match e {
             StoreError::Exhausted { bits, .. } => self.exhausted(*bits),
-            StoreError::Lost { .. } => IdError::Lost {
+            StoreError::Lost { .. } | StoreError::StoreLost { .. } => IdError::Lost {
                 name: self.name.to_string(),
                 reason: e.to_string(),
             },

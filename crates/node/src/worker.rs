@@ -245,7 +245,7 @@ impl LeasedWorker {
             renew_soon: tokio::sync::Notify::new(),
         };
         if leased {
-            let generation = worker.take_lease().await?;
+            let generation = worker.take_lease(None).await?;
             worker.current.store(Arc::new(generation));
         }
         Ok(Arc::new(worker))
@@ -303,8 +303,10 @@ impl LeasedWorker {
     }
 
     /// Acquires a lease, waits for its floor, records a floor ahead, and returns the
-    /// generation to issue with.
-    async fn take_lease(&self) -> Result<Generation, WorkerError> {
+    /// generation to issue with. After `previous` (a lease this node lost), the new generator
+    /// starts above every timestamp the previous one issued, whatever the clock reads now:
+    /// ids of this node never go back, even with another worker id.
+    async fn take_lease(&self, previous: Option<&Generation>) -> Result<Generation, WorkerError> {
         let leases = self
             .authority
             .worker_leases()
@@ -313,12 +315,15 @@ impl LeasedWorker {
                 kind: self.authority.kind(),
             })?;
         let max_wait_ms = u64::try_from(self.settings.max_floor_wait.as_millis()).unwrap_or(0);
+        // Every timestamp the previous generation issued lies below this.
+        let own_floor = previous.map_or(0, |g| self.issued_below_ms(&g.generator));
         let request = LeaseRequest {
             group: self.group.clone(),
             workers: self.layout.max_node().saturating_add(1),
             choice: self.choice,
             prefer_floor_at_most: Some(self.now_ms().saturating_add(max_wait_ms)),
-            holder: self.holder.clone(),
+            // Unique to this acquisition: renewals are matched on it with the token.
+            holder: idmint_store::lease::unique_holder(&self.holder),
             layout: layout_text(&self.layout),
             ttl: self.settings.ttl,
         };
@@ -353,10 +358,11 @@ impl LeasedWorker {
         }
         .map_err(|e| self.lease_error(e))?;
         let floor = lease.floor_unix_ms;
-        // Wait for the floor if it is near; refuse if it is far.
+        // Wait for the floor if it is near; refuse if it is far. This node's own earlier
+        // timestamps count as reached: the new generator continues above them.
         let deadline = self.clock.monotonic_nanos() + nanos(allowed_wait);
         loop {
-            let now = self.now_ms();
+            let now = self.now_ms().max(own_floor);
             if now >= floor {
                 break;
             }
@@ -377,8 +383,13 @@ impl LeasedWorker {
             tracing::info!(group = %self.group, worker = lease.worker, ?behind, "waiting for the worker id's time floor");
             tokio::time::sleep(behind.min(Duration::from_millis(100))).await;
         }
-        let generator =
-            Self::generator(&self.group, self.layout, lease.worker, &self.clock, floor)?;
+        let generator = Self::generator(
+            &self.group,
+            self.layout,
+            lease.worker,
+            &self.clock,
+            floor.max(own_floor),
+        )?;
         generator.set_limit(0);
         let generation = Generation {
             generator,
@@ -424,6 +435,16 @@ impl LeasedWorker {
         status.last_error = None;
         status.floor_unix_ms = renewed.floor_unix_ms;
         Ok(())
+    }
+
+    /// A time (ms since the Unix epoch) above every timestamp `g` issued (or was started
+    /// above): every issued unit starts before the start of the unit after the last one.
+    fn issued_below_ms(&self, g: &NodeGenerator) -> u64 {
+        g.last_timestamp().map_or(0, |ts| {
+            self.layout
+                .unix_nanos_of(ts.saturating_add(1))
+                .div_ceil(1_000_000)
+        })
     }
 
     fn lock_status(&self) -> std::sync::MutexGuard<'_, Status> {
@@ -531,7 +552,7 @@ impl LeasedWorker {
             last_attempt = tokio::time::Instant::now();
             let generation = self.current.load_full();
             if self.status().status == api::LeaseStatus::Lost {
-                match self.take_lease().await {
+                match self.take_lease(Some(&generation)).await {
                     Ok(g) => {
                         self.current.store(Arc::new(g));
                         wait = period();
@@ -578,13 +599,7 @@ impl LeasedWorker {
         if self.status().status == api::LeaseStatus::Lost {
             return;
         }
-        // Every issued unit starts before the start of the unit after the last one.
-        let issued_below_ms = g.last_timestamp().map_or(0, |ts| {
-            self.layout
-                .unix_nanos_of(ts.saturating_add(1))
-                .div_ceil(1_000_000)
-        });
-        let floor = issued_below_ms.max(lease.floor_unix_ms);
+        let floor = self.issued_below_ms(g).max(lease.floor_unix_ms);
         match leases.release(lease, floor).await {
             Ok(()) => {
                 tracing::info!(group = %self.group, worker = lease.worker, floor = %rfc3339_ms(floor), "worker lease released")
@@ -697,6 +712,76 @@ mod tests {
         let id = worker.current().generator().next_id().unwrap();
         let ms = Layout::twitter().decode(id).unwrap().unix_millis();
         assert!(ms >= 1_780_000_030_000, "{ms}: the step was adopted");
+    }
+
+    /// Regression: a node whose lease was superseded after its wall clock stepped back 30 s
+    /// re-acquired another worker id and issued ids 17.7 s below its previous answer: the new
+    /// generator was anchored to the wall clock. It starts above the old one's last timestamp.
+    #[tokio::test(start_paused = true)]
+    async fn a_new_lease_never_goes_below_what_the_node_issued() {
+        let clock = Arc::new(SteppedClock {
+            origin: tokio::time::Instant::now(),
+            step_ms: AtomicU64::new(30_000),
+        });
+        let memory = Arc::new(MemoryAuthority::with_clock(clock.clone()));
+        let authority: Arc<dyn Authority> = memory.clone();
+        let group = NamespaceName::new("events").unwrap();
+        let settings = LeaseSettings {
+            ttl: Duration::from_secs(4),
+            floor_ahead: Duration::from_secs(1),
+            max_floor_wait: Duration::from_secs(2),
+            safety_margin: Duration::from_secs(1),
+        };
+        let worker = LeasedWorker::acquire(
+            group.clone(),
+            Layout::twitter(),
+            WorkerConfig::Lease,
+            authority,
+            settings,
+            SharedClock(clock.clone()),
+        )
+        .await
+        .unwrap();
+        let before = worker.current().generator().next_id().unwrap();
+        // The wall clock steps back 30 s; the node stops renewing (a pause) past the TTL, and
+        // another node takes its worker id over.
+        clock.step_ms.store(0, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let leases = memory.worker_leases().unwrap();
+        let taken = leases
+            .acquire(&LeaseRequest {
+                group: group.clone(),
+                workers: Layout::twitter().max_node() + 1,
+                choice: WorkerChoice::Exactly(0),
+                prefer_floor_at_most: None,
+                holder: "other lease 1".into(),
+                layout: layout_text(&Layout::twitter()),
+                ttl: Duration::from_secs(60),
+            })
+            .await
+            .unwrap();
+        assert_eq!(taken.worker, 0);
+        let (stop_tx, stop) = watch::channel(false);
+        tokio::spawn(worker.clone().keep(stop));
+        // Superseded at the next renewal, then a new lease on another worker id.
+        let after = loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let generation = worker.current();
+            let g = generation.generator();
+            if g.node() == 0 {
+                continue;
+            }
+            if let Ok(id) = g.next_id() {
+                break id;
+            }
+        };
+        let layout = Layout::twitter();
+        let (t0, t1) = (
+            layout.decode(before).unwrap().unix_millis(),
+            layout.decode(after).unwrap().unix_millis(),
+        );
+        assert!(t1 >= t0, "the new lease's ids went back: {t0} then {t1}");
+        drop(stop_tx);
     }
 
     #[test]

@@ -23,7 +23,10 @@
 //! - a give-back returns the tail of a live grant (one whose grant was pruned is counted as
 //!   unmatched, not as a violation: retention may have removed its grant);
 //! - every grant lies below the namespace's current watermark;
-//! - per lease group, fencing tokens strictly increase.
+//! - per lease group, fencing tokens strictly increase, and a `(worker, token)` is held by one
+//!   holder only: an entry repeating an earlier one's worker, token and holder is that lease
+//!   re-established after it lapsed; another holder under the same token is two nodes on one
+//!   worker id.
 //!
 //! What it does not do: check residue classes across the members of a multi authority (each
 //! member keeps and verifies its own ledger, and members own disjoint classes by construction,
@@ -321,6 +324,8 @@ pub struct SubjectVerifier {
     /// Live granted ranges, start → end, disjoint and not touching.
     live: BTreeMap<u64, u64>,
     last_token: Option<u64>,
+    /// Per fencing token: the worker id, the holder and the entry that first leased it.
+    leases: BTreeMap<u64, (u64, String, u64)>,
     last_seq: Option<u64>,
     report: AuditReport,
 }
@@ -332,6 +337,7 @@ impl SubjectVerifier {
             subject,
             live: BTreeMap::new(),
             last_token: None,
+            leases: BTreeMap::new(),
             last_seq: None,
             report: AuditReport {
                 subjects: 1,
@@ -371,6 +377,18 @@ impl SubjectVerifier {
             }
             AuditEvent::Leased { worker, token } => {
                 self.report.leases += 1;
+                if let Some((w, holder, first)) = self.leases.get(&token).cloned() {
+                    if w != worker || holder != entry.holder {
+                        self.violation(format!(
+                            "entry {}: worker {worker} leased with fencing token {token} by {}, \
+                             but entry {first} gave token {token} (worker {w}) to {holder}: two \
+                             holders under one token",
+                            entry.seq, entry.holder
+                        ));
+                    }
+                    // Otherwise the same lease, re-established after it lapsed.
+                    return;
+                }
                 if let Some(last) = self.last_token {
                     if token <= last {
                         self.violation(format!(
@@ -380,6 +398,8 @@ impl SubjectVerifier {
                         ));
                     }
                 }
+                self.leases
+                    .insert(token, (worker, entry.holder.clone(), entry.seq));
                 self.last_token = Some(self.last_token.map_or(token, |t| t.max(token)));
             }
             _ => {}
@@ -633,6 +653,30 @@ mod tests {
         let r = v.finish(None);
         assert_eq!(r.leases, 3);
         assert_eq!(r.violations.len(), 1);
+    }
+
+    /// A lease re-established (same worker, token and holder) is clean; the same token to
+    /// another holder (a store that lost its records granted it again) is a violation.
+    #[test]
+    fn one_token_one_holder() {
+        let leased = |seq: u64, worker: u64, token: u64, holder: &str| AuditEntry {
+            holder: holder.into(),
+            ..entry(seq, Leased { worker, token })
+        };
+        let mut v = SubjectVerifier::new(ns("g"));
+        v.add(&leased(1, 0, 1, "a lease 1"));
+        v.add(&leased(2, 1, 2, "b lease 2"));
+        v.add(&leased(3, 0, 1, "a lease 1"));
+        let r = v.finish(None);
+        assert!(r.is_clean(), "{:?}", r.violations);
+        assert_eq!(r.leases, 3);
+
+        let mut v = SubjectVerifier::new(ns("g"));
+        v.add(&leased(1, 0, 1, "a lease 1"));
+        v.add(&leased(2, 0, 1, "c lease 9"));
+        let r = v.finish(None);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        assert!(r.violations[0].message.contains("two holders"));
     }
 
     #[test]

@@ -117,6 +117,11 @@
 //! connection. Requests carry etcd's `require-leader` flag: a member cut off from its leader
 //! answers at once instead of waiting.
 //!
+//! ## The store's incarnation
+//!
+//! `<prefix>incarnation` holds the store's incarnation ([`crate::incarnation`]), put by a `Txn`
+//! conditional on the key never having been created.
+//!
 //! ## Worker leases
 //!
 //! [`WorkerLeases`] keeps, under `<prefix>leases/<group>/`:
@@ -144,11 +149,14 @@
 //!   Within one authority, acquisitions in one group run one at a time. A refusal (`Held`,
 //!   `PoolFull`) reports the time left from `LeaseTimeToLive` of the live keys' etcd leases.
 //! - `renew`: reads the record and live key of the worker id (one read-only `Txn`), refuses
-//!   ([`LeaseError::Superseded`], nothing written) if the token is not the lease's, raises the
+//!   ([`LeaseError::Superseded`], nothing written) unless the record names the lease (token
+//!   and holder: a live key next to it is then the lease's own, written with the record), raises the
 //!   floor with a `Txn` comparing the `mod_revision`s read, and sends one `LeaseKeepAlive` for the
 //!   live key's etcd lease, which restarts its TTL. If the live key is gone (the etcd lease ran
-//!   out, nobody acquired since), it grants a new etcd lease and writes the live key in the
-//!   same `Txn` (conditional on its absence).
+//!   out, nobody acquired since), the lease is re-established: a new etcd lease, and one `Txn`
+//!   (conditional on the group key's and record's revisions and the live key's absence) that
+//!   writes the live key, the group key again and a `leased` ledger entry for the same token
+//!   and holder.
 //! - `release`: one `Txn` (conditional on the record's and live key's `mod_revision`s read)
 //!   that sets the floor and deletes the live key, then revokes the etcd lease.
 //! - `group`: one range read, and `LeaseTimeToLive` for each live key.
@@ -178,7 +186,7 @@ use crate::lease::{
     check_current, plan_acquire, GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases,
     WorkerSlot,
 };
-use crate::{ops, Authority, GiveBack, NamespaceState, Reservation, StoreError};
+use crate::{ops, Authority, GiveBack, Incarnation, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, KvClient, LeaseClient,
@@ -578,6 +586,37 @@ impl Authority for EtcdAuthority {
         Some(self)
     }
 
+    async fn incarnation(&self) -> Result<Option<Incarnation>, StoreError> {
+        let key = self.incarnation_key();
+        let response = self
+            .call_idempotent("reading the store's incarnation", |mut kv| {
+                let key = key.clone();
+                async move { kv.get(key, None).await }
+            })
+            .await?;
+        response
+            .kvs()
+            .first()
+            .map(|kv| decode_incarnation(kv.value()))
+            .transpose()
+    }
+
+    /// One `Txn`: put if the key was never created; then the key as it is.
+    async fn create_incarnation(&self, candidate: &Incarnation) -> Result<Incarnation, StoreError> {
+        let key = self.incarnation_key();
+        let txn = Txn::new()
+            .when([unchanged(&key, None)])
+            .and_then([TxnOp::put(key.clone(), candidate.as_str(), None)]);
+        let mut kv = self.kv.clone();
+        self.call("writing the store's incarnation", kv.txn(txn))
+            .await?;
+        self.incarnation()
+            .await?
+            .ok_or_else(|| StoreError::Corrupt {
+                message: "the store's incarnation is missing right after it was written".into(),
+            })
+    }
+
     async fn advance(
         &self,
         name: &NamespaceName,
@@ -720,6 +759,11 @@ enum Remaining {
 }
 
 impl EtcdAuthority {
+    /// `<prefix>incarnation`: the store's incarnation ([`crate::incarnation`]).
+    fn incarnation_key(&self) -> String {
+        format!("{}incarnation", self.config.prefix)
+    }
+
     fn group_prefix(&self, group: &NamespaceName) -> String {
         format!("{}{}/", self.lease_prefix, group.as_str())
     }
@@ -1009,7 +1053,7 @@ impl EtcdAuthority {
                     unchanged(&entry, None),
                 ])
                 .and_then([
-                    TxnOp::put(entry.clone(), audit_value(&event), None),
+                    TxnOp::put(entry.clone(), audit_value_by(&event, &request.holder), None),
                     TxnOp::put(group_key, encode_group(&grant.group), None),
                     TxnOp::put(worker_key, encode_record(&slot), None),
                     TxnOp::put(
@@ -1131,15 +1175,31 @@ impl WorkerLeases for EtcdAuthority {
                     // the worker id since, the next round grants a new one).
                 }
                 None => {
-                    // The live key expired and nobody acquired the worker id since: the token
-                    // is still current, so the lease restarts on a new etcd lease.
+                    // The live key expired and nobody acquired the worker id since (the record
+                    // still names this lease): the lease is re-established on a new etcd lease,
+                    // with a ledger entry, ordered among the group's acquisitions by the group
+                    // key's revision as theirs are (the group key is written again).
+                    let group_key = self.group_key(group);
+                    let Some((group_record, group_rev)) = self.read_group(group).await?.record
+                    else {
+                        return Err(crate::lease::superseded(lease, None));
+                    };
                     let (lease_id, ttl) = self.grant(lease.ttl).await?;
+                    let entry = self.audit_key(group, group_rev);
+                    let event = AuditEvent::Leased {
+                        worker: lease.worker,
+                        token: lease.token,
+                    };
                     let txn = Txn::new()
                         .when([
+                            unchanged(&group_key, Some(group_rev)),
                             unchanged(&worker_key, Some(record.mod_revision)),
                             unchanged(&live_key, None),
+                            unchanged(&entry, None),
                         ])
                         .and_then([
+                            TxnOp::put(entry, audit_value_by(&event, &lease.holder), None),
+                            TxnOp::put(group_key, encode_group(&group_record), None),
                             TxnOp::put(worker_key.clone(), encode_record(&slot), None),
                             TxnOp::put(
                                 live_key.clone(),
@@ -1296,7 +1356,12 @@ impl EtcdAuthority {
 /// What an audit key holds: the entry in [`audit::encode_record`]'s form, stamped with this
 /// process's clock (etcd has none to offer).
 fn audit_value(event: &AuditEvent) -> String {
-    audit::encode_record(audit::now_unix_ms(), event, audit::holder())
+    audit_value_by(event, audit::holder())
+}
+
+/// [`audit_value`], granted to `holder` (a worker lease's).
+fn audit_value_by(event: &AuditEvent, holder: &str) -> String {
+    audit::encode_record(audit::now_unix_ms(), event, holder)
 }
 
 /// The key just above every key that starts with `dir` (which ends in `/`): `dir` with the
@@ -1602,6 +1667,13 @@ fn decode_live(group: &NamespaceName, worker: u64, kv: &KeyValue) -> Result<Live
         ttl_secs,
         lease_id: kv.lease(),
         mod_revision: kv.mod_revision(),
+    })
+}
+
+fn decode_incarnation(bytes: &[u8]) -> Result<Incarnation, StoreError> {
+    let text = std::str::from_utf8(bytes).unwrap_or("");
+    Incarnation::parse(text).map_err(|e| StoreError::Corrupt {
+        message: format!("the store's incarnation: {e}"),
     })
 }
 

@@ -36,6 +36,9 @@
 //! [`NamespaceName`], `SequenceSpec::new(width, first, step, offset)` accepts the spec, and
 //! `first <= watermark <= max_id + 1`.
 //!
+//! `idmint.meta.v1` (`&str` keys and values) holds the store's incarnation under the key
+//! `incarnation` ([`crate::incarnation`]), written once.
+//!
 //! ## The audit ledger
 //!
 //! [`AuditLog`] keeps `idmint.audit.v1`, keyed by `(subject, seq)`, whose values are
@@ -70,7 +73,7 @@ use crate::lease::{
     check_current, plan_acquire, GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases,
     WorkerSlot,
 };
-use crate::{ops, Authority, GiveBack, NamespaceState, Reservation, StoreError};
+use crate::{ops, Authority, GiveBack, Incarnation, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, Clock, NamespaceName, SequenceSpec, SystemClock, Width};
 use redb::{
@@ -97,6 +100,9 @@ const WORKER_LEASES: TableDefinition<(&str, u64), &[u8]> =
 const LEASE_RECORD_VERSION: u8 = 1;
 const AUDIT: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("idmint.audit.v1");
 const AUDIT_SEQ: TableDefinition<&str, u64> = TableDefinition::new("idmint.audit_seq.v1");
+/// Facts about the store itself: key `incarnation` ([`crate::incarnation`]).
+const META: TableDefinition<&str, &str> = TableDefinition::new("idmint.meta.v1");
+const INCARNATION_KEY: &str = "incarnation";
 /// The whole store is a few kilobytes per thousand namespaces; redb's default cache is 1 GiB.
 const CACHE_BYTES: usize = 4 * 1024 * 1024;
 
@@ -186,6 +192,7 @@ impl FileAuthority {
         txn.open_table(NAMESPACES).map_err(redb_error)?;
         txn.open_table(LEASE_GROUPS).map_err(redb_error)?;
         txn.open_table(WORKER_LEASES).map_err(redb_error)?;
+        txn.open_table(META).map_err(redb_error)?;
         txn.commit().map_err(redb_error)?;
         // The file's own fsyncs do not make its name durable: the directory's entry is.
         sync_dir(dir)?;
@@ -294,6 +301,43 @@ impl Authority for FileAuthority {
 
     fn audit_log(&self) -> Option<&dyn AuditLog> {
         Some(self)
+    }
+
+    async fn incarnation(&self) -> Result<Option<Incarnation>, StoreError> {
+        self.blocking(|db| {
+            let txn = db.begin_read().map_err(redb_error)?;
+            let table = txn.open_table(META).map_err(redb_error)?;
+            let value = table.get(INCARNATION_KEY).map_err(redb_error)?;
+            value.map(|v| decode_incarnation(v.value())).transpose()
+        })
+        .await
+    }
+
+    async fn create_incarnation(&self, candidate: &Incarnation) -> Result<Incarnation, StoreError> {
+        let candidate = candidate.clone();
+        self.blocking(move |db| {
+            let txn = begin_durable(db)?;
+            let held = {
+                let mut table = txn.open_table(META).map_err(redb_error)?;
+                let existing = table
+                    .get(INCARNATION_KEY)
+                    .map_err(redb_error)?
+                    .map(|v| decode_incarnation(v.value()))
+                    .transpose()?;
+                match existing {
+                    Some(held) => held,
+                    None => {
+                        table
+                            .insert(INCARNATION_KEY, candidate.as_str())
+                            .map_err(redb_error)?;
+                        candidate
+                    }
+                }
+            };
+            txn.commit().map_err(redb_error)?;
+            Ok(held)
+        })
+        .await
     }
 
     async fn advance(
@@ -413,6 +457,16 @@ fn append_entry(
     subject: &str,
     event: &AuditEvent,
 ) -> Result<(), StoreError> {
+    append_entry_by(txn, subject, event, audit::holder())
+}
+
+/// [`append_entry`], granted to `holder`.
+fn append_entry_by(
+    txn: &WriteTransaction,
+    subject: &str,
+    event: &AuditEvent,
+    holder: &str,
+) -> Result<(), StoreError> {
     let mut counter = txn.open_table(AUDIT_SEQ).map_err(redb_error)?;
     let last = counter
         .get("")
@@ -421,7 +475,7 @@ fn append_entry(
     let seq = last + 1;
     counter.insert("", seq).map_err(redb_error)?;
     let mut table = txn.open_table(AUDIT).map_err(redb_error)?;
-    let record = audit::encode_record(audit::now_unix_ms(), event, audit::holder());
+    let record = audit::encode_record(audit::now_unix_ms(), event, holder);
     table
         .insert((subject, seq), record.as_bytes())
         .map_err(redb_error)?;
@@ -631,7 +685,7 @@ impl WorkerLeases for FileAuthority {
                 worker: grant.worker,
                 token: grant.token,
             };
-            append_entry(&txn, name, &event)?;
+            append_entry_by(&txn, name, &event, &request.holder)?;
             // Dropping an uncommitted transaction (the `?`s above) aborts it: nothing changes.
             txn.commit().map_err(redb_error)?;
             live.insert(
@@ -732,6 +786,12 @@ impl WorkerLeases for FileAuthority {
         })
         .await
     }
+}
+
+fn decode_incarnation(text: &str) -> Result<Incarnation, StoreError> {
+    Incarnation::parse(text).map_err(|e| StoreError::Corrupt {
+        message: format!("the store's incarnation: {e}"),
+    })
 }
 
 fn encode_group(record: &GroupRecord) -> Vec<u8> {

@@ -12,8 +12,11 @@
 //!   acquisitions, from this process or others, get different worker ids or an error;
 //! - **fenced**: every acquisition gets a token strictly greater than every token granted
 //!   before in its group; [`WorkerLeases::renew`] and [`WorkerLeases::release`] succeed only
-//!   with the current token of their worker id, so a holder whose lease was taken over learns
-//!   it ([`LeaseError::Superseded`]) and never writes again;
+//!   while the worker id's record names their lease, by token **and** holder, so a holder
+//!   whose lease was taken over learns it ([`LeaseError::Superseded`]) and never writes again.
+//!   The holder is unique per acquisition ([`unique_holder`]): a store that lost its records
+//!   starts its tokens again at 1, so a token alone could name another node's lease, and a
+//!   renewal must never extend (take over) a lease it did not acquire;
 //! - **expiry by the authority's clock**: a lease is live until the authority's own clock
 //!   (SQL `now()`, an etcd lease, a ZooKeeper session) says its TTL ran out; a node's clock
 //!   never decides whether another node's lease expired;
@@ -60,7 +63,8 @@ pub struct LeaseRequest {
     /// whose floor it would have to wait for. A free worker id never held has floor 0. If every
     /// free worker id's floor is higher, the lowest free one anyway. `None`: the lowest free.
     pub prefer_floor_at_most: Option<u64>,
-    /// Who asks, for messages and listings: host name, process id, start time.
+    /// Who asks, for messages and listings, and the lease's identity: renewals and releases
+    /// are matched on token and holder. Unique per acquisition: [`unique_holder`].
     pub holder: String,
     /// The layout the holder will issue ids of, in a canonical text form; recorded by the first
     /// acquisition of the group and compared by every later one.
@@ -170,8 +174,8 @@ pub enum LeaseError {
         /// The group's size.
         workers: u64,
     },
-    /// The lease was taken over (its token is no longer the worker id's) or never existed:
-    /// its holder must not issue under it any more.
+    /// The lease was taken over (the worker id's record names another token or holder) or
+    /// never existed (the store lost it): its holder must not issue under it any more.
     #[error(
         "the lease on worker {worker} of group {group} (token {token}) was superseded \
              (current token {current}, holder {holder})"
@@ -249,9 +253,10 @@ pub trait WorkerLeases: Send + Sync + std::fmt::Debug + 'static {
     async fn acquire(&self, request: &LeaseRequest) -> Result<WorkerLease, LeaseError>;
 
     /// Extends `lease` by its TTL from now (the authority's clock) and raises the worker id's
-    /// floor to `floor_unix_ms` (a lower value leaves it). Succeeds with the lease's token even
-    /// after the lease expired, as long as nobody acquired the worker id since (the token is
-    /// still the current one); otherwise [`LeaseError::Superseded`] and nothing is written.
+    /// floor to `floor_unix_ms` (a lower value leaves it). Succeeds even after the lease
+    /// expired, as long as nobody acquired the worker id since (the record still names the
+    /// lease's token and holder: [`is_current`]); otherwise [`LeaseError::Superseded`] and
+    /// nothing is written: a renewal never extends another holder's lease.
     /// Returns the lease with its new floor.
     async fn renew(
         &self,
@@ -262,7 +267,8 @@ pub trait WorkerLeases: Send + Sync + std::fmt::Debug + 'static {
     /// Ends `lease` and sets the worker id's floor to `floor_unix_ms`, which the holder
     /// guarantees is above every timestamp it issued and at or above the floor it was granted
     /// (it may be below a floor it recorded with `renew` but did not reach). The worker id is
-    /// free at once. [`LeaseError::Superseded`] (nothing written) if its token is not current.
+    /// free at once. [`LeaseError::Superseded`] (nothing written) unless the record still
+    /// names the lease ([`is_current`]).
     async fn release(&self, lease: &WorkerLease, floor_unix_ms: u64) -> Result<(), LeaseError>;
 
     /// The group's recorded layout and worker ids (live or not), sorted by worker id; `None` if
@@ -385,11 +391,24 @@ pub fn plan_acquire(
     })
 }
 
+/// `base` (who asks: `host pid N`) made unique to one acquisition: `base lease <16 hex
+/// digits>`, random. The holder of a [`LeaseRequest`].
+pub fn unique_holder(base: &str) -> String {
+    use rand::RngCore;
+    format!("{base} lease {:016x}", rand::rng().next_u64())
+}
+
+/// Whether the record `slot` names `lease`: its token and its holder. The one test of
+/// `renew` and `release` in every backend.
+pub fn is_current(lease: &WorkerLease, slot: &WorkerSlot) -> bool {
+    slot.token == lease.token && slot.holder == lease.holder
+}
+
 /// Checks that `lease` is still the current one of `slot` (`None`: the worker id has no record),
-/// for `renew` and `release`.
+/// for `renew` and `release`: [`is_current`].
 pub fn check_current(lease: &WorkerLease, slot: Option<&WorkerSlot>) -> Result<(), LeaseError> {
     match slot {
-        Some(s) if s.token == lease.token => Ok(()),
+        Some(s) if is_current(lease, s) => Ok(()),
         other => Err(superseded(lease, other)),
     }
 }
@@ -512,9 +531,27 @@ mod tests {
             ttl: Duration::from_secs(1),
             holder: "me".into(),
         };
-        assert!(check_current(&lease, Some(&slot(1, 4, false, 0))).is_ok());
+        let mine = WorkerSlot {
+            holder: "me".into(),
+            ..slot(1, 4, false, 0)
+        };
+        assert!(check_current(&lease, Some(&mine)).is_ok());
         let err = check_current(&lease, Some(&slot(1, 5, true, 0))).unwrap_err();
         assert!(matches!(err, LeaseError::Superseded { current: 5, .. }));
         assert!(check_current(&lease, None).is_err());
+        // The same token by another holder: a store that lost its records and granted token
+        // 4 again. Never the same lease.
+        let err = check_current(&lease, Some(&slot(1, 4, true, 0))).unwrap_err();
+        assert!(
+            matches!(&err, LeaseError::Superseded { current: 4, holder, .. } if holder == "h1"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn holders_are_unique_per_acquisition() {
+        let a = unique_holder("web-1 pid 7");
+        assert!(a.starts_with("web-1 pid 7 lease "), "{a}");
+        assert_ne!(a, unique_holder("web-1 pid 7"));
     }
 }

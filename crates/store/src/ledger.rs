@@ -1,7 +1,8 @@
-//! The node's ledger: a small file in the data directory recording every sequence namespace the
-//! node has set up and the highest watermark it saw of each, and [`LedgerAuthority`], which
-//! wraps any authority and checks the store against it (docs/uniqueness.md, "Stores that moved
-//! or lost data").
+//! The node's ledger: a small file in the data directory recording which store the node used
+//! (its [incarnation](crate::incarnation)), every sequence namespace it set up with the highest
+//! watermark it saw of each, and every worker-lease group it leased from with the last token and
+//! floor it held; and [`LedgerAuthority`], which wraps any authority and checks the store
+//! against it (docs/uniqueness.md, "Stores that moved or lost data").
 //!
 //! Why: an authority that answers "no such namespace" cannot tell a namespace that never existed
 //! from one whose record it lost (an empty backup restored, `authority.path`, `table` or `prefix`
@@ -9,9 +10,19 @@
 //! re-issue every id. The ledger is what the node remembers independently of the store.
 //!
 //! Invariants:
+//! - a store is used only while it is the incarnation the ledger (or the configuration) names:
+//!   [`LedgerAuthority::open`] refuses another or none ([`StoreError::StoreLost`]), and so do
+//!   every namespace creation and every lease acquisition while the node runs, so a store
+//!   emptied or swapped under running nodes is never started fresh by any of them;
+//! - an empty store without an incarnation is taken as new only when nothing says otherwise:
+//!   the ledger records nothing, the configuration names no incarnation, and either `--init`
+//!   said so or the configuration declares nothing that lives in the store (the embedded file
+//!   store, which lives beside the ledger, is taken as new on a first start);
 //! - a namespace recorded in the ledger is never created again: if the store has no record of
 //!   it, [`Authority::ensure_namespace`] and [`Authority::reserve`] answer
 //!   [`StoreError::Lost`], naming the ledger, the store and what to do;
+//! - a lease group recorded in the ledger is never started fresh: an acquisition in a store
+//!   that has no record of the group, or has it with a lower last token, is refused;
 //! - a store whose watermark is below the one recorded went back in time (a restored backup):
 //!   also [`StoreError::Lost`];
 //! - the ledger's watermark is never above the store's (it records what the store answered, and
@@ -25,7 +36,10 @@
 //! deleted whole, which is why the default data directory is absolute and logged), or replace
 //! the store's durability (the store is the source of truth; the ledger only detects its loss).
 
-use crate::{Authority, GiveBack, MemberHealth, NamespaceState, Reservation, StoreError};
+use crate::lease::{GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases, WorkerSlot};
+use crate::{
+    Authority, GiveBack, Incarnation, MemberHealth, NamespaceState, Reservation, StoreError,
+};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec};
 use serde::{Deserialize, Serialize};
@@ -53,12 +67,31 @@ struct Entry {
     watermark: u64,
 }
 
+/// One worker-lease group as recorded: what this node last held of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupEntry {
+    /// The authority it was leased from, as the configuration described it.
+    pub authority: String,
+    /// The largest fencing token this node was granted in the group (the group's last token
+    /// was at least this then).
+    pub last_token: u64,
+    /// The worker id it held last.
+    pub worker: u64,
+    /// The highest time floor it recorded for that worker id (ms since the Unix epoch).
+    pub floor_unix_ms: u64,
+}
+
 /// The file's contents.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct LedgerFile {
     version: u32,
+    /// The store's incarnation, once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    incarnation: Option<String>,
     #[serde(default)]
     namespaces: BTreeMap<String, Entry>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    groups: BTreeMap<String, GroupEntry>,
 }
 
 #[derive(Debug)]
@@ -126,7 +159,7 @@ impl Ledger {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (
                 LedgerFile {
                     version: 1,
-                    namespaces: BTreeMap::new(),
+                    ..LedgerFile::default()
                 },
                 false,
             ),
@@ -164,6 +197,130 @@ impl Ledger {
         self.len() == 0
     }
 
+    /// Whether it records anything the store keeps: a namespace or a lease group.
+    pub fn records_anything(&self) -> bool {
+        let guard = self.lock();
+        !guard.file.namespaces.is_empty() || !guard.file.groups.is_empty()
+    }
+
+    /// The store's incarnation as recorded.
+    pub fn incarnation(&self) -> Result<Option<Incarnation>, LedgerError> {
+        let text = self.lock().file.incarnation.clone();
+        text.map(|t| {
+            Incarnation::parse(&t).map_err(|e| LedgerError::Corrupt {
+                path: self.path.clone(),
+                message: e.to_string(),
+            })
+        })
+        .transpose()
+    }
+
+    /// Applies `change` to the file's contents and writes them at once, unless `change` says
+    /// it changed nothing.
+    async fn write_now(
+        &self,
+        change: impl FnOnce(&mut LedgerFile) -> bool,
+    ) -> Result<(), StoreError> {
+        let text = {
+            let mut guard = self.lock();
+            if !change(&mut guard.file) {
+                return Ok(());
+            }
+            guard.dirty = false;
+            guard.last_write = Some(Instant::now());
+            self.render(&guard.file)?
+        };
+        self.write(text).await
+    }
+
+    /// Applies `change` (which says whether it changed anything) and writes what is not yet
+    /// written if [`WRITE_INTERVAL`] has passed since the last write.
+    async fn write_when_due(
+        &self,
+        change: impl FnOnce(&mut LedgerFile) -> bool,
+    ) -> Result<(), StoreError> {
+        let text = {
+            let mut guard = self.lock();
+            if change(&mut guard.file) {
+                guard.dirty = true;
+            }
+            let due = guard
+                .last_write
+                .is_none_or(|t| t.elapsed() >= WRITE_INTERVAL);
+            if !(guard.dirty && due) {
+                return Ok(());
+            }
+            guard.dirty = false;
+            guard.last_write = Some(Instant::now());
+            self.render(&guard.file)?
+        };
+        self.write(text).await
+    }
+
+    /// Records `incarnation` as the store's (replacing what was recorded: the caller checked)
+    /// and writes at once.
+    pub async fn record_incarnation(&self, incarnation: &Incarnation) -> Result<(), StoreError> {
+        self.write_now(|file| {
+            file.incarnation = Some(incarnation.as_str().to_owned());
+            true
+        })
+        .await
+    }
+
+    /// What it records of lease group `group`.
+    pub fn group(&self, group: &NamespaceName) -> Option<GroupEntry> {
+        self.lock().file.groups.get(group.as_str()).cloned()
+    }
+
+    /// Records a lease just acquired (token, worker id, its floor) and writes at once.
+    async fn record_lease(&self, lease: &WorkerLease) -> Result<(), StoreError> {
+        self.write_now(|file| {
+            let entry = file
+                .groups
+                .entry(lease.group.as_str().to_owned())
+                .or_insert_with(|| GroupEntry {
+                    authority: self.authority.clone(),
+                    last_token: 0,
+                    worker: lease.worker,
+                    floor_unix_ms: 0,
+                });
+            entry.last_token = entry.last_token.max(lease.token);
+            if entry.worker != lease.worker {
+                entry.worker = lease.worker;
+                entry.floor_unix_ms = 0;
+            }
+            entry.floor_unix_ms = entry.floor_unix_ms.max(lease.floor_unix_ms);
+            true
+        })
+        .await
+    }
+
+    /// Sets the floor recorded for `lease`'s worker id to `floor_unix_ms` if that is lower, and
+    /// writes at once: before a release, which may lower the store's floor to just above the
+    /// last timestamp issued (the ledger must never record more than the store).
+    async fn lower_floor(&self, lease: &WorkerLease, floor_unix_ms: u64) -> Result<(), StoreError> {
+        self.write_now(|file| match file.groups.get_mut(lease.group.as_str()) {
+            Some(entry) if entry.worker == lease.worker => {
+                entry.floor_unix_ms = entry.floor_unix_ms.min(floor_unix_ms);
+                true
+            }
+            _ => false,
+        })
+        .await
+    }
+
+    /// Notes a floor recorded for a lease of a recorded group; written when due.
+    async fn note_floor(&self, lease: &WorkerLease, floor_unix_ms: u64) -> Result<(), StoreError> {
+        self.write_when_due(|file| match file.groups.get_mut(lease.group.as_str()) {
+            Some(entry) if entry.worker == lease.worker && floor_unix_ms > entry.floor_unix_ms => {
+                entry.floor_unix_ms = floor_unix_ms;
+                true
+            }
+            _ => false,
+        })
+        .await
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, LedgerState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -172,28 +329,28 @@ impl Ledger {
         self.lock().file.namespaces.get(name.as_str()).cloned()
     }
 
+    fn entry_of(&self, state: &NamespaceState) -> Entry {
+        Entry {
+            authority: self.authority.clone(),
+            bits: state.spec.width().bits(),
+            first: state.spec.first(),
+            step: state.spec.step(),
+            offset: state.spec.offset(),
+            watermark: state.watermark,
+        }
+    }
+
     /// Records a namespace set up with `state` and writes at once.
     async fn record(&self, state: &NamespaceState) -> Result<(), StoreError> {
-        let text = {
-            let mut guard = self.lock();
-            let entry = guard
-                .file
+        self.write_now(|file| {
+            let entry = file
                 .namespaces
                 .entry(state.name.as_str().to_owned())
-                .or_insert_with(|| Entry {
-                    authority: self.authority.clone(),
-                    bits: state.spec.width().bits(),
-                    first: state.spec.first(),
-                    step: state.spec.step(),
-                    offset: state.spec.offset(),
-                    watermark: state.watermark,
-                });
+                .or_insert_with(|| self.entry_of(state));
             entry.watermark = entry.watermark.max(state.watermark);
-            guard.dirty = false;
-            guard.last_write = Some(Instant::now());
-            self.render(&guard.file)?
-        };
-        self.write(text).await
+            true
+        })
+        .await
     }
 
     /// The watermark recorded for `name`, if the ledger knows it.
@@ -216,48 +373,24 @@ impl Ledger {
     /// names that authority and the store's new watermark (`state.watermark`, which the caller
     /// checked is at least the recorded one). Written at once.
     pub async fn adopt(&self, state: &NamespaceState) -> Result<(), StoreError> {
-        let text = {
-            let mut guard = self.lock();
-            guard.file.namespaces.insert(
-                state.name.as_str().to_owned(),
-                Entry {
-                    authority: self.authority.clone(),
-                    bits: state.spec.width().bits(),
-                    first: state.spec.first(),
-                    step: state.spec.step(),
-                    offset: state.spec.offset(),
-                    watermark: state.watermark,
-                },
-            );
-            guard.dirty = false;
-            guard.last_write = Some(Instant::now());
-            self.render(&guard.file)?
-        };
-        self.write(text).await
+        self.write_now(|file| {
+            file.namespaces
+                .insert(state.name.as_str().to_owned(), self.entry_of(state));
+            true
+        })
+        .await
     }
 
-    /// Notes a watermark the store reported for a recorded namespace; writes if
-    /// [`WRITE_INTERVAL`] has passed since the last write.
+    /// Notes a watermark the store reported for a recorded namespace; written when due.
     async fn note(&self, name: &NamespaceName, watermark: u64) -> Result<(), StoreError> {
-        let text = {
-            let mut guard = self.lock();
-            if let Some(entry) = guard.file.namespaces.get_mut(name.as_str()) {
-                if watermark > entry.watermark {
-                    entry.watermark = watermark;
-                    guard.dirty = true;
-                }
+        self.write_when_due(|file| match file.namespaces.get_mut(name.as_str()) {
+            Some(entry) if watermark > entry.watermark => {
+                entry.watermark = watermark;
+                true
             }
-            let due = guard
-                .last_write
-                .is_none_or(|t| t.elapsed() >= WRITE_INTERVAL);
-            if !(guard.dirty && due) {
-                return Ok(());
-            }
-            guard.dirty = false;
-            guard.last_write = Some(Instant::now());
-            self.render(&guard.file)?
-        };
-        self.write(text).await
+            _ => false,
+        })
+        .await
     }
 
     /// Writes what is noted but not yet written (at shutdown).
@@ -276,16 +409,14 @@ impl Ledger {
 
     /// Lowers the recorded watermark of `name` to `to` (before a give-back) and writes.
     async fn lower(&self, name: &NamespaceName, to: u64) -> Result<(), StoreError> {
-        let text = {
-            let mut guard = self.lock();
-            match guard.file.namespaces.get_mut(name.as_str()) {
-                Some(entry) if entry.watermark > to => entry.watermark = to,
-                _ => return Ok(()),
+        self.write_now(|file| match file.namespaces.get_mut(name.as_str()) {
+            Some(entry) if entry.watermark > to => {
+                entry.watermark = to;
+                true
             }
-            guard.last_write = Some(Instant::now());
-            self.render(&guard.file)?
-        };
-        self.write(text).await
+            _ => false,
+        })
+        .await
     }
 
     fn render(&self, file: &LedgerFile) -> Result<String, StoreError> {
@@ -294,8 +425,9 @@ impl Ledger {
         })?;
         Ok(format!(
             "# idmint's ledger of the namespaces this data directory's node set up, and the\n\
-             # highest watermark it saw of each (docs/uniqueness.md). Written by idmint; a\n\
-             # namespace listed here is never created again.\n{body}"
+             # highest watermark it saw of each, the lease groups it leased from, and the store's\n\
+             # incarnation (docs/uniqueness.md). Written by idmint; a namespace or lease group\n\
+             # listed here is never started fresh.\n{body}"
         ))
     }
 
@@ -346,22 +478,265 @@ fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// What a node expects of its store at start, beyond what its ledger records
+/// ([`LedgerAuthority::open`]).
+#[derive(Debug, Clone, Default)]
+pub struct StoreExpectations {
+    /// `idmint serve --init`: an empty store without an incarnation is a new deployment.
+    pub init: bool,
+    /// The incarnation the configuration names (`[authority] incarnation`), if any.
+    pub incarnation: Option<Incarnation>,
+    /// The sequence namespaces the configuration declares (they live in the store).
+    pub declared_namespaces: Vec<NamespaceName>,
+    /// The worker-lease groups the configuration's snowflake namespaces lease from.
+    pub declared_groups: Vec<NamespaceName>,
+}
+
 /// An authority checked against a [`Ledger`]. See the module docs.
 #[derive(Debug)]
 pub struct LedgerAuthority {
     inner: Arc<dyn Authority>,
     ledger: Arc<Ledger>,
+    /// The store's incarnation this node uses (`None`: the authority keeps none).
+    incarnation: Option<Incarnation>,
 }
 
 impl LedgerAuthority {
-    /// `inner`, checked against `ledger`.
+    /// `inner`, checked against `ledger`, without the start checks of [`Self::open`]: the store
+    /// must be the incarnation the ledger records, if it records one.
     pub fn new(inner: Arc<dyn Authority>, ledger: Arc<Ledger>) -> Self {
-        LedgerAuthority { inner, ledger }
+        let incarnation = ledger.incarnation().ok().flatten();
+        LedgerAuthority {
+            inner,
+            ledger,
+            incarnation,
+        }
+    }
+
+    /// `inner`, checked against `ledger` and `expect` before anything is served: the store must
+    /// be the incarnation the ledger and the configuration name; an empty store without one is
+    /// taken as new (its incarnation created and recorded) only as the module docs say; a store
+    /// that holds data but no incarnation (written before incarnations existed) gets one. The
+    /// ledger records the incarnation used.
+    ///
+    /// [`StoreError::StoreLost`] for a store that is not the one expected, or an empty one
+    /// that needs `--init`; [`StoreError::InvalidSetup`] when the configuration and the ledger
+    /// name different incarnations.
+    pub async fn open(
+        inner: Arc<dyn Authority>,
+        ledger: Arc<Ledger>,
+        expect: &StoreExpectations,
+    ) -> Result<LedgerAuthority, StoreError> {
+        let recorded = ledger.incarnation().map_err(|e| StoreError::Corrupt {
+            message: e.to_string(),
+        })?;
+        let known = match (&recorded, &expect.incarnation) {
+            (Some(r), Some(c)) if r != c => {
+                return Err(StoreError::InvalidSetup {
+                    message: format!(
+                        "the configuration names store incarnation {c}, but this node's ledger \
+                         {} records {r}: one of them belongs to another deployment",
+                        ledger.path().display()
+                    ),
+                })
+            }
+            (Some(k), _) | (None, Some(k)) => Some(k.clone()),
+            (None, None) => None,
+        };
+        let kind = inner.kind();
+        let store = match inner.incarnation().await {
+            Ok(store) => store,
+            Err(StoreError::NotSupported { .. }) => {
+                // An authority of several stores (multi) or of the tier above (upstream): each
+                // store checks itself; here only what the ledger and the store's list tell.
+                let declared: Vec<&str> = expect
+                    .declared_namespaces
+                    .iter()
+                    .map(NamespaceName::as_str)
+                    .collect();
+                if !expect.init
+                    && !declared.is_empty()
+                    && !ledger.records_anything()
+                    && inner.list().await.is_ok_and(|stored| stored.is_empty())
+                {
+                    return Err(StoreError::StoreLost {
+                        message: format!(
+                            "the {kind} authority ({}) holds no namespace and this node's ledger \
+                             {} records none, but the configuration declares {}: if this is a \
+                             new deployment, start once with --init; if not, the configuration \
+                             points at another store than before or the data directory is not \
+                             the one used before",
+                            ledger.authority,
+                            ledger.path().display(),
+                            declared.join(", "),
+                        ),
+                    });
+                }
+                return Ok(LedgerAuthority {
+                    inner,
+                    ledger,
+                    incarnation: None,
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        let incarnation = match (store, known) {
+            (Some(s), Some(k)) if s == k => s,
+            (Some(s), Some(k)) => {
+                return Err(StoreError::StoreLost {
+                    message: format!(
+                        "the {kind} authority ({}) is store incarnation {s}, but this node knows \
+                         its store as {k} (ledger {}{}): the configuration points at another store \
+                         (another root, table, prefix, database or server). Point it back at the \
+                         store this node used",
+                        ledger.authority,
+                        ledger.path().display(),
+                        if expect.incarnation.is_some() {
+                            ", configuration"
+                        } else {
+                            ""
+                        },
+                    ),
+                })
+            }
+            (None, Some(k)) => {
+                return Err(StoreError::StoreLost {
+                    message: format!(
+                        "the {kind} authority ({}) has no store incarnation, but this node knows \
+                         its store as {k} (ledger {}): the store was emptied, restored from a \
+                         backup older than its first use, re-created, or the configuration points \
+                         at another, empty one. Starting fresh on it would hand out ids and \
+                         worker ids that were handed out before, so idmint will not. Point the \
+                         configuration back at the store, or restore it (docs/uniqueness.md, \
+                         \"Stores that moved or lost data\")",
+                        ledger.authority,
+                        ledger.path().display(),
+                    ),
+                })
+            }
+            (Some(s), None) => {
+                tracing::info!(incarnation = %s, "store incarnation recorded in the ledger");
+                s
+            }
+            (None, None) => {
+                let holds_data = Self::holds_data(&*inner, &expect.declared_groups).await?;
+                if !holds_data && ledger.records_anything() {
+                    return Err(StoreError::StoreLost {
+                        message: format!(
+                            "the {kind} authority ({}) is empty, but this node's ledger {} \
+                             records namespaces or lease groups it set up there: the store was \
+                             emptied or the configuration points at another one. Starting fresh \
+                             would hand out ids that were handed out before, so idmint will not \
+                             (docs/uniqueness.md, \"Stores that moved or lost data\")",
+                            ledger.authority,
+                            ledger.path().display(),
+                        ),
+                    });
+                }
+                let declared: Vec<&str> = expect
+                    .declared_namespaces
+                    .iter()
+                    .chain(&expect.declared_groups)
+                    .map(NamespaceName::as_str)
+                    .collect();
+                if !holds_data && !expect.init && !declared.is_empty() {
+                    return Err(StoreError::StoreLost {
+                        message: format!(
+                            "the {kind} authority ({}) is empty and has no store incarnation, and \
+                             this node's ledger {} records none, but the configuration declares \
+                             {}: if this is a new deployment, start once with --init; if not, \
+                             the store was emptied or the configuration points at another store \
+                             than before (authority path, table, prefix, root or database), or \
+                             the data directory is not the one used before",
+                            ledger.authority,
+                            ledger.path().display(),
+                            declared.join(", "),
+                        ),
+                    });
+                }
+                let created = inner.create_incarnation(&Incarnation::random()).await?;
+                if holds_data {
+                    tracing::info!(incarnation = %created, "the store holds data but no incarnation (written by an earlier idmint): incarnation created");
+                } else {
+                    tracing::info!(incarnation = %created, "new store: incarnation created; name it in the configuration ([authority] incarnation) so that every node, even one that never ran, refuses any other store");
+                }
+                created
+            }
+        };
+        if recorded.as_ref() != Some(&incarnation) {
+            ledger.record_incarnation(&incarnation).await?;
+        }
+        Ok(LedgerAuthority {
+            inner,
+            ledger,
+            incarnation: Some(incarnation),
+        })
+    }
+
+    /// Whether the store holds a namespace, or one of `groups`.
+    async fn holds_data(
+        inner: &dyn Authority,
+        groups: &[NamespaceName],
+    ) -> Result<bool, StoreError> {
+        if !inner.list().await?.is_empty() {
+            return Ok(true);
+        }
+        if let Some(leases) = inner.worker_leases() {
+            for group in groups {
+                match leases.group(group).await {
+                    Ok(Some(_)) => return Ok(true),
+                    Ok(None) => {}
+                    Err(LeaseError::Store(e)) => return Err(e),
+                    // An authority whose lease tables cannot exist holds no group.
+                    Err(_) => {}
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// The ledger.
     pub fn ledger(&self) -> &Arc<Ledger> {
         &self.ledger
+    }
+
+    /// The store's incarnation this node uses, if the authority keeps one.
+    pub fn incarnation(&self) -> Option<&Incarnation> {
+        self.incarnation.as_ref()
+    }
+
+    /// Checks, before anything is created or leased in the store, that it is still the
+    /// incarnation this node uses.
+    async fn check_store(&self) -> Result<(), StoreError> {
+        let Some(known) = &self.incarnation else {
+            return Ok(());
+        };
+        let kind = self.inner.kind();
+        match self.inner.incarnation().await? {
+            Some(now) if &now == known => Ok(()),
+            found => Err(StoreError::StoreLost {
+                message: format!(
+                    "the {kind} authority's store is {}, no longer incarnation {known} that this \
+                     node started on (ledger {}): it was emptied, restored or replaced while the \
+                     node ran. Nothing is created or leased there; restore the store \
+                     (docs/uniqueness.md, \"Stores that moved or lost data\")",
+                    found.map_or_else(
+                        || "without an incarnation".to_owned(),
+                        |f| format!("incarnation {f}")
+                    ),
+                    self.ledger.path().display()
+                ),
+            }),
+        }
+    }
+
+    fn leases(&self) -> Result<&dyn WorkerLeases, LeaseError> {
+        self.inner.worker_leases().ok_or_else(|| {
+            LeaseError::Store(StoreError::NotSupported {
+                backend: self.inner.kind(),
+                what: "worker leases",
+            })
+        })
     }
 }
 
@@ -379,8 +754,12 @@ impl Authority for LedgerAuthority {
         self.inner.residues(spec)
     }
 
-    fn worker_leases(&self) -> Option<&dyn crate::WorkerLeases> {
-        self.inner.worker_leases()
+    /// Its own checks ([`WorkerLeases`] for `LedgerAuthority`) in front of the inner
+    /// authority's leases.
+    fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
+        self.inner
+            .worker_leases()
+            .map(|_| self as &dyn WorkerLeases)
     }
 
     fn audit_log(&self) -> Option<&dyn crate::AuditLog> {
@@ -389,6 +768,14 @@ impl Authority for LedgerAuthority {
 
     fn audited_members(&self) -> Option<Vec<Arc<dyn Authority>>> {
         self.inner.audited_members()
+    }
+
+    async fn incarnation(&self) -> Result<Option<Incarnation>, StoreError> {
+        self.inner.incarnation().await
+    }
+
+    async fn create_incarnation(&self, candidate: &Incarnation) -> Result<Incarnation, StoreError> {
+        self.inner.create_incarnation(candidate).await
     }
 
     /// Moves the store's watermark; the node's ledger learns the higher watermark as from a
@@ -406,13 +793,15 @@ impl Authority for LedgerAuthority {
         Ok(advanced)
     }
 
-    /// Refuses a namespace the ledger records but the store does not have, or has at a lower
-    /// watermark; otherwise sets it up in the store and records it durably before answering.
+    /// Refuses a store that is no longer this node's incarnation, and a namespace the ledger
+    /// records but the store does not have, or has at a lower watermark; otherwise sets it up
+    /// in the store and records it durably before answering.
     async fn ensure_namespace(
         &self,
         name: &NamespaceName,
         spec: SequenceSpec,
     ) -> Result<NamespaceState, StoreError> {
+        self.check_store().await?;
         if let Some(entry) = self.ledger.recorded(name) {
             match self.inner.state(name).await? {
                 None => {
@@ -479,6 +868,90 @@ impl Authority for LedgerAuthority {
     }
 }
 
+/// The inner authority's worker leases, behind the ledger's checks: an acquisition happens
+/// only in the store incarnation this node uses, and never starts a group the ledger records
+/// afresh (the store must have it, at a token and floor at least the ledger's); every lease
+/// acquired is recorded before it is returned.
+#[async_trait]
+impl WorkerLeases for LedgerAuthority {
+    async fn acquire(&self, request: &LeaseRequest) -> Result<WorkerLease, LeaseError> {
+        let leases = self.leases()?;
+        self.check_store().await?;
+        if let Some(entry) = self.ledger.group(&request.group) {
+            let group = &request.group;
+            let lost = |found: String| StoreError::StoreLost {
+                message: format!(
+                    "lease group {group}: {found}, but this node's ledger {} records it (set up \
+                     on {}, token {}, worker {} with floor {} ms): the store lost its leases. \
+                     Acquiring afresh could give a worker id that another node still issues \
+                     under, so idmint will not (docs/uniqueness.md, \"Stores that moved or lost \
+                     data\")",
+                    self.ledger.path().display(),
+                    entry.authority,
+                    entry.last_token,
+                    entry.worker,
+                    entry.floor_unix_ms,
+                ),
+            };
+            let kind = self.inner.kind();
+            match leases.group(group).await? {
+                None => {
+                    return Err(lost(format!("the {kind} authority has no record of it")).into())
+                }
+                Some((record, _)) if record.last_token < entry.last_token => {
+                    return Err(lost(format!(
+                        "the {kind} authority's last token is {}, below this node's",
+                        record.last_token
+                    ))
+                    .into())
+                }
+                Some((_, slots)) => {
+                    if let Some(slot) = slots
+                        .iter()
+                        .find(|s| s.worker == entry.worker && s.floor_unix_ms < entry.floor_unix_ms)
+                    {
+                        return Err(lost(format!(
+                            "the {kind} authority's floor of worker {} is {} ms, below this node's",
+                            slot.worker, slot.floor_unix_ms
+                        ))
+                        .into());
+                    }
+                }
+            }
+        }
+        let lease = leases.acquire(request).await?;
+        self.ledger.record_lease(&lease).await?;
+        Ok(lease)
+    }
+
+    async fn renew(
+        &self,
+        lease: &WorkerLease,
+        floor_unix_ms: u64,
+    ) -> Result<WorkerLease, LeaseError> {
+        let renewed = self.leases()?.renew(lease, floor_unix_ms).await?;
+        if let Err(e) = self.ledger.note_floor(lease, renewed.floor_unix_ms).await {
+            tracing::warn!(group = %lease.group, error = %e, "the ledger could not record a lease floor; it will try again at the next renewal");
+        }
+        Ok(renewed)
+    }
+
+    /// Lowers the ledger's floor first (durably), then releases: the ledger never records a
+    /// floor above the store's.
+    async fn release(&self, lease: &WorkerLease, floor_unix_ms: u64) -> Result<(), LeaseError> {
+        let leases = self.leases()?;
+        self.ledger.lower_floor(lease, floor_unix_ms).await?;
+        leases.release(lease, floor_unix_ms).await
+    }
+
+    async fn group(
+        &self,
+        group: &NamespaceName,
+    ) -> Result<Option<(GroupRecord, Vec<WorkerSlot>)>, LeaseError> {
+        self.leases()?.group(group).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -516,6 +989,74 @@ mod tests {
             .unwrap_err();
         assert!(
             err.is_lost() && err.to_string().contains("below what this node saw"),
+            "{err}"
+        );
+    }
+
+    /// A store of the right incarnation that lost a lease group the ledger records (a backup
+    /// from before the group existed) is refused, and so is one whose last token went back.
+    #[tokio::test]
+    async fn a_lease_group_the_store_lost_is_never_started_fresh() {
+        use crate::lease::{LeaseRequest, WorkerChoice};
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = || Arc::new(Ledger::open(dir.path(), "memory".into()).unwrap());
+        let group = NamespaceName::new("events").unwrap();
+        let request = |holder: &str| LeaseRequest {
+            group: group.clone(),
+            workers: 4,
+            choice: WorkerChoice::LowestFree,
+            prefer_floor_at_most: None,
+            holder: holder.into(),
+            layout: "L".into(),
+            ttl: Duration::from_secs(60),
+        };
+        let expect = StoreExpectations {
+            init: true,
+            declared_groups: vec![group.clone()],
+            ..StoreExpectations::default()
+        };
+        let store = Arc::new(MemoryAuthority::new());
+        let a = LedgerAuthority::open(store.clone(), ledger(), &expect)
+            .await
+            .unwrap();
+        let incarnation = a.incarnation().cloned().unwrap();
+        let leases = a.worker_leases().unwrap();
+        let first = leases.acquire(&request("a lease 1")).await.unwrap();
+        leases.release(&first, 10).await.unwrap();
+        let second = leases.acquire(&request("a lease 2")).await.unwrap();
+        assert_eq!(ledger().group(&group).unwrap().last_token, second.token);
+
+        // The same incarnation, without the group: a backup restored from before it.
+        let restored = Arc::new(MemoryAuthority::new());
+        restored.create_incarnation(&incarnation).await.unwrap();
+        let b = LedgerAuthority::open(restored.clone(), ledger(), &expect)
+            .await
+            .unwrap();
+        let err = b
+            .worker_leases()
+            .unwrap()
+            .acquire(&request("a lease 3"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, LeaseError::Store(e) if e.is_lost() && e.to_string().contains("no record")),
+            "{err}"
+        );
+        // With the group at an older token (one acquisition instead of two): went back.
+        restored
+            .worker_leases()
+            .unwrap()
+            .acquire(&request("x lease 1"))
+            .await
+            .unwrap();
+        let err = b
+            .worker_leases()
+            .unwrap()
+            .acquire(&request("a lease 4"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, LeaseError::Store(e) if e.to_string().contains("below this node's")),
             "{err}"
         );
     }

@@ -56,6 +56,7 @@ mod connect;
 pub mod etcd;
 #[cfg(feature = "file")]
 mod file;
+pub mod incarnation;
 pub mod lease;
 pub mod ledger;
 mod memory;
@@ -78,8 +79,9 @@ pub use config::AuthorityConfig;
 pub use connect::{connect, connect_observed, ConnectError};
 #[cfg(feature = "file")]
 pub use file::{FileAuthority, FILE_NAME};
+pub use incarnation::Incarnation;
 pub use lease::{LeaseError, LeaseRequest, WorkerChoice, WorkerLease, WorkerLeases};
-pub use ledger::{Ledger, LedgerAuthority, LedgerError};
+pub use ledger::{Ledger, LedgerAuthority, LedgerError, StoreExpectations};
 pub use memory::MemoryAuthority;
 pub use multi::{MemberEvents, MemberHealth, MemberSlot, MultiAuthority};
 pub use source::BlockSource;
@@ -129,6 +131,27 @@ pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
     /// connected members, each with its own ledger and watermarks. `None`: this one itself.
     fn audited_members(&self) -> Option<Vec<std::sync::Arc<dyn Authority>>> {
         None
+    }
+
+    /// The store's incarnation ([`incarnation`]): `Ok(None)` if it has none yet (a new or
+    /// emptied store, or one written before incarnations existed). Reads only. Authorities
+    /// that keep none of their own (multi, upstream) answer [`StoreError::NotSupported`].
+    async fn incarnation(&self) -> Result<Option<Incarnation>, StoreError> {
+        Err(StoreError::NotSupported {
+            backend: self.kind(),
+            what: "a store incarnation",
+        })
+    }
+
+    /// Writes `candidate` as the store's incarnation if it has none, atomically (two callers
+    /// racing agree on one), durably before `Ok`; returns the incarnation the store holds
+    /// afterwards (`candidate`, or the one it already had).
+    async fn create_incarnation(&self, candidate: &Incarnation) -> Result<Incarnation, StoreError> {
+        let _ = candidate;
+        Err(StoreError::NotSupported {
+            backend: self.kind(),
+            what: "a store incarnation",
+        })
     }
 
     /// Moves the namespace's watermark up to `to` (never down), recording the move in the
@@ -338,6 +361,16 @@ pub enum StoreError {
         /// What was found, where, and what to do.
         message: String,
     },
+    /// The store is not the one this node (or its configuration) knows: its incarnation
+    /// ([`incarnation`]) is missing or another, so it was emptied, restored from an older or
+    /// empty backup, re-created, or the configuration points at another store. Nothing is
+    /// created or leased in it: starting fresh there would hand out ids and worker ids that were
+    /// handed out before.
+    #[error("store lost: {message}")]
+    StoreLost {
+        /// What was found, where, and what to do.
+        message: String,
+    },
     /// The authority cannot do this (e.g. an upstream authority cannot move a watermark that
     /// the tier above owns).
     #[error("the {backend} authority does not support {what}")]
@@ -374,9 +407,10 @@ impl StoreError {
         matches!(self, StoreError::UnknownNamespace { .. })
     }
 
-    /// Whether the store lost the namespace ([`StoreError::Lost`]).
+    /// Whether the store lost the namespace ([`StoreError::Lost`]) or is not the store it
+    /// should be ([`StoreError::StoreLost`]).
     pub fn is_lost(&self) -> bool {
-        matches!(self, StoreError::Lost { .. })
+        matches!(self, StoreError::Lost { .. } | StoreError::StoreLost { .. })
     }
 
     /// Whether the namespace has no id left.

@@ -15,10 +15,10 @@
 
 use crate::audit::{self, Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 use crate::lease::{
-    plan_acquire, superseded, GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases,
-    WorkerSlot,
+    is_current, plan_acquire, superseded, GroupRecord, LeaseError, LeaseRequest, WorkerLease,
+    WorkerLeases, WorkerSlot,
 };
-use crate::{ops, Authority, GiveBack, NamespaceState, Reservation, StoreError};
+use crate::{ops, Authority, GiveBack, Incarnation, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, Clock, NamespaceName, SequenceSpec, SystemClock};
 use std::collections::BTreeMap;
@@ -32,6 +32,7 @@ pub struct MemoryAuthority {
     /// The audit ledger: the last sequence number given, and the entries kept.
     audit: Mutex<(u64, Vec<AuditEntry>)>,
     leases: Mutex<BTreeMap<NamespaceName, MemoryGroup>>,
+    incarnation: Mutex<Option<Incarnation>>,
     clock: LeaseClock,
 }
 
@@ -69,6 +70,7 @@ impl MemoryAuthority {
             namespaces: Mutex::new(BTreeMap::new()),
             audit: Mutex::new((0, Vec::new())),
             leases: Mutex::new(BTreeMap::new()),
+            incarnation: Mutex::new(None),
             clock: LeaseClock(clock),
         }
     }
@@ -96,6 +98,11 @@ impl MemoryAuthority {
     /// Appends an entry. Called while the lock of the write it records is held, so entries of
     /// one subject are in the order of their writes.
     fn record(&self, subject: &NamespaceName, event: AuditEvent) {
+        self.record_by(subject, event, audit::holder());
+    }
+
+    /// [`Self::record`], granted to `holder`.
+    fn record_by(&self, subject: &NamespaceName, event: AuditEvent, holder: &str) {
         let mut guard = self.audit.lock().unwrap_or_else(PoisonError::into_inner);
         let (last, log) = &mut *guard;
         *last += 1;
@@ -105,7 +112,7 @@ impl MemoryAuthority {
             at_unix_ms: audit::now_unix_ms(),
             subject: subject.clone(),
             event,
-            holder: audit::holder().to_string(),
+            holder: holder.to_string(),
         });
     }
 
@@ -122,6 +129,23 @@ impl MemoryAuthority {
 impl Authority for MemoryAuthority {
     fn kind(&self) -> &'static str {
         "memory"
+    }
+
+    async fn incarnation(&self) -> Result<Option<Incarnation>, StoreError> {
+        Ok(self
+            .incarnation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone())
+    }
+
+    async fn create_incarnation(&self, candidate: &Incarnation) -> Result<Incarnation, StoreError> {
+        Ok(self
+            .incarnation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert_with(|| candidate.clone())
+            .clone())
     }
 
     fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
@@ -287,12 +311,13 @@ impl WorkerLeases for MemoryAuthority {
             grant.worker,
             (slot, Some(now.saturating_add(nanos(request.ttl)))),
         );
-        self.record(
+        self.record_by(
             &request.group,
             AuditEvent::Leased {
                 worker: grant.worker,
                 token: grant.token,
             },
+            &request.holder,
         );
         Ok(WorkerLease {
             group: request.group.clone(),
@@ -315,7 +340,7 @@ impl WorkerLeases for MemoryAuthority {
             .get_mut(&lease.group)
             .and_then(|g| g.slots.get_mut(&lease.worker));
         let (slot, expires) = match entry {
-            Some((slot, expires)) if slot.token == lease.token => (slot, expires),
+            Some((slot, expires)) if is_current(lease, slot) => (slot, expires),
             other => return Err(superseded(lease, other.map(|(s, _)| &*s))),
         };
         slot.floor_unix_ms = slot.floor_unix_ms.max(floor_unix_ms);
@@ -332,7 +357,7 @@ impl WorkerLeases for MemoryAuthority {
             .get_mut(&lease.group)
             .and_then(|g| g.slots.get_mut(&lease.worker));
         match entry {
-            Some((slot, expires)) if slot.token == lease.token => {
+            Some((slot, expires)) if is_current(lease, slot) => {
                 slot.floor_unix_ms = floor_unix_ms;
                 *expires = None;
                 Ok(())

@@ -13,6 +13,7 @@
 //! <root>/leases/<group>                     persistent   idmint.group/v1 last_token=7 layout=<layout text>
 //! <root>/leases/<group>/workers/<worker>    persistent   idmint.worker/v1 token=7 floor=1700000005000 holder=<holder text>
 //! <root>/leases/<group>/live/<worker>       EPHEMERAL    idmint.live/v1 token=7 ttl_ms=10000 holder=<holder text>
+//! <root>/incarnation                        persistent   <32 hex digits: the store's incarnation>
 //! <root>/audit/<subject>                    persistent   (empty)
 //! <root>/audit/<subject>/<10 digits>        PERSISTENT_SEQUENTIAL   v1 1700000005000 granted 1001 2001 web-1 pid 7
 //! ```
@@ -32,9 +33,10 @@
 //! - **Same write.** The entry is created by the very `multi` that writes the watermark
 //!   (`setData` at the version read, then the create: `reserve`, a `give_back` that returns,
 //!   an `advance` that moves it) or acquires a worker lease (the create, then the group,
-//!   worker and live znodes): no grant without its entry, no entry without its grant, also
-//!   when a reply is lost. A refused give-back, an `advance` that changes nothing, a renewal
-//!   and a release write none.
+//!   worker and live znodes), or re-establishes a lapsed lease in a renewal (the same token and
+//!   holder, under a new session): no grant without its entry, no entry without its grant, also
+//!   when a reply is lost. A refused give-back, an `advance` that changes nothing, a plain
+//!   renewal and a release write none.
 //! - **seq** is the sequence suffix: ZooKeeper numbers a parent's sequential children from its
 //!   `cversion` when the transaction is applied, so seq increases in commit order within a
 //!   subject. Pruning deletes entries but never the subject's directory, so the numbering
@@ -156,11 +158,14 @@
 //!   and owned by the lease's session, the session is resumed (a reconnection with its id and
 //!   password, which restarts its timeout at the server) and the floor raised with a `multi`
 //!   (version check of `live/<worker>`, `setData` of the worker record at the version read). If
-//!   the session expired (the lease lapsed) but nobody acquired the worker id since (the token
-//!   is still current), the lease is re-established: a new session, and one `multi` that checks
-//!   the worker record's version, sets the floor, deletes the stale live znode if it is still
-//!   there and creates the new one. Either way the renewal succeeds only while the token is
-//!   current, as [`WorkerLeases::renew`] requires.
+//!   the session expired (the lease lapsed) but nobody acquired the worker id since (the record
+//!   still names the lease: token and holder), the lease is re-established: a new session, and
+//!   one `multi` that writes a `leased` ledger entry, checks the worker record's version, sets
+//!   the floor, deletes the stale live znode if it is still there (only ever the lease's own:
+//!   one of another token or holder is damage, and nothing is written) and creates the new one.
+//!   Either way the renewal succeeds only while the record names the lease, as
+//!   [`WorkerLeases::renew`] requires: a store that lost its records and granted token 1 again
+//!   to another node is never taken over.
 //! - **release**: one `multi`: the worker record set with the given floor at the version read
 //!   (its token checked first), and `live/<worker>` deleted at its version. The lease's session
 //!   then holds nothing and expires after its TTL.
@@ -179,10 +184,10 @@
 use crate::audit::{self, Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 pub use crate::config::ZookeeperConfig;
 use crate::lease::{
-    check_current, plan_acquire, superseded, GroupRecord, LeaseError, LeaseRequest, WorkerLease,
-    WorkerLeases, WorkerSlot,
+    check_current, is_current, plan_acquire, superseded, GroupRecord, LeaseError, LeaseRequest,
+    WorkerLease, WorkerLeases, WorkerSlot,
 };
-use crate::{ops, Authority, GiveBack, NamespaceState, Reservation, StoreError};
+use crate::{ops, Authority, GiveBack, Incarnation, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
 use std::collections::HashMap;
@@ -329,6 +334,11 @@ impl ZookeeperAuthority {
         format!("{}/{}", self.ns_dir, name.as_str())
     }
 
+    /// `<root>/incarnation`: the store's incarnation ([`crate::incarnation`]).
+    fn incarnation_path(&self) -> String {
+        format!("{}/incarnation", self.config.root)
+    }
+
     fn group_path(&self, group: &NamespaceName) -> String {
         format!("{}/{}", self.lease_dir, group.as_str())
     }
@@ -350,6 +360,10 @@ impl ZookeeperAuthority {
             let what = format!("creating {path}");
             match timed(deadline, &what, client.create(&path, b"", &PERSISTENT)).await? {
                 Ok(_) | Err(ZkError::NodeExists) => {}
+                // The root itself vanished (the ensemble was wiped): make the directories
+                // again, so the next attempt reaches the checks that refuse an emptied store
+                // instead of failing here forever.
+                Err(ZkError::NoNode) => return self.ensure_dirs(deadline).await,
                 Err(e) => return Err(failed(&what, &e)),
             }
         }
@@ -363,8 +377,19 @@ impl ZookeeperAuthority {
         subject: &NamespaceName,
         event: &AuditEvent,
     ) -> Result<(), ZkError> {
+        self.add_audit_entry_by(multi, subject, event, audit::holder())
+    }
+
+    /// [`Self::add_audit_entry`], granted to `holder` (a worker lease's).
+    fn add_audit_entry_by(
+        &self,
+        multi: &mut zookeeper_client::MultiWriter<'_>,
+        subject: &NamespaceName,
+        event: &AuditEvent,
+        holder: &str,
+    ) -> Result<(), ZkError> {
         let prefix = format!("{}/", self.audit_subject_dir(subject));
-        let record = audit::encode_record(audit::now_unix_ms(), event, audit::holder());
+        let record = audit::encode_record(audit::now_unix_ms(), event, holder);
         multi.add_create(&prefix, record.as_bytes(), &SEQUENTIAL)
     }
 
@@ -838,7 +863,7 @@ impl ZookeeperAuthority {
         // Operation 0: the entry; then the group, the worker record and the live znode.
         let mut multi = client.new_multi_writer();
         let built = (|| {
-            self.add_audit_entry(&mut multi, &request.group, &event)?;
+            self.add_audit_entry_by(&mut multi, &request.group, &event, &request.holder)?;
             match &view {
                 Some(v) => {
                     multi.add_set_data(&group_path, group_data.as_bytes(), Some(v.version))?
@@ -892,7 +917,7 @@ impl ZookeeperAuthority {
     ) -> Result<Option<WorkerLease>, LeaseError> {
         let (record, live) = self.read_worker(lease, deadline).await?;
         let (slot, version) = match record {
-            Some((slot, version)) if slot.token == lease.token => (slot, version),
+            Some((slot, version)) if is_current(lease, &slot) => (slot, version),
             other => {
                 self.forget_session(&lease.group, lease.worker);
                 return Err(superseded(lease, other.as_ref().map(|(s, _)| s)));
@@ -910,12 +935,19 @@ impl ZookeeperAuthority {
         });
         let what = format!("renewing worker {} of group {}", lease.worker, lease.group);
         if let Some((live, _)) = &live {
-            if live.token != lease.token {
+            if live.token != lease.token || live.holder != lease.holder {
+                // Never another holder's live znode: the record names this lease, so this is
+                // damage, and nothing is written (in particular, that znode is not deleted).
                 return Err(StoreError::Corrupt {
                     message: format!(
-                        "ZooKeeper lease group {}: worker {} has token {} but its live lease \
-                         token {}",
-                        lease.group, lease.worker, lease.token, live.token
+                        "ZooKeeper lease group {}: worker {} is recorded with token {} of {} but \
+                         its live lease has token {} of {}",
+                        lease.group,
+                        lease.worker,
+                        lease.token,
+                        lease.holder,
+                        live.token,
+                        live.holder
                     ),
                 }
                 .into());
@@ -949,16 +981,22 @@ impl ZookeeperAuthority {
                 }
             }
         }
-        // The lease lapsed (or its session is not this authority's): the token is still
-        // current, so take it up again under a new session.
+        // The lease lapsed (or its session is not this authority's), and the record still
+        // names it: re-establish it under a new session, with a ledger entry. The live znode
+        // deleted here, if any, is this lease's own (checked above).
         let client = self.lease_client(lease.ttl, deadline).await?;
         let live_data = encode_live(&Live {
             token: lease.token,
             ttl: client.session_timeout(),
             holder: lease.holder.clone(),
         });
+        let event = AuditEvent::Leased {
+            worker: lease.worker,
+            token: lease.token,
+        };
         let mut multi = client.new_multi_writer();
         let built = (|| {
+            self.add_audit_entry_by(&mut multi, &lease.group, &event, &lease.holder)?;
             multi.add_set_data(&worker_path, new_record.as_bytes(), Some(version))?;
             if let Some((_, stat)) = &live {
                 multi.add_delete(&live_path, Some(stat.version))?;
@@ -966,7 +1004,16 @@ impl ZookeeperAuthority {
             multi.add_create(&live_path, live_data.as_bytes(), &EPHEMERAL)
         })();
         built.map_err(|e| failed("building a renewal", &e))?;
-        if committed(&what, timed(deadline, &what, multi.commit()).await?)?.is_none() {
+        let result = timed(deadline, &what, multi.commit()).await?;
+        if let Err(MultiWriteError::OperationFailed {
+            index: 0,
+            source: ZkError::NoNode,
+        }) = result
+        {
+            self.ensure_audit_dir(&lease.group, deadline).await?;
+            return Ok(None);
+        }
+        if committed(&what, result)?.is_none() {
             return Ok(None);
         }
         self.remember_session(&lease.group, lease.worker, lease.token, &client);
@@ -999,7 +1046,7 @@ impl ZookeeperAuthority {
         let built = (|| {
             multi.add_set_data(&worker_path, new_record.as_bytes(), Some(version))?;
             match &live {
-                Some((live, stat)) if live.token == lease.token => {
+                Some((live, stat)) if live.token == lease.token && live.holder == lease.holder => {
                     multi.add_delete(&live_path, Some(stat.version))
                 }
                 _ => Ok(()),
@@ -1053,6 +1100,45 @@ impl Authority for ZookeeperAuthority {
 
     fn audit_log(&self) -> Option<&dyn AuditLog> {
         Some(self)
+    }
+
+    async fn incarnation(&self) -> Result<Option<Incarnation>, StoreError> {
+        let deadline = self.deadline();
+        let client = self.client(deadline).await?;
+        let path = self.incarnation_path();
+        let what = format!("reading {path}");
+        match timed(deadline, &what, client.get_data(&path)).await? {
+            Ok((data, _)) => decode_incarnation(&data).map(Some),
+            Err(ZkError::NoNode) => Ok(None),
+            Err(e) => Err(failed(&what, &e)),
+        }
+    }
+
+    /// One `create` (persistent): `NodeExists` means another node created it first.
+    async fn create_incarnation(&self, candidate: &Incarnation) -> Result<Incarnation, StoreError> {
+        let deadline = self.deadline();
+        let client = self.client(deadline).await?;
+        let path = self.incarnation_path();
+        let what = format!("creating {path}");
+        let created = client.create(&path, candidate.as_str().as_bytes(), &PERSISTENT);
+        match timed(deadline, &what, created).await? {
+            Ok(_) | Err(ZkError::NodeExists) => {}
+            // The root vanished: make it again (the incarnation goes into an empty store).
+            Err(ZkError::NoNode) => {
+                self.ensure_dirs(deadline).await?;
+                let created = client.create(&path, candidate.as_str().as_bytes(), &PERSISTENT);
+                match timed(deadline, &what, created).await? {
+                    Ok(_) | Err(ZkError::NodeExists) => {}
+                    Err(e) => return Err(failed(&what, &e)),
+                }
+            }
+            Err(e) => return Err(failed(&what, &e)),
+        }
+        self.incarnation()
+            .await?
+            .ok_or_else(|| StoreError::Corrupt {
+                message: format!("{path} is missing right after it was created"),
+            })
     }
 
     async fn advance(
@@ -1605,6 +1691,13 @@ async fn timed<T, E>(
 
 /// The outcome of a `multi`: `Ok(Some)` committed, `Ok(None)` lost a race (a version check, an
 /// existing or missing znode), otherwise `Unavailable`.
+fn decode_incarnation(data: &[u8]) -> Result<Incarnation, StoreError> {
+    let text = std::str::from_utf8(data).unwrap_or("");
+    Incarnation::parse(text).map_err(|e| StoreError::Corrupt {
+        message: format!("the store's incarnation: {e}"),
+    })
+}
+
 fn committed<T>(what: &str, result: Result<T, MultiWriteError>) -> Attempt<T> {
     match result {
         Ok(done) => Ok(Some(done)),

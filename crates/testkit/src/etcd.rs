@@ -100,6 +100,22 @@ impl PrivateEtcd {
         }
     }
 
+    /// Kills the server with `SIGKILL`, deletes everything it stored, and starts it again,
+    /// empty, on the same ports: a store that lost its data. Returns once it is healthy.
+    pub async fn wipe(&mut self) {
+        self.kill();
+        let data = self.data_dir();
+        if let Err(e) = std::fs::remove_dir_all(&data) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                panic!("cannot remove etcd's data {}: {e}", data.display());
+            }
+        }
+        self.spawn();
+        if let Err(failure) = self.wait_ready().await {
+            panic!("etcd did not come back after a wipe: {failure}");
+        }
+    }
+
     fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }

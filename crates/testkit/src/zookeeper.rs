@@ -115,6 +115,23 @@ impl PrivateZookeeper {
         }
     }
 
+    /// Kills the server with `SIGKILL`, deletes everything it stored, and starts it again,
+    /// empty, on the same port: a store that lost its data (a wiped disk, an empty backup
+    /// restored). Returns once it answers.
+    pub async fn wipe(&mut self) {
+        self.kill9();
+        let data = self.dir.path().join("data");
+        if let Err(e) = std::fs::remove_dir_all(&data) {
+            if e.kind() != io::ErrorKind::NotFound {
+                panic!("cannot remove ZooKeeper's data {}: {e}", data.display());
+            }
+        }
+        self.spawn();
+        if let Err(failure) = self.wait_ready().await {
+            panic!("ZooKeeper did not come back after a wipe: {failure}");
+        }
+    }
+
     fn config_path(&self) -> PathBuf {
         self.dir.path().join("zoo.cfg")
     }

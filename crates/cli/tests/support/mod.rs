@@ -550,3 +550,14 @@ pub fn audit_check(
 pub fn toml_string(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
+
+/// The ids of an `ids` answer body (`{"ids": ["1", …]}`), as numbers.
+pub fn parse_ids(body: &str) -> Vec<u64> {
+    let body: serde_json::Value = serde_json::from_str(body).unwrap();
+    body["ids"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no ids in {body}"))
+        .iter()
+        .map(|v| v.as_str().unwrap().parse().unwrap())
+        .collect()
+}

@@ -362,6 +362,164 @@ pub async fn reading_a_group_changes_nothing(a: Arc<dyn Authority>, b: Arc<dyn A
     leases_of(&a).release(&held, 1).await.unwrap();
 }
 
+/// A store that lost its records grants token 1 again: a renewal or release with the same
+/// token by the holder of the lost store never takes over (nor ends) the new holder's lease.
+/// `old` holds the lease first; `emptied` is an independent, empty store (the emptied one).
+pub async fn a_renewal_never_takes_over_another_holders_lease(
+    old: Arc<dyn Authority>,
+    emptied: Arc<dyn Authority>,
+) {
+    let kind = old.kind();
+    let group = unique_name("takeover_by_token");
+    let mine = leases_of(&old)
+        .acquire(&request(&group, WorkerChoice::Exactly(0), "node-a lease 1"))
+        .await
+        .unwrap();
+    let theirs = leases_of(&emptied)
+        .acquire(&request(&group, WorkerChoice::Exactly(0), "node-c lease 2"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (mine.worker, mine.token),
+        (theirs.worker, theirs.token),
+        "{kind}: both stores start their tokens at the same place"
+    );
+    let err = leases_of(&emptied)
+        .renew(&mine, u64::MAX / 4)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LeaseError::Superseded { holder, .. } if holder == &theirs.holder),
+        "{kind}: a renewal with another holder's token must be superseded: {err}"
+    );
+    let err = leases_of(&emptied).release(&mine, 0).await.unwrap_err();
+    assert!(
+        matches!(err, LeaseError::Superseded { .. }),
+        "{kind}: a release with another holder's token must be superseded: {err}"
+    );
+    let (_, slots) = leases_of(&emptied).group(&group).await.unwrap().unwrap();
+    let slot = slots.iter().find(|s| s.worker == 0).unwrap();
+    assert_eq!(slot.holder, theirs.holder, "{kind}: {slot:?}");
+    assert!(
+        slot.is_live(),
+        "{kind}: the new holder's lease was ended: {slot:?}"
+    );
+    assert_eq!(
+        slot.floor_unix_ms, 0,
+        "{kind}: the superseded renewal wrote a floor: {slot:?}"
+    );
+    let renewed = leases_of(&emptied).renew(&theirs, 5).await.unwrap();
+    assert_eq!(renewed.floor_unix_ms, 5, "{kind}");
+    leases_of(&emptied).release(&theirs, 6).await.unwrap();
+    leases_of(&old).release(&mine, 1).await.unwrap();
+}
+
+/// A node's ledger records the store's incarnation and the lease groups it leased from: an
+/// emptied or swapped store (`other`, independent and empty) is refused at start, by
+/// namespace creation and by lease acquisition, even through a wrapper made without the start
+/// checks; a node that never ran refuses an empty store when its configuration names the
+/// incarnation, or declares a group without `--init`. On the store itself the node goes on.
+pub async fn a_ledger_refuses_an_emptied_or_swapped_lease_store(
+    store: Arc<dyn Authority>,
+    other: Arc<dyn Authority>,
+) {
+    use crate::ledger::{Ledger, LedgerAuthority, StoreExpectations};
+    let kind = store.kind();
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = || Arc::new(Ledger::open(dir.path(), format!("{kind} under test")).unwrap());
+    let group = unique_name("lost_leases");
+    let expect = StoreExpectations {
+        init: true,
+        declared_groups: vec![group.clone()],
+        ..StoreExpectations::default()
+    };
+    let first = LedgerAuthority::open(store.clone(), ledger(), &expect)
+        .await
+        .unwrap();
+    let incarnation = first.incarnation().cloned().unwrap();
+    let held = leases_of_ledger(&first)
+        .acquire(&request(&group, WorkerChoice::LowestFree, "node-a lease 1"))
+        .await
+        .unwrap();
+    drop(first);
+
+    // The ledger knows the store: another, empty one is refused, even with --init.
+    let err = LedgerAuthority::open(other.clone(), ledger(), &expect)
+        .await
+        .unwrap_err();
+    assert!(err.is_lost(), "[{kind}] an emptied store was opened: {err}");
+    // Without the start checks, creation and acquisition are refused too.
+    let unchecked = LedgerAuthority::new(other.clone(), ledger());
+    let err = unchecked
+        .ensure_namespace(
+            &unique_name("lost_ns"),
+            idmint_core::SequenceSpec::default_64(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_lost(), "[{kind}] a namespace was created: {err}");
+    let err = leases_of_ledger(&unchecked)
+        .acquire(&request(&group, WorkerChoice::LowestFree, "node-a lease 2"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LeaseError::Store(e) if e.is_lost()),
+        "[{kind}] a lease was acquired in an emptied store: {err}"
+    );
+    assert_eq!(
+        leases_of(&other).group(&group).await.unwrap(),
+        None,
+        "[{kind}] the group was started on the emptied store"
+    );
+
+    // A node that never ran: refused when the configuration names the incarnation, and when
+    // it declares the group without --init.
+    let fresh = tempfile::tempdir().unwrap();
+    let fresh_ledger =
+        || Arc::new(Ledger::open(fresh.path(), format!("{kind} under test")).unwrap());
+    let named = StoreExpectations {
+        incarnation: Some(incarnation.clone()),
+        ..expect.clone()
+    };
+    let err = LedgerAuthority::open(other.clone(), fresh_ledger(), &named)
+        .await
+        .unwrap_err();
+    assert!(err.is_lost(), "[{kind}] {err}");
+    let without_init = StoreExpectations {
+        init: false,
+        ..expect.clone()
+    };
+    let err = LedgerAuthority::open(other.clone(), fresh_ledger(), &without_init)
+        .await
+        .unwrap_err();
+    assert!(
+        err.is_lost() && err.to_string().contains("--init"),
+        "[{kind}] {err}"
+    );
+    assert_eq!(
+        other.incarnation().await.unwrap(),
+        None,
+        "[{kind}] a refused start wrote an incarnation"
+    );
+
+    // On its own store the node goes on, and its lease is still its own.
+    let back = LedgerAuthority::open(store.clone(), ledger(), &without_init)
+        .await
+        .unwrap();
+    let renewed = leases_of_ledger(&back).renew(&held, 7).await.unwrap();
+    assert_eq!(renewed.floor_unix_ms, 7, "[{kind}]");
+    leases_of_ledger(&back).release(&held, 8).await.unwrap();
+    assert_eq!(
+        ledger().group(&group).map(|g| g.last_token),
+        Some(held.token)
+    );
+}
+
+fn leases_of_ledger(a: &crate::ledger::LedgerAuthority) -> &dyn WorkerLeases {
+    a.worker_leases()
+        .unwrap_or_else(|| panic!("the {} authority stores no worker leases", a.kind()))
+}
+
 /// The lease properties as functions of the backend alone, on fresh storage.
 pub mod cases {
     use super::Backend;
@@ -407,5 +565,27 @@ pub mod cases {
         let storage = B::create().await;
         let (a, b) = pair(&storage).await;
         super::a_released_lease_keeps_its_floor(a, b).await;
+    }
+
+    /// [`super::a_renewal_never_takes_over_another_holders_lease`] on two independent stores.
+    pub async fn a_renewal_never_takes_over_another_holders_lease<B: Backend>() {
+        let old = B::create().await;
+        let emptied = old.independent().await;
+        super::a_renewal_never_takes_over_another_holders_lease(
+            old.open().await,
+            emptied.open().await,
+        )
+        .await;
+    }
+
+    /// [`super::a_ledger_refuses_an_emptied_or_swapped_lease_store`] on two independent stores.
+    pub async fn a_ledger_refuses_an_emptied_or_swapped_lease_store<B: Backend>() {
+        let store = B::create().await;
+        let other = store.independent().await;
+        super::a_ledger_refuses_an_emptied_or_swapped_lease_store(
+            store.open().await,
+            other.open().await,
+        )
+        .await;
     }
 }

@@ -696,6 +696,53 @@ pub async fn a_multi_member_that_lost_its_data_is_taken_out(
     );
 }
 
+/// A store has no incarnation until one is created; the first created stays (a second
+/// candidate gets the first back), survives a reopen, and another store's is its own.
+pub async fn incarnations_are_created_once<B: Backend>(storage: &B, other: Arc<dyn Authority>) {
+    use crate::Incarnation;
+    let kind = B::KIND;
+    let (first, second) = (Incarnation::random(), Incarnation::random());
+    {
+        let a = storage.open().await;
+        assert_eq!(a.incarnation().await.unwrap(), None, "[{kind}] a new store");
+        let races: Vec<_> = [first.clone(), second.clone()]
+            .into_iter()
+            .map(|candidate| {
+                let a = a.clone();
+                tokio::spawn(async move { a.create_incarnation(&candidate).await.unwrap() })
+            })
+            .collect();
+        let mut won = Vec::new();
+        for race in races {
+            won.push(race.await.unwrap());
+        }
+        assert_eq!(won[0], won[1], "[{kind}] two racing creators disagree");
+        assert!(won[0] == first || won[0] == second, "[{kind}] {won:?}");
+        assert_eq!(
+            a.create_incarnation(&Incarnation::random()).await.unwrap(),
+            won[0],
+            "[{kind}] a second creation changed the incarnation"
+        );
+        assert_eq!(a.incarnation().await.unwrap().as_ref(), Some(&won[0]));
+        let winner = won[0].clone();
+        drop(a);
+        let reopened = storage.open().await;
+        assert_eq!(
+            reopened.incarnation().await.unwrap(),
+            Some(winner.clone()),
+            "[{kind}] after a reopen"
+        );
+        assert_eq!(
+            other.incarnation().await.unwrap(),
+            None,
+            "[{kind}] another store"
+        );
+        let own = other.create_incarnation(&first).await.unwrap();
+        assert_eq!(own, first, "[{kind}]");
+        assert_eq!(reopened.incarnation().await.unwrap(), Some(winner));
+    }
+}
+
 /// Runs every check. `open` returns the authority under test; it is called several times, and
 /// each call after the first must see what the previous ones wrote (for a file store: open the
 /// same directory; for a memory store: return the same authority). Authorities it returned are
@@ -743,8 +790,9 @@ pub mod cases {
         stall_is_unavailable_within_the_timeout, two_authorities_never_overlap,
     };
     pub use super::leases::cases::{
-        a_released_lease_keeps_its_floor, an_expired_lease_is_taken_over, leases_never_overlap,
-        reading_a_group_changes_nothing,
+        a_ledger_refuses_an_emptied_or_swapped_lease_store, a_released_lease_keeps_its_floor,
+        a_renewal_never_takes_over_another_holders_lease, an_expired_lease_is_taken_over,
+        leases_never_overlap, reading_a_group_changes_nothing,
     };
     use super::Backend;
 
@@ -824,6 +872,14 @@ pub mod cases {
         .await;
     }
 
+    /// [`super::incarnations_are_created_once`] on a store, its reopening and an independent
+    /// one.
+    pub async fn incarnations_are_created_once<B: Backend>() {
+        let storage = B::create().await;
+        let other = storage.independent().await;
+        super::incarnations_are_created_once(&storage, other.open().await).await;
+    }
+
     /// [`super::list_is_sorted`].
     pub async fn list_is_sorted<B: Backend>() {
         let storage = B::create().await;
@@ -867,6 +923,8 @@ macro_rules! conformance_tests {
             an_expired_lease_is_taken_over,
             a_released_lease_keeps_its_floor,
             reading_a_group_changes_nothing,
+            a_renewal_never_takes_over_another_holders_lease,
+            a_ledger_refuses_an_emptied_or_swapped_lease_store,
         ]);
     };
     ($module:ident => $backend:ty, audit) => {
@@ -897,6 +955,7 @@ macro_rules! conformance_tests {
             list_is_sorted,
             a_ledger_refuses_a_store_that_lost_a_namespace,
             a_multi_member_that_lost_its_data_is_taken_out,
+            incarnations_are_created_once,
             $($more,)*
         ]);
     };

@@ -27,19 +27,9 @@ use idmint_core::NamespaceName;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
 
-/// Creates the ledger table if `information_schema` does not list it (a user without the
-/// `CREATE` privilege can use a table made for it).
+/// Creates the ledger table if absent.
 pub(super) async fn ensure_table(conn: &mut Conn, t: &AuditTable) -> Result<(), StoreError> {
-    let sql = format!(
-        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
-         AND TABLE_NAME = '{}'",
-        t.name
-    );
-    let rows = query(conn, &sql).await?;
-    match rows.first().map(|row| col::<u64>(row, 0, "COUNT(*)")) {
-        Some(Ok(n)) if n > 0 => Ok(()),
-        _ => execute(conn, &t.ddl()).await.map(drop),
-    }
+    super::ensure_table(conn, &t.name, &t.ddl()).await
 }
 
 /// `INSERT INTO <ledger> (…) SELECT`: the head of every entry's statement, which then selects

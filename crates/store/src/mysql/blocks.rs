@@ -14,6 +14,7 @@
 use super::audit::{self, batch, insert_select};
 use super::conn::{self, Client};
 use super::leases::{self, Tables};
+use super::meta::{self, MetaTable};
 use super::sql::{
     namespace_table_sql, quote_identifier, text_literal, valid_identifier, AuditTable, LeaseTables,
     NOW_MS,
@@ -25,7 +26,7 @@ use crate::audit::{Advance, Advanced, AuditEntry, AuditLog};
 use crate::config::MysqlConfig;
 use crate::lease::{GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases, WorkerSlot};
 use crate::ops::{self, GIVE_BACK_RACE_ATTEMPTS};
-use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
+use crate::{Authority, GiveBack, Incarnation, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
 use mysql_async::prelude::Queryable;
@@ -41,6 +42,8 @@ pub struct MysqlAuthority {
     leases: Tables,
     /// The audit ledger, named after the table (see [`audit`]).
     audit: AuditTable,
+    /// The store's facts (its incarnation), named after the table (see [`meta`]).
+    meta: MetaTable,
 }
 
 impl fmt::Debug for MysqlAuthority {
@@ -75,6 +78,7 @@ impl MysqlAuthority {
         let ddl = namespace_table_sql(&config.table);
         let lease_tables = LeaseTables::for_table(&config.table);
         let audit_table = AuditTable::for_table(&config.table);
+        let meta_table = MetaTable::for_table(&config.table);
         client
             .on_conn("creating the schema", async |s| {
                 // Create only when absent: a user without the CREATE privilege can still use
@@ -85,6 +89,7 @@ impl MysqlAuthority {
                     _ => drop(execute(&mut s.conn, &ddl).await?),
                 }
                 audit::ensure_table(&mut s.conn, &audit_table).await?;
+                meta::ensure_table(&mut s.conn, &meta_table).await?;
                 match &lease_tables {
                     Ok(tables) => leases::ensure_tables(&mut s.conn, tables).await,
                     // A table name without room for the lease tables' suffixes still serves
@@ -99,6 +104,7 @@ impl MysqlAuthority {
             specs: SpecCache::default(),
             leases: lease_tables,
             audit: audit_table,
+            meta: meta_table,
         })
     }
 
@@ -403,6 +409,14 @@ impl Authority for MysqlAuthority {
 
     fn audit_log(&self) -> Option<&dyn AuditLog> {
         Some(self)
+    }
+
+    async fn incarnation(&self) -> Result<Option<Incarnation>, StoreError> {
+        meta::incarnation(&self.client, &self.meta).await
+    }
+
+    async fn create_incarnation(&self, candidate: &Incarnation) -> Result<Incarnation, StoreError> {
+        meta::create_incarnation(&self.client, &self.meta, candidate).await
     }
 
     async fn advance(

@@ -14,10 +14,11 @@
 //!   (`FOR UPDATE`: locking reads see the latest commit), [`plan_acquire`], write the slot,
 //!   the group's `last_token` and the audit ledger's `leased` entry, `COMMIT`. Every other ending rolls back explicitly before the
 //!   connection goes back to the pool, so no idle connection holds a group's lock.
-//! - **renew and release are one compare-and-swap `UPDATE`** on `(grp, worker, token)`; a
-//!   renewal raises the floor with `GREATEST`, a release sets it and clears `expires_at`. The
-//!   slot is read afterwards (MySQL counts changed rows, not matched ones), and a token that is
-//!   not the lease's is [`LeaseError::Superseded`].
+//! - **renew and release are one compare-and-swap `UPDATE`** on `(grp, worker, token,
+//!   holder)`, the lease's identity (never the token alone: a store that lost its rows grants
+//!   token 1 again); a renewal raises the floor with `GREATEST`, a release sets it and clears
+//!   `expires_at`. The slot is read afterwards (MySQL counts changed rows, not matched ones),
+//!   and a record that does not name the lease is [`LeaseError::Superseded`].
 //! - **deadlocks are retried**: concurrent first acquisitions of a group (or of neighbouring
 //!   groups, through InnoDB's gap locks) can deadlock (1213); the server then rolled the whole
 //!   transaction back, so it is run again after a random pause, at most `DEADLOCK_ATTEMPTS`
@@ -31,7 +32,8 @@ use super::sql::{text_literal, AuditTable, LeaseTables, NOW_MS};
 use super::tickets::{deadlock_pause, DEADLOCK_ATTEMPTS};
 use super::{col, driver_error, execute, query, server_code, ER_LOCK_DEADLOCK};
 use crate::lease::{
-    plan_acquire, superseded, GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerSlot,
+    is_current, plan_acquire, superseded, GroupRecord, LeaseError, LeaseRequest, WorkerLease,
+    WorkerSlot,
 };
 use crate::StoreError;
 use idmint_core::NamespaceName;
@@ -274,7 +276,7 @@ async fn acquire_in(
         super::literal(&request.group),
         grant.worker,
         grant.token,
-        text_literal(crate::audit::holder())
+        text_literal(&request.holder)
     ))
     .await
     .map_err(failure("recording the lease"))?;
@@ -375,25 +377,28 @@ async fn swap(
     floor_unix_ms: u64,
 ) -> Result<Result<u64, LeaseError>, StoreError> {
     let group = lease.group.as_str();
-    let (sql, params): (String, mysql_async::Params) = match ttl_us {
+    // The lease's identity, in every statement: token and holder, never the token alone.
+    let matching = "WHERE grp = ? AND worker = ? AND token = ? AND holder = ?";
+    let (set, mut values): (String, Vec<mysql_async::Value>) = match ttl_us {
         Some(ttl_us) => (
-            format!(
-                "UPDATE {} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
-                 floor_unix_ms = GREATEST(floor_unix_ms, ?) \
-                 WHERE grp = ? AND worker = ? AND token = ?",
-                t.leases
-            ),
-            (ttl_us, floor_unix_ms, group, lease.worker, lease.token).into(),
+            "expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+             floor_unix_ms = GREATEST(floor_unix_ms, ?)"
+                .into(),
+            vec![ttl_us.into(), floor_unix_ms.into()],
         ),
         None => (
-            format!(
-                "UPDATE {} SET expires_at = NULL, floor_unix_ms = ? \
-                 WHERE grp = ? AND worker = ? AND token = ?",
-                t.leases
-            ),
-            (floor_unix_ms, group, lease.worker, lease.token).into(),
+            "expires_at = NULL, floor_unix_ms = ?".into(),
+            vec![floor_unix_ms.into()],
         ),
     };
+    values.extend([
+        group.into(),
+        lease.worker.into(),
+        lease.token.into(),
+        lease.holder.as_str().into(),
+    ]);
+    let sql = format!("UPDATE {} SET {set} {matching}", t.leases);
+    let params = mysql_async::Params::Positional(values);
     let what = if ttl_us.is_some() {
         "renewing a lease"
     } else {
@@ -407,10 +412,10 @@ async fn swap(
                 tokio::time::sleep(pause).await;
             }
             // Changed or not (MySQL counts changed rows: a release repeated with the same
-            // floor changes nothing), the token decides.
+            // floor changes nothing), the record decides: token and holder.
             let slot = read_slot(&mut s.conn, t, group, lease.worker).await?;
             Ok(match slot {
-                Some(slot) if slot.token == lease.token => Ok(slot.floor_unix_ms),
+                Some(slot) if is_current(lease, &slot) => Ok(slot.floor_unix_ms),
                 other => Err(superseded(lease, other.as_ref())),
             })
         })

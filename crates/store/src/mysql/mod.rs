@@ -177,6 +177,7 @@ mod audit;
 mod blocks;
 mod conn;
 mod leases;
+mod meta;
 mod sql;
 mod tickets;
 
@@ -200,6 +201,20 @@ pub(super) async fn execute(conn: &mut Conn, sql: &str) -> Result<(u64, Option<u
         .await
         .map_err(|e| driver_error("statement", e))?;
     Ok((conn.affected_rows(), conn.last_insert_id()))
+}
+
+/// Runs `ddl` unless `information_schema` lists the table `name` (unquoted) in the
+/// connection's database: a user without the `CREATE` privilege can use a table made for it.
+pub(super) async fn ensure_table(conn: &mut Conn, name: &str, ddl: &str) -> Result<(), StoreError> {
+    let sql = format!(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
+         AND TABLE_NAME = '{name}'"
+    );
+    let rows = query(conn, &sql).await?;
+    match rows.first().map(|row| col::<u64>(row, 0, "COUNT(*)")) {
+        Some(Ok(n)) if n > 0 => Ok(()),
+        _ => execute(conn, ddl).await.map(drop),
+    }
 }
 
 pub(super) async fn query(conn: &mut Conn, sql: &str) -> Result<Vec<Row>, StoreError> {

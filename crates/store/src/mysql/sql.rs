@@ -41,6 +41,8 @@ pub fn schema_sql(table: &str) -> String {
     let mut out = format!("{};\n", namespace_table_sql(table));
     out.push_str(&AuditTable::for_table(table).ddl());
     out.push_str(";\n");
+    out.push_str(&super::meta::MetaTable::for_table(table).ddl());
+    out.push_str(";\n");
     match LeaseTables::for_table(table) {
         Ok(tables) => {
             for ddl in tables.ddl() {
@@ -129,19 +131,25 @@ pub(super) struct AuditTable {
     pub(super) quoted: String,
 }
 
+/// `<table>_<suffix>`, or, when that is not a plain identifier of at most 64 characters,
+/// `<the table's first 40 characters, sanitised>_<16 hex digits of a stable hash of the
+/// name>_<suffix>`: the tables named after a namespace table (its ledger, its facts).
+pub(super) fn side_table_name(table: &str, suffix: &str) -> String {
+    let plain = format!("{table}_{suffix}");
+    if valid_identifier(&plain) {
+        return plain;
+    }
+    let sanitised: String = table
+        .chars()
+        .take(40)
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("{sanitised}_{:016x}_{suffix}", fnv1a64(table.as_bytes()))
+}
+
 impl AuditTable {
     pub(super) fn for_table(table: &str) -> Self {
-        let plain = format!("{table}_audit");
-        let name = if valid_identifier(&plain) {
-            plain
-        } else {
-            let sanitised: String = table
-                .chars()
-                .take(40)
-                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-                .collect();
-            format!("{sanitised}_{:016x}_audit", fnv1a64(table.as_bytes()))
-        };
+        let name = side_table_name(table, "audit");
         AuditTable {
             quoted: quote_identifier(&name),
             name,
@@ -331,16 +339,16 @@ mod tests {
         let sql = schema_sql("ids");
         assert_eq!(
             sql.matches("CREATE TABLE IF NOT EXISTS").count(),
-            4,
+            5,
             "{sql}"
         );
         assert!(sql.contains("`ids_lease_groups`") && sql.contains("`ids_leases`"));
-        assert!(sql.contains("`ids_audit`"));
+        assert!(sql.contains("`ids_audit`") && sql.contains("`ids_meta`"));
         let long = "t".repeat(52);
         let sql = schema_sql(&long);
         assert_eq!(
             sql.matches("CREATE TABLE IF NOT EXISTS").count(),
-            2,
+            3,
             "{sql}"
         );
         assert!(sql.contains("-- no worker-lease tables"));

@@ -19,6 +19,7 @@ use super::audit::{self, batch, insert_select};
 use super::blocks::changed_and_value;
 use super::conn::{self, AutoIncrement, Client, Session};
 use super::leases::{self, Tables};
+use super::meta::{self, MetaTable};
 use super::sql::{
     parse_ticket_comment, quote_identifier, text_literal, ticket_table_name, ticket_table_sql,
     AuditTable, LeaseTables, NOW_MS, TICKET_TABLE_PREFIX,
@@ -31,7 +32,10 @@ use crate::audit::{Advance, Advanced, AuditEntry, AuditLog};
 use crate::config::MysqlConfig;
 use crate::lease::{GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases, WorkerSlot};
 use crate::ops;
-use crate::{Authority, AutoIncrementSettings, GiveBack, NamespaceState, Reservation, StoreError};
+use crate::{
+    Authority, AutoIncrementSettings, GiveBack, Incarnation, NamespaceState, Reservation,
+    StoreError,
+};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec};
 use mysql_async::prelude::Queryable;
@@ -133,6 +137,8 @@ pub struct MysqlTicketAuthority {
     leases: Tables,
     /// The audit ledger, named after `config.table` (see [`audit`]).
     audit: AuditTable,
+    /// The store's facts (its incarnation), named after `config.table` (see [`meta`]).
+    meta: MetaTable,
 }
 
 impl fmt::Debug for MysqlTicketAuthority {
@@ -154,12 +160,14 @@ impl MysqlTicketAuthority {
         let client = conn::client(&config, true)?;
         let lease_tables = LeaseTables::for_table(&config.table);
         let audit_table = AuditTable::for_table(&config.table);
+        let meta_table = MetaTable::for_table(&config.table);
         client
             .on_conn("connecting", async |s| {
                 s.auto_increment
                     .map(drop)
                     .ok_or_else(|| unavailable("auto-increment settings not read".into()))?;
                 audit::ensure_table(&mut s.conn, &audit_table).await?;
+                meta::ensure_table(&mut s.conn, &meta_table).await?;
                 match &lease_tables {
                     Ok(tables) => leases::ensure_tables(&mut s.conn, tables).await,
                     // Without room for the lease tables' names the authority still serves
@@ -173,6 +181,7 @@ impl MysqlTicketAuthority {
             tickets: SpecCache::default(),
             leases: lease_tables,
             audit: audit_table,
+            meta: meta_table,
         })
     }
 
@@ -529,6 +538,14 @@ impl Authority for MysqlTicketAuthority {
 
     fn audit_log(&self) -> Option<&dyn AuditLog> {
         Some(self)
+    }
+
+    async fn incarnation(&self) -> Result<Option<Incarnation>, StoreError> {
+        meta::incarnation(&self.client, &self.meta).await
+    }
+
+    async fn create_incarnation(&self, candidate: &Incarnation) -> Result<Incarnation, StoreError> {
+        meta::create_incarnation(&self.client, &self.meta, candidate).await
     }
 
     async fn advance(

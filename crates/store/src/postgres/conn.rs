@@ -275,6 +275,17 @@ impl PgConn {
         result.map_err(|e| self.fail(&e))
     }
 
+    /// Runs `sql` (prepared for this call only) outside a transaction: for the rare
+    /// statements not worth preparing on every connection.
+    pub(super) async fn query_text(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        let result = self.client.query(sql, params).await;
+        result.map_err(|e| self.fail(&e))
+    }
+
     pub(super) async fn query(
         &mut self,
         pick: fn(&Statements) -> &Statement,

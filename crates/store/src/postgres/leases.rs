@@ -11,8 +11,10 @@
 //!   group's `last_token` and the audit ledger's `leased` entry, commit. Acquisitions of one group therefore queue on the group row,
 //!   and a concurrent renewal or release of a slot waits for the slot's row lock and then finds
 //!   the new token (0 rows: [`LeaseError::Superseded`]).
-//! - **renew and release are one compare-and-swap `UPDATE`** on `(group, worker, token)`; a
-//!   renewal raises the floor with `GREATEST`, a release sets it and clears `expires_at`.
+//! - **renew and release are one compare-and-swap `UPDATE`** on `(group, worker, token,
+//!   holder)`: the lease's identity, never the token alone (a store that lost its rows grants
+//!   token 1 again); a renewal raises the floor with `GREATEST`, a release sets it and clears
+//!   `expires_at`.
 //! - **durable on `Ok`**: the commit is acknowledged after its WAL flush (`synchronous_commit`
 //!   forced on per session, see the parent module). Like every write here, none is retried
 //!   after a lost reply: an acquisition whose reply was lost may have committed, and its lease
@@ -155,12 +157,9 @@ async fn acquire_on(
         .await
         .map_err(pg)?;
     // The ledger entry, under the group's row lock: entries of a group follow its grants.
-    tx.execute(
-        &st.audit,
-        &[&group, &worker, &token, &crate::audit::holder()],
-    )
-    .await
-    .map_err(pg)?;
+    tx.execute(&st.audit, &[&group, &worker, &token, &request.holder])
+        .await
+        .map_err(pg)?;
     tx.commit().await.map_err(pg)?;
     Ok(Ok(WorkerLease {
         group: request.group.clone(),
@@ -203,12 +202,18 @@ async fn swap_on(
     let st = conn.lease_statements().await?;
     let rows = match ttl_us {
         Some(ttl_us) => {
-            conn.query_statement(&st.renew, &[&group, &worker, &token, &ttl_us, &floor])
-                .await?
+            conn.query_statement(
+                &st.renew,
+                &[&group, &worker, &token, &ttl_us, &floor, &lease.holder],
+            )
+            .await?
         }
         None => {
-            conn.query_statement(&st.release, &[&group, &worker, &token, &floor])
-                .await?
+            conn.query_statement(
+                &st.release,
+                &[&group, &worker, &token, &floor, &lease.holder],
+            )
+            .await?
         }
     };
     match rows.first() {

@@ -45,6 +45,12 @@
 //! paged by `seq`) change nothing and validate every row (an unknown event, a bad number or
 //! name is [`StoreError::Corrupt`]); `prune` is one `DELETE … WHERE at_unix_ms < $1`.
 //!
+//! ## The store's incarnation
+//!
+//! `<table>_meta` (named like the ledger when too long), created with the others, holds the
+//! store's incarnation ([`crate::incarnation`]) in the row `key = 'incarnation'`, written once
+//! by `INSERT … ON CONFLICT DO NOTHING`.
+//!
 //! ## Worker leases
 //!
 //! The authority stores snowflake worker leases too ([`WorkerLeases`], see `leases`): two more
@@ -142,13 +148,13 @@ use crate::audit::{self, Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 use crate::lease::WorkerLeases;
 use crate::ops::{self, GIVE_BACK_RACE_ATTEMPTS};
 use crate::pool::{Pool, PoolLimits};
-use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
+use crate::{Authority, GiveBack, Incarnation, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use conn::{chain, describe_server, PgConnector, Statements};
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
 use sql::{
-    audit_ddl, audit_table_name, quote_ident, schema_sql_quoted, validate_table, LeaseTables,
-    StatementsSql,
+    audit_ddl, audit_table_name, incarnation_create, incarnation_get, meta_ddl, meta_table_name,
+    quote_ident, schema_sql_quoted, validate_table, LeaseTables, StatementsSql,
 };
 use std::fmt;
 use std::str::FromStr;
@@ -163,6 +169,8 @@ const KIND: &str = "postgres";
 pub struct PostgresAuthority {
     pool: Pool<PgConnector>,
     table: String,
+    /// `<table>_meta`, quoted.
+    meta: String,
 }
 
 impl fmt::Debug for PostgresAuthority {
@@ -211,8 +219,10 @@ impl PostgresAuthority {
         // lease operations say why they cannot run.
         let lease_tables = LeaseTables::for_table(&config.table);
         let audit_table = quote_ident(&audit_table_name(&config.table));
+        let meta = quote_ident(&meta_table_name(&config.table));
         let mut ddl = schema_sql_quoted(&table);
         ddl.push_str(&audit_ddl(&audit_table));
+        ddl.push_str(&meta_ddl(&meta));
         if let Ok(tables) = &lease_tables {
             ddl.push_str(&tables.ddl());
         }
@@ -233,6 +243,7 @@ impl PostgresAuthority {
         let authority = PostgresAuthority {
             pool: Pool::new(connector, KIND, server, limits)?,
             table,
+            meta,
         };
         authority
             .pool
@@ -289,6 +300,28 @@ impl Authority for PostgresAuthority {
 
     fn audit_log(&self) -> Option<&dyn AuditLog> {
         Some(self)
+    }
+
+    async fn incarnation(&self) -> Result<Option<Incarnation>, StoreError> {
+        let sql = incarnation_get(&self.meta);
+        let rows = self
+            .pool
+            .read_on_conn("incarnation", async |c| c.query_text(&sql, &[]).await)
+            .await?;
+        rows.first().map(decode_incarnation).transpose()
+    }
+
+    /// `INSERT … ON CONFLICT DO NOTHING`, then the row: whoever committed first wins.
+    async fn create_incarnation(&self, candidate: &Incarnation) -> Result<Incarnation, StoreError> {
+        let sql = incarnation_create(&self.meta);
+        self.pool
+            .on_conn("create_incarnation", async |c| {
+                c.query_text(&sql, &[&candidate.as_str()]).await
+            })
+            .await?;
+        self.incarnation().await?.ok_or_else(|| {
+            corrupt("the store's incarnation is missing right after it was written".into())
+        })
     }
 
     /// One transaction: the row locked (`FOR UPDATE`), the move checked by `ops::advance`,
@@ -602,6 +635,13 @@ fn spec_params(spec: &SequenceSpec) -> (i16, String, String, String) {
 }
 
 /// A row of [`STATE_COLUMNS`], validated as the module docs say.
+fn decode_incarnation(row: &Row) -> Result<Incarnation, StoreError> {
+    let text: String = row
+        .try_get(0)
+        .map_err(|e| corrupt(format!("the store's incarnation: {}", chain(&e))))?;
+    Incarnation::parse(&text).map_err(|e| corrupt(format!("the store's incarnation: {e}")))
+}
+
 fn decode_state(row: &Row) -> Result<NamespaceState, StoreError> {
     let raw_name: &str = row
         .try_get(0)

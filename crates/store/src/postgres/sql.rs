@@ -44,6 +44,7 @@ pub(super) fn validate_table(table: &str) -> Result<String, StoreError> {
 pub fn schema_sql(table: &str) -> String {
     let mut ddl = schema_sql_quoted(&quote_ident(table));
     ddl.push_str(&audit_ddl(&quote_ident(&audit_table_name(table))));
+    ddl.push_str(&meta_ddl(&quote_ident(&meta_table_name(table))));
     match LeaseTables::for_table(table) {
         Ok(tables) => ddl.push_str(&tables.ddl()),
         Err(e) => ddl.push_str(&format!("-- no worker-lease tables: {e}\n")),
@@ -129,9 +130,10 @@ pub(super) struct LeaseSql {
     pub(super) upsert_slot: String,
     /// Writes the group's record: `$2` layout, `$3` last token.
     pub(super) update_group: String,
-    /// Extends a lease by `$4` microseconds and raises its floor to `$5`; returns the floor.
+    /// Extends the lease `$3` held by `$6` by `$4` microseconds and raises its floor to `$5`;
+    /// returns the floor (no row: superseded).
     pub(super) renew: String,
-    /// Ends a lease, setting its floor to `$4`; returns the floor.
+    /// Ends the lease `$3` held by `$5`, setting its floor to `$4`; returns the floor.
     pub(super) release: String,
     /// One slot (`$2`), unlocked.
     pub(super) slot: String,
@@ -139,7 +141,7 @@ pub(super) struct LeaseSql {
     /// for a group without slots), ordered by worker id.
     pub(super) group: String,
     /// The ledger entry of an acquisition, in its transaction: `$1` the group, `$2` the worker
-    /// id, `$3` the token, `$4` the holder ([`crate::audit::holder`]).
+    /// id, `$3` the token, `$4` the lease's holder.
     pub(super) audit: String,
 }
 
@@ -175,12 +177,12 @@ impl LeaseSql {
                  expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond', \
                  floor_unix_ms = GREATEST(floor_unix_ms, $5::bigint) \
                  WHERE grp = $1::text AND worker = $2::bigint AND token = $3::bigint \
-                 RETURNING floor_unix_ms"
+                 AND holder = $6::text RETURNING floor_unix_ms"
             ),
             release: format!(
                 "UPDATE {leases} SET expires_at = NULL, floor_unix_ms = $4::bigint \
                  WHERE grp = $1::text AND worker = $2::bigint AND token = $3::bigint \
-                 RETURNING floor_unix_ms"
+                 AND holder = $5::text RETURNING floor_unix_ms"
             ),
             slot: format!(
                 "SELECT {SLOT_COLUMNS} FROM {leases} l, {NOW} \
@@ -222,7 +224,19 @@ pub(super) fn schema_sql_quoted(table: &str) -> String {
 /// digits of a stable hash of the whole name>_audit`, so every table name has a ledger of its
 /// own (the ledger is written with every grant: an authority cannot run without one).
 pub(super) fn audit_table_name(table: &str) -> String {
-    let plain = format!("{table}_audit");
+    side_table_name(table, "audit")
+}
+
+/// The meta table of the namespace table `table` (as written, unquoted): `<table>_meta`, named
+/// like the ledger when that passes 63 bytes. It holds the store's incarnation.
+pub(super) fn meta_table_name(table: &str) -> String {
+    side_table_name(table, "meta")
+}
+
+/// `<table>_<suffix>`, or `<the table's first 40 bytes at most>_<16 hex digits of a stable
+/// hash of the whole name>_<suffix>` when that passes 63 bytes.
+fn side_table_name(table: &str, suffix: &str) -> String {
+    let plain = format!("{table}_{suffix}");
     if plain.len() <= MAX_IDENTIFIER_BYTES {
         return plain;
     }
@@ -230,7 +244,36 @@ pub(super) fn audit_table_name(table: &str) -> String {
     while !table.is_char_boundary(cut) {
         cut -= 1;
     }
-    format!("{}_{:016x}_audit", &table[..cut], fnv1a64(table.as_bytes()))
+    format!(
+        "{}_{:016x}_{suffix}",
+        &table[..cut],
+        fnv1a64(table.as_bytes())
+    )
+}
+
+/// The DDL of the meta table `meta` (quoted): facts about the store, one row per key
+/// (`incarnation`, written once).
+pub(super) fn meta_ddl(meta: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {meta} (
+    key   text PRIMARY KEY,
+    value text NOT NULL
+);
+"
+    )
+}
+
+/// The store's incarnation: `SELECT` it.
+pub(super) fn incarnation_get(meta: &str) -> String {
+    format!("SELECT value FROM {meta} WHERE key = 'incarnation'")
+}
+
+/// Writes incarnation `$1` unless the store has one (it is then left as it is).
+pub(super) fn incarnation_create(meta: &str) -> String {
+    format!(
+        "INSERT INTO {meta} (key, value) VALUES ('incarnation', $1::text) \
+         ON CONFLICT (key) DO NOTHING"
+    )
 }
 
 /// FNV-1a, 64 bits: stable across Rust versions and platforms (a table name must not change).
