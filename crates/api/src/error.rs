@@ -79,6 +79,9 @@ pub enum ErrorCode {
     /// The token's rate quota for this namespace is used up for now; retry after the time the
     /// answer says (429, `Retry-After`).
     RateLimited,
+    /// The node serves `server.max_streams` streams already; retry when one ended (gRPC
+    /// `RESOURCE_EXHAUSTED`).
+    TooManyStreams,
     /// A code this version of the client does not know (a newer server).
     #[serde(other)]
     Unknown,
@@ -87,7 +90,7 @@ pub enum ErrorCode {
 impl ErrorCode {
     /// Every code a server of this version sends: all but [`ErrorCode::Unknown`], which only a
     /// reader produces. The OpenAPI schema of `code` is this list.
-    pub const SENT: [ErrorCode; 19] = [
+    pub const SENT: [ErrorCode; 20] = [
         ErrorCode::InvalidNamespace,
         ErrorCode::UnknownNamespace,
         ErrorCode::InvalidCount,
@@ -107,6 +110,7 @@ impl ErrorCode {
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
         ErrorCode::RateLimited,
+        ErrorCode::TooManyStreams,
     ];
 
     /// The snake_case text of the code, as on the wire.
@@ -131,6 +135,7 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::TooManyStreams => "too_many_streams",
             ErrorCode::Unknown => "unknown",
         }
     }

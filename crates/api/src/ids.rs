@@ -41,6 +41,27 @@ pub struct BlockResponse {
     pub end: u64,
     /// Distance between consecutive ids (the namespace's step).
     pub step: u64,
+    /// What hands the block's unused tail back (`POST /v1/blocks/{namespace}/give-back`, gRPC
+    /// `GiveBack`): a random number the node chose, `"0"` when the tail can never go back
+    /// (cache `off`). Absent from answers of older nodes.
+    #[serde(with = "crate::decimal", default)]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = String, format = "uint64", pattern = "^[0-9]{1,20}$")
+    )]
+    pub lease: u64,
+}
+
+/// `POST /v1/blocks/{namespace}/give-back`: what became of a leased block's unused tail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GiveBackResponse {
+    /// Whether the ids are back in front of the node's buffer (handed out next).
+    pub given_back: bool,
+    /// How many ids went back.
+    pub ids: u64,
+    /// Why not, when not: the tail is then burned (never handed out again).
+    pub reason: String,
 }
 
 #[cfg(test)]
@@ -54,11 +75,12 @@ mod tests {
             start: 1,
             end: u64::MAX,
             step: 2,
+            lease: 7,
         };
         let text = serde_json::to_string(&b).unwrap();
         assert_eq!(
             text,
-            r#"{"start":"1","end":"18446744073709551615","step":2}"#
+            r#"{"start":"1","end":"18446744073709551615","step":2,"lease":"7"}"#
         );
         assert_eq!(serde_json::from_str::<BlockResponse>(&text).unwrap(), b);
     }

@@ -31,7 +31,7 @@ mod schema;
 pub use admin::AdvanceResponse;
 pub use decode::Decoded;
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
-pub use ids::{BlockResponse, IdsResponse};
+pub use ids::{BlockResponse, GiveBackResponse, IdsResponse};
 pub use namespace::{
     CacheSettings, FieldOrder, LayoutSettings, LeaseStatus, NamespaceInfo, NamespaceList,
     SequenceHeadroom, SequenceSettings, SequenceState, SnowflakeSettings, SnowflakeState,

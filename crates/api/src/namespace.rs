@@ -90,6 +90,11 @@ pub struct SequenceSettings {
     pub step: u64,
     /// Residue class: every id ≡ offset (mod step).
     pub offset: u64,
+    /// The residue classes (ids modulo `step`) the node's authority may grant: the offset for
+    /// a single authority, every member's for a multi authority. A lower tier checks every
+    /// block against them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub residues: Vec<u64>,
     /// The cache mode and its sizing.
     pub cache: CacheSettings,
 }
@@ -398,6 +403,7 @@ mod tests {
                 start: 1,
                 step: 1,
                 offset: 0,
+                residues: Vec::new(),
                 cache: CacheSettings::Adaptive {
                     buffer_seconds: 10.0,
                     min_block: 100,

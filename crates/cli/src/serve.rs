@@ -25,8 +25,8 @@
 //! terminal; `--log-format json` writes one JSON object per line for log shippers.
 
 use anyhow::{bail, Context, Result};
-use idmint_node::{FileConfig, Node, Shutdown};
-use idmint_store::{Ledger, LedgerAuthority, StoreExpectations};
+use idmint_node::logs::LogSink;
+use idmint_node::{FileConfig, Node, Server, Shutdown};
 use std::io::IsTerminal;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -50,17 +50,21 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the log subscriber: `RUST_LOG` (default `info`), on stderr, in `format`.
-fn init_logs(format: LogFormat) {
+/// Installs the log subscriber: `RUST_LOG` (default `info`), in `format`, on stderr through
+/// a [`LogSink`]: a slow, stalled or closed reader of stderr never blocks or stops the node
+/// (its lines are dropped and counted).
+fn init_logs(format: LogFormat) -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let sink = LogSink::stderr().context("starting the log writer")?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(move || sink.line());
     match format {
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
         LogFormat::Json => builder.json().with_ansi(false).init(),
     }
+    Ok(())
 }
 
 /// The data directory when neither `--data-dir` nor the file gives one: the user's data
@@ -100,31 +104,6 @@ pub(crate) fn resolve_data_dir(flag: Option<PathBuf>, file: &FileConfig) -> Resu
     };
     std::path::absolute(&dir)
         .with_context(|| format!("resolving the data directory {}", dir.display()))
-}
-
-/// What the configuration declares that lives in the store, and what `--init` and
-/// `[authority] incarnation` say: the start checks of [`LedgerAuthority::open`].
-fn store_expectations(file: &FileConfig, init: bool) -> StoreExpectations {
-    let mut expect = StoreExpectations {
-        init,
-        incarnation: file.incarnation.clone(),
-        ..StoreExpectations::default()
-    };
-    for (name, kind) in &file.node.namespaces {
-        match kind {
-            idmint_node::KindConfig::Sequence { .. } => {
-                expect.declared_namespaces.push(name.clone())
-            }
-            idmint_node::KindConfig::Snowflake { group, .. } => {
-                let group = group.clone().unwrap_or_else(|| name.clone());
-                if !expect.declared_groups.contains(&group) {
-                    expect.declared_groups.push(group);
-                }
-            }
-            _ => {}
-        }
-    }
-    expect
 }
 
 /// The listen addresses given on the command line (each overrides the file's).
@@ -183,7 +162,7 @@ pub fn serve(
         resp,
         tls,
     } = listeners;
-    init_logs(log_format);
+    init_logs(log_format)?;
     let file = load_config(config.as_deref())?;
     let tls = server_tls(tls, &file)?;
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -193,11 +172,6 @@ pub fn serve(
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        if !file.authority.is_durable() {
-            tracing::warn!(
-                "memory authority: nothing survives a restart, ids WILL repeat after one"
-            );
-        }
         // A mistyped address is reported before the authority is touched.
         let http = match http {
             Some(http) => {
@@ -221,41 +195,9 @@ pub fn serve(
             ],
             insecure_no_auth,
         )?;
-        tracing::info!(authority = %file.authority, "connecting the authority");
         tracing::info!(data_dir = %data_dir.display(), "data directory");
-        let authority =
-            idmint_store::connect_observed(&file.authority, &data_dir, Arc::new(LogMembers))
-                .await
-                .context("setting up the authority")?;
-        // The ledger: what this node set up, checked against the store (docs/uniqueness.md).
-        let mut node_ledger = None;
-        let authority: Arc<dyn idmint_store::Authority> = if file.authority.is_durable() {
-            let ledger = Arc::new(
-                Ledger::open(&data_dir, file.authority.to_string())
-                    .context("opening the node's ledger")?,
-            );
-            tracing::info!(
-                ledger = %ledger.path().display(),
-                namespaces = ledger.len(),
-                "ledger"
-            );
-            node_ledger = Some(ledger.clone());
-            let expect = store_expectations(&file, init);
-            let checked = LedgerAuthority::open(authority, ledger, &expect)
-                .await
-                .with_context(|| {
-                    format!(
-                        "checking the store against this node's ledger (data directory {})",
-                        data_dir.display()
-                    )
-                })?;
-            if let Some(incarnation) = checked.incarnation() {
-                tracing::info!(%incarnation, "store incarnation");
-            }
-            Arc::new(checked)
-        } else {
-            authority
-        };
+        // The store, checked against this node's ledger (docs/uniqueness.md).
+        let authority = idmint_node::open_store(&file, &data_dir, init).await?;
         let listener = match http {
             Some((http, addrs)) => bind_first("HTTP", &http, &addrs).await?,
             None => {
@@ -275,54 +217,32 @@ pub fn serve(
             None => None,
         };
         // Sets up the declared namespaces; an error here ends the process before it claims to
-        // listen.
-        // The process-wide coarse clock: snowflake, UUIDv7 and ULID namespaces read time with
-        // one atomic load on the hot path (re-reading the precise clock before they would
-        // wait), as the library's default generators do. Tests start nodes on tokio's clock.
+        // listen. The process-wide coarse clock: snowflake, UUIDv7 and ULID namespaces read
+        // time with one atomic load on the hot path (re-reading the precise clock before they
+        // would wait), as the library's default generators do. Tests start nodes on tokio's
+        // clock.
         let clock: Arc<dyn idmint_core::Clock> = Arc::new(idmint_core::CoarseClock::new());
         let node = Node::start_with_clock(file.node, authority, clock).await?;
+        let mut server = Server::new(node).tls(tls).http(listener);
         // Once, on stdout, where scripts and tests wait for it (not also as a log line).
         say(format_args!("idmint listening on {scheme}://{addr}"));
-        let shutdown = Shutdown::new();
-        let signals = tokio::spawn(signal_stages(shutdown.clone()));
-        let mut front_ends: Vec<idmint_node::FrontEnd> =
-            vec![Box::pin(idmint_node::http::listen::listen_with_tls(
-                node.clone(),
-                listener,
-                tls.clone(),
-                shutdown.clone(),
-            ))];
         if let Some(grpc) = grpc {
             say(format_args!(
                 "idmint gRPC listening on {}",
                 grpc.local_addr()?
             ));
-            front_ends.push(Box::pin(idmint_node::grpc::serve::serve_with_tls(
-                node.clone(),
-                grpc,
-                tls.clone(),
-                shutdown.clone(),
-            )));
+            server = server.grpc(grpc);
         }
         if let Some(resp) = resp {
             say(format_args!(
                 "idmint RESP listening on {}",
                 resp.local_addr()?
             ));
-            let (node, shutdown, tls) = (node.clone(), shutdown.clone(), tls.clone());
-            front_ends.push(Box::pin(async move {
-                idmint_node::resp::serve_with_tls(node, resp, tls, shutdown)
-                    .await
-                    .map_err(idmint_node::NodeError::from)
-            }));
+            server = server.resp(resp);
         }
-        let served = idmint_node::serve_front_ends(node, shutdown, front_ends).await;
+        let signals = tokio::spawn(signal_stages(server.shutdown_handle()));
+        let served = server.serve().await;
         signals.abort();
-        if let Some(ledger) = node_ledger {
-            if let Err(e) = ledger.flush().await {
-                tracing::warn!(error = %e, "could not write the ledger at shutdown");
-            }
-        }
         let report = served?;
         say(format_args!(
             "idmint stopped: {} ids handed back, {} burned",
@@ -469,31 +389,6 @@ impl Signals {
         if let Err(e) = tokio::signal::ctrl_c().await {
             tracing::error!(error = %e, "cannot listen for Ctrl-C");
             std::future::pending::<()>().await;
-        }
-    }
-}
-
-/// Logs each multi-authority member's transitions, once each way (never once per request).
-#[derive(Debug)]
-struct LogMembers;
-
-impl idmint_store::MemberEvents for LogMembers {
-    fn changed(&self, m: &idmint_store::MemberHealth) {
-        if m.up {
-            tracing::info!(
-                member = m.number,
-                kind = m.kind,
-                offset = m.offset,
-                "authority member is back; serving its residue class again"
-            );
-        } else {
-            tracing::warn!(
-                member = m.number,
-                kind = m.kind,
-                offset = m.offset,
-                error = m.last_error.as_deref().unwrap_or("unknown"),
-                "authority member is down; the others serve meanwhile, it is retried"
-            );
         }
     }
 }

@@ -38,13 +38,7 @@ fn start() -> Bench {
             .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let shutdown = idmint_node::Shutdown::new();
-        let grpc = idmint_node::grpc::serve(node.clone(), listener, shutdown.clone());
-        tokio::spawn(idmint_node::serve_front_ends(
-            node,
-            shutdown,
-            vec![Box::pin(grpc)],
-        ));
+        tokio::spawn(idmint_node::Server::new(node).grpc(listener).serve());
         let config = ClientConfig::new([url]);
         let client = Client::connect_with(config, Arc::new(SystemClock::new()))
             .await

@@ -40,9 +40,9 @@
 //! # let node = idmint_node::Node::start(config, authority).await?;
 //! # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! # let url = format!("http://{}", listener.local_addr()?);
-//! # let shutdown = idmint_node::Shutdown::new();
-//! # let grpc = idmint_node::grpc::serve(node.clone(), listener, shutdown.clone());
-//! # let served = tokio::spawn(idmint_node::serve_front_ends(node, shutdown.clone(), vec![Box::pin(grpc)]));
+//! # let server = idmint_node::Server::new(node).grpc(listener);
+//! # let shutdown = server.shutdown_handle();
+//! # let served = tokio::spawn(server.serve());
 //! use idmint_client::{Client, Id};
 //!
 //! // The first url is down: the client moves on to the next.

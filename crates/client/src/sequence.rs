@@ -274,7 +274,7 @@ impl SequenceIds {
         };
         let request = proto::BlockRequest {
             namespace: name.to_owned(),
-            count,
+            count: Some(count),
         };
         let answer = nodes
             .call(|mut c| {

@@ -217,7 +217,7 @@ impl TimedIds {
         };
         let request = proto::NextRequest {
             namespace: name.to_owned(),
-            count,
+            count: Some(count),
         };
         let answer = nodes
             .call(|mut c| {

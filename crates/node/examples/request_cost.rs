@@ -21,7 +21,7 @@ use axum::body::{to_bytes, Body};
 use axum::http::Request;
 use axum::Router;
 use idmint_node::config::NodeConfig;
-use idmint_node::registry::Node;
+use idmint_node::Node;
 use idmint_store::MemoryAuthority;
 use std::sync::Arc;
 use std::time::Instant;

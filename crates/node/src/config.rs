@@ -202,9 +202,10 @@ pub const MIN_LAYOUT_LIFETIME: Duration = Duration::from_secs(10 * 365 * DAY_SEC
 /// How the node's listeners treat connections (`[server]` keys); every duration at least 1 ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListenConfig {
-    /// `header_read_timeout_ms`: how long a connection may take to send a request's headers,
-    /// counted from when the server starts waiting for them (on a new connection, and between
-    /// the requests of a kept-alive one). Past it the connection is closed.
+    /// `header_read_timeout_ms`: how long a connection may take, from its accept, to send its
+    /// first request (a TLS handshake included: HTTP headers, the HTTP/2 preface and first
+    /// stream, the first RESP command), and an HTTP request its headers or a RESP command all
+    /// its bytes once begun. Past it the connection is closed.
     pub header_read_timeout: Duration,
     /// `idle_timeout_ms`: how long a connection may go without a byte read or written while no
     /// request of it is being handled (a client that stopped mid-request or stopped reading
@@ -218,16 +219,21 @@ pub struct ListenConfig {
     /// `drain_timeout_ms`: on shutdown, how long requests in flight may take to finish; past it
     /// they are cut, and the node hands back its buffers all the same.
     pub drain_timeout: Duration,
+    /// `max_streams`: most gRPC `NextStream` calls open at once on the node, every connection
+    /// together; the next one is refused (`RESOURCE_EXHAUSTED`, `too_many_streams`). Each holds
+    /// at most one chunk and its connection's send buffer for a client that does not read.
+    pub max_streams: usize,
 }
 
 impl Default for ListenConfig {
-    /// Headers within 10 s, idle 60 s, 1024 connections, 10 s to drain.
+    /// Headers within 10 s, idle 60 s, 1024 connections, 10 s to drain, 256 streams.
     fn default() -> Self {
         ListenConfig {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_connections: 1024,
             drain_timeout: Duration::from_secs(10),
+            max_streams: 256,
         }
     }
 }
@@ -470,6 +476,7 @@ struct RawServer {
     header_read_timeout_ms: Option<u64>,
     idle_timeout_ms: Option<u64>,
     max_connections: Option<usize>,
+    max_streams: Option<usize>,
     drain_timeout_ms: Option<u64>,
     // TLS on the listeners (crate::tls).
     tls_cert: Option<PathBuf>,
@@ -767,7 +774,18 @@ fn listen_settings(raw: &RawServer) -> Result<ListenConfig, ConfigError> {
             ))
         }
     };
+    let max_streams = match raw.max_streams {
+        None => d.max_streams,
+        Some(n) if (1..=MAX_CONNECTIONS).contains(&n) => n,
+        Some(n) => {
+            return Err(invalid(
+                "server.max_streams",
+                format!("{n}: must be from 1 to {MAX_CONNECTIONS}"),
+            ))
+        }
+    };
     Ok(ListenConfig {
+        max_streams,
         header_read_timeout: timeout(
             "header_read_timeout_ms",
             raw.header_read_timeout_ms,
@@ -1409,7 +1427,7 @@ mod tests {
         assert!(err(&small(1001)).contains("at most 1000"));
     }
 
-    /// The connection settings of issue 8, finding 6: parsed, bounded, errors naming the key.
+    /// The connection settings: parsed, bounded, errors naming the key.
     #[test]
     fn connection_settings_parse_and_are_bounded() {
         let cfg = FileConfig::parse("[server]\nheader_read_timeout_ms = 500\nidle_timeout_ms = 700\nmax_connections = 3\ndrain_timeout_ms = 200\n").unwrap();
@@ -1420,6 +1438,7 @@ mod tests {
                 idle_timeout: Duration::from_millis(700),
                 max_connections: 3,
                 drain_timeout: Duration::from_millis(200),
+                max_streams: 256,
             }
         );
         let err = |t: &str| FileConfig::parse(t).unwrap_err().to_string();

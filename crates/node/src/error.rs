@@ -17,6 +17,12 @@ pub enum IdError {
     /// No such namespace, and auto-create is off.
     #[error("namespace {0:?} is not configured (auto_create is off)")]
     UnknownNamespace(String),
+    /// A read (info, decode, give-back) named a namespace that does not exist: reads never
+    /// create one, whatever `auto_create` says.
+    #[error(
+        "namespace {0:?} does not exist; reads do not create namespaces (a request for ids does)"
+    )]
+    NotCreatedByReads(String),
     /// `count` is not a number in range.
     #[error("{0}")]
     InvalidCount(String),
@@ -87,6 +93,9 @@ pub enum IdError {
         /// `Retry-After`.
         retry_after_secs: u64,
     },
+    /// The node serves `server.max_streams` streams already.
+    #[error("this node serves {0} streams already (server.max_streams); retry when one ended")]
+    TooManyStreams(usize),
     /// A broken invariant; the namespace stops serving rather than risk a duplicate.
     #[error("namespace {0:?} stopped serving after an internal consistency check failed; see the server log")]
     Internal(String),
@@ -98,7 +107,9 @@ impl IdError {
     pub fn code(&self) -> ErrorCode {
         match self {
             IdError::InvalidNamespace(_) => ErrorCode::InvalidNamespace,
-            IdError::UnknownNamespace(_) => ErrorCode::UnknownNamespace,
+            IdError::UnknownNamespace(_) | IdError::NotCreatedByReads(_) => {
+                ErrorCode::UnknownNamespace
+            }
             IdError::InvalidCount(_) => ErrorCode::InvalidCount,
             IdError::InvalidRequest(_) => ErrorCode::InvalidRequest,
             IdError::InvalidId(_) => ErrorCode::InvalidId,
@@ -113,6 +124,7 @@ impl IdError {
             IdError::Unauthorized(_) => ErrorCode::Unauthorized,
             IdError::Forbidden(_) => ErrorCode::Forbidden,
             IdError::RateLimited { .. } => ErrorCode::RateLimited,
+            IdError::TooManyStreams(_) => ErrorCode::TooManyStreams,
             IdError::Internal(_) => ErrorCode::InternalError,
         }
     }

@@ -198,6 +198,11 @@ impl Metrics {
         let snowflake_sequence_exhausted = Family::<NamespaceLabels, Counter>::default();
         registry.register("ids_served", "Ids handed out", ids_served.clone());
         registry.register(
+            "log_lines_dropped",
+            "Log lines dropped because the log's reader was slow, stalled or gone",
+            crate::logs::dropped_counter(),
+        );
+        registry.register(
             "refills",
             "Block reservations from the authority, by outcome",
             refills.clone(),
@@ -553,7 +558,7 @@ impl Default for Metrics {
 }
 
 /// One sequence namespace's series, looked up once so the request path pays one atomic
-/// increment per answer. The namespace's [`crate::supply::Supply`] reports to it.
+/// increment per answer. The namespace's `crate::supply::Supply` reports to it.
 #[derive(Debug, Clone)]
 pub struct SupplyMetrics {
     served: Counter,
@@ -769,7 +774,7 @@ mod tests {
                 .filter_map(|l| l.strip_prefix("# TYPE "))
                 .filter_map(|l| l.split(' ').next())
                 .collect();
-            assert_eq!(typed.len(), 10, "{text}");
+            assert_eq!(typed.len(), 11, "{text}");
             for name in typed {
                 let help = text
                     .lines()

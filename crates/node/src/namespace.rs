@@ -8,7 +8,7 @@
 //! Ids stay integers here ([`Ids`]: `u64` for sequence and snowflake, `u128` for UUIDv7 and
 //! ULID); a front-end formats them.
 //!
-//! Invariants: a sequence namespace's ids come only from its [`Supply`] (see its docs); the
+//! Invariants: a sequence namespace's ids come only from its `Supply` (see its docs); the
 //! answers of [`Namespace::info`] and [`Namespace::decode`] are reads: they never reserve,
 //! create or change anything. A [`NamespaceView`] is what a read works on: a namespace this node
 //! serves, or a [`StoredSequence`] built from the authority's stored state for one it has not
@@ -25,11 +25,11 @@
 
 pub mod headroom;
 
+use crate::block_gate::IdSpace;
 use crate::config::CacheMode;
 use crate::error::IdError;
 use crate::metrics::{Metrics, NamespaceLabels};
 use crate::supply::{Lease, Supply, SupplySnapshot, TakeBack};
-use crate::verify::IdSpace;
 use crate::worker::LeasedWorker;
 use headroom::SequenceUse;
 use idmint_api as api;
@@ -144,7 +144,7 @@ impl Namespace {
     }
 
     /// Takes back the unused tail of the block leased with `token` (see
-    /// [`Supply::take_back`]: accepted only when no id could be handed out twice).
+    /// `Supply::take_back`: accepted only when no id could be handed out twice).
     pub fn take_back(&self, token: u64, tail: Block) -> Result<TakeBack, IdError> {
         match self {
             Namespace::Sequence(s) => Ok(s.take_back(token, tail)),
@@ -332,7 +332,6 @@ impl NamespaceView {
 #[derive(Debug, Clone)]
 pub struct StoredSequence {
     name: NamespaceName,
-    spec: SequenceSpec,
     space: IdSpace,
     watermark: u64,
     cache: CacheMode,
@@ -344,7 +343,6 @@ impl StoredSequence {
     pub fn new(name: NamespaceName, space: IdSpace, watermark: u64, cache: CacheMode) -> Self {
         StoredSequence {
             name,
-            spec: space.spec(),
             space,
             watermark,
             cache,
@@ -367,7 +365,7 @@ impl StoredSequence {
         sequence_info(
             self.name.to_string(),
             false,
-            self.spec,
+            &self.space,
             self.cache,
             snapshot,
             None,
@@ -432,7 +430,7 @@ impl SequenceNamespace {
         self.supply.block(count, self.spec.width().bits()).await
     }
 
-    /// Exactly `count` consecutive ids ([`Supply::consecutive`]), or `None` when the blocks
+    /// Exactly `count` consecutive ids (`Supply::consecutive`), or `None` when the blocks
     /// kept holding fewer.
     pub async fn consecutive(&self, count: u64) -> Result<Option<Block>, IdError> {
         self.supply
@@ -446,7 +444,7 @@ impl SequenceNamespace {
         self.supply.lease(count, self.spec.width().bits()).await
     }
 
-    /// Takes back the unused tail of the newest leased block ([`Supply::take_back`]).
+    /// Takes back the unused tail of the newest leased block (`Supply::take_back`).
     pub fn take_back(&self, token: u64, tail: Block) -> TakeBack {
         self.supply.take_back(token, tail)
     }
@@ -455,7 +453,7 @@ impl SequenceNamespace {
         sequence_info(
             namespace,
             self.auto_created,
-            self.spec,
+            self.supply.space(),
             self.supply.cache(),
             self.supply.snapshot(),
             self.supply.last_error(),
@@ -468,12 +466,13 @@ impl SequenceNamespace {
 fn sequence_info(
     namespace: String,
     auto_created: bool,
-    spec: SequenceSpec,
+    space: &IdSpace,
     cache: CacheMode,
     snapshot: SupplySnapshot,
     last_error: Option<String>,
     now: SystemTime,
 ) -> api::NamespaceInfo {
+    let spec = space.spec();
     let cache = match cache {
         CacheMode::Off => api::CacheSettings::Off,
         CacheMode::Buffered(p) => match p.config().sizing {
@@ -526,6 +525,7 @@ fn sequence_info(
             start: spec.first(),
             step: spec.step(),
             offset: spec.offset(),
+            residues: space.residues().to_vec(),
             cache,
         },
         state: api::SequenceState {
@@ -549,7 +549,7 @@ fn sequence_info(
 }
 
 /// A snowflake namespace: ids from the generator of its group's worker lease
-/// ([`crate::worker::LeasedWorker`]).
+/// (`crate::worker::LeasedWorker`).
 #[derive(Debug)]
 pub struct SnowflakeNamespace {
     name: NamespaceName,

@@ -44,10 +44,10 @@
 //! What it does not do: create namespaces, decide the spec, or export metrics (it reports to a
 //! [`SupplyEvents`]).
 
+use crate::block_gate::{BlockGate, IdSpace};
 use crate::config::CacheMode;
 use crate::error::IdError;
 use crate::time::SharedClock;
-use crate::verify::{BlockGate, IdSpace};
 use idmint_core::buffer::{PutBack, Taken};
 use idmint_core::{Block, Buffer, BufferPolicy, BufferStats, Clock, NamespaceName};
 use idmint_store::{BlockSource, GiveBack, StoreError};
@@ -76,8 +76,10 @@ pub trait SupplyEvents: Send + Sync + std::fmt::Debug {
 
 /// Reports nothing.
 #[derive(Debug, Default, Clone, Copy)]
+#[cfg(test)]
 pub struct NoEvents;
 
+#[cfg(test)]
 impl SupplyEvents for NoEvents {
     fn served(&self, _: u64) {}
     fn refilled(&self, _: bool, _: Duration) {}

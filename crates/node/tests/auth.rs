@@ -102,31 +102,12 @@ impl AuthNode {
             grpc.local_addr().unwrap(),
             resp.local_addr().unwrap(),
         );
-        let shutdown = Shutdown::new();
-        let resp_node = node.clone();
-        let resp_shutdown = shutdown.clone();
-        let front_ends: Vec<idmint_node::FrontEnd> = vec![
-            Box::pin(idmint_node::http::listen(
-                node.clone(),
-                http,
-                shutdown.clone(),
-            )),
-            Box::pin(idmint_node::grpc::serve(
-                node.clone(),
-                grpc,
-                shutdown.clone(),
-            )),
-            Box::pin(async move {
-                idmint_node::resp::serve_with(resp_node, resp, resp_shutdown)
-                    .await
-                    .map_err(idmint_node::NodeError::from)
-            }),
-        ];
-        let served = tokio::spawn(idmint_node::serve_front_ends(
-            node,
-            shutdown.clone(),
-            front_ends,
-        ));
+        let server = idmint_node::Server::new(node)
+            .http(http)
+            .grpc(grpc)
+            .resp(resp);
+        let shutdown = server.shutdown_handle();
+        let served = tokio::spawn(server.serve());
         AuthNode {
             http: format!("http://{}", addrs.0),
             grpc: addrs.1,
@@ -454,7 +435,7 @@ async fn grpc_takes_the_token_from_metadata() {
     let next = |ns: &str, count: u64, token: Option<&str>| {
         let mut request = tonic::Request::new(proto::NextRequest {
             namespace: ns.into(),
-            count,
+            count: Some(count),
         });
         if let Some(token) = token {
             request

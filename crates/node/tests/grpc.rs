@@ -43,24 +43,9 @@ impl GrpcNode {
         let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (http_addr, grpc_addr) = (http.local_addr().unwrap(), grpc.local_addr().unwrap());
-        let shutdown = Shutdown::new();
-        let front_ends: Vec<idmint_node::FrontEnd> = vec![
-            Box::pin(idmint_node::http::listen(
-                node.clone(),
-                http,
-                shutdown.clone(),
-            )),
-            Box::pin(idmint_node::grpc::serve(
-                node.clone(),
-                grpc,
-                shutdown.clone(),
-            )),
-        ];
-        let served = tokio::spawn(idmint_node::serve_front_ends(
-            node,
-            shutdown.clone(),
-            front_ends,
-        ));
+        let server = idmint_node::Server::new(node).http(http).grpc(grpc);
+        let shutdown = server.shutdown_handle();
+        let served = tokio::spawn(server.serve());
         GrpcNode {
             grpc: grpc_addr,
             http: http_addr,
@@ -128,12 +113,17 @@ const KINDS: &str = r#"
 "#;
 
 async fn next(c: &mut IdmintClient<Channel>, ns: &str, count: u64) -> proto::Ids {
+    next_of(c, ns, Some(count)).await
+}
+
+/// `Next` with `count` as given (unset when `None`).
+async fn next_of(c: &mut IdmintClient<Channel>, ns: &str, count: Option<u64>) -> proto::Ids {
     c.next(proto::NextRequest {
         namespace: ns.into(),
         count,
     })
     .await
-    .unwrap_or_else(|e| panic!("Next {ns} {count}: {e:?}"))
+    .unwrap_or_else(|e| panic!("Next {ns} {count:?}: {e:?}"))
     .into_inner()
 }
 
@@ -174,12 +164,20 @@ async fn every_kind_round_trips_and_decodes() {
     let node = GrpcNode::start(config(KINDS)).await;
     let mut c = node.client().await;
 
-    // Sequences (buffered and cache off), count 0 meaning 1.
+    // Sequences (buffered and cache off); an unset count means 1, 0 is refused as over HTTP.
     let photos = next(&mut c, "photos", 5).await;
     assert_eq!(photos.namespace, "photos");
     let photos = u64s(photos);
     assert_eq!(photos, [1, 2, 3, 4, 5]);
-    assert_eq!(u64s(next(&mut c, "photos", 0).await), [6]);
+    assert_eq!(u64s(next_of(&mut c, "photos", None).await), [6]);
+    let zero = c
+        .next(proto::NextRequest {
+            namespace: "photos".into(),
+            count: Some(0),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(zero.code(), tonic::Code::InvalidArgument);
     assert_eq!(u64s(next(&mut c, "tickets", 3).await), [1, 2, 3]);
 
     // Snowflake: increasing, worker 7 when decoded.
@@ -384,7 +382,7 @@ async fn every_error_has_its_grpc_code_and_idmint_code() {
     let mut c = node.client().await;
     let req = |ns: &str, count: u64| proto::NextRequest {
         namespace: ns.into(),
-        count,
+        count: Some(count),
     };
     let cases: Vec<(Code, &str, (Code, String))> = vec![
         (
@@ -408,7 +406,7 @@ async fn every_error_has_its_grpc_code_and_idmint_code() {
             codes(
                 c.block(proto::BlockRequest {
                     namespace: "photos".into(),
-                    count: 1001,
+                    count: Some(1001),
                 })
                 .await,
             ),
@@ -419,7 +417,7 @@ async fn every_error_has_its_grpc_code_and_idmint_code() {
             codes(
                 c.block(proto::BlockRequest {
                     namespace: "sessions".into(),
-                    count: 1,
+                    count: Some(1),
                 })
                 .await,
             ),
@@ -472,7 +470,7 @@ async fn every_error_has_its_grpc_code_and_idmint_code() {
             c.next_stream(proto::NextStreamRequest {
                 namespace: "photos".into(),
                 total,
-                chunk,
+                chunk: Some(chunk),
             })
             .await,
         );
@@ -503,7 +501,7 @@ async fn every_error_has_its_grpc_code_and_idmint_code() {
         .next_stream(proto::NextStreamRequest {
             namespace: "small".into(),
             total: 10,
-            chunk: 5,
+            chunk: Some(5),
         })
         .await
         .unwrap()
@@ -534,7 +532,7 @@ async fn read_stream(
     c: &mut IdmintClient<Channel>,
     ns: &str,
     total: u64,
-    chunk: u64,
+    chunk: Option<u64>,
 ) -> Vec<Vec<u64>> {
     let mut stream = c
         .next_stream(proto::NextStreamRequest {
@@ -586,7 +584,7 @@ async fn a_million_ids_stream_unique_and_in_chunks_alongside_other_clients() {
             ids
         })
     };
-    let chunks = read_stream(&mut c, "bulk", 1_000_000, 10_000).await;
+    let chunks = read_stream(&mut c, "bulk", 1_000_000, Some(10_000)).await;
     assert!(chunks.iter().all(|c| !c.is_empty() && c.len() <= 10_000));
     let streamed: Vec<u64> = chunks.concat();
     assert_eq!(streamed.len(), 1_000_000);
@@ -598,8 +596,8 @@ async fn a_million_ids_stream_unique_and_in_chunks_alongside_other_clients() {
     for id in others {
         assert!(all.insert(id), "id {id} handed out twice");
     }
-    // A chunk of 0 means server.max_count (10,000 by default).
-    let chunks = read_stream(&mut c, "bulk", 25_000, 0).await;
+    // An unset chunk means server.max_count (10,000 by default).
+    let chunks = read_stream(&mut c, "bulk", 25_000, None).await;
     assert_eq!(
         chunks.iter().map(Vec::len).collect::<Vec<_>>(),
         [10_000, 10_000, 5_000]
@@ -615,7 +613,7 @@ async fn a_stream_the_client_stops_reading_stops_taking_ids() {
         .next_stream(proto::NextStreamRequest {
             namespace: "slow".into(),
             total: 10_000_000,
-            chunk: 1000,
+            chunk: Some(1000),
         })
         .await
         .unwrap()
@@ -672,7 +670,7 @@ async fn a_stream_the_client_stops_reading_stops_taking_ids() {
 async fn block(c: &mut IdmintClient<Channel>, ns: &str, count: u64) -> proto::LeasedBlock {
     c.block(proto::BlockRequest {
         namespace: ns.into(),
-        count,
+        count: Some(count),
     })
     .await
     .unwrap()
@@ -866,7 +864,7 @@ async fn shutdown_ends_streams_and_still_hands_back() {
         .next_stream(proto::NextStreamRequest {
             namespace: "photos".into(),
             total: 10_000_000,
-            chunk: 1000,
+            chunk: Some(1000),
         })
         .await
         .unwrap()
@@ -901,7 +899,7 @@ async fn stop_now_cuts_a_stream_whose_client_does_not_read() {
         .next_stream(proto::NextStreamRequest {
             namespace: "photos".into(),
             total: 10_000_000,
-            chunk: 1000,
+            chunk: Some(1000),
         })
         .await
         .unwrap()

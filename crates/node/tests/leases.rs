@@ -156,7 +156,7 @@ async fn start(
 }
 
 async fn events(node: &Node) -> Arc<Namespace> {
-    node.namespace("events").await.unwrap()
+    node.served_namespace("events").unwrap()
 }
 
 async fn take(ns: &Namespace, count: u64) -> Result<Vec<u64>, IdError> {

@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -34,8 +33,7 @@ const DEADLINE: Duration = Duration::from_secs(30);
 struct RespNode {
     port: u16,
     node: Arc<Node>,
-    stop: Option<oneshot::Sender<()>>,
-    serving: Option<JoinHandle<std::io::Result<()>>>,
+    serving: Option<JoinHandle<Result<ShutdownReport, idmint_node::NodeError>>>,
 }
 
 impl RespNode {
@@ -44,32 +42,27 @@ impl RespNode {
         let node = Node::start(config, authority).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let serving = tokio::spawn(idmint_node::resp::serve(
-            node.clone(),
-            listener,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let serving = tokio::spawn(
+            idmint_node::Server::new(node.clone())
+                .resp(listener)
+                .serve(),
+        );
         RespNode {
             port,
             node,
-            stop: Some(stop),
             serving: Some(serving),
         }
     }
 
-    /// Stops the front-end (it must return by itself), then shuts the node down as a caller
-    /// does.
+    /// Drains the node: the server returns once every connection closed, after the node
+    /// handed its buffers back.
     async fn stop(mut self) -> ShutdownReport {
-        self.stop.take().unwrap().send(()).unwrap();
+        self.node.shutdown_handle().drain();
         tokio::time::timeout(DEADLINE, self.serving.take().unwrap())
             .await
-            .expect("resp::serve did not return after shutdown")
+            .expect("the server did not return after shutdown")
             .unwrap()
-            .unwrap();
-        self.node.shutdown().await
+            .unwrap()
     }
 
     /// `redis-cli -p PORT args...`: its standard output, trimmed.
@@ -458,10 +451,8 @@ async fn errors_keep_the_connection_and_handshakes_answer() {
     ] {
         input.extend(request(words));
     }
-    // A frame that is RESP but not a command, then a command.
-    input.extend(b":12\r\n");
     input.extend(request(&["PING"]));
-    let (r, closed) = node.raw(&input, 16).await;
+    let (r, closed) = node.raw(&input, 15).await;
     assert!(!closed);
     assert!(error(&r[0]).starts_with("ERR unknown command 'NOSUCH'"));
     assert_eq!(
@@ -488,8 +479,15 @@ async fn errors_keep_the_connection_and_handshakes_answer() {
         panic!("{:?}", r[13])
     };
     assert!(String::from_utf8_lossy(info).contains("redis_version:"));
-    assert!(error(&r[14]).starts_with("ERR Protocol error: a request must be"));
-    assert_eq!(r[15], Frame::SimpleString(b"PONG".to_vec()));
+    assert_eq!(r[14], Frame::SimpleString(b"PONG".to_vec()));
+    // A frame that is RESP but not a request (an integer): the stream cannot be trusted any
+    // more, so it is answered and closed.
+    let (r, closed) = node.raw(b":12\r\n", 1).await;
+    assert!(
+        error(&r[0]).starts_with("ERR Protocol error: a request must be"),
+        "{r:?}"
+    );
+    assert!(closed);
 
     // RESP3 after HELLO 3: a map for HELLO and IDMINT.BLOCK, `_` for null.
     let mut stream = TcpStream::connect(("127.0.0.1", node.port)).await.unwrap();
@@ -530,7 +528,7 @@ async fn errors_keep_the_connection_and_handshakes_answer() {
         })
     );
     assert!(
-        matches!(&frames[1], F3::Map { data, .. } if data.len() == 3),
+        matches!(&frames[1], F3::Map { data, .. } if data.len() == 4),
         "{:?}",
         frames[1]
     );
@@ -568,14 +566,18 @@ async fn bad_input_closes_only_its_connection() {
     let (r, closed) = read_replies(&mut stream, 1).await;
     assert!(error(&r[0]).contains("larger than 65536 bytes"), "{r:?}");
     assert!(closed);
-    // A deep array of many small items within the limit is just a (refused) command.
+    // An array of more arguments than any command has is refused from its header, before its
+    // items are read; so is an array nested in it, however deep (no recursion).
     let mut many = b"*5000\r\n".to_vec();
     for _ in 0..5000 {
         many.extend(b"$1\r\nx\r\n");
     }
     let (r, closed) = node.raw(&many, 1).await;
-    assert!(error(&r[0]).starts_with("ERR unknown command 'x'"), "{r:?}");
-    assert!(!closed);
+    assert!(error(&r[0]).contains("announces 5000"), "{r:?}");
+    assert!(closed);
+    let (r, closed) = node.raw(&b"*1\r\n".repeat(8000), 1).await;
+    assert!(error(&r[0]).contains("nested arrays"), "{r:?}");
+    assert!(closed);
 
     let mut input = request(&["INCR", "orders"]);
     input.extend(request(&["QUIT"]));
@@ -690,7 +692,7 @@ async fn concurrent_connections_never_share_an_id() {
 
 /// The state of sequence namespace `name` on `node`.
 async fn sequence_state(node: &RespNode, name: &str) -> idmint_api::SequenceState {
-    let ns = node.node.namespace(name).await.unwrap();
+    let ns = node.node.served_namespace(name).unwrap();
     match ns.info(node.node.now()) {
         idmint_api::NamespaceInfo::Sequence { state, .. } => state,
         other => panic!("{other:?}"),

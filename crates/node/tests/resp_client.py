@@ -92,10 +92,10 @@ for protocol in (2, 3):
 
     block = r.execute_command("IDMINT.BLOCK", "orders", 100)
     if protocol == 3:
-        check(set(block) == {b"start", b"end", b"step"}, f"BLOCK map: {block}")
+        check(set(block) == {b"start", b"end", b"step", b"lease"}, f"BLOCK map: {block}")
         start, end, step = block[b"start"], block[b"end"], block[b"step"]
     else:
-        check(block[0::2] == [b"start", b"end", b"step"], f"BLOCK pairs: {block}")
+        check(block[0::2] == [b"start", b"end", b"step", b"lease"], f"BLOCK pairs: {block}")
         start, end, step = block[1], block[3], block[5]
     check(start > ids[-1] and 0 < end - start <= 100 and step == 1, f"BLOCK: {block}")
 

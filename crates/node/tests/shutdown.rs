@@ -1,7 +1,7 @@
 //! Bounded graceful shutdown (issue 8, finding 6): no client can keep a node from stopping, and
 //! the buffers are handed back however the drain ends (docs/design.md invariant 3).
 //!
-//! Each test serves a node in process (`idmint_node::serve_with` on a real `TcpListener` on
+//! Each test serves a node in process (`idmint_node::Server::serve` on a real `TcpListener` on
 //! `127.0.0.1:0`) and talks to it over raw TCP, so it can send half a request or nothing at
 //! all. Timeouts and deadlines are configured short (200 ms) so the test is quick; the only
 //! wall-clock bound is [`HANG_GUARD`], which fails a test that hangs instead of blocking the
@@ -40,8 +40,9 @@ impl Served {
         let node = Node::start(config, authority).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let shutdown = Shutdown::new();
-        let handle = tokio::spawn(idmint_node::serve_with(node, listener, shutdown.clone()));
+        let server = idmint_node::Server::new(node).http(listener);
+        let shutdown = server.shutdown_handle();
+        let handle = tokio::spawn(server.serve());
         Served {
             addr,
             shutdown,
@@ -53,7 +54,7 @@ impl Served {
         TcpStream::connect(self.addr).await.unwrap()
     }
 
-    /// Waits (within the hang guard) for `serve_with` to return, and returns its report.
+    /// Waits (within the hang guard) for `Server::serve` to return, and returns its report.
     async fn stopped(self) -> ShutdownReport {
         tokio::time::timeout(HANG_GUARD, self.handle)
             .await
@@ -101,7 +102,7 @@ block_size = 1000
 "#;
 
 /// Guards the bug of finding 6: one socket that sent half a request header kept the server
-/// alive after SIGTERM until the client left. Now the drain deadline cuts it, `serve_with`
+/// alive after SIGTERM until the client left. Now the drain deadline cuts it, `Server::serve`
 /// returns, and the buffers are still handed back. (The header-read timeout is long here, so
 /// the deadline is what ends it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,7 +221,7 @@ async fn a_request_that_never_finishes_is_cut_at_the_drain_deadline() {
     assert_eq!(
         dropped.load(Ordering::SeqCst),
         1,
-        "the request's future is gone before serve_with returns"
+        "the request's future is gone before Server::serve returns"
     );
 }
 

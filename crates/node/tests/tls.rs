@@ -61,32 +61,13 @@ impl TlsNode {
             grpc.local_addr().unwrap(),
             resp.local_addr().unwrap(),
         );
-        let shutdown = Shutdown::new();
-        let (resp_node, resp_shutdown, resp_tls) = (node.clone(), shutdown.clone(), tls.clone());
-        let front_ends: Vec<idmint_node::FrontEnd> = vec![
-            Box::pin(idmint_node::http::listen::listen_with_tls(
-                node.clone(),
-                http,
-                Some(tls.clone()),
-                shutdown.clone(),
-            )),
-            Box::pin(idmint_node::grpc::serve::serve_with_tls(
-                node.clone(),
-                grpc,
-                Some(tls),
-                shutdown.clone(),
-            )),
-            Box::pin(async move {
-                idmint_node::resp::serve_with_tls(resp_node, resp, Some(resp_tls), resp_shutdown)
-                    .await
-                    .map_err(idmint_node::NodeError::from)
-            }),
-        ];
-        let served = tokio::spawn(idmint_node::serve_front_ends(
-            node,
-            shutdown.clone(),
-            front_ends,
-        ));
+        let server = idmint_node::Server::new(node)
+            .tls(Some(tls))
+            .http(http)
+            .grpc(grpc)
+            .resp(resp);
+        let shutdown = server.shutdown_handle();
+        let served = tokio::spawn(server.serve());
         TlsNode {
             http: addrs.0,
             grpc: addrs.1,
@@ -307,7 +288,7 @@ async fn grpc_over_tls_with_the_tonic_client() {
     let ids = client
         .next(proto::NextRequest {
             namespace: "photos".into(),
-            count: 5,
+            count: Some(5),
         })
         .await
         .unwrap()
@@ -328,7 +309,7 @@ async fn grpc_over_tls_with_the_tonic_client() {
         let answer = IdmintClient::new(channel)
             .next(proto::NextRequest {
                 namespace: "photos".into(),
-                count: 1,
+                count: Some(1),
             })
             .await;
         assert!(answer.is_err(), "h2c answered on a TLS port");
@@ -336,7 +317,7 @@ async fn grpc_over_tls_with_the_tonic_client() {
     let again = client
         .next(proto::NextRequest {
             namespace: "photos".into(),
-            count: 1,
+            count: Some(1),
         })
         .await;
     assert!(again.is_ok());

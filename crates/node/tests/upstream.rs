@@ -50,17 +50,9 @@ impl Upper {
         let config = config(&format!("[defaults]\ncache = \"fixed\"\n{defaults}"));
         let node = Node::start(config, store).await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let shutdown = Shutdown::new();
-        let front_ends: Vec<idmint_node::FrontEnd> = vec![Box::pin(idmint_node::grpc::serve(
-            node.clone(),
-            listener,
-            shutdown.clone(),
-        ))];
-        let served = tokio::spawn(idmint_node::serve_front_ends(
-            node,
-            shutdown.clone(),
-            front_ends,
-        ));
+        let server = idmint_node::Server::new(node).grpc(listener);
+        let shutdown = server.shutdown_handle();
+        let served = tokio::spawn(server.serve());
         Upper {
             addr,
             shutdown,
@@ -129,7 +121,14 @@ async fn lower_with(urls: &[String], toml: &str) -> Arc<Node> {
 }
 
 async fn take(node: &Node, count: u64) -> Result<Vec<u64>, IdError> {
-    match node.namespace("photos").await?.ids(count).await? {
+    let taken = node
+        .take_ids(
+            idmint_node::Credentials::Header(None),
+            "photos",
+            Some(count),
+        )
+        .await?;
+    match taken.ids {
         Ids::U64(ids) => Ok(ids),
         other => panic!("{other:?}"),
     }
@@ -193,7 +192,7 @@ async fn tiers_serve_unique_ids_and_a_clean_stop_hands_the_tail_up() {
         .await
         .block(proto::BlockRequest {
             namespace: "photos".into(),
-            count: 1,
+            count: Some(1),
         })
         .await
         .unwrap()
@@ -233,8 +232,7 @@ async fn a_killed_lower_node_burns_only_what_it_held() {
     let served = take(&killed, 150).await.unwrap();
     let last = *served.last().unwrap();
     let held = match killed
-        .read_namespace("photos")
-        .await
+        .served_namespace("photos")
         .unwrap()
         .info(killed.now())
     {
@@ -324,7 +322,7 @@ async fn a_failover_to_an_upper_node_with_older_ids_burns_them_and_moves_on() {
             IdmintClient::new(channel)
                 .block(proto::BlockRequest {
                     namespace: "photos".into(),
-                    count: 1,
+                    count: Some(1),
                 })
                 .await
                 .unwrap()

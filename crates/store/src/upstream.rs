@@ -344,7 +344,7 @@ impl Authority for UpstreamAuthority {
         }
         let request = proto::BlockRequest {
             namespace: name.to_string(),
-            count,
+            count: Some(count),
         };
         let (node, leased) = self
             .nodes

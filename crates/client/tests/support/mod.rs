@@ -62,17 +62,9 @@ impl TestNode {
         let node = Node::start(config, authority).await.unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let shutdown = Shutdown::new();
-        let front_ends: Vec<idmint_node::FrontEnd> = vec![Box::pin(idmint_node::grpc::serve(
-            node.clone(),
-            listener,
-            shutdown.clone(),
-        ))];
-        let served = tokio::spawn(idmint_node::serve_front_ends(
-            node,
-            shutdown.clone(),
-            front_ends,
-        ));
+        let server = idmint_node::Server::new(node).grpc(listener);
+        let shutdown = server.shutdown_handle();
+        let served = tokio::spawn(server.serve());
         TestNode {
             addr,
             shutdown,

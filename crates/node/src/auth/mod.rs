@@ -8,17 +8,23 @@
 //! ([`token`]). Each token holds scopes per namespace pattern ([`scope`]), and optionally a
 //! per-request `max_count` and a rate of ids per second per namespace ([`quota`]).
 //!
-//! A front-end calls [`Auth::authenticate_header`] (or [`Auth::authenticate_token`]) to turn
-//! what the request carries into a [`Caller`], then [`Auth::authorize`] with the namespace, the
-//! [`Scope`] the operation needs and the count of ids it asks for, before it looks the
-//! namespace up (so a refused request creates nothing). Refusals are [`IdError`]s
+//! The node's request path (`crate::node`'s operations) turns what a request carries into
+//! a [`Caller`] ([`Auth::authenticate_header`], or [`Auth::authenticate_token`] once per RESP
+//! connection), then asks [`Auth::admit`] with the namespace, the [`Scope`] the operation needs
+//! and the count of ids it asks for, before it looks the namespace up (so a refused request
+//! creates nothing), and takes the token's rate quota ([`Admitted::take_quota`]) from the
+//! namespace's own buckets once the namespace exists: quota state exists only for namespaces
+//! that exist, bounded by the tokens, with no global map to sweep. Refusals are [`IdError`]s
 //! (`Unauthorized`, `Forbidden`, `RateLimited`; a count above the token's `max_count` is
-//! `InvalidCount`, like one above `server.max_count`: retrying cannot help), mapped to
-//! statuses at each edge like every domain error. Without `[auth]` every caller is
-//! [`Caller::Open`] and nothing is checked, counted or locked.
+//! `InvalidCount`, like one above `server.max_count`: retrying cannot help). Without `[auth]`
+//! every caller is [`Caller::Open`] and nothing is checked, counted or locked.
+//!
+//! The tokens can be replaced while the node runs ([`Auth::reload`], on SIGHUP): every
+//! request looks its caller's token up again, so a removed token is refused at once, on every
+//! open connection too.
 //!
 //! Metrics: `idmint_auth_ids_total{token}` (ids handed out to a token, counted by the
-//! front-end after the answer is made, [`Auth::served`]) and
+//! front-end after the answer is made, [`Admitted::served`]) and
 //! `idmint_auth_refused_total{token,reason}`; `token` is the token's `name`, or the first 12
 //! hex digits of its hash, never the token.
 
@@ -30,8 +36,9 @@ use crate::config::ConfigError;
 use crate::error::IdError;
 use crate::metrics::{AuthLabels, Metrics, RefusedLabels};
 use crate::time::SharedClock;
-use idmint_core::{Clock, NamespaceName};
-pub use quota::{Quotas, Rate};
+use arc_swap::ArcSwapOption;
+use idmint_core::Clock;
+pub use quota::{Buckets, Rate};
 pub use scope::{Pattern, Scope, Scopes};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
@@ -75,7 +82,7 @@ pub struct TokenConfig {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct AuthConfig {
     /// The tokens.
-    pub tokens: Vec<TokenConfig>,
+    pub tokens: Vec<Arc<TokenConfig>>,
     /// Who may read `/metrics`.
     pub metrics: MetricsAccess,
 }
@@ -210,14 +217,14 @@ impl RawAuth {
                     })
                 }
             };
-            tokens.push(TokenConfig {
+            tokens.push(Arc::new(TokenConfig {
                 label,
                 hash,
                 grants,
                 max_count: raw.max_count,
                 max_block_32: raw.max_block_32,
                 rate,
-            });
+            }));
         }
         Ok(AuthConfig { tokens, metrics })
     }
@@ -226,41 +233,117 @@ impl RawAuth {
 /// Who a request comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Caller {
-    /// Authentication is off: anyone may do anything.
+    /// Authentication was off when the caller was established: anyone may do anything while
+    /// it stays off.
     Open,
-    /// The configured token of this index.
-    Token(usize),
+    /// A configured token, known by its hash: every request looks it up again, so a token
+    /// removed by a reload is refused from then on, even on a connection that authenticated
+    /// with it earlier (RESP `AUTH`).
+    Token(TokenHash),
 }
 
-/// The node's authentication state: the tokens, their quotas' buckets, the clock the buckets
+/// The node's authentication state: the tokens (reloadable), the clock the quota buckets
 /// refill on, and the metrics.
 #[derive(Debug)]
 pub struct Auth {
-    config: Option<AuthConfig>,
-    quotas: Quotas,
+    config: ArcSwapOption<AuthConfig>,
     clock: SharedClock,
     metrics: Arc<Metrics>,
+}
+
+/// A caller allowed to run an operation: what the rest of the request path needs of its token
+/// (its quota, its limits, the counter of ids it was handed).
+#[derive(Debug, Clone)]
+pub struct Admitted {
+    token: Option<Arc<TokenConfig>>,
+}
+
+impl Admitted {
+    /// Anyone, with authentication off.
+    pub fn open() -> Self {
+        Admitted { token: None }
+    }
+
+    /// The token's rate quota on a namespace whose buckets are `buckets`: takes `count` ids
+    /// (0: nothing) or refuses with [`IdError::RateLimited`].
+    pub fn take_quota(
+        &self,
+        auth: &Auth,
+        buckets: &Buckets,
+        namespace: &str,
+        count: u64,
+    ) -> Result<(), IdError> {
+        let (Some(t), true) = (&self.token, count > 0) else {
+            return Ok(());
+        };
+        let Some(rate) = t.rate else {
+            return Ok(());
+        };
+        let now = auth.clock.monotonic_nanos();
+        buckets.take(t.hash, rate, count, now).map_err(|wait| {
+            auth.refuse(&t.label, "rate_limited");
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            IdError::RateLimited {
+                message: format!(
+                    "token {:?} may take {} ids per second from namespace {namespace:?} \
+                     (bursts of {}); retry in {secs} s",
+                    t.label, rate.per_second, rate.burst
+                ),
+                retry_after_secs: secs.max(1),
+            }
+        })
+    }
+
+    /// The largest count this caller may ask for in one request, if its token has a limit.
+    pub fn max_count(&self) -> Option<u64> {
+        self.token.as_ref().and_then(|t| t.max_count)
+    }
+
+    /// The most ids one block request of this caller may get from a 32-bit namespace, if its
+    /// token raises the default cap (`max_block_32`).
+    pub fn max_block_32(&self) -> Option<u64> {
+        self.token.as_ref().and_then(|t| t.max_block_32)
+    }
+
+    /// Counts `ids` handed out to this caller (`idmint_auth_ids_total`).
+    pub fn served(&self, auth: &Auth, ids: u64) {
+        if let Some(t) = &self.token {
+            auth.metrics
+                .auth_ids
+                .get_or_create(&AuthLabels {
+                    token: t.label.clone(),
+                })
+                .inc_by(ids);
+        }
+    }
 }
 
 impl Auth {
     /// Authentication per `config` (`None`: off), quotas on `clock`'s monotonic time.
     pub fn new(config: Option<AuthConfig>, clock: Arc<dyn Clock>, metrics: Arc<Metrics>) -> Self {
         Auth {
-            config,
-            quotas: Quotas::default(),
+            config: ArcSwapOption::new(config.map(Arc::new)),
             clock: SharedClock(clock),
             metrics,
         }
     }
 
+    /// Replaces the tokens (SIGHUP): requests from now on are judged by `config`; connections
+    /// stay open, and a caller whose token is gone is refused at its next request. Quota
+    /// buckets are kept per token hash, so a token that stays keeps its bucket.
+    pub fn reload(&self, config: Option<AuthConfig>) {
+        self.config.store(config.map(Arc::new));
+    }
+
     /// Whether requests must carry a token.
     pub fn enabled(&self) -> bool {
-        self.config.is_some()
+        self.config.load().is_some()
     }
 
     /// Whether `/metrics` needs a token (with `read` on `*`).
     pub fn metrics_need_token(&self) -> bool {
         self.config
+            .load()
             .as_ref()
             .is_some_and(|c| c.metrics == MetricsAccess::Read)
     }
@@ -273,13 +356,6 @@ impl Auth {
                 reason,
             })
             .inc();
-    }
-
-    fn token(&self, caller: Caller) -> Option<&TokenConfig> {
-        match caller {
-            Caller::Open => None,
-            Caller::Token(i) => self.config.as_ref().and_then(|c| c.tokens.get(i)),
-        }
     }
 
     /// The caller an HTTP `Authorization` header (or gRPC `authorization` metadata) names:
@@ -313,24 +389,20 @@ impl Auth {
 
     /// The caller `token` is (RESP `AUTH`). Off: [`Caller::Open`].
     pub fn authenticate_token(&self, token: &[u8]) -> Result<Caller, IdError> {
-        let Some(config) = &self.config else {
+        let Some(config) = self.config.load_full() else {
             return Ok(Caller::Open);
         };
         let presented = TokenHash::of(token);
         // Every hash is compared, so the time taken does not say which one matched.
-        let found = config
-            .tokens
-            .iter()
-            .enumerate()
-            .fold(None, |found, (i, t)| {
-                if t.hash.matches(&presented) {
-                    Some(i)
-                } else {
-                    found
-                }
-            });
+        let found = config.tokens.iter().fold(None, |found, t| {
+            if t.hash.matches(&presented) {
+                Some(t.hash)
+            } else {
+                found
+            }
+        });
         match found {
-            Some(i) => Ok(Caller::Token(i)),
+            Some(hash) => Ok(Caller::Token(hash)),
             None => {
                 self.refuse("unknown", "unauthorized");
                 Err(IdError::Unauthorized(
@@ -340,26 +412,50 @@ impl Auth {
         }
     }
 
+    /// `caller`'s token as configured now: `Ok(None)` with authentication off; refused when
+    /// authentication is on and the caller has no token (it authenticated while it was off)
+    /// or a token that is no longer configured.
+    fn token(&self, caller: Caller) -> Result<Option<Arc<TokenConfig>>, IdError> {
+        let Some(config) = self.config.load_full() else {
+            return Ok(None);
+        };
+        let found = match caller {
+            Caller::Token(hash) => config.tokens.iter().find(|t| t.hash == hash).cloned(),
+            Caller::Open => None,
+        };
+        match found {
+            Some(t) => Ok(Some(t)),
+            None => {
+                self.refuse("unknown", "unauthorized");
+                Err(IdError::Unauthorized(
+                    "the token is not one this node knows (any more): authenticate again".into(),
+                ))
+            }
+        }
+    }
+
     /// Whether `caller` holds `scope` on `namespace` (no quota taken, nothing counted).
     pub fn may(&self, caller: Caller, namespace: &str, scope: Scope) -> bool {
         match self.token(caller) {
-            None => caller == Caller::Open,
-            Some(t) => scope::scopes_on(&t.grants, namespace).contains(scope),
+            Ok(None) => true,
+            Ok(Some(t)) => scope::scopes_on(&t.grants, namespace).contains(scope),
+            Err(_) => false,
         }
     }
 
     /// Whether `caller` may run an operation needing `scope` on `namespace` for `count` ids
-    /// (0: the operation takes none, no quota applies): the scope, then the token's
-    /// `max_count`, then its rate, which this takes from.
-    pub fn authorize(
+    /// (0: the operation takes none): the token, the scope, then the token's `max_count`. The
+    /// rate quota is taken once the namespace is known ([`Admitted::take_quota`]), so quota
+    /// state exists only for namespaces that exist.
+    pub fn admit(
         &self,
         caller: Caller,
         namespace: &str,
         scope: Scope,
         count: u64,
-    ) -> Result<(), IdError> {
-        let Some(t) = self.token(caller) else {
-            return Ok(());
+    ) -> Result<Admitted, IdError> {
+        let Some(t) = self.token(caller)? else {
+            return Ok(Admitted::open());
         };
         if !scope::scopes_on(&t.grants, namespace).contains(scope) {
             self.refuse(&t.label, "forbidden");
@@ -368,9 +464,6 @@ impl Auth {
                 t.label
             )));
         }
-        if count == 0 {
-            return Ok(());
-        }
         if let Some(max) = t.max_count.filter(|max| count > *max) {
             self.refuse(&t.label, "max_count");
             return Err(IdError::InvalidCount(format!(
@@ -378,32 +471,13 @@ impl Auth {
                 t.label
             )));
         }
-        if let (Some(rate), Caller::Token(i)) = (t.rate, caller) {
-            // Buckets are kept per name: only valid names (at most 128 bytes) get one, so a
-            // token cannot grow the map with long junk names. The request would fail on the
-            // name anyway.
-            NamespaceName::new(namespace)?;
-            let now = self.clock.monotonic_nanos();
-            if let Err(wait) = self.quotas.take(i, namespace, rate, count, now) {
-                self.refuse(&t.label, "rate_limited");
-                let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-                return Err(IdError::RateLimited {
-                    message: format!(
-                        "token {:?} may take {} ids per second from namespace {namespace:?} \
-                         (bursts of {}); retry in {secs} s",
-                        t.label, rate.per_second, rate.burst
-                    ),
-                    retry_after_secs: secs.max(1),
-                });
-            }
-        }
-        Ok(())
+        Ok(Admitted { token: Some(t) })
     }
 
     /// Whether `caller` may run a node-wide operation needing `scope` (the status page, and
     /// `/metrics` when they need a token): only a grant on `*` covers the whole node.
-    pub fn authorize_node(&self, caller: Caller, scope: Scope) -> Result<(), IdError> {
-        let Some(t) = self.token(caller) else {
+    pub fn admit_node(&self, caller: Caller, scope: Scope) -> Result<(), IdError> {
+        let Some(t) = self.token(caller)? else {
             return Ok(());
         };
         let whole = t
@@ -418,29 +492,6 @@ impl Auth {
                 "token {:?} does not hold the {scope} scope on * (this covers every namespace)",
                 t.label
             )))
-        }
-    }
-
-    /// The largest count `caller` may ask for in one request, if its token has a limit.
-    pub fn max_count(&self, caller: Caller) -> Option<u64> {
-        self.token(caller).and_then(|t| t.max_count)
-    }
-
-    /// The most ids one block request of `caller` may get from a 32-bit namespace, if its token
-    /// raises the default cap (`max_block_32`).
-    pub fn max_block_32(&self, caller: Caller) -> Option<u64> {
-        self.token(caller).and_then(|t| t.max_block_32)
-    }
-
-    /// Counts `ids` handed out to `caller` (`idmint_auth_ids_total`).
-    pub fn served(&self, caller: Caller, ids: u64) {
-        if let Some(t) = self.token(caller) {
-            self.metrics
-                .auth_ids
-                .get_or_create(&AuthLabels {
-                    token: t.label.clone(),
-                })
-                .inc_by(ids);
         }
     }
 }
@@ -478,16 +529,28 @@ mod tests {
             Arc::new(Metrics::new()),
         );
         assert_eq!(a.authenticate_header(None), Ok(Caller::Open));
-        assert_eq!(
-            a.authorize(Caller::Open, "x", Scope::Admin, 1_000_000),
-            Ok(())
-        );
+        assert!(a.admit(Caller::Open, "x", Scope::Admin, 1_000_000).is_ok());
+    }
+
+    /// Take `count` from `name` as `caller`, as the node's request path does: admit, then the
+    /// namespace's quota.
+    fn take(
+        a: &Auth,
+        buckets: &Buckets,
+        caller: Caller,
+        name: &str,
+        scope: Scope,
+        count: u64,
+    ) -> Result<(), IdError> {
+        a.admit(caller, name, scope, count)?
+            .take_quota(a, buckets, name, count)
     }
 
     #[test]
     fn tokens_scopes_and_quotas_decide_in_order() {
         let clock = Arc::new(ManualClock::default());
         let a = auth(ORDERS, clock.clone());
+        let (eu, us, users) = (Buckets::default(), Buckets::default(), Buckets::default());
         fn code<T>(r: Result<T, IdError>) -> Option<ErrorCode> {
             r.err().map(|e| e.code())
         }
@@ -504,22 +567,22 @@ mod tests {
             Some(ErrorCode::Unauthorized)
         );
         let caller = a.authenticate_header(Some(b"bearer abc")).unwrap();
-        assert_eq!(caller, Caller::Token(0));
+        assert_eq!(caller, Caller::Token(TokenHash::of(b"abc")));
         assert_eq!(
-            code(a.authorize(caller, "users", Scope::Ids, 1)),
+            code(take(&a, &users, caller, "users", Scope::Ids, 1)),
             Some(ErrorCode::Forbidden)
         );
-        assert_eq!(a.authorize(caller, "users", Scope::Read, 0), Ok(()));
+        assert_eq!(take(&a, &users, caller, "users", Scope::Read, 0), Ok(()));
         assert_eq!(
-            code(a.authorize(caller, "orders.eu", Scope::Blocks, 1)),
+            code(take(&a, &eu, caller, "orders.eu", Scope::Blocks, 1)),
             Some(ErrorCode::Forbidden)
         );
         assert_eq!(
-            code(a.authorize(caller, "orders.eu", Scope::Ids, 101)),
+            code(take(&a, &eu, caller, "orders.eu", Scope::Ids, 101)),
             Some(ErrorCode::InvalidCount)
         );
-        assert_eq!(a.authorize(caller, "orders.eu", Scope::Ids, 10), Ok(()));
-        let limited = a.authorize(caller, "orders.eu", Scope::Ids, 1).unwrap_err();
+        assert_eq!(take(&a, &eu, caller, "orders.eu", Scope::Ids, 10), Ok(()));
+        let limited = take(&a, &eu, caller, "orders.eu", Scope::Ids, 1).unwrap_err();
         assert_eq!(
             limited,
             IdError::RateLimited {
@@ -528,11 +591,13 @@ mod tests {
             }
         );
         // Another namespace has its own bucket; the first refills on the injected clock.
-        assert_eq!(a.authorize(caller, "orders.us", Scope::Ids, 10), Ok(()));
+        assert_eq!(take(&a, &us, caller, "orders.us", Scope::Ids, 10), Ok(()));
         clock.advance_millis(100);
-        assert_eq!(a.authorize(caller, "orders.eu", Scope::Ids, 1), Ok(()));
-        assert!(a.authorize_node(caller, Scope::Read).is_ok());
-        assert!(a.authorize_node(caller, Scope::Ids).is_err());
+        assert_eq!(take(&a, &eu, caller, "orders.eu", Scope::Ids, 1), Ok(()));
+        assert!(a.admit_node(caller, Scope::Read).is_ok());
+        assert!(a.admit_node(caller, Scope::Ids).is_err());
+        // Only namespaces that took ids have buckets, one per token.
+        assert_eq!((eu.len(), us.len(), users.len()), (1, 1, 0));
         let text = a.metrics.encode(crate::metrics::Format::Prometheus);
         for line in [
             "idmint_auth_refused_total{token=\"none\",reason=\"unauthorized\"} 2",
@@ -543,11 +608,46 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} not in\n{text}");
         }
-        a.served(caller, 7);
+        a.admit(caller, "orders.eu", Scope::Ids, 0)
+            .unwrap()
+            .served(&a, 7);
         let text = a.metrics.encode(crate::metrics::Format::Prometheus);
         assert!(
             text.contains("idmint_auth_ids_total{token=\"orders\"} 7"),
             "{text}"
+        );
+    }
+
+    /// A reload replaces the tokens for every caller at once, sessions included: a removed
+    /// token is refused at its next request, a caller established with auth off is refused
+    /// once auth is on.
+    #[test]
+    fn a_reload_takes_effect_at_the_next_request() {
+        let a = auth(ORDERS, Arc::new(ManualClock::default()));
+        let caller = a.authenticate_token(b"abc").unwrap();
+        assert!(a.admit(caller, "orders.eu", Scope::Ids, 1).is_ok());
+        a.reload(Some(config(
+            "[[tokens]]\nhash = \"sha256:cb8379ac2098aa165029e3938a51da0bcecfc008fd6795f401178647f96c5b34\"\nscopes = { \"*\" = [\"ids\"] }",
+        )));
+        assert_eq!(
+            a.admit(caller, "orders.eu", Scope::Ids, 1)
+                .unwrap_err()
+                .code(),
+            ErrorCode::Unauthorized
+        );
+        let open = Auth::new(
+            None,
+            Arc::new(ManualClock::default()),
+            Arc::new(Metrics::new()),
+        );
+        let session = open.authenticate_token(b"anything").unwrap();
+        assert_eq!(session, Caller::Open);
+        open.reload(Some(config(ORDERS)));
+        assert_eq!(
+            open.admit(session, "orders.eu", Scope::Ids, 1)
+                .unwrap_err()
+                .code(),
+            ErrorCode::Unauthorized
         );
     }
 

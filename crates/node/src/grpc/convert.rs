@@ -178,6 +178,7 @@ fn sequence_settings(s: api::SequenceSettings) -> proto::SequenceSettings {
         start: s.start,
         step: s.step,
         offset: s.offset,
+        residues: s.residues,
         ..Default::default()
     };
     let mode = match s.cache {

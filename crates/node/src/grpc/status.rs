@@ -23,13 +23,14 @@ pub fn code_of(e: &IdError) -> Code {
         | IdError::InvalidCount(_)
         | IdError::InvalidRequest(_)
         | IdError::InvalidId(_) => Code::InvalidArgument,
-        IdError::UnknownNamespace(_) => Code::NotFound,
+        IdError::UnknownNamespace(_) | IdError::NotCreatedByReads(_) => Code::NotFound,
         // The namespace is not in a state (kind, stored settings) for the operation.
         IdError::WrongKind(_) | IdError::Conflict(_) => Code::FailedPrecondition,
         // The namespace's ids, a layout's time or the node's namespaces have run out.
         IdError::Exhausted { .. }
         | IdError::TimeExhausted(_)
-        | IdError::TooManyNamespaces { .. } => Code::ResourceExhausted,
+        | IdError::TooManyNamespaces { .. }
+        | IdError::TooManyStreams(_) => Code::ResourceExhausted,
         // Retrying later may succeed.
         IdError::Unavailable { .. } | IdError::ShuttingDown => Code::Unavailable,
         IdError::Unauthorized(_) => Code::Unauthenticated,

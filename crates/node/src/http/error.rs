@@ -42,12 +42,13 @@ pub fn status_of(e: &IdError) -> StatusCode {
         | IdError::InvalidCount(_)
         | IdError::InvalidRequest(_)
         | IdError::InvalidId(_) => StatusCode::BAD_REQUEST,
-        IdError::UnknownNamespace(_) => StatusCode::NOT_FOUND,
+        IdError::UnknownNamespace(_) | IdError::NotCreatedByReads(_) => StatusCode::NOT_FOUND,
         IdError::WrongKind(_)
         | IdError::Exhausted { .. }
         | IdError::TimeExhausted(_)
         | IdError::Conflict(_)
         | IdError::TooManyNamespaces { .. } => StatusCode::CONFLICT,
+        IdError::TooManyStreams(_) => StatusCode::TOO_MANY_REQUESTS,
         IdError::Unavailable { .. } | IdError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         IdError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
         IdError::Forbidden(_) => StatusCode::FORBIDDEN,

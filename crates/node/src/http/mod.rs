@@ -1,6 +1,7 @@
-//! The HTTP/JSON front-end (docs/api.md), on axum: parse the request, call the namespace, write
-//! the answer as an [`idmint_api`] type, map errors to statuses ([`error`]). It computes nothing
-//! about namespaces itself; a second front-end is a sibling of this module.
+//! The HTTP/JSON front-end (docs/api.md), on axum: parse the request, call one of the node's
+//! operations (`crate::node::requests`), write the answer as an [`idmint_api`] type, map
+//! errors to statuses ([`error`]). It authenticates, limits and computes nothing itself; gRPC
+//! and RESP are siblings of this module over the same operations.
 //!
 //! Invariants:
 //! - Every error axum lets us answer is a status that fits and
@@ -12,35 +13,32 @@
 //!   those itself and offers no hook to change them.
 //! - Only `GET /v1/ids`, `POST /v1/blocks` and the two administration routes (`POST
 //!   /v1/admin/rebase`, `/v1/admin/retire`: scope `admin`) may create a namespace or move a
-//!   watermark; reads go
-//!   through [`Node::read_namespace`]. `HEAD` on those two routes is 405 (axum would otherwise
-//!   run the GET handler and hand out an id nobody sees). Their answers carry
-//!   `Cache-Control: no-store`, so no cache replays an id.
+//!   watermark; the node's read operations (and a give-back) create nothing. `HEAD` on the id
+//!   routes is 405 (axum would otherwise run the GET handler and hand out an id nobody sees).
+//!   Their answers carry `Cache-Control: no-store`, so no cache replays an id.
 //! - Query strings are percent-decoded; each parameter may appear once.
 //! - Every route is added through `routes`, which records its path and allowed methods, and
 //!   `GET /openapi.json` ([`openapi`]) documents exactly those (a test compares them). `GET /`
 //!   ([`status_page`]) is the HTML view of the same reads.
-//!
 //! - With `[auth]` ([`crate::auth`]), every route but `/healthz`, `/readyz`, `/openapi.json`
-//!   (and `/metrics` unless `[auth] metrics = "read"`) reads `Authorization: Bearer <token>`
-//!   first and is refused (401, 403, 429 with `Retry-After`) before it parses anything else or
-//!   looks a namespace up: a refused request creates and reserves nothing. The listing shows
-//!   only the namespaces the token may read; the status page needs `read` on `*`.
+//!   (and `/metrics` unless `[auth] metrics = "read"`) hands its `Authorization: Bearer
+//!   <token>` header to the node's operation, which refuses (401, 403, 429 with `Retry-After`)
+//!   before it looks a namespace up. The listing shows only the namespaces the token may read;
+//!   the status page needs `read` on `*`.
 //!
 //! Ids are written as decimal strings (JavaScript-safe) or canonical UUID/ULID text.
 
+pub(crate) mod connection;
 pub mod encode;
 pub mod error;
-pub mod listen;
 pub mod openapi;
 pub mod status_page;
 
-pub use listen::listen;
+pub(crate) use connection::serve_connection;
 
-use crate::auth::{Caller, Scope};
 use crate::error::IdError;
-use crate::metrics::ErrorLabels;
-use crate::registry::Node;
+use crate::node::requests::Credentials;
+use crate::node::Node;
 use axum::extract::path::ErrorKind;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, Request, State};
@@ -49,7 +47,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 use error::ApiError;
-use idmint_api::{BlockResponse, ErrorCode, Health, NamespaceList, Ready};
+use idmint_api::{BlockResponse, ErrorCode, GiveBackResponse, Health, NamespaceList, Ready};
+use idmint_core::Block;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,6 +58,7 @@ pub const MAX_URI_BYTES: usize = 8 * 1024;
 
 const IDS: &str = "/v1/ids/{namespace}";
 const BLOCKS: &str = "/v1/blocks/{namespace}";
+const GIVE_BACK: &str = "/v1/blocks/{namespace}/give-back";
 const DECODE: &str = "/v1/decode/{namespace}/{id}";
 const NAMESPACES: &str = "/v1/namespaces";
 const NAMESPACE: &str = "/v1/namespaces/{namespace}";
@@ -112,6 +112,7 @@ pub(crate) fn routes() -> Routes {
     }
     .route(IDS, "GET", get(get_ids).head(refuse(IDS, "GET")))
     .route(BLOCKS, "POST", post(post_block))
+    .route(GIVE_BACK, "POST", post(give_back))
     .route(REBASE, "POST", post(rebase))
     .route(RETIRE, "POST", post(retire))
     .route(DECODE, READ, get(decode))
@@ -125,20 +126,16 @@ pub(crate) fn routes() -> Routes {
     .route("/ui", READ, get(status_page))
 }
 
-/// The caller the request's `Authorization` header names ([`crate::auth::Auth`]).
-fn caller(node: &Node, headers: &HeaderMap) -> Result<Caller, IdError> {
-    caller_of(node, headers.get(header::AUTHORIZATION))
-}
-
-/// The caller an `Authorization` header value names.
-fn caller_of(node: &Node, authorization: Option<&HeaderValue>) -> Result<Caller, IdError> {
-    node.auth()
-        .authenticate_header(authorization.map(HeaderValue::as_bytes))
-}
-
 /// The request's `Authorization` header, alone: the id routes read nothing else from the
 /// headers, and extracting the whole `HeaderMap` would clone every header on every request.
 struct Authorization(Option<HeaderValue>);
+
+impl Authorization {
+    /// What the node's operations take.
+    fn credentials(&self) -> Credentials<'_> {
+        Credentials::Header(self.0.as_ref().map(HeaderValue::as_bytes))
+    }
+}
 
 impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Authorization {
     type Rejection = std::convert::Infallible;
@@ -154,49 +151,23 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Authorization {
     }
 }
 
-/// `GET /` and `/ui`: the status page, which shows every namespace, so with `[auth]` it needs
-/// `read` on `*`.
-async fn status_page(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
-    let allowed =
-        caller(&node, &headers).and_then(|caller| node.auth().authorize_node(caller, Scope::Read));
-    match allowed {
-        Ok(()) => status_page::serve(State(node)).await,
-        Err(e) => fail(&node, e),
-    }
-}
-
-/// Counts the error in the metrics and turns it into its answer.
-fn fail(node: &Node, e: IdError) -> Response {
-    count_error(node, e.code());
+/// The answer of an error: its status and JSON body. The node's operations counted it; an
+/// error found here, while parsing, is counted with [`parse_error`].
+fn fail(e: IdError) -> Response {
     ApiError::from(e).into_response()
 }
 
-fn count_error(node: &Node, code: ErrorCode) {
-    node.metrics()
-        .errors
-        .get_or_create(&ErrorLabels {
-            code: code.as_str(),
-        })
-        .inc();
+/// An error found while parsing the request, counted and answered.
+fn parse_error(node: &Node, e: IdError) -> Response {
+    node.count_error(&e);
+    fail(e)
 }
 
-/// [`fail`] for a read: an unknown namespace is not created by a read, and the message says so
-/// (the domain's message is about `auto_create`, which does not matter to a read).
-fn fail_read(node: &Node, e: IdError) -> Response {
-    match e {
-        IdError::UnknownNamespace(name) if node.config().auto_create => {
-            count_error(node, ErrorCode::UnknownNamespace);
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                ErrorCode::UnknownNamespace,
-                format!(
-                    "namespace {name:?} does not exist; reads do not create namespaces \
-                     (GET /v1/ids/{name} does)"
-                ),
-            )
-            .into_response()
-        }
-        other => fail(node, other),
+/// `GET /` and `/ui`: the status page, which shows every namespace: `read` on `*`.
+async fn status_page(State(node): State<Arc<Node>>, who: Authorization) -> Response {
+    match node.admit_node_read(who.credentials()) {
+        Ok(()) => status_page::serve(State(node)).await,
+        Err(e) => fail(e),
     }
 }
 
@@ -340,38 +311,26 @@ fn query_pairs(
     })
 }
 
-/// `count` from the request's query string, as [`parse_count`] reads it. A query with nothing
-/// to percent-decode (no `%`, no `+`: every request a client library sends) is split in place,
-/// as `application/x-www-form-urlencoded` splits it (on `&`, empty parts skipped, a part
-/// without `=` has an empty value), with no allocation; any other goes through axum's `Query`.
-fn count_param(uri: &Uri, max: u64, max_key: &str) -> Result<u64, IdError> {
+/// `count` from the request's query string (absent: `None`), as a number; the node applies the
+/// count rule. A query with nothing to percent-decode (no `%`, no `+`: every request a client
+/// library sends) is split in place, as `application/x-www-form-urlencoded` splits it (on `&`,
+/// empty parts skipped, a part without `=` has an empty value), with no allocation; any other
+/// goes through axum's `Query`.
+fn count_param(uri: &Uri) -> Result<Option<u64>, IdError> {
     let raw = uri.query().unwrap_or_default();
     if raw.bytes().any(|b| b == b'%' || b == b'+') {
-        return parse_count(&query_pairs(Query::try_from_uri(uri))?, max, max_key);
+        let pairs = query_pairs(Query::try_from_uri(uri))?;
+        return count_of(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     }
-    let pairs = raw
-        .split('&')
-        .filter(|part| !part.is_empty())
-        .map(|part| part.split_once('=').unwrap_or((part, "")));
-    parse_count_of(pairs, max, max_key)
-}
-
-/// Parses `count` (default 1, 1..=max) from query pairs that may hold nothing else, once;
-/// `max_key` is the setting `max` comes from, named when a count is above it.
-fn parse_count(pairs: &[(String, String)], max: u64, max_key: &str) -> Result<u64, IdError> {
-    parse_count_of(
-        pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        max,
-        max_key,
+    count_of(
+        raw.split('&')
+            .filter(|part| !part.is_empty())
+            .map(|part| part.split_once('=').unwrap_or((part, ""))),
     )
 }
 
-/// [`parse_count`] over borrowed pairs.
-fn parse_count_of<'a>(
-    pairs: impl Iterator<Item = (&'a str, &'a str)>,
-    max: u64,
-    max_key: &str,
-) -> Result<u64, IdError> {
+/// `count` from query pairs that may hold nothing else, once.
+fn count_of<'a>(pairs: impl Iterator<Item = (&'a str, &'a str)>) -> Result<Option<u64>, IdError> {
     let mut count = None;
     for (k, v) in pairs {
         match k {
@@ -388,21 +347,13 @@ fn parse_count_of<'a>(
             }
         }
     }
-    let Some(raw) = count else { return Ok(1) };
-    let n: u64 = raw.parse().map_err(|_| {
-        IdError::InvalidCount(format!(
-            "count must be a whole number from 1 to {max}, got {raw:?}"
-        ))
-    })?;
-    if n == 0 {
-        return Err(IdError::InvalidCount("count must be at least 1".into()));
-    }
-    if n > max {
-        return Err(IdError::InvalidCount(format!(
-            "count {n} is above this server's maximum of {max} ({max_key})"
-        )));
-    }
-    Ok(n)
+    count
+        .map(|raw| {
+            raw.parse::<u64>().map_err(|_| {
+                IdError::InvalidCount(format!("count must be a whole number, got {raw:?}"))
+            })
+        })
+        .transpose()
 }
 
 /// Marks an answer of the id routes as never to be stored by a cache: a replayed id is a
@@ -414,30 +365,24 @@ fn no_store(mut answer: Response) -> Response {
     answer
 }
 
+/// `GET /v1/ids/{namespace}?count=N`.
 async fn get_ids(
     State(node): State<Arc<Node>>,
-    Authorization(authorization): Authorization,
+    who: Authorization,
     uri: Uri,
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
-    let result = async {
-        let caller = caller_of(&node, authorization.as_ref())?;
-        let name = path_params(path)?;
-        let count = count_param(&uri, node.config().max_count, "server.max_count")?;
-        node.auth().authorize(caller, &name, Scope::Ids, count)?;
-        let ns = node.namespace(&name).await?;
-        let ids = ns.ids(count).await?;
-        node.auth().served(caller, ids.len() as u64);
-        Ok::<_, IdError>((ns, ids))
-    }
-    .await;
-    no_store(match result {
-        Ok((ns, ids)) => {
+    let (name, count) = match path_params(path).and_then(|name| Ok((name, count_param(&uri)?))) {
+        Ok(parsed) => parsed,
+        Err(e) => return no_store(parse_error(&node, e)),
+    };
+    no_store(match node.take_ids(who.credentials(), &name, count).await {
+        Ok(taken) => {
             // Built directly: `(headers, String).into_response()` would set `text/plain`
             // first and then replace it.
             let mut answer = Response::new(axum::body::Body::from(encode::ids_json(
-                ns.name().as_str(),
-                &ids,
+                taken.namespace.name().as_str(),
+                &taken.ids,
             )));
             answer.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -445,180 +390,203 @@ async fn get_ids(
             );
             answer
         }
-        Err(e) => fail(&node, e),
+        Err(e) => fail(e),
     })
 }
 
+/// `POST /v1/blocks/{namespace}?count=N`: a block leased to a lower tier.
 async fn post_block(
     State(node): State<Arc<Node>>,
-    Authorization(authorization): Authorization,
+    who: Authorization,
     uri: Uri,
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
-    let result = async {
-        let caller = caller_of(&node, authorization.as_ref())?;
-        let name = path_params(path)?;
-        let count = count_param(
-            &uri,
-            node.config().max_block_request,
-            "server.max_block_request",
-        )?;
-        node.auth().authorize(caller, &name, Scope::Blocks, count)?;
-        let ns = node.namespace(&name).await?;
-        let count = crate::config::block_request(&ns, count, node.auth().max_block_32(caller));
-        let block = ns.block(count).await?;
-        node.auth().served(caller, block.len());
-        Ok::<_, IdError>(block)
-    }
-    .await;
-    no_store(match result {
-        Ok(b) => axum::Json(BlockResponse {
-            start: b.start(),
-            end: b.end(),
-            step: b.step(),
+    let (name, count) = match path_params(path).and_then(|name| Ok((name, count_param(&uri)?))) {
+        Ok(parsed) => parsed,
+        Err(e) => return no_store(parse_error(&node, e)),
+    };
+    no_store(
+        match node.take_block(who.credentials(), &name, count).await {
+            Ok(lease) => axum::Json(BlockResponse {
+                start: lease.block.start(),
+                end: lease.block.end(),
+                step: lease.block.step(),
+                lease: lease.token.unwrap_or(0),
+            })
+            .into_response(),
+            Err(e) => fail(e),
+        },
+    )
+}
+
+/// `POST /v1/blocks/{namespace}/give-back?lease=L&start=S&end=E&step=K`: the unused tail of a
+/// leased block.
+async fn give_back(
+    State(node): State<Arc<Node>>,
+    who: Authorization,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    path: Result<Path<String>, PathRejection>,
+) -> Response {
+    let parsed = path_params(path).and_then(|name| {
+        let pairs = query_pairs(query)?;
+        let numbers = numbers_param(&pairs, &["lease", "start", "end", "step"])?;
+        let [lease, start, end, step] = [numbers[0], numbers[1], numbers[2], numbers[3]];
+        let tail = Block::new(start, end, step).ok_or_else(|| {
+            IdError::InvalidRequest(format!(
+                "[{start}, {end}) step {step} is not a block: start must be below end and step \
+                 at least 1"
+            ))
+        })?;
+        Ok((name, lease, tail))
+    });
+    let (name, lease, tail) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => return parse_error(&node, e),
+    };
+    match node.give_back(who.credentials(), &name, lease, tail).await {
+        Ok(g) => axum::Json(GiveBackResponse {
+            given_back: g.given_back,
+            ids: g.ids,
+            reason: g.reason,
         })
         .into_response(),
-        Err(e) => fail(&node, e),
-    })
+        Err(e) => fail(e),
+    }
+}
+
+/// The decimal numbers `names` from query pairs that hold exactly those, each once.
+fn numbers_param(pairs: &[(String, String)], names: &[&str]) -> Result<Vec<u64>, IdError> {
+    let mut values: Vec<Option<u64>> = vec![None; names.len()];
+    for (k, v) in pairs {
+        let Some(i) = names.iter().position(|n| n == k) else {
+            return Err(IdError::InvalidRequest(format!(
+                "unknown query parameter {k:?}; expected {}",
+                names.join(", ")
+            )));
+        };
+        if values[i].is_some() {
+            return Err(IdError::InvalidRequest(format!(
+                "query parameter {k:?} is given more than once; give it once"
+            )));
+        }
+        values[i] = Some(v.parse::<u64>().map_err(|_| {
+            IdError::InvalidRequest(format!(
+                "{k} must be a whole number from 0 to 18446744073709551615, got {v:?}"
+            ))
+        })?);
+    }
+    names
+        .iter()
+        .zip(values)
+        .map(|(n, v)| v.ok_or_else(|| IdError::InvalidRequest(format!("{n}=N is required"))))
+        .collect()
 }
 
 /// `POST /v1/admin/rebase/{namespace}?above=N`: every id from now on is above N.
 async fn rebase(
     State(node): State<Arc<Node>>,
-    headers: HeaderMap,
+    who: Authorization,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
-    administer(&node, &headers, query, path, idmint_store::Advance::Rebase).await
+    let parsed = path_params(path).and_then(|name| {
+        let pairs = query_pairs(query)?;
+        let above = numbers_param(&pairs, &["above"]).map_err(|e| match e {
+            IdError::InvalidRequest(m) if m.starts_with("above=N") => IdError::InvalidRequest(
+                "above=N is required: the highest id that must never be handed out".into(),
+            ),
+            other => other,
+        })?;
+        Ok((name, above[0]))
+    });
+    let (name, above) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => return parse_error(&node, e),
+    };
+    let moved = node
+        .move_watermark(
+            who.credentials(),
+            &name,
+            idmint_store::Advance::Rebase,
+            Some(above),
+        )
+        .await;
+    match moved {
+        Ok(a) => axum::Json(a).into_response(),
+        Err(e) => fail(e),
+    }
 }
 
 /// `POST /v1/admin/retire/{namespace}`: the namespace hands out no id any more.
 async fn retire(
     State(node): State<Arc<Node>>,
-    headers: HeaderMap,
+    who: Authorization,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
-    administer(&node, &headers, query, path, idmint_store::Advance::Retire).await
-}
-
-/// A rebase or retirement: the `admin` scope first, then the parameters (`above` for a
-/// rebase, none for a retirement), then [`Node::advance`].
-async fn administer(
-    node: &Node,
-    headers: &HeaderMap,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
-    path: Result<Path<String>, PathRejection>,
-    action: idmint_store::Advance,
-) -> Response {
-    let result = async {
-        let caller = caller(node, headers)?;
-        let name = path_params(path)?;
-        node.auth().authorize(caller, &name, Scope::Admin, 0)?;
-        let pairs = query_pairs(query)?;
-        let above = match action {
-            idmint_store::Advance::Rebase => Some(above_param(&pairs)?),
-            idmint_store::Advance::Retire => match pairs.first() {
-                Some((k, _)) => {
-                    return Err(IdError::InvalidRequest(format!(
-                        "unknown query parameter {k:?}; retire takes none"
-                    )))
-                }
-                None => None,
-            },
-        };
-        node.advance(&name, action, above).await
-    }
-    .await;
-    match result {
-        Ok(a) => axum::Json(a).into_response(),
-        Err(e) => fail(node, e),
-    }
-}
-
-/// `above` (a decimal id, required, once) from query pairs that may hold nothing else.
-fn above_param(pairs: &[(String, String)]) -> Result<u64, IdError> {
-    let mut above = None;
-    for (k, v) in pairs {
-        match k.as_str() {
-            "above" if above.is_some() => {
-                return Err(IdError::InvalidRequest(
-                    "query parameter \"above\" is given more than once; give it once".into(),
-                ))
-            }
-            "above" => {
-                above = Some(v.parse::<u64>().map_err(|_| {
-                    IdError::InvalidRequest(format!(
-                        "above must be a whole number from 0 to 18446744073709551615, got {v:?}"
-                    ))
-                })?)
-            }
-            other => {
-                return Err(IdError::InvalidRequest(format!(
-                    "unknown query parameter {other:?}; only above is accepted"
-                )))
-            }
+    let parsed = path_params(path).and_then(|name| {
+        if let Some((k, _)) = query_pairs(query)?.first() {
+            return Err(IdError::InvalidRequest(format!(
+                "unknown query parameter {k:?}; retire takes none"
+            )));
         }
-    }
-    above.ok_or_else(|| {
-        IdError::InvalidRequest(
-            "above=N is required: the highest id that must never be handed out".into(),
+        Ok(name)
+    });
+    let name = match parsed {
+        Ok(name) => name,
+        Err(e) => return parse_error(&node, e),
+    };
+    let moved = node
+        .move_watermark(
+            who.credentials(),
+            &name,
+            idmint_store::Advance::Retire,
+            None,
         )
-    })
+        .await;
+    match moved {
+        Ok(a) => axum::Json(a).into_response(),
+        Err(e) => fail(e),
+    }
 }
 
+/// `GET /v1/decode/{namespace}/{id}`.
 async fn decode(
     State(node): State<Arc<Node>>,
-    headers: HeaderMap,
+    who: Authorization,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Response {
-    let result = async {
-        let caller = caller(&node, &headers)?;
-        let (name, id) = path_params(path)?;
-        node.auth().authorize(caller, &name, Scope::Read, 0)?;
-        node.read_namespace(&name).await?.decode(&id)
-    }
-    .await;
-    match result {
-        Ok(d) => axum::Json(d).into_response(),
-        Err(e) => fail_read(&node, e),
-    }
-}
-
-/// Every namespace served; with `[auth]`, those the token may read.
-async fn list_namespaces(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
-    let caller = match caller(&node, &headers) {
-        Ok(caller) => caller,
-        Err(e) => return fail(&node, e),
+    let (name, id) = match path_params(path) {
+        Ok(parsed) => parsed,
+        Err(e) => return parse_error(&node, e),
     };
-    let now = node.now();
-    let mut namespaces = Vec::new();
-    for ns in node.all() {
-        if node.auth().may(caller, ns.name().as_str(), Scope::Read) {
-            namespaces.push(node.describe(ns.info_live(now, &**node.authority()).await));
-        }
+    match node.decode(who.credentials(), &name, &id).await {
+        Ok(d) => axum::Json(d).into_response(),
+        Err(e) => fail(e),
     }
-    axum::Json(NamespaceList { namespaces }).into_response()
 }
 
+/// `GET /v1/namespaces`: every namespace served; with `[auth]`, those the token may read.
+async fn list_namespaces(State(node): State<Arc<Node>>, who: Authorization) -> Response {
+    match node.namespace_list(who.credentials()).await {
+        Ok(namespaces) => axum::Json(NamespaceList { namespaces }).into_response(),
+        Err(e) => fail(e),
+    }
+}
+
+/// `GET /v1/namespaces/{namespace}`.
 async fn get_namespace(
     State(node): State<Arc<Node>>,
-    headers: HeaderMap,
+    who: Authorization,
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
-    let result = async {
-        let caller = caller(&node, &headers)?;
-        let name = path_params(path)?;
-        node.auth().authorize(caller, &name, Scope::Read, 0)?;
-        node.read_namespace(&name).await
-    }
-    .await;
-    match result {
-        Ok(ns) => {
-            let info = ns.info_live(node.now(), &**node.authority()).await;
-            axum::Json(node.describe(info)).into_response()
-        }
-        Err(e) => fail_read(&node, e),
+    let name = match path_params(path) {
+        Ok(name) => name,
+        Err(e) => return parse_error(&node, e),
+    };
+    match node.namespace_info(who.credentials(), &name).await {
+        Ok(info) => axum::Json(info).into_response(),
+        Err(e) => fail(e),
     }
 }
 
@@ -704,10 +672,9 @@ async fn readyz(State(node): State<Arc<Node>>) -> Response {
 /// With `[auth] metrics = "read"`, only for a token with `read` on `*`.
 async fn metrics(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
     if node.auth().metrics_need_token() {
-        let allowed = caller(&node, &headers)
-            .and_then(|caller| node.auth().authorize_node(caller, Scope::Read));
-        if let Err(e) = allowed {
-            return fail(&node, e);
+        let who = Credentials::Header(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()));
+        if let Err(e) = node.admit_node_read(who) {
+            return fail(e);
         }
     }
     let accept = headers
@@ -750,45 +717,33 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn pairs(q: &[(&str, &str)]) -> Vec<(String, String)> {
-        q.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+    fn count(query: &str) -> Result<Option<u64>, IdError> {
+        count_param(&format!("/v1/ids/a?{query}").parse::<Uri>().unwrap())
     }
 
     #[test]
     fn count_parsing() {
-        assert_eq!(parse_count(&[], 10, "server.max_count"), Ok(1));
-        assert_eq!(
-            parse_count(&pairs(&[("count", "7")]), 10, "server.max_count"),
-            Ok(7)
-        );
-        for bad in ["0", "11", "-1", "abc", ""] {
+        assert_eq!(count(""), Ok(None));
+        assert_eq!(count("count=7"), Ok(Some(7)));
+        assert_eq!(count("count=0"), Ok(Some(0)), "the node's rule refuses 0");
+        assert_eq!(count("count=%37"), Ok(Some(7)));
+        for bad in ["count=-1", "count=abc", "count="] {
             assert_eq!(
-                parse_count(&pairs(&[("count", bad)]), 10, "server.max_count")
-                    .unwrap_err()
-                    .code(),
+                count(bad).unwrap_err().code(),
                 ErrorCode::InvalidCount,
                 "{bad}"
             );
         }
         assert_eq!(
-            parse_count(&pairs(&[("cnt", "1")]), 10, "server.max_count")
-                .unwrap_err()
-                .code(),
+            count("cnt=1").unwrap_err().code(),
             ErrorCode::InvalidRequest
         );
     }
 
-    /// Regression: `count=2&count=3` was accepted and gave 3 ids.
+    /// `count=2&count=3` is refused, not answered with 3 ids.
     #[test]
     fn a_repeated_count_is_refused() {
-        let e = parse_count(
-            &pairs(&[("count", "2"), ("count", "3")]),
-            10,
-            "server.max_count",
-        )
-        .unwrap_err();
+        let e = count("count=2&count=3").unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidRequest);
         assert!(e.to_string().contains("count"), "{e}");
     }

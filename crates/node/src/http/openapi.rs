@@ -22,15 +22,15 @@
 //! The functions below only carry the `#[utoipa::path]` documentation of the handlers in
 //! [`super`]; they are never called.
 
-use crate::registry::Node;
+use crate::node::Node;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use idmint_api::{
     AdvanceResponse, BlockResponse, CacheSettings, Decoded, ErrorBody, ErrorCode, ErrorDetail,
-    FieldOrder, Health, IdsResponse, LayoutSettings, LeaseStatus, MemberState, NamespaceInfo,
-    NamespaceList, Ready, SequenceHeadroom, SequenceSettings, SequenceState, SnowflakeSettings,
-    SnowflakeState, WorkerLeaseState, WorkerPool,
+    FieldOrder, GiveBackResponse, Health, IdsResponse, LayoutSettings, LeaseStatus, MemberState,
+    NamespaceInfo, NamespaceList, Ready, SequenceHeadroom, SequenceSettings, SequenceState,
+    SnowflakeSettings, SnowflakeState, WorkerLeaseState, WorkerPool,
 };
 use serde_json::Value;
 use std::sync::Arc;
@@ -47,6 +47,7 @@ use utoipa::OpenApi;
     paths(
         get_ids,
         post_block,
+        give_back,
         rebase,
         retire,
         decode,
@@ -62,6 +63,7 @@ use utoipa::OpenApi;
     components(schemas(
         IdsResponse,
         BlockResponse,
+        GiveBackResponse,
         AdvanceResponse,
         Decoded,
         NamespaceList,
@@ -343,6 +345,38 @@ fn get_ids() {}
 )]
 #[allow(dead_code)]
 fn post_block() {}
+
+/// Hand a leased block's unused tail back.
+#[utoipa::path(
+    post,
+    path = super::GIVE_BACK,
+    tag = "ids",
+    operation_id = "give_back",
+    summary = "Give the unused tail of a leased block back",
+    description = "The tail `[start, end)` with `step` of the block `POST /v1/blocks` leased \
+                   with `lease`: accepted only if it is the newest lease's exact tail, once, and \
+                   nothing was handed out since (then its ids are handed out next); otherwise \
+                   `given_back` is false, the reason says why, and the tail stays burned. Never \
+                   creates a namespace. No request body.",
+    params(
+        ("namespace" = String, Path, description = "1-128 of `[A-Za-z0-9_.:-]`, starting with a letter or digit",
+            pattern = "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", example = "photos"),
+        ("lease" = u64, Query, description = "The block's `lease`", example = 4242),
+        ("start" = u64, Query, description = "The tail's first id", example = 500),
+        ("end" = u64, Query, description = "One step past the tail's last id", example = 1001),
+        ("step" = u64, Query, description = "The namespace's step", minimum = 1, example = 1),
+    ),
+    responses(
+        (status = 200, description = "What became of the tail", body = GiveBackResponse),
+        (status = 400, description = "`invalid_namespace` or `invalid_request`", body = ErrorBody),
+        (status = 404, description = "`unknown_namespace`: no such namespace", body = ErrorBody),
+        (status = 409, description = "`wrong_kind`: not a sequence namespace", body = ErrorBody),
+        (status = 414, description = "`invalid_request`: the request target is longer than 8 KiB", body = ErrorBody),
+        (status = 503, description = "`authority_unavailable` or `shutting_down`", body = ErrorBody),
+    )
+)]
+#[allow(dead_code)]
+fn give_back() {}
 
 /// Rebase: every id from now on is above `above`.
 #[utoipa::path(

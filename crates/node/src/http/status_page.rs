@@ -22,7 +22,7 @@
 //! - It maps nothing to protocol errors: it always answers 200 with the page, the authority's
 //!   failure shown on it.
 
-use crate::registry::Node;
+use crate::node::Node;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -409,6 +409,7 @@ mod tests {
                 start: 1,
                 step: 1,
                 offset: 0,
+                residues: Vec::new(),
                 cache: CacheSettings::Off,
             },
             state: SequenceState {

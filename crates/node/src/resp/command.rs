@@ -9,8 +9,8 @@
 //! - Commands that would read or write keys (`GET`, `SET`, `DEL`, ...) are refused with an
 //!   error saying idmint stores no keys; nothing pretends to store a value.
 //! - Namespace names must be UTF-8 here; whether a name is valid (length, characters) is the
-//!   domain's check ([`crate::Node::namespace`]). Counts are whole numbers from 1 to the limit
-//!   the caller passes (`server.max_count` for ids).
+//!   node's check. Counts must be whole numbers here; whether one is allowed (at least 1, at
+//!   most the node's limit) is the node's one count rule, as for every front-end.
 
 use super::reply::Reply;
 use crate::error::IdError;
@@ -59,9 +59,28 @@ pub enum Command<'a> {
     /// `INCRBY ns n` / `IDMINT.INCRBY`: `n` consecutive ids, answered as the last.
     IncrBy(&'a str, u64),
     /// `IDMINT.NEXT ns [count]`: `count` ids (default 1), as an array.
-    Next(&'a str, u64),
-    /// `IDMINT.BLOCK ns count`: one contiguous block of up to `count` ids.
+    Next(&'a str, Option<u64>),
+    /// `IDMINT.BLOCK ns count`: one contiguous block of up to `count` ids, leased.
     Block(&'a str, u64),
+    /// `IDMINT.GIVEBACK ns lease start end step`: the unused tail of a leased block.
+    GiveBack {
+        /// The namespace.
+        name: &'a str,
+        /// The lease `IDMINT.BLOCK` answered.
+        lease: u64,
+        /// The tail: `[start, end)` with `step`.
+        start: u64,
+        /// See `start`.
+        end: u64,
+        /// See `start`.
+        step: u64,
+    },
+    /// `MULTI`: queue the next commands until `EXEC` (or `DISCARD`).
+    Multi,
+    /// `EXEC`: run the queued commands, in order.
+    Exec,
+    /// `DISCARD`: drop the queued commands.
+    Discard,
     /// `IDMINT.DECODE ns id`.
     Decode(&'a str, &'a str),
     /// `IDMINT.REBASE ns above`: every id from now on is above `above` (scope admin).
@@ -72,7 +91,7 @@ pub enum Command<'a> {
 
 impl Command<'_> {
     /// Every value [`Command::name`] answers, in [`Command::index`] order.
-    pub const NAMES: [&'static str; 20] = [
+    pub const NAMES: [&'static str; 24] = [
         "ping",
         "echo",
         "quit",
@@ -93,6 +112,10 @@ impl Command<'_> {
         "idmint.decode",
         "idmint.rebase",
         "idmint.retire",
+        "idmint.giveback",
+        "multi",
+        "exec",
+        "discard",
     ];
 
     /// The command's position in [`Command::NAMES`].
@@ -118,6 +141,10 @@ impl Command<'_> {
             Command::Decode(..) => 17,
             Command::Rebase(..) => 18,
             Command::Retire(_) => 19,
+            Command::GiveBack { .. } => 20,
+            Command::Multi => 21,
+            Command::Exec => 22,
+            Command::Discard => 23,
         }
     }
 
@@ -241,18 +268,12 @@ const KEY_COMMANDS: &[&str] = &[
     "SUBSCRIBE",
     "EVAL",
     "EVALSHA",
-    "MULTI",
-    "EXEC",
     "WATCH",
+    "UNWATCH",
 ];
 
-/// Reads `args` (the request's bulk strings, the command name first). `max_count` bounds the
-/// counts of `INCRBY` and `IDMINT.NEXT`; `max_block` that of `IDMINT.BLOCK`.
-pub fn parse<'a>(
-    args: &[&'a [u8]],
-    max_count: u64,
-    max_block: u64,
-) -> Result<Command<'a>, Refusal> {
+/// Reads `args` (the request's bulk strings, the command name first).
+pub fn parse<'a>(args: &[&'a [u8]]) -> Result<Command<'a>, Refusal> {
     let Some((name, rest)) = args.split_first() else {
         return Err(Refusal::NotACommand);
     };
@@ -318,25 +339,38 @@ pub fn parse<'a>(
         }
         "INCRBY" | "IDMINT.INCRBY" => {
             arity(rest.len() == 2)?;
-            Ok(Command::IncrBy(
-                namespace(rest[0])?,
-                count(rest[1], max_count, "server.max_count")?,
-            ))
+            Ok(Command::IncrBy(namespace(rest[0])?, count(rest[1])?))
         }
         "IDMINT.NEXT" => {
             arity(rest.len() == 1 || rest.len() == 2)?;
-            let n = match rest.get(1) {
-                Some(c) => count(c, max_count, "server.max_count")?,
-                None => 1,
-            };
+            let n = rest.get(1).map(|c| count(c)).transpose()?;
             Ok(Command::Next(namespace(rest[0])?, n))
         }
         "IDMINT.BLOCK" => {
             arity(rest.len() == 2)?;
-            Ok(Command::Block(
-                namespace(rest[0])?,
-                count(rest[1], max_block, "the block limit")?,
-            ))
+            Ok(Command::Block(namespace(rest[0])?, count(rest[1])?))
+        }
+        "IDMINT.GIVEBACK" => {
+            arity(rest.len() == 5)?;
+            Ok(Command::GiveBack {
+                name: namespace(rest[0])?,
+                lease: number(rest[1], "lease")?,
+                start: number(rest[2], "start")?,
+                end: number(rest[3], "end")?,
+                step: number(rest[4], "step")?,
+            })
+        }
+        "MULTI" => {
+            arity(rest.is_empty())?;
+            Ok(Command::Multi)
+        }
+        "EXEC" => {
+            arity(rest.is_empty())?;
+            Ok(Command::Exec)
+        }
+        "DISCARD" => {
+            arity(rest.is_empty())?;
+            Ok(Command::Discard)
         }
         "IDMINT.DECODE" => {
             arity(rest.len() == 2)?;
@@ -346,16 +380,10 @@ pub fn parse<'a>(
         }
         "IDMINT.REBASE" => {
             arity(rest.len() == 2)?;
-            let above = std::str::from_utf8(rest[1])
-                .ok()
-                .and_then(|s| s.parse::<u64>().ok())
-                .ok_or_else(|| {
-                    Refusal::Invalid(IdError::InvalidRequest(format!(
-                        "above must be a whole number from 0 to 18446744073709551615, got {:?}",
-                        quote(rest[1])
-                    )))
-                })?;
-            Ok(Command::Rebase(namespace(rest[0])?, above))
+            Ok(Command::Rebase(
+                namespace(rest[0])?,
+                number(rest[1], "above")?,
+            ))
         }
         "IDMINT.RETIRE" => {
             arity(rest.len() == 1)?;
@@ -382,25 +410,32 @@ fn namespace(arg: &[u8]) -> Result<&str, Refusal> {
     })
 }
 
-fn count(arg: &[u8], max: u64, limit: &str) -> Result<u64, Refusal> {
-    let text = String::from_utf8_lossy(arg);
-    let n: u64 = text.parse().map_err(|_| {
-        Refusal::Invalid(IdError::InvalidCount(format!(
-            "count must be a whole number from 1 to {max}, got {:?}",
-            quote(arg)
-        )))
-    })?;
-    if n == 0 {
-        return Err(Refusal::Invalid(IdError::InvalidCount(
-            "count must be at least 1".into(),
-        )));
-    }
-    if n > max {
-        return Err(Refusal::Invalid(IdError::InvalidCount(format!(
-            "count {n} is above this server's maximum of {max} ({limit})"
-        ))));
-    }
-    Ok(n)
+/// A count as a number; whether it is allowed is the node's count rule.
+fn count(arg: &[u8]) -> Result<u64, Refusal> {
+    std::str::from_utf8(arg)
+        .ok()
+        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|t| t.parse::<u64>().ok())
+        .ok_or_else(|| {
+            Refusal::Invalid(IdError::InvalidCount(format!(
+                "count must be a whole number, got {:?}",
+                quote(arg)
+            )))
+        })
+}
+
+/// A decimal `u64` argument named `what`.
+fn number(arg: &[u8], what: &str) -> Result<u64, Refusal> {
+    std::str::from_utf8(arg)
+        .ok()
+        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|t| t.parse::<u64>().ok())
+        .ok_or_else(|| {
+            Refusal::Invalid(IdError::InvalidRequest(format!(
+                "{what} must be a whole number from 0 to 18446744073709551615, got {:?}",
+                quote(arg)
+            )))
+        })
 }
 
 fn hello<'a>(rest: &[&[u8]]) -> Result<Command<'a>, Refusal> {
@@ -495,7 +530,7 @@ mod tests {
 
     fn p<'a>(words: &[&'a str]) -> Result<Command<'a>, Refusal> {
         let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
-        parse(&args, 100, 1000)
+        parse(&args)
     }
 
     #[test]
@@ -503,12 +538,23 @@ mod tests {
         assert_eq!(p(&["incr", "orders"]), Ok(Command::Incr("orders")));
         assert_eq!(
             p(&["IdMint.Next", "orders", "5"]),
-            Ok(Command::Next("orders", 5))
+            Ok(Command::Next("orders", Some(5)))
         );
         assert_eq!(
             p(&["IDMINT.NEXT", "orders"]),
-            Ok(Command::Next("orders", 1))
+            Ok(Command::Next("orders", None))
         );
+        assert_eq!(
+            p(&["IDMINT.GIVEBACK", "orders", "7", "10", "20", "1"]),
+            Ok(Command::GiveBack {
+                name: "orders",
+                lease: 7,
+                start: 10,
+                end: 20,
+                step: 1
+            })
+        );
+        assert_eq!(p(&["multi"]), Ok(Command::Multi));
         assert_eq!(
             p(&["HELLO", "3", "setname", "me"]),
             Ok(Command::Hello {
@@ -541,7 +587,12 @@ mod tests {
         );
         assert!(matches!(p(&["get", "k"]), Err(Refusal::Keys(_))));
         assert_eq!(p(&["HELLO", "4"]), Err(Refusal::NoProto));
-        for bad in ["0", "101", "-1", "x", ""] {
+        // Whether 0 or 101 is allowed is the node's count rule, not the parser's.
+        assert_eq!(
+            p(&["IDMINT.NEXT", "a", "0"]),
+            Ok(Command::Next("a", Some(0)))
+        );
+        for bad in ["-1", "x", "", "+1"] {
             assert!(
                 matches!(
                     p(&["IDMINT.NEXT", "a", bad]),
@@ -556,10 +607,10 @@ mod tests {
         );
         let not_utf8: [&[u8]; 2] = [b"INCR", b"\xff"];
         assert!(matches!(
-            parse(&not_utf8, 1, 1),
+            parse(&not_utf8),
             Err(Refusal::Invalid(IdError::InvalidRequest(_)))
         ));
-        assert_eq!(parse(&[], 1, 1), Err(Refusal::NotACommand));
+        assert_eq!(parse(&[]), Err(Refusal::NotACommand));
         // Longer than any command name, or not UTF-8: unknown, quoted as sent.
         for name in ["IDMINT.NEXT.AND.MORE.THAN.16", "\u{e9}t\u{e9}", ""] {
             assert_eq!(

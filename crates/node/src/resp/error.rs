@@ -33,12 +33,12 @@ pub fn code_of(e: &IdError) -> &'static str {
         | IdError::InvalidCount(_)
         | IdError::InvalidRequest(_)
         | IdError::InvalidId(_) => "ERR",
-        IdError::UnknownNamespace(_) => "NONAMESPACE",
+        IdError::UnknownNamespace(_) | IdError::NotCreatedByReads(_) => "NONAMESPACE",
         IdError::WrongKind(_) => "WRONGKIND",
         IdError::Exhausted { .. } | IdError::TimeExhausted(_) => "EXHAUSTED",
         IdError::Unavailable { .. } => "UNAVAILABLE",
         IdError::Conflict(_) => "CONFLICT",
-        IdError::TooManyNamespaces { .. } => "LIMIT",
+        IdError::TooManyNamespaces { .. } | IdError::TooManyStreams(_) => "LIMIT",
         IdError::ShuttingDown => "SHUTDOWN",
         // A new variant is a compile error here, so each gets a deliberate code.
         IdError::Internal(_) => "INTERNAL",

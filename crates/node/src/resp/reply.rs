@@ -120,13 +120,23 @@ pub fn one_id(ids: &Ids) -> Option<Reply> {
     }
 }
 
-/// A block as `{start, end, step}` (RESP2: `[start, <v>, end, <v>, step, <v>]`); `end` is
-/// exclusive, as in the HTTP API.
-pub fn block(b: &Block) -> Reply {
+/// A leased block as `{start, end, step, lease}` (RESP2: `[start, <v>, end, <v>, ...]`);
+/// `end` is exclusive, as in the HTTP API; `lease` is what `IDMINT.GIVEBACK` asks for.
+pub fn block(b: &Block, lease: u64) -> Reply {
     Reply::map([
         ("start", u64_id(b.start())),
         ("end", u64_id(b.end())),
         ("step", u64_id(b.step())),
+        ("lease", u64_id(lease)),
+    ])
+}
+
+/// What `IDMINT.GIVEBACK` answers: `{given_back, ids, reason}`.
+pub fn given_back(g: &crate::node::requests::GivenBack) -> Reply {
+    Reply::map([
+        ("given_back", Reply::Bool(g.given_back)),
+        ("ids", u64_id(g.ids)),
+        ("reason", Reply::text(g.reason.clone())),
     ])
 }
 
@@ -309,10 +319,10 @@ mod tests {
     fn maps_are_flat_arrays_in_resp2() {
         let b = Block::new(10, 20, 2).unwrap();
         assert_eq!(
-            bytes(block(&b), Protocol::Resp2),
-            "*6\r\n$5\r\nstart\r\n:10\r\n$3\r\nend\r\n:20\r\n$4\r\nstep\r\n:2\r\n"
+            bytes(block(&b, 7), Protocol::Resp2),
+            "*8\r\n$5\r\nstart\r\n:10\r\n$3\r\nend\r\n:20\r\n$4\r\nstep\r\n:2\r\n$5\r\nlease\r\n:7\r\n"
         );
-        assert!(bytes(block(&b), Protocol::Resp3).starts_with("%3\r\n$5\r\nstart\r\n:10\r\n"));
+        assert!(bytes(block(&b, 7), Protocol::Resp3).starts_with("%4\r\n$5\r\nstart\r\n:10\r\n"));
         assert_eq!(bytes(Reply::Bool(true), Protocol::Resp2), ":1\r\n");
         assert_eq!(bytes(Reply::Bool(true), Protocol::Resp3), "#t\r\n");
         assert_eq!(bytes(Reply::Null, Protocol::Resp2), "$-1\r\n");

@@ -1,16 +1,15 @@
-//! What the node's integration tests share: a node served in process by `idmint_node::run` on
-//! its own port, an HTTP client for it, and polling with a deadline (no test sleeps to order
+//! What the node's integration tests share: a node served in process by `idmint_node::Server`
+//! on its own port, an HTTP client for it, and polling with a deadline (no test sleeps to order
 //! events).
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use idmint_node::{Authority, NodeConfig, NodeError, ShutdownReport};
+use idmint_node::{Authority, Node, NodeConfig, NodeError, Server, Shutdown, ShutdownReport};
 use serde_json::Value;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 /// How long any polled condition may take on a loaded 2-core machine before the test fails.
@@ -22,7 +21,7 @@ pub struct TestNode {
     pub base: String,
     /// A client with the deadline as timeout.
     pub client: reqwest::Client,
-    stop: Option<oneshot::Sender<()>>,
+    shutdown: Shutdown,
     handle: Option<JoinHandle<Result<ShutdownReport, NodeError>>>,
 }
 
@@ -31,18 +30,17 @@ impl TestNode {
     pub async fn start(config: NodeConfig, authority: Arc<dyn Authority>) -> TestNode {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr: SocketAddr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let handle = tokio::spawn(idmint_node::run(listener, config, authority, async move {
-            // A dropped sender (test failed early) also stops the node.
-            let _ = stopped.await;
-        }));
+        let node = Node::start(config, authority).await.unwrap();
+        let server = Server::new(node).http(listener);
+        let shutdown = server.shutdown_handle();
+        let handle = tokio::spawn(server.serve());
         let node = TestNode {
             base: format!("http://{addr}"),
             client: reqwest::Client::builder()
                 .timeout(DEADLINE)
                 .build()
                 .unwrap(),
-            stop: Some(stop),
+            shutdown,
             handle: Some(handle),
         };
         let n = &node;
@@ -84,7 +82,7 @@ impl TestNode {
 
     /// Shuts the node down gracefully and returns what the hand-back did.
     pub async fn stop(mut self) -> ShutdownReport {
-        self.stop.take().unwrap().send(()).unwrap();
+        self.shutdown.drain();
         let handle = self.handle.take().unwrap();
         tokio::time::timeout(DEADLINE, handle)
             .await

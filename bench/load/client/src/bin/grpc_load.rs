@@ -122,7 +122,7 @@ async fn next_loop(
         let answer = client
             .next(NextRequest {
                 namespace: args.namespace.clone(),
-                count: args.count,
+                count: Some(args.count),
             })
             .await;
         let elapsed = started.elapsed();
@@ -201,7 +201,7 @@ async fn run_stream(args: Arc<Args>) {
                     .next_stream(NextStreamRequest {
                         namespace: args.namespace.clone(),
                         total: args.total,
-                        chunk: args.chunk,
+                        chunk: Some(args.chunk),
                     })
                     .await
                     .unwrap_or_else(|s| die(&format!("NextStream: {s}")))

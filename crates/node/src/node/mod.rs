@@ -1,4 +1,5 @@
-//! The node: the set of namespaces being served, their background tasks, and shutdown.
+//! The node: the set of namespaces being served, their background tasks, the operations every
+//! front-end calls ([`requests`]: the one request path), and shutdown.
 //!
 //! Namespaces live in a map behind a `std::sync::RwLock` that is only read on the request path
 //! (a clone of an `Arc`) and written when a namespace is first used; creation itself, which talks
@@ -17,29 +18,41 @@
 //!
 //! Shutdown order matters for uniqueness: stop the refill tasks and wait for them (an in-flight
 //! reservation completes and lands in the buffer), then hand back each buffer's unused tail.
+//!
+//! Modules: [`namespaces`] (looking namespaces up, creating them on first use, reads that never
+//! create), [`requests`] (the operations: authenticate, authorize, limit, look up, carry out,
+//! count).
 
-use crate::auth::Auth;
-use crate::config::{CacheMode, KindConfig, NodeConfig};
+mod namespaces;
+pub mod requests;
+
+use crate::auth::{Auth, Buckets};
+use crate::config::{KindConfig, NodeConfig};
 use crate::error::{IdError, NodeError};
-use crate::metrics::{Metrics, NamespaceLabels, SupplyMetrics};
-use crate::namespace::{
-    Namespace, NamespaceView, SequenceNamespace, SnowflakeNamespace, StoredSequence,
-};
-use crate::supply::{Supply, SupplyConfig};
+use crate::metrics::{Metrics, NamespaceLabels};
+use crate::namespace::Namespace;
+use crate::server::shutdown::{Shutdown, Stage};
 use crate::time::{SharedClock, TokioClock};
-use crate::verify::IdSpace;
-use crate::worker::{LeasedWorker, WorkerError};
-use idmint_core::{Clock, NamespaceName, SequenceSpec, UlidGenerator, Uuid7Generator};
+use crate::worker::LeasedWorker;
+use idmint_core::{Clock, NamespaceName};
 use idmint_store::{Authority, BlockSource, StoreError};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::watch;
 
+use tokio::task::JoinHandle;
+
 /// How often a node with `server.audit_retention_days` prunes its authority's audit ledger.
 const AUDIT_PRUNE_EVERY: Duration = Duration::from_secs(3600);
-use tokio::task::JoinHandle;
+
+/// A namespace this node serves, with the rate-quota buckets of the tokens that took from it.
+#[derive(Debug, Clone)]
+pub(crate) struct Served {
+    pub(crate) ns: Arc<Namespace>,
+    pub(crate) buckets: Arc<Buckets>,
+}
 
 /// What a graceful shutdown did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -50,27 +63,33 @@ pub struct ShutdownReport {
     pub burned: u64,
 }
 
-/// A running node. Create with [`Node::start`], serve with [`crate::http::router`].
+/// A running node. Create with [`Node::start`], serve with [`crate::Server`].
 #[derive(Debug)]
 pub struct Node {
     config: NodeConfig,
     authority: Arc<dyn Authority>,
     clock: SharedClock,
     metrics: Arc<Metrics>,
-    namespaces: RwLock<HashMap<NamespaceName, Arc<Namespace>>>,
+    namespaces: RwLock<HashMap<NamespaceName, Served>>,
     /// The worker lease of each snowflake lease group served; written under `creating` or at
     /// start only.
     workers: Mutex<HashMap<NamespaceName, Arc<LeasedWorker>>>,
     creating: tokio::sync::Mutex<()>,
     /// Namespaces set up by auto-create; written under `creating` only.
     auto_created: AtomicUsize,
+    /// Stops the background tasks (the node's shutdown, once every connection is gone).
     stop: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
-    draining: AtomicBool,
+    /// The stages every front-end and the readiness probe watch.
+    shutdown: Shutdown,
     /// The clock's monotonic reading when the node started, for [`Node::uptime`].
     started: u64,
-    /// Tokens, scopes and quotas (`[auth]`), which every front-end asks.
+    /// Tokens, scopes and quotas (`[auth]`), which every request is checked against.
     auth: Auth,
+    /// The state the RESP connections share (their counters, their number).
+    resp: crate::resp::Shared,
+    /// Permits of the streams open at once (`server.max_streams`).
+    streams: Arc<tokio::sync::Semaphore>,
 }
 
 impl Node {
@@ -95,6 +114,8 @@ impl Node {
         let started = clock.monotonic_nanos();
         let metrics = Arc::new(Metrics::new());
         let auth = Auth::new(config.auth.clone(), clock.clone(), metrics.clone());
+        let metrics_for_resp = metrics.clone();
+        let max_streams = config.listen.max_streams;
         let node = Arc::new(Node {
             config,
             authority,
@@ -106,9 +127,11 @@ impl Node {
             auto_created: AtomicUsize::new(0),
             stop,
             tasks: Mutex::new(Vec::new()),
-            draining: AtomicBool::new(false),
+            shutdown: Shutdown::new(),
             started,
             auth,
+            resp: crate::resp::Shared::new(&metrics_for_resp),
+            streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
         });
         let declared: Vec<(NamespaceName, KindConfig)> = node
             .config
@@ -221,67 +244,36 @@ impl Node {
     pub fn uptime(&self) -> Duration {
         Duration::from_nanos(self.clock.monotonic_nanos().saturating_sub(self.started))
     }
-    /// Whether shutdown has begun.
+    /// Whether shutdown has begun (`/readyz` answers 503, no namespace is created).
     pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Relaxed)
+        self.shutdown.is_draining()
     }
-    /// Marks the node as shutting down: `/readyz` answers 503 from now on.
-    pub fn begin_drain(&self) {
-        self.draining.store(true, Ordering::Relaxed);
+
+    /// The state the RESP connections share.
+    pub(crate) fn resp_state(&self) -> &crate::resp::Shared {
+        &self.resp
+    }
+
+    /// A permit for one more open stream, or `TooManyStreams`.
+    pub(crate) fn stream_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, IdError> {
+        self.streams
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| IdError::TooManyStreams(self.config.listen.max_streams))
+    }
+
+    /// The node's shutdown stages: [`Shutdown::drain`] on a first signal,
+    /// [`Shutdown::stop_now`] on a second; the server and every connection watch them.
+    pub fn shutdown_handle(&self) -> &Shutdown {
+        &self.shutdown
     }
 
     /// Every namespace served so far, sorted by name.
     pub fn all(&self) -> Vec<Arc<Namespace>> {
         let map = self.namespaces.read().unwrap_or_else(|p| p.into_inner());
-        let mut v: Vec<_> = map.values().cloned().collect();
+        let mut v: Vec<_> = map.values().map(|s| s.ns.clone()).collect();
         v.sort_by(|a, b| a.name().cmp(b.name()));
         v
-    }
-
-    /// The namespace called `name`, set up on first use (auto-created as a default sequence if
-    /// allowed): for requests of ids and blocks only, since setting up reserves a first block.
-    /// Reads use [`Node::read_namespace`].
-    pub async fn namespace(&self, name: &str) -> Result<Arc<Namespace>, IdError> {
-        let name = NamespaceName::new(name)?;
-        if let Some(ns) = self.lookup(&name) {
-            return Ok(ns);
-        }
-        if !self.config.auto_create {
-            return Err(IdError::UnknownNamespace(name.to_string()));
-        }
-        if self.is_draining() {
-            return Err(IdError::ShuttingDown);
-        }
-        let _creating = self.creating.lock().await;
-        if let Some(ns) = self.lookup(&name) {
-            return Ok(ns);
-        }
-        let limit = self.config.max_namespaces;
-        if self.auto_created.load(Ordering::Relaxed) >= limit {
-            return Err(IdError::TooManyNamespaces {
-                name: name.to_string(),
-                limit,
-            });
-        }
-        // A namespace created earlier (by auto-create) keeps its stored spec.
-        let (default_spec, cache) = self.config.default_sequence;
-        let spec = match self.authority.state(&name).await {
-            Ok(Some(state)) => state.spec,
-            Ok(None) => default_spec,
-            Err(e) => {
-                return Err(IdError::Unavailable {
-                    name: name.to_string(),
-                    reason: e.to_string(),
-                })
-            }
-        };
-        // The sizes were bounded for the default spec; a stored one may hold fewer ids.
-        let cache = crate::config::fit_cache(cache, &spec);
-        let ns = self
-            .install(&name, &KindConfig::Sequence { spec, cache }, true)
-            .await?;
-        self.auto_created.fetch_add(1, Ordering::Relaxed);
-        Ok(ns)
     }
 
     /// Moves a sequence namespace's watermark up (`idmint admin rebase`: so that every id from
@@ -299,7 +291,7 @@ impl Node {
         action: idmint_store::Advance,
         above: Option<u64>,
     ) -> Result<idmint_api::AdvanceResponse, IdError> {
-        let ns = self.namespace(name).await?;
+        let ns = self.namespace(name).await?.ns;
         let Namespace::Sequence(seq) = &*ns else {
             return Err(IdError::WrongKind(format!(
                 "namespace {name:?} is a {} namespace; only sequence namespaces have a \
@@ -352,185 +344,6 @@ impl Node {
             burned,
             retired: advanced.state.watermark > spec.width().max_id(),
         })
-    }
-
-    /// How many namespaces were set up by auto-create (at most `max_namespaces`).
-    pub fn auto_created_count(&self) -> usize {
-        self.auto_created.load(Ordering::Relaxed)
-    }
-
-    /// The namespace called `name` for a read (`info`, `decode`): the served one, or else a
-    /// read-only view of the authority's stored state. Never creates, installs or reserves
-    /// anything, whatever `auto_create` says.
-    ///
-    /// [`IdError::UnknownNamespace`] when the authority does not know `name` either, or when this
-    /// node would not serve it (not loaded and `auto_create` off: its ids would be refused too).
-    pub async fn read_namespace(&self, name: &str) -> Result<NamespaceView, IdError> {
-        let name = NamespaceName::new(name)?;
-        if let Some(ns) = self.lookup(&name) {
-            return Ok(NamespaceView::Served(ns));
-        }
-        if !self.config.auto_create {
-            return Err(IdError::UnknownNamespace(name.to_string()));
-        }
-        match self.authority.state(&name).await {
-            Ok(Some(state)) => Ok(NamespaceView::Stored(StoredSequence::new(
-                name,
-                IdSpace::new(state.spec, self.authority.residues(&state.spec)),
-                state.watermark,
-                crate::config::fit_cache(self.config.default_sequence.1, &state.spec),
-            ))),
-            Ok(None) => Err(IdError::UnknownNamespace(name.to_string())),
-            Err(e) => Err(IdError::Unavailable {
-                name: name.to_string(),
-                reason: e.to_string(),
-            }),
-        }
-    }
-
-    fn lookup(&self, name: &NamespaceName) -> Option<Arc<Namespace>> {
-        self.namespaces
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .cloned()
-    }
-
-    async fn install(
-        &self,
-        name: &NamespaceName,
-        kind: &KindConfig,
-        auto_created: bool,
-    ) -> Result<Arc<Namespace>, IdError> {
-        let ns = match kind {
-            KindConfig::Sequence { spec, cache } => {
-                let seq = self
-                    .sequence(name, *spec, *cache)
-                    .await?
-                    .auto_created(auto_created);
-                let task = tokio::spawn(
-                    seq.supply()
-                        .clone()
-                        .refill_loop(self.config.refill_tick, self.stop.subscribe()),
-                );
-                self.lock_tasks().push(task);
-                Namespace::Sequence(seq)
-            }
-            KindConfig::Snowflake {
-                layout,
-                worker,
-                group,
-            } => {
-                let group = group.clone().unwrap_or_else(|| name.clone());
-                let worker = self.leased_worker(group, *layout, *worker).await?;
-                Namespace::Snowflake(SnowflakeNamespace::new(
-                    name.clone(),
-                    worker,
-                    self.metrics.clone(),
-                ))
-            }
-            KindConfig::Uuid7 => Namespace::Uuid7(
-                name.clone(),
-                Uuid7Generator::default(),
-                self.served_counter(name),
-            ),
-            KindConfig::Ulid => Namespace::Ulid(
-                name.clone(),
-                UlidGenerator::default(),
-                self.served_counter(name),
-            ),
-        };
-        let ns = Arc::new(ns);
-        self.namespaces
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.clone(), ns.clone());
-        tracing::info!(namespace = %name, kind = ns.kind(), auto_created, "serving namespace");
-        Ok(ns)
-    }
-
-    /// The worker lease of `group`, taken (and kept renewed by a background task) on first use.
-    async fn leased_worker(
-        &self,
-        group: NamespaceName,
-        layout: idmint_core::Layout,
-        worker: crate::config::WorkerConfig,
-    ) -> Result<Arc<LeasedWorker>, IdError> {
-        let existing = self
-            .workers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&group)
-            .cloned();
-        if let Some(w) = existing {
-            return Ok(w);
-        }
-        let leased = LeasedWorker::acquire(
-            group.clone(),
-            layout,
-            worker,
-            self.authority.clone(),
-            self.config.leases,
-            self.clock.clone(),
-        )
-        .await
-        .map_err(|e| match e {
-            WorkerError::Lease { ref source, .. } if source.is_unavailable() => {
-                IdError::Unavailable {
-                    name: group.to_string(),
-                    reason: e.to_string(),
-                }
-            }
-            other => IdError::Conflict(other.to_string()),
-        })?;
-        let task = tokio::spawn(leased.clone().keep(self.stop.subscribe()));
-        self.lock_tasks().push(task);
-        self.workers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(group, leased.clone());
-        Ok(leased)
-    }
-
-    /// The `ids_served` series of `name` (one lookup, then an atomic increment per answer).
-    fn served_counter(&self, name: &NamespaceName) -> prometheus_client::metrics::counter::Counter {
-        let labels = NamespaceLabels {
-            namespace: name.to_string(),
-        };
-        let counter = self.metrics.ids_served.get_or_create(&labels).clone();
-        counter
-    }
-
-    async fn sequence(
-        &self,
-        name: &NamespaceName,
-        spec: SequenceSpec,
-        cache: CacheMode,
-    ) -> Result<SequenceNamespace, IdError> {
-        let state = self
-            .authority
-            .ensure_namespace(name, spec)
-            .await
-            .map_err(|e| match e {
-                StoreError::SpecConflict { .. } | StoreError::InvalidSetup { .. } => {
-                    IdError::Conflict(e.to_string())
-                }
-                other => authority_error(name.as_str(), other),
-            })?;
-        let source: Arc<dyn BlockSource> = Arc::new(self.authority.clone());
-        let supply = Supply::new(
-            name.clone(),
-            SupplyConfig {
-                cache,
-                refill_wait: self.config.refill_wait,
-                watermark: state.watermark,
-                space: IdSpace::new(spec, self.authority.residues(&spec)),
-            },
-            source,
-            self.clock.0.clone(),
-            Arc::new(SupplyMetrics::new(&self.metrics, name.as_str())),
-        );
-        Ok(SequenceNamespace::new(spec, supply))
     }
 
     /// The state of each member of a multi authority (empty for a single authority).
@@ -612,9 +425,11 @@ impl Node {
     }
 
     /// Stops the background tasks, waits for them, and hands back every sequence buffer's
-    /// unused tail. Call after the HTTP server stopped accepting and answered in-flight requests.
+    /// unused tail. Call once every connection is gone ([`crate::Server::serve`] does).
     pub async fn shutdown(&self) -> ShutdownReport {
-        self.begin_drain();
+        self.shutdown.drain();
+        self.shutdown.stopped();
+        debug_assert!(self.shutdown.stage() == Stage::Stopped);
         self.stop.send_replace(true);
         let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *self.lock_tasks());
         for t in tasks {
@@ -664,6 +479,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use idmint_api::NamespaceInfo;
+    use idmint_core::SequenceSpec;
     use idmint_store::MemoryAuthority;
 
     fn name(s: &str) -> NamespaceName {
@@ -696,7 +512,7 @@ mod tests {
         let node = Node::start(config, Arc::new(MemoryAuthority::new()))
             .await
             .unwrap();
-        let a = node.namespace("a").await.unwrap();
+        let a = node.namespace("a").await.unwrap().ns;
         node.namespace("b").await.unwrap();
         assert_eq!(node.auto_created_count(), 2);
         let refused = node.namespace("c").await.unwrap_err();
@@ -716,11 +532,11 @@ mod tests {
         assert!(node.namespace("a").await.is_ok());
         assert!(node.namespace("declared").await.is_ok());
         assert!(auto_created(&a));
-        assert!(!auto_created(&node.namespace("declared").await.unwrap()));
+        assert!(!auto_created(&node.namespace("declared").await.unwrap().ns));
         node.shutdown().await;
     }
 
-    /// Issue 8, finding 5: an auto-created namespace keeps the spec stored by an earlier run,
+    /// An auto-created namespace keeps the spec stored by an earlier run,
     /// which may be a small 32-bit one; its blocks are lowered to that spec's cap rather than
     /// the `[defaults]` sizes (here 10,000,000 ids: more than the whole namespace).
     #[tokio::test]
@@ -736,7 +552,7 @@ mod tests {
                 .unwrap()
                 .node;
         let node = Node::start(config, authority.clone()).await.unwrap();
-        let ns = node.namespace("small").await.unwrap();
+        let ns = node.namespace("small").await.unwrap().ns;
         assert_eq!(ns.ids(1).await.unwrap().len(), 1);
         let cap = crate::config::block_cap(&small);
         assert_eq!(cap, 144_027);

@@ -1,17 +1,18 @@
-//! The stages of a node's shutdown, shared by every front-end (HTTP and gRPC; RESP next).
+//! The stages of a node's shutdown: the one mechanism every part of the node watches (each
+//! connection of every front-end, the refill tasks, the lease keepers, the readiness probe).
 //!
 //! A [`Shutdown`] is a cheap handle on one `tokio::sync::watch` channel holding the [`Stage`]:
-//! `Running`, then `Draining` (stop accepting, let requests in flight finish), then `StopNow`
-//! (cut every connection at once). Anyone holding a clone may move it forward: the binary on a
-//! first and a second signal, [`crate::serve_front_ends`] when the drain deadline passes or a
-//! front-end fails. Front-ends only wait on it ([`Shutdown::draining`],
-//! [`Shutdown::stopping_now`]).
+//! `Running`, then `Draining` (stop accepting, let requests in flight finish; no namespace is
+//! created any more and `/readyz` answers 503), then `StopNow` (cut every connection at once),
+//! then `Stopped` (every connection is gone: the background tasks stop and the node hands its
+//! buffers back). Anyone holding a clone may move it forward to `StopNow`: the binary on a first
+//! and a second signal, the server when the drain deadline passes or a listener fails. Only the
+//! node moves it to `Stopped` ([`crate::Node::shutdown`]), once the server returned.
 //!
 //! Invariants: the stage only moves forward (a late "drain" never undoes "stop now"); every
 //! waiter sees every stage it waits for, whenever it starts waiting (a watch channel keeps the
-//! latest value). Handing back the buffers is not a stage: it follows once every front-end has
-//! stopped, exactly once ([`crate::serve_front_ends`]), so cutting connections never skips it
-//! (docs/design.md invariant 3: the hand-back runs after every request future is gone).
+//! latest value); `Stopped` follows the end of every request future, so the hand-back runs
+//! after the last id was handed out (docs/design.md invariant 3).
 
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -25,6 +26,8 @@ pub enum Stage {
     Draining,
     /// Cut every connection now (drain deadline passed, or a second signal).
     StopNow,
+    /// Every connection is gone: background tasks stop, the buffers are handed back.
+    Stopped,
 }
 
 /// A handle on the shutdown stage of one node; clones share it.
@@ -75,8 +78,18 @@ impl Shutdown {
         self.advance(Stage::StopNow)
     }
 
+    /// Marks every connection gone (the node's shutdown, after the server returned).
+    pub(crate) fn stopped(&self) -> bool {
+        self.advance(Stage::Stopped)
+    }
+
+    /// Whether draining has begun.
+    pub fn is_draining(&self) -> bool {
+        self.stage() >= Stage::Draining
+    }
+
     /// Resolves once the stage is at least `stage`.
-    async fn reached(&self, stage: Stage) {
+    pub async fn reached(&self, stage: Stage) {
         let mut rx = self.stage.subscribe();
         // The sender lives as long as `self`, so this cannot fail.
         let _ = rx.wait_for(|s| *s >= stage).await;

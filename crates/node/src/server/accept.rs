@@ -11,7 +11,7 @@
 //!   error (out of file descriptors, say) is logged and retried after [`ACCEPT_ERROR_PAUSE`],
 //!   never a panic and never the end of the loop.
 
-use crate::shutdown::Shutdown;
+use crate::server::shutdown::Shutdown;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,53 @@
+//! One HTTP/1.1 connection on hyper, as the server hands it over (accepted, its TLS handshake
+//! done, policed by [`crate::server::conn`]).
+//!
+//! Invariants:
+//! - every request is reported to the connection's activity while it is handled, so a
+//!   connection is never idle mid-request;
+//! - hyper's `header_read_timeout` bounds every request's headers (the first one's deadline is
+//!   also the server's first-request deadline);
+//! - on `Draining` the connection finishes the request it is on and closes (hyper's graceful
+//!   shutdown); on `StopNow` the server aborts the task.
+
+use crate::node::Node;
+use crate::server::shutdown::Shutdown;
+use crate::server::Connection;
+use axum::extract::Request;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::sync::Arc;
+use tower::ServiceExt;
+
+/// Serves `conn` until it ends, the policy closes it, or draining finishes its request.
+pub(crate) async fn serve_connection(node: Arc<Node>, conn: Connection, shutdown: Shutdown) {
+    let limits = node.config().listen;
+    let app = super::router(node);
+    let activity = conn.activity().clone();
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let in_flight = activity.begin();
+        let app = app.clone();
+        async move {
+            let _in_flight = in_flight;
+            app.oneshot(request).await
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let served = builder.serve_connection(TokioIo::new(conn), service);
+    tokio::pin!(served);
+    tokio::select! {
+        result = served.as_mut() => {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "http connection ended with an error");
+            }
+            return;
+        }
+        _ = shutdown.draining() => {}
+    }
+    served.as_mut().graceful_shutdown();
+    if let Err(e) = served.await {
+        tracing::debug!(error = %e, "http connection ended with an error while draining");
+    }
+}

@@ -1,0 +1,262 @@
+//! Namespaces of a node: looked up on every request, created on first use (ids and blocks
+//! only), and read without being created.
+//!
+//! Invariants: a read ([`Node::read_namespace`]) never installs, creates or reserves
+//! anything; creation on first use is serialised (two first requests create a namespace once),
+//! bounded by `server.max_namespaces`, refused once draining began, and keeps a spec the
+//! authority already stores. No std lock is held across `.await`.
+
+use super::{authority_error, Node, Served};
+use crate::auth::Buckets;
+use crate::block_gate::IdSpace;
+use crate::config::{CacheMode, KindConfig};
+use crate::error::IdError;
+use crate::metrics::{NamespaceLabels, SupplyMetrics};
+use crate::namespace::{
+    Namespace, NamespaceView, SequenceNamespace, SnowflakeNamespace, StoredSequence,
+};
+use crate::supply::{Supply, SupplyConfig};
+use crate::worker::{LeasedWorker, WorkerError};
+use idmint_core::{NamespaceName, SequenceSpec, UlidGenerator, Uuid7Generator};
+use idmint_store::{BlockSource, StoreError};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+impl Node {
+    /// The namespace called `name`, set up on first use (auto-created as a default sequence if
+    /// allowed): for requests of ids and blocks only, since setting up reserves a first block.
+    /// Reads use [`Node::read_namespace`].
+    pub(crate) async fn namespace(&self, name: &str) -> Result<Served, IdError> {
+        let name = NamespaceName::new(name)?;
+        if let Some(served) = self.lookup(&name) {
+            return Ok(served);
+        }
+        if !self.config.auto_create {
+            return Err(IdError::UnknownNamespace(name.to_string()));
+        }
+        if self.is_draining() {
+            return Err(IdError::ShuttingDown);
+        }
+        let _creating = self.creating.lock().await;
+        if let Some(served) = self.lookup(&name) {
+            return Ok(served);
+        }
+        let limit = self.config.max_namespaces;
+        if self.auto_created.load(Ordering::Relaxed) >= limit {
+            return Err(IdError::TooManyNamespaces {
+                name: name.to_string(),
+                limit,
+            });
+        }
+        // A namespace created earlier (by auto-create) keeps its stored spec.
+        let (default_spec, cache) = self.config.default_sequence;
+        let spec = match self.authority.state(&name).await {
+            Ok(Some(state)) => state.spec,
+            Ok(None) => default_spec,
+            Err(e) => {
+                return Err(IdError::Unavailable {
+                    name: name.to_string(),
+                    reason: e.to_string(),
+                })
+            }
+        };
+        // The sizes were bounded for the default spec; a stored one may hold fewer ids.
+        let cache = crate::config::fit_cache(cache, &spec);
+        let ns = self
+            .install(&name, &KindConfig::Sequence { spec, cache }, true)
+            .await?;
+        self.auto_created.fetch_add(1, Ordering::Relaxed);
+        Ok(ns)
+    }
+
+    /// How many namespaces were set up by auto-create (at most `max_namespaces`).
+    pub fn auto_created_count(&self) -> usize {
+        self.auto_created.load(Ordering::Relaxed)
+    }
+
+    /// The namespace called `name` for a read (`info`, `decode`): the served one, or else a
+    /// read-only view of the authority's stored state. Never creates, installs or reserves
+    /// anything, whatever `auto_create` says.
+    ///
+    /// [`IdError::UnknownNamespace`] when the authority does not know `name` either, or when this
+    /// node would not serve it (not loaded and `auto_create` off: its ids would be refused too).
+    pub(crate) async fn read_namespace(&self, name: &str) -> Result<NamespaceView, IdError> {
+        let name = NamespaceName::new(name)?;
+        if let Some(served) = self.lookup(&name) {
+            return Ok(NamespaceView::Served(served.ns));
+        }
+        if !self.config.auto_create {
+            return Err(IdError::UnknownNamespace(name.to_string()));
+        }
+        match self.authority.state(&name).await {
+            Ok(Some(state)) => Ok(NamespaceView::Stored(StoredSequence::new(
+                name,
+                IdSpace::new(state.spec, self.authority.residues(&state.spec)),
+                state.watermark,
+                crate::config::fit_cache(self.config.default_sequence.1, &state.spec),
+            ))),
+            Ok(None) => Err(IdError::UnknownNamespace(name.to_string())),
+            Err(e) => Err(IdError::Unavailable {
+                name: name.to_string(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// The namespace this node serves under `name`, if it does (declared, or set up by a
+    /// request); a read: nothing is created. For embedding and inspection: its
+    /// [`Namespace::ids`] bypass the request path (no token, quota or count), which is what
+    /// every front-end takes ([`Node::take_ids`]).
+    pub fn served_namespace(&self, name: &str) -> Option<Arc<Namespace>> {
+        let name = NamespaceName::new(name).ok()?;
+        self.lookup(&name).map(|served| served.ns)
+    }
+
+    pub(crate) fn lookup(&self, name: &NamespaceName) -> Option<Served> {
+        self.namespaces
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    pub(super) async fn install(
+        &self,
+        name: &NamespaceName,
+        kind: &KindConfig,
+        auto_created: bool,
+    ) -> Result<Served, IdError> {
+        let ns = match kind {
+            KindConfig::Sequence { spec, cache } => {
+                let seq = self
+                    .sequence(name, *spec, *cache)
+                    .await?
+                    .auto_created(auto_created);
+                let task = tokio::spawn(
+                    seq.supply()
+                        .clone()
+                        .refill_loop(self.config.refill_tick, self.stop.subscribe()),
+                );
+                self.lock_tasks().push(task);
+                Namespace::Sequence(seq)
+            }
+            KindConfig::Snowflake {
+                layout,
+                worker,
+                group,
+            } => {
+                let group = group.clone().unwrap_or_else(|| name.clone());
+                let worker = self.leased_worker(group, *layout, *worker).await?;
+                Namespace::Snowflake(SnowflakeNamespace::new(
+                    name.clone(),
+                    worker,
+                    self.metrics.clone(),
+                ))
+            }
+            KindConfig::Uuid7 => Namespace::Uuid7(
+                name.clone(),
+                Uuid7Generator::default(),
+                self.served_counter(name),
+            ),
+            KindConfig::Ulid => Namespace::Ulid(
+                name.clone(),
+                UlidGenerator::default(),
+                self.served_counter(name),
+            ),
+        };
+        let served = Served {
+            ns: Arc::new(ns),
+            buckets: Arc::new(Buckets::default()),
+        };
+        self.namespaces
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone(), served.clone());
+        tracing::info!(namespace = %name, kind = served.ns.kind(), auto_created, "serving namespace");
+        Ok(served)
+    }
+
+    /// The worker lease of `group`, taken (and kept renewed by a background task) on first use.
+    async fn leased_worker(
+        &self,
+        group: NamespaceName,
+        layout: idmint_core::Layout,
+        worker: crate::config::WorkerConfig,
+    ) -> Result<Arc<LeasedWorker>, IdError> {
+        let existing = self
+            .workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&group)
+            .cloned();
+        if let Some(w) = existing {
+            return Ok(w);
+        }
+        let leased = LeasedWorker::acquire(
+            group.clone(),
+            layout,
+            worker,
+            self.authority.clone(),
+            self.config.leases,
+            self.clock.clone(),
+        )
+        .await
+        .map_err(|e| match e {
+            WorkerError::Lease { ref source, .. } if source.is_unavailable() => {
+                IdError::Unavailable {
+                    name: group.to_string(),
+                    reason: e.to_string(),
+                }
+            }
+            other => IdError::Conflict(other.to_string()),
+        })?;
+        let task = tokio::spawn(leased.clone().keep(self.stop.subscribe()));
+        self.lock_tasks().push(task);
+        self.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(group, leased.clone());
+        Ok(leased)
+    }
+
+    /// The `ids_served` series of `name` (one lookup, then an atomic increment per answer).
+    fn served_counter(&self, name: &NamespaceName) -> prometheus_client::metrics::counter::Counter {
+        let labels = NamespaceLabels {
+            namespace: name.to_string(),
+        };
+        let counter = self.metrics.ids_served.get_or_create(&labels).clone();
+        counter
+    }
+
+    async fn sequence(
+        &self,
+        name: &NamespaceName,
+        spec: SequenceSpec,
+        cache: CacheMode,
+    ) -> Result<SequenceNamespace, IdError> {
+        let state = self
+            .authority
+            .ensure_namespace(name, spec)
+            .await
+            .map_err(|e| match e {
+                StoreError::SpecConflict { .. } | StoreError::InvalidSetup { .. } => {
+                    IdError::Conflict(e.to_string())
+                }
+                other => authority_error(name.as_str(), other),
+            })?;
+        let source: Arc<dyn BlockSource> = Arc::new(self.authority.clone());
+        let supply = Supply::new(
+            name.clone(),
+            SupplyConfig {
+                cache,
+                refill_wait: self.config.refill_wait,
+                watermark: state.watermark,
+                space: IdSpace::new(spec, self.authority.residues(&spec)),
+            },
+            source,
+            self.clock.0.clone(),
+            Arc::new(SupplyMetrics::new(&self.metrics, name.as_str())),
+        );
+        Ok(SequenceNamespace::new(spec, supply))
+    }
+}

@@ -1,0 +1,118 @@
+//! The node's store, opened as every embedder must open it: the configured authority, checked
+//! against the data directory's ledger ([`idmint_store::ledger`]) before anything is served.
+//!
+//! Invariants: a durable authority is never used without its ledger, so a store that moved,
+//! was emptied or swapped is refused whoever embeds the node ([`open_store`]); an empty store
+//! is a new deployment only as the ledger's rules say (`init`, what the configuration
+//! declares, `[authority] incarnation`). A multi authority's member transitions are logged
+//! once each way.
+//!
+//! What it does not do: choose the data directory (the binary resolves it), or serve anything.
+
+use crate::config::{FileConfig, KindConfig};
+use idmint_store::{
+    Authority, ConnectError, Ledger, LedgerAuthority, LedgerError, StoreError, StoreExpectations,
+};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Why the store could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenStoreError {
+    /// The authority could not be connected.
+    #[error("setting up the authority: {0}")]
+    Connect(#[from] ConnectError),
+    /// The ledger could not be opened.
+    #[error("opening the node's ledger: {0}")]
+    Ledger(#[from] LedgerError),
+    /// The store is not the one this node (or its configuration) knows, or needs `--init`.
+    #[error("checking the store against this node's ledger (data directory {data_dir}): {source}")]
+    Check {
+        /// The data directory.
+        data_dir: String,
+        /// What the check found.
+        source: StoreError,
+    },
+}
+
+/// Connects `config`'s authority and, unless it is the memory authority, checks it against the
+/// ledger of `data_dir` ([`LedgerAuthority::open`]); `init` says an empty store is a new
+/// deployment (`idmint serve --init`).
+pub async fn open_store(
+    config: &FileConfig,
+    data_dir: &Path,
+    init: bool,
+) -> Result<Arc<dyn Authority>, OpenStoreError> {
+    tracing::info!(authority = %config.authority, "connecting the authority");
+    let authority =
+        idmint_store::connect_observed(&config.authority, data_dir, Arc::new(LogMembers)).await?;
+    if !config.authority.is_durable() {
+        tracing::warn!("memory authority: nothing survives a restart, ids WILL repeat after one");
+        return Ok(authority);
+    }
+    let ledger = Arc::new(Ledger::open(data_dir, config.authority.to_string())?);
+    tracing::info!(
+        ledger = %ledger.path().display(),
+        namespaces = ledger.len(),
+        "ledger"
+    );
+    let checked = LedgerAuthority::open(authority, ledger, &expectations(config, init))
+        .await
+        .map_err(|source| OpenStoreError::Check {
+            data_dir: data_dir.display().to_string(),
+            source,
+        })?;
+    if let Some(incarnation) = checked.incarnation() {
+        tracing::info!(%incarnation, "store incarnation");
+    }
+    Ok(Arc::new(checked))
+}
+
+/// What the configuration declares that lives in the store, and what `init` and
+/// `[authority] incarnation` say.
+fn expectations(config: &FileConfig, init: bool) -> StoreExpectations {
+    let mut expect = StoreExpectations {
+        init,
+        incarnation: config.incarnation.clone(),
+        ..StoreExpectations::default()
+    };
+    for (name, kind) in &config.node.namespaces {
+        match kind {
+            KindConfig::Sequence { .. } => expect.declared_namespaces.push(name.clone()),
+            KindConfig::Snowflake { group, .. } => {
+                let group = group.clone().unwrap_or_else(|| name.clone());
+                if !expect.declared_groups.contains(&group) {
+                    expect.declared_groups.push(group);
+                }
+            }
+            KindConfig::Uuid7 | KindConfig::Ulid => {}
+        }
+    }
+    expect
+}
+
+/// Logs each multi-authority member's transitions, once each way (never once per request).
+#[derive(Debug)]
+struct LogMembers;
+
+impl idmint_store::MemberEvents for LogMembers {
+    fn changed(&self, m: &idmint_store::MemberHealth) {
+        if m.up {
+            tracing::info!(
+                member = m.number,
+                kind = m.kind,
+                offset = m.offset,
+                "authority member is back; serving its residue class again"
+            );
+        } else {
+            tracing::warn!(
+                member = m.number,
+                kind = m.kind,
+                offset = m.offset,
+                error = m.last_error.as_deref().unwrap_or("unknown"),
+                "authority member is down; the others serve meanwhile, it is retried"
+            );
+        }
+    }
+}
