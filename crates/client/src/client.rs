@@ -231,6 +231,7 @@ impl Client {
                 let request = proto::BlockRequest {
                     namespace: ns.to_owned(),
                     count: Some(Buffer::new(self.inner.config.buffer).target_block()),
+                    min_start: None,
                 };
                 let (node, leased) = nodes
                     .call(|mut c| {

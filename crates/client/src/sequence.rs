@@ -275,6 +275,7 @@ impl SequenceIds {
         let request = proto::BlockRequest {
             namespace: name.to_owned(),
             count: Some(count),
+            min_start: None,
         };
         let answer = nodes
             .call(|mut c| {

@@ -14,6 +14,9 @@
 //!   class ([`BufferError::OutOfOrder`] otherwise), so a misbehaving source cannot make it
 //!   repeat; blocks of different classes of one step cannot share an id;
 //! - at most one refill is in flight at a time;
+//! - nothing below the floor ([`Buffer::raise_floor`]: an operator's rebase) is ever buffered
+//!   again, by any path: a refill's block, a failed request's put-back, a lower tier's tail
+//!   ([`Buffer::take_back_tail`]) all compare with it, and what falls below is burned;
 //! - every id that entered the buffer is either served, handed back as the unused tail, or
 //!   counted as burned: `received == served + buffered + burned + given_back`.
 //!
@@ -204,6 +207,10 @@ pub struct Buffer {
     /// do not come after it). One entry per source; a handful at most.
     highest: Vec<(u64, u64, u64)>,
     refill_in_flight: bool,
+    /// No id below it is ever buffered again ([`Buffer::raise_floor`]): what every path that
+    /// puts ids into the buffer checks (a refill, a failed request's put-back, a lower tier's
+    /// tail).
+    floor: u64,
     stats: BufferStats,
     /// Bumped by every operation that removes ids from the front or puts them back: a
     /// [`Taken`] may be put back only if it saw every bump since its first take.
@@ -239,6 +246,7 @@ impl Buffer {
             buffered: 0,
             highest: Vec::new(),
             refill_in_flight: false,
+            floor: 0,
             stats: BufferStats::default(),
             generation: 0,
             rate_per_sec,
@@ -380,8 +388,25 @@ impl Buffer {
         self.push(block)
     }
 
+    /// The floor: no id below it is ever buffered.
+    pub fn floor(&self) -> u64 {
+        self.floor
+    }
+
+    /// Raises the floor to `to` (never lowers it): nothing below it will be buffered again, by
+    /// any path. If the buffer holds an id below `to`, everything buffered is burned (its
+    /// blocks were all granted before the floor moved, so none is above it). Returns the ids
+    /// burned now.
+    pub fn raise_floor(&mut self, to: u64) -> u64 {
+        self.floor = self.floor.max(to);
+        match self.lowest() {
+            Some(lowest) if lowest < self.floor => self.abandon(),
+            _ => 0,
+        }
+    }
+
     /// Adds a block (outside the refill protocol, e.g. at start-up). Same rule as
-    /// [`Buffer::refill_done`].
+    /// [`Buffer::refill_done`]; a block starting below the floor is received and burned whole.
     pub fn push(&mut self, block: Block) -> Result<(), BufferError> {
         let class = (block.step(), block.start() % block.step());
         match self
@@ -398,9 +423,13 @@ impl Buffer {
             Some((_, _, highest)) => *highest = block.last(),
             None => self.highest.push((class.0, class.1, block.last())),
         }
-        self.buffered += block.len();
         self.stats.received += block.len();
         self.stats.refills += 1;
+        if block.start() < self.floor {
+            self.stats.burned += block.len();
+            return Ok(());
+        }
+        self.buffered += block.len();
         // Merge with the newest block when it continues it exactly.
         let current_continues = self.cursor < self.end
             && self.step == block.step()
@@ -574,7 +603,8 @@ impl Buffer {
             return PutBack::Restored(0);
         }
         self.stats.served -= n;
-        if taken.interleaved || taken.at != Some(self.generation) {
+        let below_floor = taken.ids().next().is_some_and(|first| first < self.floor);
+        if taken.interleaved || taken.at != Some(self.generation) || below_floor {
             self.stats.burned += n;
             return PutBack::Burned(n);
         }
@@ -608,7 +638,7 @@ impl Buffer {
         }
         let n = tail.len();
         self.stats.served = self.stats.served.saturating_sub(n);
-        if lease.interleaved || lease.at != Some(self.generation) {
+        if lease.interleaved || lease.at != Some(self.generation) || tail.start() < self.floor {
             self.stats.burned += n;
             return Some(PutBack::Burned(n));
         }
@@ -1359,5 +1389,38 @@ mod tests {
             prop_assert_eq!(s.received, s.served + s.burned);
             prop_assert_eq!(s.burned, buffered);
         }
+    }
+
+    /// The floor on every path that puts ids in: a block, a failed request's put-back, a
+    /// lower tier's tail; what falls below is burned and the accounting adds up.
+    #[test]
+    fn nothing_below_the_floor_is_buffered_again() {
+        let mut b = Buffer::new(fixed(10));
+        b.push(Block::new(1, 11, 1).unwrap()).unwrap();
+        let mut lease = Taken::new();
+        let leased = b.take_block_for(&mut lease, 4).unwrap();
+        assert_eq!((leased.start(), leased.end()), (1, 5));
+        let mut request = Taken::new();
+        assert_eq!(b.take_for(&mut request, 6), 6);
+        // The floor rises above everything held: the (empty) buffer burns nothing.
+        assert_eq!(b.raise_floor(100), 0);
+        assert_eq!(b.floor(), 100);
+        assert_eq!(b.put_back(request), PutBack::Burned(6));
+        let tail = Block::new(2, 5, 1).unwrap();
+        assert_eq!(b.take_back_tail(&lease, tail), Some(PutBack::Burned(3)));
+        // A block reserved before the floor rose, landing now: received, burned whole.
+        b.push(Block::new(11, 21, 1).unwrap()).unwrap();
+        assert_eq!(b.buffered(), 0);
+        b.push(Block::new(100, 110, 1).unwrap()).unwrap();
+        assert_eq!(b.next_id(), Some(100));
+        let s = b.stats();
+        assert_eq!(
+            s.received,
+            s.served + b.buffered() + s.burned + s.given_back,
+            "{s:?}"
+        );
+        // Never lowered.
+        assert_eq!(b.raise_floor(5), 0);
+        assert_eq!(b.floor(), 100);
     }
 }

@@ -136,9 +136,9 @@ impl Namespace {
 
     /// Like [`Namespace::block`], leased to a lower tier that may hand the unused tail back
     /// ([`Namespace::take_back`]). Sequence namespaces only.
-    pub async fn lease(&self, count: u64) -> Result<Lease, IdError> {
+    pub async fn lease(&self, count: u64, min_start: u64) -> Result<Lease, IdError> {
         match self {
-            Namespace::Sequence(s) => s.lease(count).await,
+            Namespace::Sequence(s) => s.lease(count, min_start).await,
             other => Err(other.no_blocks()),
         }
     }
@@ -439,9 +439,12 @@ impl SequenceNamespace {
     }
 
     /// One contiguous block of up to `count` ids, leased so that its unused tail may come back
-    /// ([`SequenceNamespace::take_back`]).
-    pub async fn lease(&self, count: u64) -> Result<Lease, IdError> {
-        self.supply.lease(count, self.spec.width().bits()).await
+    /// ([`SequenceNamespace::take_back`]); starting at or above `min_start` unless the
+    /// namespace's store has nothing there yet (`Supply::lease`).
+    pub async fn lease(&self, count: u64, min_start: u64) -> Result<Lease, IdError> {
+        self.supply
+            .lease(count, self.spec.width().bits(), min_start)
+            .await
     }
 
     /// Takes back the unused tail of the newest leased block (`Supply::take_back`).

@@ -170,7 +170,6 @@ pub struct Supply {
     watermark: AtomicU64,
     /// Set by [`Supply::advanced`]: a block that starts below it was reserved before an
     /// operator moved the watermark past it, and is burned on arrival, never served.
-    floor: AtomicU64,
     /// Reservations from the source in flight now, and the most ever at once: one by
     /// construction (the refill task is the only caller with a buffer), which is what keeps a
     /// recovering tier from stampeding the one above.
@@ -257,7 +256,6 @@ impl Supply {
             outcome,
             shortfall: AtomicU64::new(0),
             watermark: AtomicU64::new(config.watermark),
-            floor: AtomicU64::new(0),
             to_source: InFlight::default(),
             from_below: InFlight::default(),
             served: AtomicU64::new(0),
@@ -351,18 +349,14 @@ impl Supply {
     }
 
     /// An operator moved the source's watermark to at least `to` (`idmint admin rebase` or
-    /// `retire`): if the buffer holds an id below `to`, everything buffered is burned (the
-    /// buffer's blocks were all granted before the move, so none is above it), and so is a
-    /// block of a refill in flight that starts below `to`. Returns the ids burned now.
-    ///
-    /// With cache `off`, a request whose reservation is in flight serves its ids still.
+    /// `retire`): the buffer's floor rises to `to` ([`Buffer::raise_floor`]), so every path that
+    /// puts ids into the buffer (a refill in flight, a failed request's put-back, a lower tier's
+    /// tail) burns what falls below it, and the outstanding lease ends (its tail can no longer
+    /// come back). Returns the ids burned now.
     pub fn advanced(&self, to: u64) -> u64 {
-        self.floor.fetch_max(to, Ordering::Relaxed);
         self.note_watermark(to);
-        let burned = self.with_buffer(|b| match b.lowest() {
-            Some(lowest) if lowest < to => b.abandon(),
-            _ => 0,
-        });
+        let burned = self.with_buffer(|b| b.raise_floor(to));
+        *self.lock_lease() = None;
         if burned > 0 {
             tracing::info!(namespace = %self.name, burned, watermark = to, "watermark moved by an operator; buffered ids below it burned");
         }
@@ -388,7 +382,8 @@ impl Supply {
     }
 
     /// A reservation straight from the source (cache `off`), reported to the events like a
-    /// refill: with no buffer, every request is a round trip to the authority.
+    /// refill: with no buffer, every request is a round trip to the authority. A block below
+    /// the buffer's floor (reserved before a rebase) is burned and another reserved.
     async fn reserve_direct(&self, count: u64) -> Result<idmint_store::Reservation, StoreError> {
         let started = tokio::time::Instant::now();
         let result = {
@@ -400,6 +395,13 @@ impl Supply {
             self.reserved_direct
                 .fetch_add(r.block.len(), Ordering::Relaxed);
             self.admit(&r.block, false)?;
+            // Reserved before an operator moved the watermark past it: burned, never served.
+            // The source's watermark is above the floor now, so the next one is above it.
+            let floor = self.with_buffer(|b| b.floor());
+            if r.block.start() < floor {
+                self.with_buffer(|b| b.record_burned(r.block.len()));
+                return Box::pin(self.reserve_direct(count)).await;
+            }
         }
         result
     }
@@ -474,17 +476,11 @@ impl Supply {
 
     /// One contiguous block of up to `count` ids for a lower tier.
     pub async fn block(&self, count: u64, bits: u32) -> Result<Block, IdError> {
+        if let CacheMode::Off = self.cache {
+            return Ok(self.lease(count, bits, 0).await?.block);
+        }
         let _in_flight = self.from_below.enter();
         self.check_poisoned()?;
-        if let CacheMode::Off = self.cache {
-            let r = self
-                .reserve_direct(count)
-                .await
-                .map_err(|e| self.map_store_error(&e))?;
-            self.note_watermark(r.watermark);
-            self.count_served(r.block.len());
-            return Ok(r.block);
-        }
         // One block only: the request is complete as soon as anything was taken.
         let taken = self
             .fill(count, bits, |buf, taken, want| {
@@ -538,10 +534,29 @@ impl Supply {
     /// Like [`Supply::block`], for a lower tier that may hand the block's unused tail back
     /// ([`Supply::take_back`] with the lease's token). Only the newest lease's tail can come
     /// back; a lease replaces the one before.
-    pub async fn lease(&self, count: u64, bits: u32) -> Result<Lease, IdError> {
-        if let CacheMode::Off = self.cache {
-            let block = self.block(count, bits).await?;
-            return Ok(Lease { block, token: None });
+    ///
+    /// With `min_start` above the buffer's lowest id (a lower tier that restarted and must not
+    /// go below what it served before), the block is reserved straight from the source, whose
+    /// next block starts above everything granted; the buffer stays for other callers. That
+    /// block carries no lease: its tail cannot come back.
+    pub async fn lease(&self, count: u64, bits: u32, min_start: u64) -> Result<Lease, IdError> {
+        let below = min_start > 0
+            && self
+                .with_buffer(|b| b.lowest())
+                .is_some_and(|lowest| lowest < min_start);
+        if below || matches!(self.cache, CacheMode::Off) {
+            let _in_flight = self.from_below.enter();
+            self.check_poisoned()?;
+            let r = self
+                .reserve_direct(count)
+                .await
+                .map_err(|e| self.map_store_error(&e))?;
+            self.note_watermark(r.watermark);
+            self.count_served(r.block.len());
+            return Ok(Lease {
+                block: r.block,
+                token: None,
+            });
         }
         let _in_flight = self.from_below.enter();
         self.check_poisoned()?;
@@ -735,13 +750,11 @@ impl Supply {
                 }
                 Ok(r) => {
                     self.note_watermark(r.watermark);
-                    let stale = r.block.start() < self.floor.load(Ordering::Relaxed);
                     // A block reserved before an operator moved the watermark past it is
-                    // received, then burned whole under the same lock, so no request sees it
-                    // (nothing else can be buffered below the floor).
+                    // received and burned whole by the buffer (its floor), so no request sees it.
                     let landed = self.with_buffer(|b| {
-                        b.refill_done(r.block)
-                            .map(|()| if stale { b.abandon() } else { 0 })
+                        let before = b.stats().burned;
+                        b.refill_done(r.block).map(|()| b.stats().burned - before)
                     });
                     match landed {
                         Err(e) => {
@@ -983,6 +996,46 @@ mod tests {
         let err = s.ids(5, 64).await.unwrap_err();
         assert_eq!(err, IdError::Internal("orders".into()));
         assert_eq!(s.snapshot().served, 0);
+        running.stop().await;
+    }
+
+    /// One floor on every path: after a rebase, neither a lower tier's tail leased before it,
+    /// nor a refill that was in flight, nor a failed request's put-back brings an id below the
+    /// base back. The refill is kept from committing while the rebase happens (the buffer is
+    /// empty then), which is when the give-back path used to skip the floor.
+    #[tokio::test(start_paused = true)]
+    async fn nothing_below_a_rebase_comes_back_on_any_path() {
+        let (s, source, running) = supply(1000).await;
+        assert_eq!(s.ids(6, 64).await.unwrap(), [1, 2, 3, 4, 5, 6]);
+        source.slow.store(true, Ordering::Relaxed);
+        // The whole buffer, leased to a lower tier: nothing is buffered at the rebase.
+        let lease = s.lease(10_000, 64, 0).await.unwrap();
+        assert_eq!(lease.block.start(), 7);
+        assert_eq!(s.snapshot().buffered, 0);
+        let base = 20_001_002;
+        let name = NamespaceName::new("orders").unwrap();
+        Authority::advance(&source.inner, &name, base, idmint_store::Advance::Rebase)
+            .await
+            .unwrap();
+        assert_eq!(s.advanced(base), 0, "the buffer was empty");
+        let tail = Block::new(8, lease.block.end(), 1).unwrap();
+        let back = s.take_back(lease.token.unwrap(), tail);
+        assert!(
+            !matches!(back, TakeBack::Restored(_)),
+            "a tail below the rebase came back: {back:?}"
+        );
+        source.slow.store(false, Ordering::Relaxed);
+        // The refill in flight (reserved before the rebase) lands and is burned.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let ids = s.ids(5, 64).await.unwrap();
+        assert!(ids.iter().all(|&id| id >= base), "{ids:?}");
+        // A request that fails puts its ids back only above the floor: here everything is.
+        let snap = s.snapshot();
+        assert_eq!(
+            snap.reserved,
+            snap.served + snap.buffered + snap.stats.burned + snap.stats.given_back,
+            "{snap:?}"
+        );
         running.stop().await;
     }
 

@@ -193,6 +193,7 @@ async fn tiers_serve_unique_ids_and_a_clean_stop_hands_the_tail_up() {
         .block(proto::BlockRequest {
             namespace: "photos".into(),
             count: Some(1),
+            min_start: None,
         })
         .await
         .unwrap()
@@ -323,6 +324,7 @@ async fn a_failover_to_an_upper_node_with_older_ids_burns_them_and_moves_on() {
                 .block(proto::BlockRequest {
                     namespace: "photos".into(),
                     count: Some(1),
+                    min_start: None,
                 })
                 .await
                 .unwrap()
@@ -492,4 +494,66 @@ async fn a_lower_tier_sends_its_token_to_an_upper_tier_with_auth() {
         );
     }
     upper.stop().await;
+}
+
+/// Finding: a regional node restarted after a failover between two upper nodes on one store
+/// went back below ids it had served, from the surviving upper node's older buffer. Its ledger
+/// records the highest end it reserved; at start that floor is handed to the upstream
+/// authority, which asks for nothing below it (`min_start`) and cuts anything below.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_lower_node_never_goes_below_what_it_served_before() {
+    let store = Arc::new(MemoryAuthority::new());
+    let small = "block_size = 300\n";
+    let bind = || async { TcpListener::bind("127.0.0.1:0").await.unwrap() };
+    let first = Upper::start_with(store.clone(), small, bind().await).await;
+    let second = Upper::start_with(store.clone(), small, bind().await).await;
+    let probe = |upper: &Upper| {
+        let url = upper.url();
+        async move {
+            let channel = Endpoint::from_shared(url).unwrap().connect().await.unwrap();
+            IdmintClient::new(channel)
+                .block(proto::BlockRequest {
+                    namespace: "photos".into(),
+                    count: Some(1),
+                    min_start: None,
+                })
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    // The second node buffers the store's first block, the first node the next one.
+    let older = probe(&second).await.start;
+    let newer = probe(&first).await.start;
+    assert!(older < newer, "{older} then {newer}");
+
+    let data = tempfile::tempdir().unwrap();
+    let urls = format!("[\"{}\", \"{}\"]", first.url(), second.url());
+    let file = idmint_node::FileConfig::parse(&format!(
+        "[authority]\nkind = \"upstream\"\nurls = {urls}\ntimeout_ms = 500\n\n{LOWER}"
+    ))
+    .unwrap();
+    let start = || async {
+        let authority = idmint_node::open_store(&file, data.path(), false)
+            .await
+            .unwrap();
+        Node::start(file.node.clone(), authority).await.unwrap()
+    };
+    let node = start().await;
+    let served = take(&node, 50).await.unwrap();
+    let highest = *served.last().unwrap();
+    assert!(served[0] > newer, "{served:?} from the first node");
+    node.shutdown().await;
+    first.stop().await;
+
+    // Only the second node answers now; its buffer still starts at `older`.
+    let node = start().await;
+    let after = take(&node, 50).await.unwrap();
+    assert!(
+        after[0] > highest,
+        "after the restart the node served {} below {highest} it had served",
+        after[0]
+    );
+    node.shutdown().await;
+    second.stop().await;
 }

@@ -754,6 +754,14 @@ impl Authority for LedgerAuthority {
         self.inner.residues(spec)
     }
 
+    fn note_floor(&self, name: &NamespaceName, floor: u64) {
+        self.inner.note_floor(name, floor);
+    }
+
+    fn reports_store_watermark(&self) -> bool {
+        self.inner.reports_store_watermark()
+    }
+
     /// Its own checks ([`WorkerLeases`] for `LedgerAuthority`) in front of the inner
     /// authority's leases.
     fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
@@ -802,7 +810,8 @@ impl Authority for LedgerAuthority {
         spec: SequenceSpec,
     ) -> Result<NamespaceState, StoreError> {
         self.check_store().await?;
-        if let Some(entry) = self.ledger.recorded(name) {
+        let seen = self.ledger.recorded(name);
+        if let Some(entry) = seen.clone() {
             match self.inner.state(name).await? {
                 None => {
                     return Err(self.ledger.lost(
@@ -811,7 +820,9 @@ impl Authority for LedgerAuthority {
                         &format!("the {} authority has no record of it", self.inner.kind()),
                     ))
                 }
-                Some(s) if s.watermark < entry.watermark => {
+                Some(s)
+                    if s.watermark < entry.watermark && self.inner.reports_store_watermark() =>
+                {
                     return Err(self.ledger.lost(
                         name,
                         &entry,
@@ -827,6 +838,10 @@ impl Authority for LedgerAuthority {
         }
         let state = self.inner.ensure_namespace(name, spec).await?;
         self.ledger.record(&state).await?;
+        // The highest end this node itself reserved: what it may have served.
+        if let Some(entry) = seen {
+            self.inner.note_floor(name, entry.watermark);
+        }
         Ok(state)
     }
 

@@ -113,6 +113,23 @@ pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
         vec![spec.offset()]
     }
 
+    /// Tells the authority that every id of `name` below `floor` was granted before (the
+    /// node's ledger records it): an authority whose blocks come from several sources that it
+    /// cannot order by a store watermark ([`UpstreamAuthority`]) returns nothing below it from
+    /// now on. A single store needs no hint: its next block starts at its watermark, which the
+    /// ledger checks is at least `floor`.
+    fn note_floor(&self, name: &NamespaceName, floor: u64) {
+        let _ = (name, floor);
+    }
+
+    /// Whether [`Authority::state`]'s watermark is the store's, at or above every id ever
+    /// granted, so a node may refuse a lower one as a store that lost data. An upstream
+    /// authority reports one upper node's view instead (each upper node knows the blocks it
+    /// reserved), and keeps a restarted node above what it served by [`Authority::note_floor`].
+    fn reports_store_watermark(&self) -> bool {
+        true
+    }
+
     /// The worker leases this authority stores next to its watermarks ([`lease`]), or `None`
     /// if it cannot store them (then snowflake namespaces need a fixed worker id that the
     /// operator keeps unique).

@@ -26,6 +26,10 @@
 //!   lower node would never get past it); a block entirely below is burned and the call answers
 //!   `Unavailable`, moving on to the next url. Never a block the node's buffer would refuse as
 //!   out of order;
+//! - across restarts, every class's floor starts at the highest end the node's ledger recorded
+//!   ([`Authority::note_floor`]), and each `Block` asks the upper node for nothing below the
+//!   floor (`min_start`): a restarted node never serves below what it served before, whichever
+//!   upper node answers;
 //! - (5) the residue classes are the upper node's (`SequenceSettings.residues`), learned by
 //!   `ensure_namespace` before any block of the namespace is served, so the node's block gate
 //!   accepts a multi upper tier's classes and nothing else;
@@ -90,16 +94,20 @@ struct Granted {
     floors: Vec<((u64, u64), u64)>,
     /// The spec `ensure_namespace` checked, for the width an exhausted namespace reports.
     spec: Option<SequenceSpec>,
+    /// Every id below this was granted before this process (the node's ledger, through
+    /// [`Authority::note_floor`]): the floor of every class.
+    seeded: u64,
 }
 
 impl Granted {
-    /// The floor of `block`'s class (0 before its first block).
+    /// The floor of `block`'s class: the seeded floor before its first block.
     fn floor(&self, block: &Block) -> u64 {
         let class = class(block);
         self.floors
             .iter()
             .find(|(c, _)| *c == class)
             .map_or(0, |(_, floor)| *floor)
+            .max(self.seeded)
     }
 
     fn set_floor(&mut self, block: &Block, floor: u64) {
@@ -113,6 +121,17 @@ impl Granted {
     /// The highest floor of any class.
     fn highest(&self) -> Option<u64> {
         self.floors.iter().map(|(_, floor)| *floor).max()
+    }
+
+    /// Where the next block must start, asked of the upper node (`BlockRequest.min_start`):
+    /// the class floor when the upper tier has one class, else the seeded floor (a multi
+    /// upper tier's classes interleave; the cut in `reserve` keeps each class in order).
+    fn min_start(&self, classes: usize) -> u64 {
+        if classes <= 1 {
+            self.highest().unwrap_or(0).max(self.seeded)
+        } else {
+            self.seeded
+        }
     }
 }
 
@@ -337,14 +356,29 @@ impl Authority for UpstreamAuthority {
         Ok(upper.state)
     }
 
+    /// One upper node's view: the blocks it reserved from its own authority.
+    fn reports_store_watermark(&self) -> bool {
+        false
+    }
+
+    fn note_floor(&self, name: &NamespaceName, floor: u64) {
+        let mut granted = self.granted();
+        let entry = granted.entry(name.clone()).or_default();
+        entry.seeded = entry.seeded.max(floor);
+    }
+
     /// One `Block` call; the block's lease is remembered (the newest only) for `give_back`.
     async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError> {
         if count == 0 {
             return Err(StoreError::InvalidCount);
         }
+        let spec = self.granted().get(name).and_then(|g| g.spec);
+        let classes = spec.map_or(1, |spec| self.residues(&spec).len());
+        let min_start = self.granted().get(name).map_or(0, |g| g.min_start(classes));
         let request = proto::BlockRequest {
             namespace: name.to_string(),
             count: Some(count),
+            min_start: (min_start > 0).then_some(min_start),
         };
         let (node, leased) = self
             .nodes

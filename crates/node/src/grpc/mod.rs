@@ -195,7 +195,12 @@ impl proto::idmint_server::Idmint for IdmintService {
         let (metadata, _, req) = request.into_parts();
         let lease = self
             .node
-            .take_block(credentials(&metadata), &req.namespace, req.count)
+            .take_block(
+                credentials(&metadata),
+                &req.namespace,
+                req.count,
+                req.min_start.unwrap_or(0),
+            )
             .await;
         self.answer(
             "Block",

@@ -406,7 +406,7 @@ async fn post_block(
         Err(e) => return no_store(parse_error(&node, e)),
     };
     no_store(
-        match node.take_block(who.credentials(), &name, count).await {
+        match node.take_block(who.credentials(), &name, count, 0).await {
             Ok(lease) => axum::Json(BlockResponse {
                 start: lease.block.start(),
                 end: lease.block.end(),

@@ -191,18 +191,22 @@ impl Node {
     /// One contiguous block of up to `count` ids of sequence namespace `name` for a lower
     /// tier, leased so that its unused tail can come back ([`Node::give_back`]): HTTP `POST
     /// /v1/blocks`, gRPC `Block`, RESP `IDMINT.BLOCK`. A 32-bit namespace caps the block at
-    /// 1/100,000 of its space unless the token raises it (`max_block_32`).
+    /// 1/100,000 of its space unless the token raises it (`max_block_32`). A block starts at or
+    /// above `min_start` (gRPC's `BlockRequest.min_start`: a lower tier that restarted asks for
+    /// nothing below what it served before) unless the store has nothing there yet; 0 asks
+    /// nothing.
     pub async fn take_block(
         &self,
         who: Credentials<'_>,
         name: &str,
         count: Option<u64>,
+        min_start: u64,
     ) -> Result<Lease, IdError> {
         let result = async {
             let count = self.count_of(count, Limit::Block)?;
             let (served, admitted) = self.admit_taking(who, name, Scope::Blocks, count).await?;
             let count = crate::config::block_request(&served.ns, count, admitted.max_block_32());
-            let lease = served.ns.lease(count).await?;
+            let lease = served.ns.lease(count, min_start).await?;
             admitted.served(self.auth(), lease.block.len());
             Ok(lease)
         }
