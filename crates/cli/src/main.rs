@@ -95,7 +95,7 @@ enum Command {
     Token(TokenCommand),
     /// Fetch ids from a running node.
     #[command(
-        after_help = "Examples:\n  idmint next photos\n  idmint next photos -n 5\n  idmint next tweets --server http://10.0.0.5:7878\n  idmint next tweets --server 10.0.0.5:7878   (no scheme: http://)\n  idmint next photos -n 10000 > ids.txt"
+        after_help = "Examples:\n  idmint next photos\n  idmint next photos -n 5\n  idmint next tweets --server http://10.0.0.5:7878\n  idmint next tweets --server 10.0.0.5:7878   (no scheme: http://)\n  idmint next photos --server https://ids.internal:7878 --ca-file /etc/idmint/tls/ca.pem\n  idmint next photos -n 10000 > ids.txt"
     )]
     Next {
         /// Namespace name.
@@ -167,7 +167,9 @@ The first id that cannot be decoded stops the command (exit 1), naming its line.
     #[command(subcommand)]
     Audit(AuditCommand),
     /// Show a node's namespaces and their state as a table.
-    #[command(after_help = "Example:\n  idmint status --server http://127.0.0.1:7878")]
+    #[command(
+        after_help = "Examples:\n  idmint status --server http://127.0.0.1:7878\n  IDMINT_CA_FILE=/etc/idmint/tls/ca.pem idmint status --server https://ids.internal:7878\n  idmint status --server https://ids.internal:7878 --ca-file ca.pem --cert me.pem --key me.key   (mutual TLS)"
+    )]
     Status {
         /// Node URL; without a scheme, http:// (127.0.0.1:7878, localhost:7878).
         #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]

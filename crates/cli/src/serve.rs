@@ -202,48 +202,59 @@ fn server_tls(flags: TlsFlags, file: &FileConfig) -> Result<Option<idmint_node::
 
 /// Reloads the listeners' certificate, key and client CA on every SIGHUP: new handshakes use
 /// the new files, open connections keep theirs; files that do not load leave the ones in use
-/// (logged as an error naming the file).
-async fn reload_tls_on_sighup(tls: idmint_node::tls::ServerTls) {
+/// (logged as an error naming the file). Without TLS a SIGHUP is logged and changes nothing.
+/// The handler is registered when this is called, so call it before the node says it listens:
+/// from then on a SIGHUP never stops the node (the signal's default action).
+fn reload_tls_on_sighup(
+    tls: Option<idmint_node::tls::ServerTls>,
+) -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut hangups = match signal(SignalKind::hangup()) {
-            Ok(hangups) => hangups,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGHUP: TLS files will not be reloaded");
-                return;
-            }
-        };
-        while hangups.recv().await.is_some() {
-            let reloading = tls.clone();
-            let reloaded = tokio::task::spawn_blocking(move || reloading.reload()).await;
-            let files = tls.files();
-            let cert = files
-                .map(|f| f.cert.display().to_string())
-                .unwrap_or_default();
-            let key = files
-                .map(|f| f.key.display().to_string())
-                .unwrap_or_default();
-            let client_ca = files
-                .and_then(|f| f.client_ca.as_ref())
-                .map(|ca| ca.display().to_string());
-            match reloaded {
-                Ok(Ok(())) => tracing::info!(
-                    %cert,
-                    %key,
-                    client_ca = client_ca.as_deref().unwrap_or("none"),
-                    "SIGHUP: reloaded the TLS certificate, key and client CA; new connections use them"
-                ),
-                Ok(Err(e)) => tracing::error!(
-                    error = %e,
-                    "SIGHUP: TLS files not reloaded, still serving the previous certificate"
-                ),
-                Err(e) => tracing::error!(error = %e, "SIGHUP: the TLS reload task failed"),
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+    async move {
+        #[cfg(unix)]
+        {
+            let mut hangups = match hangups {
+                Ok(hangups) => hangups,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot listen for SIGHUP: TLS files will not be reloaded");
+                    return;
+                }
+            };
+            while hangups.recv().await.is_some() {
+                let Some(tls) = &tls else {
+                    tracing::info!("SIGHUP: no TLS files to reload");
+                    continue;
+                };
+                let reloading = tls.clone();
+                let reloaded = tokio::task::spawn_blocking(move || reloading.reload()).await;
+                let files = tls.files();
+                let cert = files
+                    .map(|f| f.cert.display().to_string())
+                    .unwrap_or_default();
+                let key = files
+                    .map(|f| f.key.display().to_string())
+                    .unwrap_or_default();
+                let client_ca = files
+                    .and_then(|f| f.client_ca.as_ref())
+                    .map_or_else(|| "none".to_owned(), |ca| ca.display().to_string());
+                match reloaded {
+                    Ok(Ok(())) => tracing::info!(
+                        %cert,
+                        %key,
+                        %client_ca,
+                        "SIGHUP: reloaded the TLS certificate, key and client CA; new connections use them"
+                    ),
+                    Ok(Err(e)) => tracing::error!(
+                        error = %e,
+                        "SIGHUP: TLS files not reloaded, still serving the previous certificate"
+                    ),
+                    Err(e) => tracing::error!(error = %e, "SIGHUP: the TLS reload task failed"),
+                }
             }
         }
+        #[cfg(not(unix))]
+        drop(tls);
     }
-    #[cfg(not(unix))]
-    drop(tls);
 }
 
 pub fn serve(
@@ -358,13 +369,11 @@ pub fn serve(
         // wait), as the library's default generators do. Tests start nodes on tokio's clock.
         let clock: Arc<dyn idmint_core::Clock> = Arc::new(idmint_core::CoarseClock::new());
         let node = Node::start_with_clock(file.node, authority, clock).await?;
+        let reloads = tokio::spawn(reload_tls_on_sighup(tls.clone()));
         // Once, on stdout, where scripts and tests wait for it (not also as a log line).
         say(format_args!("idmint listening on {scheme}://{addr}"));
         let shutdown = Shutdown::new();
         let signals = tokio::spawn(signal_stages(shutdown.clone()));
-        let reloads = tls
-            .clone()
-            .map(|tls| tokio::spawn(reload_tls_on_sighup(tls)));
         let mut front_ends: Vec<idmint_node::FrontEnd> =
             vec![Box::pin(idmint_node::http::listen::listen_with_tls(
                 node.clone(),
@@ -398,9 +407,7 @@ pub fn serve(
         }
         let served = idmint_node::serve_front_ends(node, shutdown, front_ends).await;
         signals.abort();
-        if let Some(reloads) = reloads {
-            reloads.abort();
-        }
+        reloads.abort();
         if let Some(ledger) = node_ledger {
             if let Err(e) = ledger.flush().await {
                 tracing::warn!(error = %e, "could not write the ledger at shutdown");

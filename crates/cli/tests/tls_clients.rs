@@ -5,7 +5,8 @@
 //! global node over `https://`; mutual TLS on every listener (`--tls-client-ca`): HTTP (the CLI
 //! with `--cert`/`--key` or `IDMINT_CERT`/`IDMINT_KEY`), gRPC (idmint-client) and RESP
 //! (`redis-cli --tls`, which scripts/test.sh installs); and SIGHUP reloading the certificate
-//! while a connection opened before stays served.
+//! while a connection opened before stays served (and, without TLS, changing nothing: the
+//! signal's default action would stop the node).
 //!
 //! What is refused is refused with a non-zero exit (or an error) and a message that says why:
 //! a CA that did not sign the node's certificate, no client certificate or one of another CA,
@@ -742,4 +743,17 @@ fn sighup_reloads_the_certificate_and_keeps_open_connections() {
         "ids after a failed reload",
     ));
     assert_eq!(got.len(), 1);
+}
+
+#[test]
+fn sighup_without_tls_changes_nothing_and_the_node_serves_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &dir.path().join("data"), None);
+    server.signal("HUP");
+    wait_until("the SIGHUP is logged", || {
+        server
+            .stderr_so_far()
+            .contains("SIGHUP: no TLS files to reload")
+    });
+    assert_eq!(support::http_get(server.addr, "/healthz").0, 200);
 }
