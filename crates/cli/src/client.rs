@@ -8,13 +8,26 @@
 //! A server may be given with or without a scheme: `127.0.0.1:7878` and `localhost:7878` mean
 //! `http://…`. Only `http` and `https` are accepted; a bad address is a usage error found while
 //! parsing the arguments, before any request.
+//!
+//! An `https://` server is trusted as [`idmint_proto::tls::ClientTls`] says, the same rule as
+//! the upstream authority's and idmint-client's: only the CA of `--ca-file` (`IDMINT_CA_FILE`)
+//! when given, else the public roots; `--cert`/`--key` (`IDMINT_CERT`/`IDMINT_KEY`) present a
+//! client certificate to a node that requires one. The files are read when the command starts
+//! and an error names the file; an `http://` server ignores them.
 
 use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use idmint_api::ErrorBody;
-use reqwest::Url;
+use idmint_proto::tls::ClientTls;
 use serde::de::DeserializeOwned;
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
+use url::Url;
 
 /// A validated node address: an `http` or `https` URL with a host.
 #[derive(Debug, Clone)]
@@ -73,12 +86,49 @@ impl ServerUrl {
         }
         url
     }
+
+    fn is_https(&self) -> bool {
+        self.0.scheme() == "https"
+    }
+}
+
+/// How the commands that talk to a node trust an `https://` one and which client certificate
+/// they present (mutual TLS). Ignored for an `http://` server.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TlsArgs {
+    /// For an https:// server: trust only the CA certificates of this PEM file
+    /// [default: the public roots].
+    #[arg(long, value_name = "FILE", env = "IDMINT_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// For an https:// server that requires client certificates: this certificate chain
+    /// (PEM, leaf first); needs --key.
+    #[arg(long, value_name = "FILE", env = "IDMINT_CERT")]
+    pub cert: Option<PathBuf>,
+    /// The private key (PEM) of --cert.
+    #[arg(long, value_name = "FILE", env = "IDMINT_KEY")]
+    pub key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The TLS settings these name, files read and checked.
+    fn client_tls(&self) -> Result<ClientTls> {
+        let identity = match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+            (Some(_), None) => bail!("--cert (IDMINT_CERT) needs --key (IDMINT_KEY)"),
+            (None, Some(_)) => bail!("--key (IDMINT_KEY) needs --cert (IDMINT_CERT)"),
+            (None, None) => None,
+        };
+        ClientTls::from_files(self.ca_file.as_deref(), identity).context(
+            "reading the TLS files (--ca-file, --cert, --key; IDMINT_CA_FILE, IDMINT_CERT, \
+             IDMINT_KEY)",
+        )
+    }
 }
 
 /// A client of one node: one runtime and one connection pool for every request of a command.
 pub struct Client {
     runtime: tokio::runtime::Runtime,
-    http: reqwest::Client,
+    http: hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
     server: ServerUrl,
     token: Option<String>,
 }
@@ -87,15 +137,26 @@ pub struct Client {
 pub const TOKEN_VAR: &str = "IDMINT_TOKEN";
 
 impl Client {
-    /// A client of `server`; connects on the first request.
-    pub fn new(server: ServerUrl) -> Result<Client> {
+    /// A client of `server`, over TLS as `tls` says when it is `https://`; connects on the
+    /// first request.
+    pub fn new(server: ServerUrl, tls: &TlsArgs) -> Result<Client> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .context("starting the async runtime")?;
-        let http = reqwest::Client::builder()
-            .build()
-            .context("setting up the HTTP client")?;
+        let tls = if server.is_https() {
+            tls.client_tls()?
+        } else {
+            ClientTls::public_roots()
+        };
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            // hyper-rustls announces the ALPN of the protocols it enables (http/1.1).
+            .with_tls_config(tls.rustls_config(&[]))
+            .https_or_http()
+            .enable_http1()
+            .build();
+        let http =
+            hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(connector);
         let token = std::env::var(TOKEN_VAR)
             .ok()
             .map(|t| t.trim().to_string())
@@ -115,7 +176,7 @@ impl Client {
         segments: &[&str],
         query: &[(&str, String)],
     ) -> Result<T> {
-        self.send(reqwest::Method::POST, segments, query)
+        self.send(hyper::Method::POST, segments, query)
     }
 
     /// GETs the API path `segments` with `query` and reads the answer as `T`, or the API's
@@ -125,32 +186,38 @@ impl Client {
         segments: &[&str],
         query: &[(&str, String)],
     ) -> Result<T> {
-        self.send(reqwest::Method::GET, segments, query)
+        self.send(hyper::Method::GET, segments, query)
     }
 
     fn send<T: DeserializeOwned>(
         &self,
-        method: reqwest::Method,
+        method: hyper::Method,
         segments: &[&str],
         query: &[(&str, String)],
     ) -> Result<T> {
         let url = self.server.endpoint(segments, query);
+        let mut request = hyper::Request::builder().method(method).uri(url.as_str());
+        if let Some(token) = &self.token {
+            request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = request
+            .body(Empty::new())
+            .with_context(|| format!("building the request to {url}"))?;
         self.runtime.block_on(async {
-            let mut request = self.http.request(method, url.clone());
-            if let Some(token) = &self.token {
-                request = request.bearer_auth(token);
-            }
-            let resp = request.send().await.with_context(|| {
+            let resp = self.http.request(request).await.with_context(|| {
                 format!(
                     "cannot reach {}; is `idmint serve` running there?",
                     self.server
                 )
             })?;
             let status = resp.status();
-            let text = resp
-                .text()
+            let body = resp
+                .into_body()
+                .collect()
                 .await
-                .with_context(|| format!("reading the answer of {url}"))?;
+                .with_context(|| format!("reading the answer of {url}"))?
+                .to_bytes();
+            let text = String::from_utf8_lossy(&body);
             if !status.is_success() {
                 match serde_json::from_str::<ErrorBody>(&text) {
                     Ok(body) => bail!("{status} {}: {}", body.error.code, body.error.message),

@@ -25,7 +25,10 @@ pub enum Decoder {
     /// Offline, as ULID text.
     Ulid,
     /// By a node, as an id of one of its namespaces.
-    Node { client: Client, namespace: String },
+    Node {
+        client: Box<Client>,
+        namespace: String,
+    },
 }
 
 /// How decoded ids are printed.

@@ -2,8 +2,8 @@
 //! printing; everything of substance is in the libraries (`idmint-node`, `idmint-store`,
 //! `idmint-core`).
 //!
-//! Modules: `serve` runs a node; `client` talks to one over HTTP (`next`, `status`,
-//! `decode --namespace`); `decode` decodes ids; `packaging` generates shell completions and
+//! Modules: `serve` runs a node; `client` talks to one over HTTP or HTTPS (`next`, `status`,
+//! `decode --namespace`, `admin rebase`, `admin retire`; `--ca-file`, `--cert`, `--key`); `decode` decodes ids; `packaging` generates shell completions and
 //! manual pages from this definition; `output` is the buffered stdout of the client
 //! commands and the error report. Exit codes: 0 on success (also when the reader of stdout
 //! goes away early, `| head`), 1 for an error (printed as `error:` and `caused by:` lines,
@@ -20,7 +20,7 @@ mod token;
 
 use anyhow::{anyhow, bail, Result};
 use clap::{Parser, Subcommand};
-use client::{Client, ServerUrl};
+use client::{Client, ServerUrl, TlsArgs};
 use decode::Decoder;
 use idmint_api::{IdsResponse, NamespaceInfo, NamespaceList};
 use idmint_core::Layout;
@@ -51,7 +51,7 @@ struct Cli {
 enum Command {
     /// Run a node: HTTP/JSON API over an embedded durable store.
     #[command(
-        after_help = "Examples:\n  idmint serve\n  idmint serve --config idmint.toml\n  idmint serve --config idmint.toml --http 0.0.0.0:7878   (idmint.toml with [auth] tokens: see idmint token new)\n  idmint serve --http localhost:7878\n  idmint serve --grpc 127.0.0.1:7879\n  idmint serve --resp 127.0.0.1:7380   (then: redis-cli -p 7380 INCR photos)\n\nWith no arguments: file authority in $XDG_DATA_HOME/idmint (else ~/.local/share/idmint),\nHTTP on 127.0.0.1:7878, 64-bit sequence namespaces created on first use, no authentication.\nWithout [auth] anyone who reaches a port may create namespaces and take ids, so a\nnon-loopback --http, --grpc or --resp is refused unless the configuration has [auth] or\n--insecure-no-auth is given. Stop with Ctrl-C or SIGTERM: requests in\nflight are answered and unused ids are handed back. Logs: RUST_LOG=debug for more."
+        after_help = "Examples:\n  idmint serve\n  idmint serve --config idmint.toml\n  idmint serve --config idmint.toml --http 0.0.0.0:7878   (idmint.toml with [auth] tokens: see idmint token new)\n  idmint serve --http localhost:7878\n  idmint serve --grpc 127.0.0.1:7879\n  idmint serve --resp 127.0.0.1:7380   (then: redis-cli -p 7380 INCR photos)\n\nWith no arguments: file authority in $XDG_DATA_HOME/idmint (else ~/.local/share/idmint),\nHTTP on 127.0.0.1:7878, 64-bit sequence namespaces created on first use, no authentication.\nWithout [auth] anyone who reaches a port may create namespaces and take ids, so a\nnon-loopback --http, --grpc or --resp is refused unless the configuration has [auth] or\n--insecure-no-auth is given. Stop with Ctrl-C or SIGTERM: requests in\nflight are answered and unused ids are handed back. With TLS, SIGHUP reloads the\ncertificate, key and client CA (open connections are kept). Logs: RUST_LOG=debug for more."
     )]
     Serve {
         /// TOML configuration file (namespaces, authority, server settings); see docs/configuration.md.
@@ -95,7 +95,7 @@ enum Command {
     Token(TokenCommand),
     /// Fetch ids from a running node.
     #[command(
-        after_help = "Examples:\n  idmint next photos\n  idmint next photos -n 5\n  idmint next tweets --server http://10.0.0.5:7878\n  idmint next tweets --server 10.0.0.5:7878   (no scheme: http://)\n  idmint next photos -n 10000 > ids.txt"
+        after_help = "Examples:\n  idmint next photos\n  idmint next photos -n 5\n  idmint next tweets --server http://10.0.0.5:7878\n  idmint next tweets --server 10.0.0.5:7878   (no scheme: http://)\n  idmint next photos --server https://ids.internal:7878 --ca-file /etc/idmint/tls/ca.pem\n  idmint next photos -n 10000 > ids.txt"
     )]
     Next {
         /// Namespace name.
@@ -106,6 +106,8 @@ enum Command {
         /// Node URL; without a scheme, http:// (127.0.0.1:7878, localhost:7878).
         #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]
         server: ServerUrl,
+        #[command(flatten)]
+        tls: TlsArgs,
     },
     /// Decode ids: offline for a layout, or by a node for one of its namespaces.
     #[command(after_help = "Examples:
@@ -148,6 +150,8 @@ The first id that cannot be decoded stops the command (exit 1), naming its line.
         // Text until --namespace needs it: a stray $IDMINT_SERVER must not break offline decoding.
         #[arg(long, env = "IDMINT_SERVER")]
         server: Option<String>,
+        #[command(flatten)]
+        tls: TlsArgs,
     },
     /// Print SQL: the authority's schema, Flickr ticket tables, Instagram's next_id() function.
     #[command(
@@ -163,11 +167,15 @@ The first id that cannot be decoded stops the command (exit 1), naming its line.
     #[command(subcommand)]
     Audit(AuditCommand),
     /// Show a node's namespaces and their state as a table.
-    #[command(after_help = "Example:\n  idmint status --server http://127.0.0.1:7878")]
+    #[command(
+        after_help = "Examples:\n  idmint status --server http://127.0.0.1:7878\n  IDMINT_CA_FILE=/etc/idmint/tls/ca.pem idmint status --server https://ids.internal:7878\n  idmint status --server https://ids.internal:7878 --ca-file ca.pem --cert me.pem --key me.key   (mutual TLS)"
+    )]
     Status {
         /// Node URL; without a scheme, http:// (127.0.0.1:7878, localhost:7878).
         #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]
         server: ServerUrl,
+        #[command(flatten)]
+        tls: TlsArgs,
     },
     /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
     #[command(
@@ -243,6 +251,8 @@ enum AdminCommand {
         /// Node URL; without a scheme, http:// (127.0.0.1:7878, localhost:7878).
         #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]
         server: ServerUrl,
+        #[command(flatten)]
+        tls: TlsArgs,
     },
     /// Stop a sequence namespace for good: its watermark moves past its largest id, so it
     /// hands out no id any more, and its record stays so it is never created again. Needs the
@@ -256,6 +266,8 @@ enum AdminCommand {
         /// Node URL; without a scheme, http:// (127.0.0.1:7878, localhost:7878).
         #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]
         server: ServerUrl,
+        #[command(flatten)]
+        tls: TlsArgs,
     },
 }
 
@@ -421,8 +433,9 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
             namespace,
             count,
             server,
+            tls,
         } => {
-            let client = Client::new(server)?;
+            let client = Client::new(server, &tls)?;
             let answer: IdsResponse =
                 client.get(&["v1", "ids", &namespace], &[("count", count.to_string())])?;
             for id in &answer.ids {
@@ -439,6 +452,7 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
             namespace,
             json,
             server,
+            tls,
         } => {
             let decoder = match (layout, bits, namespace) {
                 (Some(layout), None, None) => decode::preset_decoder(&layout, epoch)?,
@@ -457,7 +471,7 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
                         .parse()
                         .map_err(|e| anyhow!("--server: {e}"))?;
                     Decoder::Node {
-                        client: Client::new(server)?,
+                        client: Box::new(Client::new(server, &tls)?),
                         namespace,
                     }
                 }
@@ -466,7 +480,7 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
             };
             decode::run(out, &decoder, id.as_deref(), json)
         }
-        Command::Status { server } => status(out, server),
+        Command::Status { server, tls } => status(out, server, &tls),
         Command::Admin(AdminCommand::Reseed {
             namespace,
             above,
@@ -487,16 +501,21 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
             namespace,
             above,
             server,
+            tls,
         }) => {
-            let a: idmint_api::AdvanceResponse = Client::new(server)?.post(
+            let a: idmint_api::AdvanceResponse = Client::new(server, &tls)?.post(
                 &["v1", "admin", "rebase", &namespace],
                 &[("above", above.to_string())],
             )?;
             Ok(out.line(format_args!("{}", describe_advance(&a)))?)
         }
-        Command::Admin(AdminCommand::Retire { namespace, server }) => {
+        Command::Admin(AdminCommand::Retire {
+            namespace,
+            server,
+            tls,
+        }) => {
             let a: idmint_api::AdvanceResponse =
-                Client::new(server)?.post(&["v1", "admin", "retire", &namespace], &[])?;
+                Client::new(server, &tls)?.post(&["v1", "admin", "retire", &namespace], &[])?;
             Ok(out.line(format_args!("{}", describe_advance(&a)))?)
         }
         Command::Audit(AuditCommand::Verify { config, data_dir }) => {
@@ -571,8 +590,8 @@ fn describe_advance(a: &idmint_api::AdvanceResponse) -> String {
     )
 }
 
-fn status(out: &mut Out, server: ServerUrl) -> Result<()> {
-    let list: NamespaceList = Client::new(server)?.get(&["v1", "namespaces"], &[])?;
+fn status(out: &mut Out, server: ServerUrl, tls: &TlsArgs) -> Result<()> {
+    let list: NamespaceList = Client::new(server, tls)?.get(&["v1", "namespaces"], &[])?;
     if list.namespaces.is_empty() {
         out.line(format_args!(
             "no namespaces served yet (sequence namespaces appear on first use)"

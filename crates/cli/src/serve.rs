@@ -21,6 +21,12 @@
 //! `--insecure-no-auth` is given ([`check_exposure`]): otherwise anyone who can reach a port
 //! could create namespaces and take ids.
 //!
+//! With TLS (`--tls-cert`/`--tls-key`, `[server] tls_cert`/`tls_key`; and `--tls-client-ca` or
+//! `client_ca_file` for mutual TLS) every listener is served through one
+//! [`idmint_node::tls::ServerTls`], and SIGHUP reloads its files ([`reload_tls_on_sighup`]):
+//! new connections get the new certificate, open ones keep theirs, and files that do not load
+//! leave the ones in use.
+//!
 //! Logs go to stderr: `--log-format text` (the default) colours them only when stderr is a
 //! terminal; `--log-format json` writes one JSON object per line for log shippers.
 
@@ -119,33 +125,115 @@ pub struct Listeners {
     pub tls: TlsFlags,
 }
 
-/// TLS on every listener (HTTP, gRPC, RESP), overriding `[server] tls_cert` / `tls_key`.
+/// TLS on every listener (HTTP, gRPC, RESP), overriding `[server] tls_cert` / `tls_key` /
+/// `client_ca_file`.
 #[derive(Debug, Default, clap::Args)]
 pub struct TlsFlags {
     /// Serve every listener over TLS with this certificate chain (PEM, leaf first)
-    /// [default: server.tls_cert in the config file, else no TLS]; needs --tls-key.
+    /// [default: server.tls_cert in the config file, else no TLS]; needs --tls-key. SIGHUP
+    /// reloads it.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// The private key (PEM) of --tls-cert [default: server.tls_key].
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Mutual TLS: every listener requires a client certificate signed by a CA of this PEM
+    /// file [default: server.client_ca_file, else no client certificate asked for]; needs TLS.
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
-/// The listeners' TLS: the flags' files, else the config file's; loaded now, so a bad
-/// certificate or key stops the node before it touches the authority, naming the file.
+/// The listeners' TLS: the flags' files, else the config file's (`--tls-client-ca` over
+/// `client_ca_file`); loaded now, so a bad certificate, key or client CA stops the node before
+/// it touches the authority, naming the file.
 fn server_tls(flags: TlsFlags, file: &FileConfig) -> Result<Option<idmint_node::tls::ServerTls>> {
     let files = match (flags.tls_cert, flags.tls_key) {
-        (Some(cert), Some(key)) => Some(idmint_node::TlsFiles { cert, key }),
+        (Some(cert), Some(key)) => Some(idmint_node::TlsFiles {
+            cert,
+            key,
+            client_ca: file.tls.as_ref().and_then(|t| t.client_ca.clone()),
+        }),
         _ => file.tls.clone(),
     };
-    let Some(files) = files else {
+    let Some(mut files) = files else {
+        if flags.tls_client_ca.is_some() {
+            bail!("--tls-client-ca needs TLS: give --tls-cert and --tls-key (or server.tls_cert and tls_key)");
+        }
         return Ok(None);
     };
-    let tls = idmint_node::tls::ServerTls::load(&files.cert, &files.key).context(
-        "loading the TLS certificate and key (--tls-cert/--tls-key, server.tls_cert/tls_key)",
+    if let Some(ca) = flags.tls_client_ca {
+        files.client_ca = Some(ca);
+    }
+    let tls = idmint_node::tls::ServerTls::from_files(&files).context(
+        "loading the TLS certificate, key and client CA (--tls-cert/--tls-key/--tls-client-ca, \
+         server.tls_cert/tls_key/client_ca_file)",
     )?;
-    tracing::info!(cert = %files.cert.display(), "TLS on every listener");
+    match &files.client_ca {
+        Some(ca) => tracing::info!(
+            cert = %files.cert.display(),
+            client_ca = %ca.display(),
+            "TLS on every listener, client certificates required"
+        ),
+        None => tracing::info!(cert = %files.cert.display(), "TLS on every listener"),
+    }
     Ok(Some(tls))
+}
+
+/// Reloads the listeners' certificate, key and client CA on every SIGHUP: new handshakes use
+/// the new files, open connections keep theirs; files that do not load leave the ones in use
+/// (logged as an error naming the file). Without TLS a SIGHUP is logged and changes nothing.
+/// The handler is registered when this is called, so call it before the node says it listens:
+/// from then on a SIGHUP never stops the node (the signal's default action).
+fn reload_tls_on_sighup(
+    tls: Option<idmint_node::tls::ServerTls>,
+) -> impl std::future::Future<Output = ()> {
+    #[cfg(unix)]
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+    async move {
+        #[cfg(unix)]
+        {
+            let mut hangups = match hangups {
+                Ok(hangups) => hangups,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot listen for SIGHUP: TLS files will not be reloaded");
+                    return;
+                }
+            };
+            while hangups.recv().await.is_some() {
+                let Some(tls) = &tls else {
+                    tracing::info!("SIGHUP: no TLS files to reload");
+                    continue;
+                };
+                let reloading = tls.clone();
+                let reloaded = tokio::task::spawn_blocking(move || reloading.reload()).await;
+                let files = tls.files();
+                let cert = files
+                    .map(|f| f.cert.display().to_string())
+                    .unwrap_or_default();
+                let key = files
+                    .map(|f| f.key.display().to_string())
+                    .unwrap_or_default();
+                let client_ca = files
+                    .and_then(|f| f.client_ca.as_ref())
+                    .map_or_else(|| "none".to_owned(), |ca| ca.display().to_string());
+                match reloaded {
+                    Ok(Ok(())) => tracing::info!(
+                        %cert,
+                        %key,
+                        %client_ca,
+                        "SIGHUP: reloaded the TLS certificate, key and client CA; new connections use them"
+                    ),
+                    Ok(Err(e)) => tracing::error!(
+                        error = %e,
+                        "SIGHUP: TLS files not reloaded, still serving the previous certificate"
+                    ),
+                    Err(e) => tracing::error!(error = %e, "SIGHUP: the TLS reload task failed"),
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        drop(tls);
+    }
 }
 
 pub fn serve(
@@ -223,6 +311,7 @@ pub fn serve(
         // clock.
         let clock: Arc<dyn idmint_core::Clock> = Arc::new(idmint_core::CoarseClock::new());
         let node = Node::start_with_clock(file.node, authority, clock).await?;
+        let reloads = tokio::spawn(reload_tls_on_sighup(tls.clone()));
         let mut server = Server::new(node).tls(tls).http(listener);
         // Once, on stdout, where scripts and tests wait for it (not also as a log line).
         say(format_args!("idmint listening on {scheme}://{addr}"));
@@ -243,6 +332,7 @@ pub fn serve(
         let signals = tokio::spawn(signal_stages(server.shutdown_handle()));
         let served = server.serve().await;
         signals.abort();
+        reloads.abort();
         let report = served?;
         say(format_args!(
             "idmint stopped: {} ids handed back, {} burned",

@@ -69,6 +69,24 @@ fn the_example_config_is_valid_and_production_ready() {
         .map(|n| n.as_str().to_owned())
         .collect();
     assert_eq!(names, ["events", "orders", "orders.legacy", "sessions"]);
+
+    // The regional tier it describes reaches this node the way it serves: over TLS, with its CA.
+    let regional: String = text
+        .lines()
+        .skip_while(|l| !l.starts_with("# A regional node"))
+        .skip(1)
+        .map_while(|l| l.strip_prefix("#   "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let regional = FileConfig::parse(&regional)
+        .unwrap_or_else(|e| panic!("the regional example of deploy/idmint.toml: {e}\n{regional}"));
+    match &regional.authority {
+        AuthorityConfig::Upstream(up) => {
+            assert!(up.urls.iter().all(|u| u.starts_with("https://")), "{up:?}");
+            assert!(up.ca_file.is_some(), "{up:?}");
+        }
+        other => panic!("an upstream authority, not {other:?}"),
+    }
 }
 
 #[test]

@@ -130,7 +130,12 @@ impl Client {
         clock: Arc<dyn Clock>,
     ) -> Result<Client, ClientError> {
         config.check()?;
-        let nodes = crate::nodes::connect(&config.urls, config.op_timeout, config.token.as_ref())?;
+        let nodes = crate::nodes::connect(
+            &config.urls,
+            config.op_timeout,
+            config.token.as_ref(),
+            config.tls.as_ref(),
+        )?;
         nodes
             .call(|mut c| async move { c.namespaces(proto::NamespacesRequest {}).await })
             .await

@@ -1,6 +1,7 @@
 //! [`ClientConfig`]: the client's settings, checked once by `Client::connect_with`.
 
 use idmint_core::{BufferConfig, BufferPolicy, Sizing};
+pub use idmint_proto::tls::{ClientTls, ClientTlsError};
 use std::time::Duration;
 
 /// Largest `count` of one [`next_batch`](crate::Client::next_batch).
@@ -10,7 +11,8 @@ pub const MAX_BATCH: u64 = 10_000_000;
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ClientConfig {
-    /// The nodes' gRPC urls (`http://host:port`), tried in order (docs/grpc.md).
+    /// The nodes' gRPC urls (`http://host:port`, or `https://host:port` for a node serving
+    /// TLS), tried in order (docs/grpc.md).
     pub urls: Vec<String>,
     /// Longest wait for one call to one node (connecting included); then the next url is tried.
     pub op_timeout: Duration,
@@ -34,6 +36,10 @@ pub struct ClientConfig {
     /// sequence namespaces, `ids` for the others, `read` for their settings). Its `Debug`
     /// output hides it. Default: none.
     pub token: Option<idmint_proto::nodes::BearerToken>,
+    /// How `https://` urls are trusted and which client certificate is presented (mutual TLS):
+    /// a CA file or PEM, and a certificate and key ([`ClientTls`]). Default: none, so the
+    /// public roots are trusted and no certificate is presented. `http://` urls ignore it.
+    pub tls: Option<ClientTls>,
 }
 
 impl ClientConfig {
@@ -54,12 +60,20 @@ impl ClientConfig {
             validity: Duration::from_secs(1),
             max_time_batch: 1_000,
             token: None,
+            tls: None,
         }
     }
 
     /// These settings with `token` sent as the bearer token of every call.
     pub fn with_token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(idmint_proto::nodes::BearerToken::new(token));
+        self
+    }
+
+    /// These settings with `tls` for `https://` urls: `ClientTls::from_files(Some(ca), None)`
+    /// to trust a private CA, with `Some((cert, key))` to present a client certificate.
+    pub fn with_tls(mut self, tls: ClientTls) -> Self {
+        self.tls = Some(tls);
         self
     }
 

@@ -76,8 +76,8 @@ pub enum ClientError {
         /// The most allowed.
         max: u64,
     },
-    /// The client's configuration is unusable (no urls, a url that is not `http://`, a bad
-    /// buffer policy).
+    /// The client's configuration is unusable (no urls, a url that is not `http://` or
+    /// `https://`, TLS refused, a bad buffer policy).
     #[error("invalid client configuration: {message}")]
     InvalidConfig {
         /// What is wrong.

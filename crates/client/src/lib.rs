@@ -27,8 +27,12 @@
 //!   back is burned, never used again (`client.rs`, `sequence.rs`);
 //! - no lock is held across `.await`; no `unwrap` on anything a node sends.
 //!
-//! What it does not do: TLS or authentication (the gRPC port is plain HTTP/2 on a private
-//! network), keep ids across restarts (a restarted client leases new blocks), or create
+//! Nodes serving TLS are dialled with `https://` urls: [`ClientConfig::tls`] ([`ClientTls`],
+//! from `idmint_proto::tls`, shared with the CLI and the upstream authority) names the CA to
+//! trust (else the public roots) and the client certificate for nodes that require one; a node
+//! with `[auth]` gets [`ClientConfig::token`].
+//!
+//! What it does not do: keep ids across restarts (a restarted client leases new blocks), or create
 //! namespaces of kinds other than sequence (a node auto-creates sequence namespaces only).
 //!
 //! ```
@@ -72,7 +76,7 @@ mod window;
 
 pub use blocking::{BlockingClient, BlockingLocalIds, BlockingNamespace};
 pub use client::{Client, CloseReport};
-pub use config::{ClientConfig, MAX_BATCH};
+pub use config::{ClientConfig, ClientTls, ClientTlsError, MAX_BATCH};
 pub use error::ClientError;
 pub use id::{Id, Kind};
 pub use idmint_core::{BufferConfig, BufferPolicy, Clock, ManualClock, Sizing, SystemClock};

@@ -7,27 +7,31 @@
 use crate::error::{from_status, ClientError};
 use idmint_proto::nodes::{BearerToken, NodesError};
 pub(crate) use idmint_proto::nodes::{CallError, Nodes};
+use idmint_proto::tls::ClientTls;
 use std::time::Duration;
 
 /// The nodes at `urls`, labelled `node #i` in messages (a url may hold a password), every call
-/// carrying `token` if given, connected lazily. Must run inside a tokio runtime.
+/// carrying `token` if given, `https://` urls over TLS with `tls` (else the public roots),
+/// connected lazily. Must run inside a tokio runtime.
 pub(crate) fn connect(
     urls: &[String],
     timeout: Duration,
     token: Option<&BearerToken>,
+    tls: Option<&ClientTls>,
 ) -> Result<Nodes, ClientError> {
     let labelled = urls
         .iter()
         .enumerate()
         .map(|(i, url)| (format!("node #{i}"), url.clone()))
         .collect();
-    Nodes::new(labelled, timeout, token).map_err(|e| ClientError::InvalidConfig {
+    Nodes::new(labelled, timeout, token, tls).map_err(|e| ClientError::InvalidConfig {
         message: match e {
             NodesError::Empty => "at least one node url is needed".into(),
             NodesError::InvalidUrl(label) => {
-                format!("the url of {label} is not a valid http:// url")
+                format!("the url of {label} is not a valid http:// or https:// url")
             }
             NodesError::InvalidToken => "the token is empty or not printable ASCII".into(),
+            NodesError::Tls(label, why) => format!("TLS for {label} refused: {why}"),
         },
     })
 }

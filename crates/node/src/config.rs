@@ -328,7 +328,8 @@ pub struct FileConfig {
     pub resp: Option<SocketAddr>,
     /// Data directory, if set.
     pub data_dir: Option<PathBuf>,
-    /// TLS on every listener (`[server] tls_cert` and `tls_key`, both or neither).
+    /// TLS on every listener (`[server] tls_cert` and `tls_key`, both or neither; and
+    /// `client_ca_file` for mutual TLS).
     pub tls: Option<TlsFiles>,
     /// The authority.
     pub authority: AuthorityConfig,
@@ -339,23 +340,33 @@ pub struct FileConfig {
     pub node: NodeConfig,
 }
 
-/// The PEM files of the listeners' TLS certificate (chain, leaf first) and private key;
-/// read at start by [`crate::tls::ServerTls::load`].
+/// The PEM files of the listeners' TLS certificate (chain, leaf first), private key and, for
+/// mutual TLS, client CA; read at start, and again on reload, by
+/// [`crate::tls::ServerTls::from_files`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsFiles {
     /// `server.tls_cert` / `--tls-cert`.
     pub cert: PathBuf,
     /// `server.tls_key` / `--tls-key`.
     pub key: PathBuf,
+    /// `server.client_ca_file` / `--tls-client-ca`: when set, every listener requires a client
+    /// certificate signed by a CA of this file.
+    pub client_ca: Option<PathBuf>,
 }
 
-/// `server.tls_cert` and `server.tls_key`: both or neither.
+/// `server.tls_cert` and `server.tls_key`: both or neither; `server.client_ca_file` only with
+/// them.
 fn tls_files(raw: &RawServer) -> Result<Option<TlsFiles>, ConfigError> {
     match (&raw.tls_cert, &raw.tls_key) {
+        (None, None) if raw.client_ca_file.is_some() => Err(invalid(
+            "server.client_ca_file",
+            "set, but TLS is off: client certificates need tls_cert and tls_key in [server]",
+        )),
         (None, None) => Ok(None),
         (Some(cert), Some(key)) => Ok(Some(TlsFiles {
             cert: cert.clone(),
             key: key.clone(),
+            client_ca: raw.client_ca_file.clone(),
         })),
         (Some(_), None) => Err(invalid(
             "server.tls_key",
@@ -481,6 +492,7 @@ struct RawServer {
     // TLS on the listeners (crate::tls).
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
+    client_ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]
@@ -1549,12 +1561,23 @@ mod tests {
             Some(TlsFiles {
                 cert: PathBuf::from("/c.pem"),
                 key: PathBuf::from("/k.pem"),
+                client_ca: None,
             })
         );
         assert_eq!(FileConfig::parse("").unwrap().tls, None);
         let err = |t: &str| FileConfig::parse(t).unwrap_err().to_string();
         assert!(err("[server]\ntls_cert = \"/c.pem\"\n").starts_with("server.tls_key: missing"));
         assert!(err("[server]\ntls_key = \"/k.pem\"\n").starts_with("server.tls_cert: missing"));
+        let mutual = FileConfig::parse(
+            "[server]\ntls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\nclient_ca_file = \"/ca.pem\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            mutual.tls.and_then(|t| t.client_ca),
+            Some(PathBuf::from("/ca.pem"))
+        );
+        assert!(err("[server]\nclient_ca_file = \"/ca.pem\"\n")
+            .starts_with("server.client_ca_file: set, but TLS is off"));
     }
 
     #[test]

@@ -11,10 +11,16 @@
 //! policy across them, shared by the upstream authority and the client library (lazy channels:
 //! still no socket until a call).
 //!
+//! With the `tls` feature, [`tls`]: how every client (the CLI, the upstream authority, the
+//! client library) trusts a node and presents a client certificate; `nodes` uses it for
+//! `https://` urls.
+//!
 //! What it does not do: map errors or convert domain types (each side's own edge does that).
 
 #[cfg(feature = "nodes")]
 pub mod nodes;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 /// The generated messages, service and client of `idmint.v1`.
 #[allow(missing_docs, clippy::all, clippy::pedantic, clippy::unwrap_used)]

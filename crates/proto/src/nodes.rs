@@ -14,9 +14,16 @@
 //! `[auth]` wants one: `blocks` scope for `Block`/`GiveBack`, `read` for the namespace reads,
 //! `ids` for `Next`). The token never appears in a message or a `Debug` output.
 //!
+//! An `https://` url is dialled over TLS with the caller's [`ClientTls`] (its CA, or the public
+//! roots when none is given, and its client certificate for nodes that require one); an
+//! `http://` url stays plain, so one list may mix both. A failed handshake is a connection
+//! error: the next node is tried, and the message says why (an unknown issuer, a certificate
+//! required).
+//!
 //! Channels connect lazily: building [`Nodes`] contacts nothing. Every call is bounded by the
 //! timeout; nothing is held across `.await` but the call's own state.
 
+use crate::tls::ClientTls;
 use crate::v1::idmint_client::IdmintClient;
 use std::fmt;
 use std::future::Future;
@@ -99,20 +106,24 @@ pub enum CallError {
 pub enum NodesError {
     /// No url was given.
     Empty,
-    /// The url of this label is not a valid `http://` url.
+    /// The url of this label is not a valid `http://` or `https://` url.
     InvalidUrl(String),
     /// The token is empty or holds characters a header cannot carry.
     InvalidToken,
+    /// tonic refused the TLS settings for the url of this label (`.0`): why (`.1`).
+    Tls(String, String),
 }
 
 impl Nodes {
     /// Channels to `urls` (`(label, url)`), each call and connection bounded by `timeout`,
-    /// every request carrying `token` if given, connected lazily. Must run inside a tokio
-    /// runtime (each channel spawns its worker).
+    /// every request carrying `token` if given, `https://` urls over TLS with `tls` (else
+    /// [`ClientTls::public_roots`]), connected lazily. Must run inside a tokio runtime (each
+    /// channel spawns its worker).
     pub fn new(
         urls: Vec<(String, String)>,
         timeout: Duration,
         token: Option<&BearerToken>,
+        tls: Option<&ClientTls>,
     ) -> Result<Nodes, NodesError> {
         if urls.is_empty() {
             return Err(NodesError::Empty);
@@ -125,10 +136,28 @@ impl Nodes {
                     .map_err(|_| NodesError::InvalidToken)?,
             )),
         };
+        let mut public = None;
         let mut nodes = Vec::with_capacity(urls.len());
         for (label, url) in urls {
             let endpoint =
                 Endpoint::from_shared(url).map_err(|_| NodesError::InvalidUrl(label.clone()))?;
+            let endpoint = match endpoint.uri().scheme_str() {
+                Some("http") => endpoint,
+                Some("https") => {
+                    let tls = match tls {
+                        Some(tls) => tls,
+                        None => public.get_or_insert_with(ClientTls::public_roots),
+                    };
+                    let (config, verifier) = tls.tonic_config(timeout);
+                    endpoint
+                        .tls_config_with_verifier(config, verifier)
+                        .map_err(|e| {
+                            let why = describe(e.to_string(), std::error::Error::source(&e));
+                            NodesError::Tls(label.clone(), why)
+                        })?
+                }
+                _ => return Err(NodesError::InvalidUrl(label)),
+            };
             let channel = endpoint
                 .connect_timeout(timeout)
                 .timeout(timeout)
@@ -211,7 +240,10 @@ impl Nodes {
             Ok(Ok(answer)) => Ok(answer.into_inner()),
             Ok(Err(status)) if moves_on(&status) => Err(CallError::Unavailable(format!(
                 "{label}: {} ({})",
-                status.message(),
+                describe(
+                    status.message().to_owned(),
+                    std::error::Error::source(&status)
+                ),
                 code_name(status.code())
             ))),
             Ok(Err(status)) => Err(CallError::Status(index, status)),
@@ -221,6 +253,22 @@ impl Nodes {
             ))),
         }
     }
+}
+
+/// `first` followed by the messages of `source` and its own sources (a transport error's say
+/// why it failed: the connection refused, a certificate not trusted or required).
+fn describe(first: String, source: Option<&(dyn std::error::Error + 'static)>) -> String {
+    let mut text = first;
+    let mut source = source;
+    while let Some(e) = source {
+        let next = e.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = e.source();
+    }
+    text
 }
 
 /// Whether a status means "this node cannot serve now": try the next one.
@@ -287,26 +335,39 @@ mod tests {
     #[tokio::test]
     async fn urls_are_checked_and_nothing_is_contacted() {
         assert_eq!(
-            Nodes::new(Vec::new(), Duration::from_secs(1), None).unwrap_err(),
+            Nodes::new(Vec::new(), Duration::from_secs(1), None, None).unwrap_err(),
             NodesError::Empty
         );
         assert_eq!(
             Nodes::new(
                 vec![("a".into(), "not a url".into())],
                 Duration::from_secs(1),
+                None,
                 None
             )
             .unwrap_err(),
             NodesError::InvalidUrl("a".into())
         );
-        // Nothing listens there; building succeeds (lazily connected), a call fails over both.
+        assert_eq!(
+            Nodes::new(
+                vec![("a".into(), "ftp://127.0.0.1:1".into())],
+                Duration::from_secs(1),
+                None,
+                None
+            )
+            .unwrap_err(),
+            NodesError::InvalidUrl("a".into())
+        );
+        // Nothing listens there; building succeeds (lazily connected, plain and TLS mixed), a
+        // call fails over both.
         let nodes = Nodes::new(
             vec![
                 ("first".into(), "http://127.0.0.1:1".into()),
-                ("second".into(), "http://127.0.0.1:1".into()),
+                ("second".into(), "https://127.0.0.1:1".into()),
             ],
             Duration::from_secs(2),
             Some(&BearerToken::new("idmint_test")),
+            None,
         )
         .unwrap();
         assert_eq!(
@@ -318,7 +379,8 @@ mod tests {
             Nodes::new(
                 vec![("a".into(), "http://127.0.0.1:1".into())],
                 Duration::from_secs(1),
-                Some(&bad)
+                Some(&bad),
+                None
             )
             .unwrap_err(),
             NodesError::InvalidToken

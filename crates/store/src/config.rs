@@ -26,7 +26,7 @@
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use thiserror::Error;
 
@@ -869,9 +869,13 @@ pub(crate) fn check_root(root: &str) -> Result<(), &'static str> {
 /// Configuration of the upstream authority (`upstream::UpstreamAuthority`): other idmint nodes'
 /// gRPC addresses. Parsed in every build; only connecting needs the cargo feature `upstream`.
 ///
-/// Keys: `urls` (required, not empty, each `http://host:port`), `timeout_ms` (into
-/// [`UpstreamConfig::op_timeout`]), `token` (a bearer token of the upper tier's `[auth]`, with
-/// `blocks` and `read` on the namespaces; never printed).
+/// Keys: `urls` (required, not empty, each `http://host:port` or `https://host:port`; one list
+/// may mix them), `timeout_ms` (into [`UpstreamConfig::op_timeout`]), `token` (a bearer token
+/// of the upper tier's `[auth]`, with `blocks` and `read` on the namespaces; never printed),
+/// and for the `https://` urls `ca_file` (the only CA trusted; else the public roots) and
+/// `client_cert`/`client_key` (both or neither: the certificate presented to an upper tier that
+/// requires one). The TLS keys need at least one `https://` url, so they are never silently
+/// ignored. The files are read when the authority connects.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
@@ -888,14 +892,26 @@ pub struct UpstreamConfig {
     /// The bearer token sent to the upper nodes, for an upper tier with `[auth]`.
     #[serde(default)]
     pub token: Option<String>,
+    /// `ca_file`: the PEM file of the CA that signed the upper nodes' certificates; the only
+    /// CA trusted for `https://` urls (without it, the public roots).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// `client_cert`: the certificate chain (PEM, leaf first) presented to upper nodes that
+    /// require client certificates (`[server] client_ca_file`).
+    #[serde(default)]
+    pub client_cert: Option<PathBuf>,
+    /// `client_key`: the private key (PEM) of `client_cert`.
+    #[serde(default)]
+    pub client_key: Option<PathBuf>,
 }
 
 impl UpstreamConfig {
     /// The default timeout of one call.
     pub const DEFAULT_OP_TIMEOUT: Duration = DEFAULT_TIMEOUT;
 
-    /// A config for `urls` with the default timeout (not validated: [`crate::connect()`] and
-    /// `UpstreamAuthority::connect` refuse an empty list or a url that is not `http://`).
+    /// A config for `urls` with the default timeout, no token and no TLS files (not validated:
+    /// [`crate::connect()`] and `UpstreamAuthority::connect` refuse an empty list or a url that
+    /// is not `http://` or `https://`).
     pub fn new<I, S>(urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -905,16 +921,33 @@ impl UpstreamConfig {
             urls: urls.into_iter().map(Into::into).collect(),
             op_timeout: Self::DEFAULT_OP_TIMEOUT,
             token: None,
+            ca_file: None,
+            client_cert: None,
+            client_key: None,
         }
     }
 
-    /// At least one url, each `http://host[:port]` (plain HTTP/2: the gRPC port has no TLS).
+    /// The client certificate and key files, when both are set.
+    pub fn client_identity(&self) -> Option<(&Path, &Path)> {
+        self.client_cert.as_deref().zip(self.client_key.as_deref())
+    }
+
+    /// Whether any TLS file is set (`ca_file`, `client_cert`).
+    pub fn has_tls_files(&self) -> bool {
+        self.ca_file.is_some() || self.client_cert.is_some()
+    }
+
+    /// At least one url, each `http://host[:port]` or `https://host[:port]`; `client_cert` and
+    /// `client_key` both or neither; TLS files only with an `https://` url.
     fn validate(&self, key: &str) -> Result<(), AuthorityConfigError> {
         if self.urls.is_empty() {
             return Err(needs(key, "upstream", "urls"));
         }
         for (i, url) in self.urls.iter().enumerate() {
-            let host = url.strip_prefix("http://").unwrap_or("");
+            let host = url
+                .strip_prefix("http://")
+                .or_else(|| url.strip_prefix("https://"))
+                .unwrap_or("");
             let host = host.strip_suffix('/').unwrap_or(host);
             let valid = !host.is_empty()
                 && !host.contains(['/', '?', '#', '@'])
@@ -923,10 +956,38 @@ impl UpstreamConfig {
                 return Err(invalid(
                     format!("{key}.urls[{i}]"),
                     format!(
-                        "{}: expected an idmint node's gRPC address, http://host:port \
-                         (e.g. \"http://global-a:7879\")",
+                        "{}: expected an idmint node's gRPC address, http://host:port or \
+                         https://host:port (e.g. \"https://global-a:7879\")",
                         redact_url(url)
                     ),
+                ));
+            }
+        }
+        match (&self.client_cert, &self.client_key) {
+            (Some(_), None) => {
+                return Err(invalid(
+                    format!("{key}.client_key"),
+                    "missing: client_cert is set, and a client certificate needs its key",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    format!("{key}.client_cert"),
+                    "missing: client_key is set, and a client certificate needs its key",
+                ))
+            }
+            _ => {}
+        }
+        let any_https = self.urls.iter().any(|u| u.starts_with("https://"));
+        if !any_https {
+            let set = [
+                ("ca_file", self.ca_file.is_some()),
+                ("client_cert", self.client_cert.is_some()),
+            ];
+            if let Some((name, _)) = set.iter().find(|(_, set)| *set) {
+                return Err(invalid(
+                    format!("{key}.{name}"),
+                    "set, but no url is https://: TLS files are used only for https:// urls",
                 ));
             }
         }
@@ -945,6 +1006,9 @@ impl fmt::Debug for UpstreamConfig {
             .field("urls", &urls)
             .field("op_timeout", &self.op_timeout)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("ca_file", &self.ca_file)
+            .field("client_cert", &self.client_cert)
+            .field("client_key", &self.client_key)
             .finish()
     }
 }
@@ -1465,7 +1529,8 @@ mod tests {
         );
         for bad in [
             "global-a:7879",
-            "https://a:7879",
+            "grpc://a:7879",
+            "https://",
             "http://",
             "http://a:1/x",
             "http://u:p@a:1",
@@ -1479,10 +1544,47 @@ mod tests {
         assert_names(
             "[authority]\nkind = \"upstream\"\nurls = [\"http://a:1\"]\nurl = \"x\"\n",
             "authority.url",
-            "expected one of urls, timeout_ms, token",
+            "expected one of urls, timeout_ms, token, ca_file, client_cert, client_key",
         );
         let err = err("[authority]\nkind = \"upstream\"\nurls = [\"http://u:hunter2@a:1\"]\n");
         assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn upstream_tls_keys_parse_and_are_checked() {
+        let c = parse(
+            "[authority]\nkind = \"upstream\"\nurls = [\"https://g:7879\", \"http://h:7879\"]\nca_file = \"/ca.pem\"\nclient_cert = \"/c.pem\"\nclient_key = \"/c.key\"\n",
+        )
+        .unwrap();
+        let AuthorityConfig::Upstream(u) = &c else {
+            panic!("{c:?}")
+        };
+        assert_eq!(u.ca_file.as_deref(), Some(Path::new("/ca.pem")));
+        assert_eq!(
+            u.client_identity(),
+            Some((Path::new("/c.pem"), Path::new("/c.key")))
+        );
+        assert!(u.has_tls_files());
+        assert_names(
+            "[authority]\nkind = \"upstream\"\nurls = [\"https://g:1\"]\nclient_cert = \"/c.pem\"\n",
+            "authority.client_key",
+            "missing: client_cert is set",
+        );
+        assert_names(
+            "[authority]\nkind = \"upstream\"\nurls = [\"https://g:1\"]\nclient_key = \"/c.key\"\n",
+            "authority.client_cert",
+            "missing: client_key is set",
+        );
+        assert_names(
+            "[authority]\nkind = \"upstream\"\nurls = [\"http://g:1\"]\nca_file = \"/ca.pem\"\n",
+            "authority.ca_file",
+            "no url is https://",
+        );
+        assert_names(
+            "[authority]\nkind = \"upstream\"\nurls = [\"https://g:1\"]\nca_file = 3\n",
+            "authority.ca_file",
+            "invalid type",
+        );
     }
 
     #[test]

@@ -393,6 +393,18 @@ impl Ledger {
         .await
     }
 
+    /// Raises the recorded watermark of `name` to `watermark` and writes at once.
+    async fn note_now(&self, name: &NamespaceName, watermark: u64) -> Result<(), StoreError> {
+        self.write_now(|file| match file.namespaces.get_mut(name.as_str()) {
+            Some(entry) if watermark > entry.watermark => {
+                entry.watermark = watermark;
+                true
+            }
+            _ => false,
+        })
+        .await
+    }
+
     /// Writes what is noted but not yet written (at shutdown).
     pub async fn flush(&self) -> Result<(), StoreError> {
         let text = {
@@ -762,6 +774,11 @@ impl Authority for LedgerAuthority {
         self.inner.reports_store_watermark()
     }
 
+    async fn flush(&self) -> Result<(), StoreError> {
+        self.ledger.flush().await?;
+        self.inner.flush().await
+    }
+
     /// Its own checks ([`WorkerLeases`] for `LedgerAuthority`) in front of the inner
     /// authority's leases.
     fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
@@ -848,6 +865,13 @@ impl Authority for LedgerAuthority {
     /// Reserves from the store; a store that no longer knows the namespace has lost it.
     async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError> {
         match self.inner.reserve(name, count).await {
+            Ok(r) if !self.inner.reports_store_watermark() => {
+                // The ledger is the only durable record of this node's floor (the tier above
+                // keeps none per lower node): written before any id of the block is served,
+                // or the block is burned.
+                self.ledger.note_now(name, r.watermark).await?;
+                Ok(r)
+            }
             Ok(r) => {
                 // A failed watermark write only weakens the check; the block is good. Said
                 // once per failure, not hidden.

@@ -122,6 +122,12 @@ pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
         let _ = (name, floor);
     }
 
+    /// Writes what the authority holds only in memory (the node's ledger's latest watermarks),
+    /// at a clean shutdown, after the last give-back.
+    async fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Whether [`Authority::state`]'s watermark is the store's, at or above every id ever
     /// granted, so a node may refuse a lower one as a store that lost data. An upstream
     /// authority reports one upper node's view instead (each upper node knows the blocks it

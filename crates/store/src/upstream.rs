@@ -53,8 +53,13 @@
 //! With `token` in its configuration every call carries `authorization: Bearer <token>`, for an
 //! upper tier with `[auth]` (the token needs `blocks` and `read` on the namespaces).
 //!
-//! What it does not do: TLS (the gRPC port is plain HTTP/2 on a private network; the token
-//! travels in the clear there), buffering (the node's supply does it, sized by its `buffer_seconds`), or retrying a
+//! `https://` urls are dialled over TLS ([`idmint_proto::tls`]): the upper nodes' certificates
+//! must chain to `ca_file` (else to the public roots), and `client_cert`/`client_key` are
+//! presented to an upper tier that requires client certificates. The files are read once, by
+//! [`UpstreamAuthority::connect`]; an unreadable or invalid one stops the node, naming the file
+//! and the key. An `http://` url stays plain HTTP/2 (the token travels in the clear there).
+//!
+//! What it does not do: buffering (the node's supply does it, sized by its `buffer_seconds`), or retrying a
 //! `Block` on the node that may have granted it.
 
 use crate::config::{redact_url, UpstreamConfig};
@@ -62,6 +67,7 @@ use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
 use idmint_proto::nodes::{BearerToken, CallError, NodeClient, Nodes, NodesError};
+use idmint_proto::tls::ClientTls;
 use idmint_proto::v1 as proto;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -150,7 +156,8 @@ struct Leased {
 impl UpstreamAuthority {
     /// The authority over `config`'s urls. Channels connect lazily: nothing is contacted here,
     /// so a node starts while its upper tier is down and its operations answer
-    /// [`StoreError::Unavailable`] until one url answers. Must run inside a tokio runtime (each
+    /// [`StoreError::Unavailable`] until one url answers. The TLS files (`ca_file`,
+    /// `client_cert`, `client_key`) are read here. Must run inside a tokio runtime (each
     /// channel's worker task is spawned here).
     pub fn connect(config: &UpstreamConfig) -> Result<Self, StoreError> {
         let urls = config
@@ -159,19 +166,34 @@ impl UpstreamAuthority {
             .map(|url| (redact_url(url), url.clone()))
             .collect();
         let token = config.token.as_deref().map(BearerToken::new);
-        let nodes = Nodes::new(urls, config.op_timeout, token.as_ref()).map_err(|e| {
-            StoreError::InvalidSetup {
-                message: match e {
-                    NodesError::Empty => "an upstream authority needs at least one url".into(),
-                    NodesError::InvalidUrl(label) => {
-                        format!("upstream url {label} is not a valid http:// url")
-                    }
-                    NodesError::InvalidToken => {
-                        "the upstream token is empty or not printable ASCII".into()
-                    }
-                },
-            }
-        })?;
+        let tls = if config.has_tls_files() {
+            let tls = ClientTls::from_files(config.ca_file.as_deref(), config.client_identity())
+                .map_err(|e| StoreError::InvalidSetup {
+                    message: format!(
+                        "the upstream authority's TLS files (ca_file, client_cert, client_key): {e}"
+                    ),
+                })?;
+            Some(tls)
+        } else {
+            None
+        };
+        let nodes =
+            Nodes::new(urls, config.op_timeout, token.as_ref(), tls.as_ref()).map_err(|e| {
+                StoreError::InvalidSetup {
+                    message: match e {
+                        NodesError::Empty => "an upstream authority needs at least one url".into(),
+                        NodesError::InvalidUrl(label) => {
+                            format!("upstream url {label} is not a valid http:// or https:// url")
+                        }
+                        NodesError::InvalidToken => {
+                            "the upstream token is empty or not printable ASCII".into()
+                        }
+                        NodesError::Tls(label, why) => {
+                            format!("upstream url {label}: TLS refused: {why}")
+                        }
+                    },
+                }
+            })?;
         Ok(UpstreamAuthority {
             nodes,
             granted: Mutex::new(HashMap::new()),

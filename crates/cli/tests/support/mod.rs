@@ -1,5 +1,6 @@
 //! What the CLI's process tests share: starting `idmint serve` as a real process on a port the
-//! kernel picks, learning the port from its `idmint listening on http://ADDR` line (or how it
+//! kernel picks, learning the port from its `idmint listening on http://ADDR` line (`https://`
+//! with TLS; or how it
 //! exited when it refused to start), reading its log as it runs, signalling it (SIGSTOP, SIGCONT),
 //! stopping it with SIGKILL or SIGTERM, plain HTTP GETs, a wall clock a test steps under a
 //! running process (libfaketime, [`FakeClock`]), and a few assertions. Waits poll against a
@@ -144,7 +145,10 @@ impl Server {
             let left = deadline.saturating_duration_since(Instant::now());
             match stdout.recv_timeout(left) {
                 Ok(line) => {
-                    if let Some(addr) = line.strip_prefix("idmint listening on http://") {
+                    let addr = line
+                        .strip_prefix("idmint listening on http://")
+                        .or_else(|| line.strip_prefix("idmint listening on https://"));
+                    if let Some(addr) = addr {
                         break addr.trim().parse().unwrap();
                     }
                 }

@@ -455,6 +455,9 @@ impl Node {
                 report.burned += done.burned;
             }
         }
+        if let Err(e) = self.authority.flush().await {
+            tracing::warn!(error = %e, "the authority could not write what it held at shutdown");
+        }
         report
     }
 }
