@@ -36,7 +36,7 @@ use idmint_node::{FileConfig, Node, Server, Shutdown};
 use std::io::IsTerminal;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
@@ -179,13 +179,17 @@ fn server_tls(flags: TlsFlags, file: &FileConfig) -> Result<Option<idmint_node::
     Ok(Some(tls))
 }
 
-/// Reloads the listeners' certificate, key and client CA on every SIGHUP: new handshakes use
-/// the new files, open connections keep theirs; files that do not load leave the ones in use
-/// (logged as an error naming the file). Without TLS a SIGHUP is logged and changes nothing.
-/// The handler is registered when this is called, so call it before the node says it listens:
+/// On every SIGHUP, reloads what can change without a restart: the listeners' certificate,
+/// key and client CA (new handshakes use the new files, open connections keep theirs), and the
+/// `[auth]` tokens of the configuration file (a caller whose token is gone is refused at its
+/// next request). What does not load is logged as an error naming the file, and what is in use
+/// stays. Removing `[auth]` altogether needs a restart, where the exposure check runs. The
+/// handler is registered when this is called, so call it before the node says it listens:
 /// from then on a SIGHUP never stops the node (the signal's default action).
-fn reload_tls_on_sighup(
+fn reload_on_sighup(
     tls: Option<idmint_node::tls::ServerTls>,
+    node: Arc<Node>,
+    config: Option<PathBuf>,
 ) -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
@@ -195,44 +199,76 @@ fn reload_tls_on_sighup(
             let mut hangups = match hangups {
                 Ok(hangups) => hangups,
                 Err(e) => {
-                    tracing::error!(error = %e, "cannot listen for SIGHUP: TLS files will not be reloaded");
+                    tracing::error!(error = %e, "cannot listen for SIGHUP: TLS files and tokens will not be reloaded");
                     return;
                 }
             };
             while hangups.recv().await.is_some() {
-                let Some(tls) = &tls else {
-                    tracing::info!("SIGHUP: no TLS files to reload");
-                    continue;
-                };
-                let reloading = tls.clone();
-                let reloaded = tokio::task::spawn_blocking(move || reloading.reload()).await;
-                let files = tls.files();
-                let cert = files
-                    .map(|f| f.cert.display().to_string())
-                    .unwrap_or_default();
-                let key = files
-                    .map(|f| f.key.display().to_string())
-                    .unwrap_or_default();
-                let client_ca = files
-                    .and_then(|f| f.client_ca.as_ref())
-                    .map_or_else(|| "none".to_owned(), |ca| ca.display().to_string());
-                match reloaded {
-                    Ok(Ok(())) => tracing::info!(
-                        %cert,
-                        %key,
-                        %client_ca,
-                        "SIGHUP: reloaded the TLS certificate, key and client CA; new connections use them"
-                    ),
-                    Ok(Err(e)) => tracing::error!(
-                        error = %e,
-                        "SIGHUP: TLS files not reloaded, still serving the previous certificate"
-                    ),
-                    Err(e) => tracing::error!(error = %e, "SIGHUP: the TLS reload task failed"),
-                }
+                reload_tls(tls.as_ref()).await;
+                reload_tokens(&node, config.as_deref());
             }
         }
         #[cfg(not(unix))]
-        drop(tls);
+        drop((tls, node, config));
+    }
+}
+
+/// The TLS half of a SIGHUP.
+async fn reload_tls(tls: Option<&idmint_node::tls::ServerTls>) {
+    let Some(tls) = tls else {
+        tracing::info!("SIGHUP: no TLS files to reload");
+        return;
+    };
+    let reloading = tls.clone();
+    let reloaded = tokio::task::spawn_blocking(move || reloading.reload()).await;
+    let files = tls.files();
+    let cert = files
+        .map(|f| f.cert.display().to_string())
+        .unwrap_or_default();
+    let key = files
+        .map(|f| f.key.display().to_string())
+        .unwrap_or_default();
+    let client_ca = files
+        .and_then(|f| f.client_ca.as_ref())
+        .map_or_else(|| "none".to_owned(), |ca| ca.display().to_string());
+    match reloaded {
+        Ok(Ok(())) => tracing::info!(
+            %cert,
+            %key,
+            %client_ca,
+            "SIGHUP: reloaded the TLS certificate, key and client CA; new connections use them"
+        ),
+        Ok(Err(e)) => tracing::error!(
+            error = %e,
+            "SIGHUP: TLS files not reloaded, still serving the previous certificate"
+        ),
+        Err(e) => tracing::error!(error = %e, "SIGHUP: the TLS reload task failed"),
+    }
+}
+
+/// The `[auth]` half of a SIGHUP: the configuration file read again, its tokens installed.
+fn reload_tokens(node: &Node, config: Option<&Path>) {
+    let Some(path) = config else {
+        return;
+    };
+    let file = match load_config(Some(path)) {
+        Ok(file) => file,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "SIGHUP: tokens not reloaded, the configuration does not load; the tokens in use stay");
+            return;
+        }
+    };
+    match file.node.auth {
+        Some(auth) => {
+            let tokens = auth.tokens.len();
+            node.auth().reload(Some(auth));
+            tracing::info!(config = %path.display(), tokens, "SIGHUP: reloaded the [auth] tokens");
+        }
+        None if node.auth().enabled() => tracing::error!(
+            config = %path.display(),
+            "SIGHUP: the configuration has no [auth] now; removing authentication needs a restart, the tokens in use stay"
+        ),
+        None => {}
     }
 }
 
@@ -311,7 +347,7 @@ pub fn serve(
         // clock.
         let clock: Arc<dyn idmint_core::Clock> = Arc::new(idmint_core::CoarseClock::new());
         let node = Node::start_with_clock(file.node, authority, clock).await?;
-        let reloads = tokio::spawn(reload_tls_on_sighup(tls.clone()));
+        let reloads = tokio::spawn(reload_on_sighup(tls.clone(), node.clone(), config));
         let mut server = Server::new(node).tls(tls).http(listener);
         // Once, on stdout, where scripts and tests wait for it (not also as a log line).
         say(format_args!("idmint listening on {scheme}://{addr}"));

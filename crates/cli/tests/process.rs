@@ -1586,3 +1586,72 @@ fn resp_serves_beside_http_and_shares_the_shutdown() {
         .unwrap_or_else(|| panic!("no stop line in {rest:?}"));
     assert!(stopped.ends_with(" 0 burned"), "{stopped}");
 }
+
+/// SIGHUP installs the `[auth]` tokens of the configuration file as it is now: a token added
+/// is served at once, a token removed is refused at its next request (401), and a file that
+/// no longer loads leaves the tokens in use.
+#[test]
+fn sighup_reloads_the_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let new_token = |name: &str| {
+        let out = run(idmint().args(["token", "new", "--name", name]));
+        assert!(out.status.success(), "{out:?}");
+        let out = text(&out.stdout);
+        let secret = out
+            .lines()
+            .find(|l| l.starts_with("idmint_"))
+            .unwrap()
+            .to_owned();
+        let entry = out[out.find("[[auth.tokens]]").unwrap()..].to_owned();
+        (secret, entry)
+    };
+    let (first, first_entry) = new_token("first");
+    let (second, second_entry) = new_token("second");
+    let config = write_config(dir.path(), &first_entry);
+    let server = Server::start(dir.path(), &data, Some(&config));
+    let url = format!("http://{}", server.addr);
+    let next = |token: &str| {
+        run(idmint()
+            .args(["next", "photos", "--server", &url])
+            .env("IDMINT_TOKEN", token))
+    };
+    assert!(next(&first).status.success());
+    let refused = next(&second);
+    assert!(
+        !refused.status.success() && text(&refused.stderr).contains("401"),
+        "{refused:?}"
+    );
+
+    std::fs::write(&config, &second_entry).unwrap();
+    server.signal("HUP");
+    let deadline = Instant::now() + DEADLINE;
+    while !next(&second).status.success() {
+        assert!(
+            Instant::now() < deadline,
+            "the second token is never served"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let gone = next(&first);
+    assert!(
+        !gone.status.success() && text(&gone.stderr).contains("401"),
+        "{gone:?}"
+    );
+
+    std::fs::write(&config, "[auth\n").unwrap();
+    server.signal("HUP");
+    while !server
+        .stderr_so_far()
+        .contains("SIGHUP: tokens not reloaded")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the failed reload is never logged"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(next(&second).status.success(), "the tokens in use stay");
+    let (status, _) = server.terminate();
+    assert!(status.success());
+}
