@@ -249,9 +249,15 @@ impl SequenceIds {
         self.lock().closed
     }
 
-    /// Gives a failed batch's ids back in front (or burns them if others took since).
+    /// Gives a failed batch's ids back in front (or burns them if others took since); burns
+    /// them once the namespace is closed (nothing enters a closed buffer, so its stats never
+    /// show ids buffered after `close`).
     pub(crate) fn put_back(&self, taken: Taken) -> PutBack {
-        self.lock().buffer.put_back(taken)
+        let mut inner = self.lock();
+        if inner.closed {
+            return PutBack::Burned(inner.buffer.burn_taken(taken));
+        }
+        inner.buffer.put_back(taken)
     }
 
     /// One refill round: if the buffer wants a block (below its low-water mark, or a taker
@@ -536,5 +542,28 @@ mod tests {
         assert_eq!(ids.stats().burned, 990);
         assert_eq!(ids.try_next(|| {}), None);
         assert!(ids.begin_close().is_none(), "once");
+    }
+
+    /// A batch that fails after `close` (its put-back races the close) burns its ids: the
+    /// closed buffer holds nothing, and every id is counted once.
+    #[test]
+    fn a_batch_put_back_after_close_is_burned_not_buffered() {
+        let ids = SequenceIds::new(
+            BufferPolicy::default(),
+            SpecCheck {
+                step: 1,
+                residues: vec![0],
+                max_id: u64::MAX >> 1,
+            },
+        );
+        let block = |s, e| Block::new(s, e, 1).unwrap_or_else(|| unreachable!());
+        ids.first_block(block(1, 1001), 0, 0);
+        // The batch takes everything: the buffer is empty when `close` runs.
+        let mut taken = Taken::new();
+        assert!(!ids.take_into(&mut taken, 1000, || {}));
+        assert!(ids.begin_close().is_none(), "nothing to give back");
+        assert!(matches!(ids.put_back(taken), PutBack::Burned(1000)));
+        let s = ids.stats();
+        assert_eq!((s.buffered, s.burned + s.served), (0, 1000), "{s:?}");
     }
 }

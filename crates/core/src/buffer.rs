@@ -616,6 +616,15 @@ impl Buffer {
         PutBack::Restored(n)
     }
 
+    /// Burns what a failed request took, never to be served (the buffer was closed since):
+    /// the ids leave `served` and count as burned. Returns how many.
+    pub fn burn_taken(&mut self, taken: Taken) -> u64 {
+        let n = taken.len;
+        self.stats.served -= n;
+        self.stats.burned += n;
+        n
+    }
+
     /// Takes back `tail`, the unused end of the one block a lower tier took through `lease`
     /// ([`Buffer::take_block_for`] on a fresh [`Taken`]): the give-back of a tier below.
     ///
