@@ -624,6 +624,7 @@ impl SnowflakeNamespace {
     /// `count` increasing ids, sleeping (asynchronously) through exhausted time units; all from
     /// one generation of the worker lease (a lease lost meanwhile ends the request with 503).
     pub async fn ids(&self, count: u64) -> Result<Vec<u64>, IdError> {
+        self.worker.refresh_clock();
         let generation = self.worker.current().clone();
         let generator = generation.generator();
         let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(1 << 20));

@@ -32,8 +32,9 @@
 //!   renewal at once ([`LeasedWorker::not_issuing`]) rather than refusing until the next
 //!   period; such early renewals come at most once per retry period (a tenth of the TTL).
 //!
-//! A fixed worker id on an authority that stores no leases (`multi`, `upstream`) is used
-//! without a lease, with a warning: keeping it unique is then the operator's job.
+//! Every worker id is held as a lease, whatever the configuration names (`"lease"`, a fixed
+//! id, the host's ordinal): on `multi` the first member stores them, on `upstream` the tier
+//! above. An authority that stores none is refused ([`WorkerError::NoLeases`]).
 
 use crate::config::{LeaseSettings, WorkerConfig};
 use crate::error::IdError;
@@ -76,8 +77,8 @@ pub enum WorkerError {
         /// By how much.
         behind: Duration,
     },
-    /// `worker = "lease"` on an authority that stores no leases.
-    #[error("group {group}: the {kind} authority stores no worker leases; set `worker = N` to a worker id that no other node uses")]
+    /// An authority that stores no leases: no worker id is used without one.
+    #[error("group {group}: the {kind} authority stores no worker leases, and a worker id is never used without one (two nodes with one worker id issue the same ids)")]
     NoLeases {
         /// The group.
         group: String,
@@ -129,7 +130,6 @@ pub struct LeasedWorker {
     choice: WorkerChoice,
     holder: String,
     authority: Arc<dyn Authority>,
-    leased: bool,
     settings: LeaseSettings,
     clock: SharedClock,
     current: ArcSwap<Generation>,
@@ -201,41 +201,24 @@ impl LeasedWorker {
                 WorkerChoice::Exactly(ordinal_of(&host).ok_or(WorkerError::NoOrdinal { host })?)
             }
         };
-        let leased = authority.worker_leases().is_some();
-        let generation = match (leased, choice) {
-            (true, _) => None,
-            (false, WorkerChoice::Exactly(n)) => {
-                tracing::warn!(group = %group, worker = n, authority = authority.kind(),
-                    "this authority stores no worker leases: worker id {n} is used without one; no other node may use it");
-                let generator = Self::generator(&group, layout, n, &clock, 0)?;
-                Some(Generation {
-                    generator,
-                    lease: None,
-                })
-            }
-            (false, WorkerChoice::LowestFree) => {
-                return Err(WorkerError::NoLeases {
-                    group: group.to_string(),
-                    kind: authority.kind(),
-                })
-            }
-        };
+        if authority.worker_leases().is_none() {
+            return Err(WorkerError::NoLeases {
+                group: group.to_string(),
+                kind: authority.kind(),
+            });
+        }
         let worker = LeasedWorker {
             group,
             layout,
             choice,
             holder: holder_name(),
             authority,
-            leased,
             settings,
             clock,
-            current: ArcSwap::from_pointee(match generation {
-                Some(g) => g,
-                None => Generation {
-                    // Replaced below before anything is issued; limit 0 meanwhile.
-                    generator: Self::stopped_generator(layout)?,
-                    lease: None,
-                },
+            // Replaced below before anything is issued; limit 0 meanwhile.
+            current: ArcSwap::from_pointee(Generation {
+                generator: Self::stopped_generator(layout)?,
+                lease: None,
             }),
             status: Mutex::new(Status {
                 status: api::LeaseStatus::Held,
@@ -244,10 +227,8 @@ impl LeasedWorker {
             }),
             renew_soon: tokio::sync::Notify::new(),
         };
-        if leased {
-            let generation = worker.take_lease(None).await?;
-            worker.current.store(Arc::new(generation));
-        }
+        let generation = worker.take_lease(None).await?;
+        worker.current.store(Arc::new(generation));
         Ok(Arc::new(worker))
     }
 
@@ -499,6 +480,14 @@ impl LeasedWorker {
         }
     }
 
+    /// One precise reading of the clock, which refreshes the coarse readings the generator
+    /// issues with: after the process was paused (SIGSTOP, a frozen VM) they are stale until
+    /// the ticker thread runs again, and a request must see the time that passed, or it would
+    /// judge the lease's deadline on a time from before the pause. Once per request.
+    pub fn refresh_clock(&self) {
+        let _ = self.clock.monotonic_nanos();
+    }
+
     /// The lease as the API shows it (`None` without a lease).
     pub fn lease_state(&self) -> Option<api::WorkerLeaseState> {
         let generation = self.current();
@@ -519,9 +508,6 @@ impl LeasedWorker {
     /// `floor_ahead` ahead, and the generator stops there: renewing less often would stop it
     /// until the next renewal); a failed renewal is retried every tenth of the TTL.
     pub async fn keep(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        if !self.leased {
-            return;
-        }
         // A backend may grant less than asked (ZooKeeper clamps to its session timeouts).
         let ttl = || {
             self.current()
