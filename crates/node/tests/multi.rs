@@ -258,3 +258,69 @@ async fn decode_knows_every_member_and_readyz_shows_a_lost_member() {
     let why = ready["members"][0]["out_of_service"].as_str().unwrap_or("");
     assert!(why.contains("no record of namespace orders"), "{ready}");
 }
+
+/// Worker leases on a multi authority live in its first member: two nodes on the same members
+/// never share a worker id (the second with a taken fixed id is refused naming the holder), and
+/// the second member holds no lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_authority_leases_from_its_first_member() {
+    let (a, b) = (
+        Arc::new(MemoryAuthority::new()),
+        Arc::new(MemoryAuthority::new()),
+    );
+    let multi = || -> Arc<dyn Authority> {
+        Arc::new(
+            MultiAuthority::new(vec![
+                (a.clone() as Arc<dyn Authority>, 0),
+                (b.clone() as Arc<dyn Authority>, 1),
+            ])
+            .unwrap(),
+        )
+    };
+    let events = |worker: &str| {
+        FileConfig::parse(&format!(
+            "[leases]\nttl_ms = 1500\nfloor_ahead_ms = 600\nsafety_margin_ms = 500\n\n\
+             [namespaces.events]\nkind = \"snowflake\"\nworker = {worker}\n"
+        ))
+        .unwrap()
+        .node
+    };
+    let first = idmint_node::Node::start(events("1"), multi())
+        .await
+        .unwrap();
+    let refused = idmint_node::Node::start(events("1"), multi())
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("worker 1 of group events is held by"),
+        "{refused}"
+    );
+    let second = idmint_node::Node::start(events("\"lease\""), multi())
+        .await
+        .unwrap();
+    let group = idmint_core::NamespaceName::new("events").unwrap();
+    let (_, slots) = a
+        .worker_leases()
+        .unwrap()
+        .group(&group)
+        .await
+        .unwrap()
+        .unwrap();
+    let live: Vec<u64> = slots
+        .iter()
+        .filter(|s| s.is_live())
+        .map(|s| s.worker)
+        .collect();
+    assert_eq!(live, vec![0, 1]);
+    assert!(b
+        .worker_leases()
+        .unwrap()
+        .group(&group)
+        .await
+        .unwrap()
+        .is_none());
+    first.shutdown().await;
+    second.shutdown().await;
+}

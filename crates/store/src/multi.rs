@@ -45,6 +45,7 @@
 //! middle of creating a namespace leaves it on some members only; the next start takes the
 //! others out of service (safe, and an operator re-seeds them).
 
+use crate::lease::{GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases, WorkerSlot};
 use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, Clock, NamespaceName, SequenceSpec, SystemClock};
@@ -606,6 +607,11 @@ impl Authority for MultiAuthority {
         self.members.iter().map(Member::health).collect()
     }
 
+    /// The first member's leases ([`WorkerLeases`] below).
+    fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
+        Some(self)
+    }
+
     /// The residue classes of the members, in config order.
     fn residues(&self, _spec: &SequenceSpec) -> Vec<u64> {
         self.members.iter().map(|m| m.offset).collect()
@@ -950,6 +956,64 @@ impl Authority for MultiAuthority {
             }),
         }
     }
+}
+
+/// Worker leases live in the **first member** only: a lease is exclusive only within one
+/// store, and members are independent stores. Every node of a deployment lists the members in
+/// one order (as it must for the offsets), so all of them lease from one store; while the
+/// first member is down no lease can be acquired or renewed, and a holder stops issuing once
+/// its lease's deadline passes, as with a single store.
+#[async_trait]
+impl WorkerLeases for MultiAuthority {
+    async fn acquire(&self, request: &LeaseRequest) -> Result<WorkerLease, LeaseError> {
+        let first = self.lease_member().await?;
+        leases_of(&first)?.acquire(request).await
+    }
+
+    async fn renew(
+        &self,
+        lease: &WorkerLease,
+        floor_unix_ms: u64,
+    ) -> Result<WorkerLease, LeaseError> {
+        let first = self.lease_member().await?;
+        leases_of(&first)?.renew(lease, floor_unix_ms).await
+    }
+
+    async fn release(&self, lease: &WorkerLease, floor_unix_ms: u64) -> Result<(), LeaseError> {
+        let first = self.lease_member().await?;
+        leases_of(&first)?.release(lease, floor_unix_ms).await
+    }
+
+    async fn group(
+        &self,
+        group: &NamespaceName,
+    ) -> Result<Option<(GroupRecord, Vec<WorkerSlot>)>, LeaseError> {
+        let first = self.lease_member().await?;
+        leases_of(&first)?.group(group).await
+    }
+}
+
+impl MultiAuthority {
+    /// The member whose store holds the worker leases: the first.
+    async fn lease_member(&self) -> Result<Arc<dyn Authority>, StoreError> {
+        let first = self
+            .members
+            .first()
+            .ok_or_else(|| StoreError::InvalidSetup {
+                message: "a multi authority without members".into(),
+            })?;
+        self.usable(first, Access::Write).await
+    }
+}
+
+/// `member`'s leases, or why it has none.
+fn leases_of(member: &Arc<dyn Authority>) -> Result<&dyn WorkerLeases, LeaseError> {
+    member.worker_leases().ok_or_else(|| {
+        LeaseError::Store(StoreError::NotSupported {
+            backend: member.kind(),
+            what: "worker leases (the first member of a multi authority holds them)",
+        })
+    })
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@
 //! What it does not do: reflection, or gRPC-Web.
 
 pub mod convert;
+mod leases;
 pub mod status;
 
 /// The generated messages, service and client of `idmint.v1` (generated once, in
@@ -148,6 +149,24 @@ fn advanced(a: idmint_api::AdvanceResponse) -> proto::Advanced {
     }
 }
 
+impl IdmintService {
+    /// A parsed lease call carried out; a request that does not parse is counted as the
+    /// operations count their own errors.
+    async fn lease_call(
+        &self,
+        metadata: &MetadataMap,
+        call: Result<crate::node::leases::LeaseCall, IdError>,
+    ) -> Result<crate::node::leases::LeaseOutcome, IdError> {
+        match call {
+            Ok(call) => self.node.worker_lease(credentials(metadata), call).await,
+            Err(e) => {
+                self.node.count_error(&e);
+                Err(e)
+            }
+        }
+    }
+}
+
 /// A stream's chunks as messages, produced one at a time as the connection asks for them.
 type ChunkStream = Pin<Box<dyn Stream<Item = Result<proto::Ids, Status>> + Send>>;
 
@@ -254,6 +273,49 @@ impl proto::idmint_server::Idmint for IdmintService {
             .decode(credentials(&metadata), &req.namespace, &req.id)
             .await;
         self.answer("Decode", decoded.map(convert::decoded))
+    }
+
+    async fn acquire_worker(
+        &self,
+        request: Request<proto::AcquireWorkerRequest>,
+    ) -> Result<Response<proto::WorkerLeaseAnswer>, Status> {
+        let (metadata, _, req) = request.into_parts();
+        let result = self.lease_call(&metadata, leases::acquire(req)).await;
+        self.answer("AcquireWorker", result.map(leases::answer))
+    }
+
+    async fn renew_worker(
+        &self,
+        request: Request<proto::RenewWorkerRequest>,
+    ) -> Result<Response<proto::WorkerLeaseAnswer>, Status> {
+        let (metadata, _, req) = request.into_parts();
+        let result = self
+            .lease_call(&metadata, leases::renew_or_release(req, false))
+            .await;
+        self.answer("RenewWorker", result.map(leases::answer))
+    }
+
+    async fn release_worker(
+        &self,
+        request: Request<proto::RenewWorkerRequest>,
+    ) -> Result<Response<proto::WorkerLeaseAnswer>, Status> {
+        let (metadata, _, req) = request.into_parts();
+        let result = self
+            .lease_call(&metadata, leases::renew_or_release(req, true))
+            .await;
+        self.answer("ReleaseWorker", result.map(leases::answer))
+    }
+
+    async fn worker_group(
+        &self,
+        request: Request<proto::WorkerGroupRequest>,
+    ) -> Result<Response<proto::WorkerGroupAnswer>, Status> {
+        let (metadata, _, req) = request.into_parts();
+        let found = self
+            .node
+            .worker_group(credentials(&metadata), &req.group)
+            .await;
+        self.answer("WorkerGroup", found.map(leases::group))
     }
 
     async fn namespaces(

@@ -23,6 +23,7 @@
 //! create), [`requests`] (the operations: authenticate, authorize, limit, look up, carry out,
 //! count).
 
+pub mod leases;
 mod namespaces;
 pub mod requests;
 

@@ -115,7 +115,7 @@ impl Node {
     }
 
     /// `result`, its error counted.
-    fn counted<T>(&self, result: Result<T, IdError>) -> Result<T, IdError> {
+    pub(super) fn counted<T>(&self, result: Result<T, IdError>) -> Result<T, IdError> {
         if let Err(e) = &result {
             self.count_error(e);
         }

@@ -4,8 +4,10 @@
 //!
 //! Each operation is one call to an upper node: [`Authority::reserve`] is `Block`,
 //! [`Authority::give_back`] is `GiveBack` with the block's lease, `state`/`list` and
-//! `ensure_namespace` read `Namespace`/`Namespaces`. The upper node's own supply decides where
-//! its blocks come from; this module only carries them down and the unused tail back up.
+//! `ensure_namespace` read `Namespace`/`Namespaces`, and worker leases are `AcquireWorker`,
+//! `RenewWorker`, `ReleaseWorker` and `WorkerGroup` ([`leases`]). The upper node's own supply
+//! decides where its blocks come from, and its own authority holds the leases; this module
+//! only carries them down and the unused tail back up.
 //!
 //! Invariants (docs/design.md):
 //! - (1, transitively) a block is returned only once the upper node granted it, and the upper
@@ -59,8 +61,10 @@
 //! [`UpstreamAuthority::connect`]; an unreadable or invalid one stops the node, naming the file
 //! and the key. An `http://` url stays plain HTTP/2 (the token travels in the clear there).
 //!
-//! What it does not do: buffering (the node's supply does it, sized by its `buffer_seconds`), or retrying a
-//! `Block` on the node that may have granted it.
+//! What it does not do: buffering (the node's supply does it, sized by its `buffer_seconds`),
+//! or retrying a `Block` on the node that may have granted it.
+
+mod leases;
 
 use crate::config::{redact_url, UpstreamConfig};
 use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
@@ -376,6 +380,11 @@ impl Authority for UpstreamAuthority {
             .insert(spec, upper.residues);
         self.granted().entry(name.clone()).or_default().spec = Some(spec);
         Ok(upper.state)
+    }
+
+    /// Leased through the tier above ([`leases`]): the upper node holds them in its store.
+    fn worker_leases(&self) -> Option<&dyn crate::WorkerLeases> {
+        Some(self)
     }
 
     /// One upper node's view: the blocks it reserved from its own authority.

@@ -1,0 +1,111 @@
+//! Worker leases held for a lower tier (gRPC `AcquireWorker`, `RenewWorker`, `ReleaseWorker`,
+//! `WorkerGroup`): the same steps as every operation ([`super::requests`]): who, may it (scope
+//! `blocks` on the group's name), carry out in this node's authority, count. A lower node's
+//! snowflake namespace leases its worker id here, so the authority's exclusivity, fencing,
+//! clock and time floor hold for it as for this node's own (docs/uniqueness.md, invariant 4).
+//!
+//! A refusal of the authority (held, pool full, superseded, another layout, out of range) is
+//! an answer, [`LeaseOutcome::Refused`], carried to the lower tier as the error it is; a
+//! failure of the authority is an [`IdError`] (unavailable, or the store lost).
+
+use super::requests::Credentials;
+use super::Node;
+use crate::auth::Scope;
+use crate::error::IdError;
+use idmint_core::NamespaceName;
+use idmint_store::lease::{GroupRecord, WorkerSlot};
+use idmint_store::{LeaseError, LeaseRequest, WorkerLease, WorkerLeases};
+
+/// One lease operation a lower tier asks for.
+#[derive(Debug, Clone)]
+pub enum LeaseCall {
+    /// A new lease, as the request says.
+    Acquire(LeaseRequest),
+    /// Extends the lease and raises its floor to the given ms since the Unix epoch.
+    Renew(WorkerLease, u64),
+    /// Ends the lease with the given floor.
+    Release(WorkerLease, u64),
+}
+
+impl LeaseCall {
+    /// The group the call is about.
+    pub fn group(&self) -> &NamespaceName {
+        match self {
+            LeaseCall::Acquire(r) => &r.group,
+            LeaseCall::Renew(l, _) | LeaseCall::Release(l, _) => &l.group,
+        }
+    }
+}
+
+/// What the authority answered a [`LeaseCall`].
+#[derive(Debug, Clone)]
+pub enum LeaseOutcome {
+    /// The lease acquired or renewed; for a release, the lease released.
+    Granted(WorkerLease),
+    /// A refusal: never [`LeaseError::Store`].
+    Refused(LeaseError),
+}
+
+impl Node {
+    /// Carries out `call` in this node's authority for a lower tier.
+    pub async fn worker_lease(
+        &self,
+        who: Credentials<'_>,
+        call: LeaseCall,
+    ) -> Result<LeaseOutcome, IdError> {
+        let result = async {
+            let leases = self.admit_leases(who, call.group())?;
+            let group = call.group().clone();
+            let answer = match call {
+                LeaseCall::Acquire(request) => leases.acquire(&request).await,
+                LeaseCall::Renew(lease, floor) => leases.renew(&lease, floor).await,
+                LeaseCall::Release(lease, floor) => {
+                    leases.release(&lease, floor).await.map(|()| lease)
+                }
+            };
+            match answer {
+                Ok(lease) => Ok(LeaseOutcome::Granted(lease)),
+                Err(LeaseError::Store(e)) => Err(super::authority_error(group.as_str(), e)),
+                Err(refused) => Ok(LeaseOutcome::Refused(refused)),
+            }
+        }
+        .await;
+        self.counted(result)
+    }
+
+    /// The lease group `group` as this node's authority records it; `None` if never acquired.
+    pub async fn worker_group(
+        &self,
+        who: Credentials<'_>,
+        group: &str,
+    ) -> Result<Option<(GroupRecord, Vec<WorkerSlot>)>, IdError> {
+        let result = async {
+            let name = NamespaceName::new(group)?;
+            let leases = self.admit_leases(who, &name)?;
+            leases.group(&name).await.map_err(|e| match e {
+                LeaseError::Store(e) => super::authority_error(group, e),
+                other => IdError::Internal(other.to_string()),
+            })
+        }
+        .await;
+        self.counted(result)
+    }
+
+    /// Steps 1 and 3 for a lease group, then this node's authority's leases.
+    fn admit_leases(
+        &self,
+        who: Credentials<'_>,
+        group: &NamespaceName,
+    ) -> Result<&dyn WorkerLeases, IdError> {
+        let caller = self.caller(who)?;
+        self.auth()
+            .admit(caller, group.as_str(), Scope::Blocks, 0)?;
+        self.authority().worker_leases().ok_or_else(|| {
+            IdError::WrongKind(format!(
+                "this node's {} authority stores no worker leases: a lower tier cannot lease \
+                 worker ids of group {group} here",
+                self.authority().kind()
+            ))
+        })
+    }
+}
