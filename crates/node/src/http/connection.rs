@@ -4,8 +4,11 @@
 //! Invariants:
 //! - every request is reported to the connection's activity while it is handled, so a
 //!   connection is never idle mid-request;
-//! - hyper's `header_read_timeout` bounds every request's headers (the first one's deadline is
-//!   also the server's first-request deadline);
+//! - the first request's headers are bounded by the server's first-request deadline
+//!   (`header_read_timeout_ms` from accept); every later request's by hyper's header timer,
+//!   which hyper starts when it waits for the next head, right after an answer: so it runs at
+//!   the larger of `header_read_timeout_ms` and `idle_timeout_ms`, and a quiet keep-alive
+//!   connection closes at `idle_timeout_ms` (the server's idle rule), as on every door;
 //! - on `Draining` the connection finishes the request it is on and closes (hyper's graceful
 //!   shutdown); on `StopNow` the server aborts the task.
 
@@ -34,7 +37,7 @@ pub(crate) async fn serve_connection(node: Arc<Node>, conn: Connection, shutdown
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
+        .header_read_timeout(limits.header_read_timeout.max(limits.idle_timeout));
     let served = builder.serve_connection(TokioIo::new(conn), service);
     tokio::pin!(served);
     tokio::select! {

@@ -1,0 +1,387 @@
+//! Every door keeps the same rules: the front-end conformance suite. Each property is written
+//! once against the [`doors::Door`] transport trait and run, by `conformance_tests!`, for every
+//! door of a node: HTTP, gRPC and RESP, each plain and over TLS (a certificate from a CA made
+//! at test time). Adding a front-end is one line of that macro and one `Door` implementation.
+//!
+//! The properties: the one count rule (absent is one id; 0 and above the limit are
+//! `invalid_count`, for ids against `server.max_count` and blocks against
+//! `server.max_block_request`); reads create nothing (decode, info and give-back of an unknown
+//! name are `unknown_namespace`, and neither the node nor the authority holds it afterwards);
+//! authentication refusals (`unauthorized`, `forbidden`, `rate_limited`) create nothing; a tiny
+//! 32-bit namespace hands out its ids then `namespace_exhausted` (invariant 6); a leased
+//! block's tail given back is handed out next, and only once (invariant 3); bad and oversized
+//! input on the raw socket is refused and closes only its connection; the connection policy
+//! (the first request within `header_read_timeout_ms` of the accept, then
+//! `idle_timeout_ms` of quiet) and the connection limit, measured on the raw socket; and the
+//! drain (a request in flight finishes, no new connection is accepted, stop-now cuts the
+//! rest, the hand-back comes after every request, invariant 3).
+//!
+//! Every node runs in process (`idmint_node::Server`) on `127.0.0.1:0` with short timeouts
+//! where a property needs them. No test sleeps to order events: each waits for an answer, a
+//! closed socket, or a condition polled against a generous deadline.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod doors;
+
+use doors::gate::Gated;
+use doors::raw;
+use doors::{assert_refused, hash, ok, poll_until, Decoded, Door, Failure, Fixture, Security};
+use idmint_api::ErrorCode;
+use idmint_core::NamespaceName;
+use std::collections::HashSet;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// Runs every property for each door listed: `name => DoorType, Plain|Tls;`.
+macro_rules! conformance_tests {
+    ($($door:ident => $ty:ty, $security:ident;)*) => {$(
+        mod $door {
+            use super::doors::Security;
+            conformance_tests!(@each $ty, $security;
+                the_count_rule,
+                reads_create_nothing,
+                auth_refusals_create_nothing,
+                a_tiny_namespace_runs_out_clearly,
+                a_given_back_tail_is_handed_out_next_once,
+                bad_input_closes_only_its_connection,
+                silent_connections_do_not_hold_the_limit_past_their_deadline,
+                silent_and_quiet_connections_are_closed_at_their_deadlines,
+                drain_finishes_requests_then_cuts_the_rest_then_hands_back);
+        }
+    )*};
+    (@each $ty:ty, $security:ident; $($property:ident),*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $property() {
+            crate::$property::<$ty>(Security::$security).await
+        }
+    )*};
+}
+
+conformance_tests! {
+    http => crate::doors::http::Http, Plain;
+    https => crate::doors::http::Http, Tls;
+    grpc => crate::doors::grpc::Grpc, Plain;
+    grpc_tls => crate::doors::grpc::Grpc, Tls;
+    resp => crate::doors::resp::Resp, Plain;
+    resp_tls => crate::doors::resp::Resp, Tls;
+}
+
+/// Fails unless `ids` strictly increase.
+#[track_caller]
+fn assert_increasing(ids: &[u64]) {
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "ids not strictly increasing: {ids:?}"
+    );
+}
+
+/// Whether the authority holds a record of `name`.
+async fn stored(f: &Fixture, name: &str) -> bool {
+    let name = NamespaceName::new(name).unwrap();
+    f.authority.state(&name).await.unwrap().is_some()
+}
+
+/// Fails if the node serves `name` or its authority holds it.
+async fn assert_not_created(f: &Fixture, name: &str) {
+    assert!(
+        f.node.served_namespace(name).is_none(),
+        "the node serves {name}"
+    );
+    assert!(!stored(f, name).await, "the authority holds {name}");
+}
+
+/// At most 100 ids a request, 5,000 a block.
+const COUNTS: &str = "[server]\nmax_count = 100\nmax_block_request = 5000\n";
+
+async fn the_count_rule<D: Door>(security: Security) {
+    let f = Fixture::start(COUNTS, security).await;
+    let door = f.door::<D>();
+    // Checked before anything is looked up: a refused count creates nothing.
+    assert_refused(door.ids("fresh", Some(0)).await, ErrorCode::InvalidCount);
+    assert_refused(door.ids("fresh", Some(101)).await, ErrorCode::InvalidCount);
+    assert_refused(door.block("fresh", 0).await, ErrorCode::InvalidCount);
+    assert_refused(door.block("fresh", 5001).await, ErrorCode::InvalidCount);
+    assert_not_created(&f, "fresh").await;
+
+    let one = ok(door.ids("counted", None).await);
+    assert_eq!(one.len(), 1, "absent is one id: {one:?}");
+    let most = ok(door.ids("counted", Some(100)).await);
+    assert_eq!(most.len(), 100);
+    assert_increasing(&[&one[..], &most[..]].concat());
+    assert_refused(door.ids("counted", Some(0)).await, ErrorCode::InvalidCount);
+    assert_refused(
+        door.ids("counted", Some(101)).await,
+        ErrorCode::InvalidCount,
+    );
+
+    let block = ok(door.block("counted", 5000).await);
+    assert!(
+        (1..=5000).contains(&block.ids()) && block.start > most[99],
+        "{block:?} after {}",
+        most[99]
+    );
+    assert_refused(door.block("counted", 0).await, ErrorCode::InvalidCount);
+    assert_refused(door.block("counted", 5001).await, ErrorCode::InvalidCount);
+    f.stop().await;
+}
+
+async fn reads_create_nothing<D: Door>(security: Security) {
+    // auto_create is on: only ids and blocks may create a namespace.
+    let f = Fixture::start("", security).await;
+    let door = f.door::<D>();
+    assert_refused(door.decode("ghost", "5").await, ErrorCode::UnknownNamespace);
+    if let Some(info) = door.info("ghost").await {
+        assert_refused(info, ErrorCode::UnknownNamespace);
+    }
+    assert_refused(
+        door.give_back("ghost", 7, 10, 20, 1).await,
+        ErrorCode::UnknownNamespace,
+    );
+    assert_not_created(&f, "ghost").await;
+
+    // A namespace that exists reads as it is.
+    let ids = ok(door.ids("real", Some(3)).await);
+    let decoded = ok(door.decode("real", &ids[2].to_string()).await);
+    let expected = Decoded {
+        id: ids[2],
+        in_namespace: true,
+        issued: true,
+    };
+    assert_eq!(decoded, expected);
+    if let Some(info) = door.info("real").await {
+        assert_eq!(ok(info), "real");
+    }
+    f.stop().await;
+}
+
+const TAKER: &str = "idmint_conformance_taker";
+const READER: &str = "idmint_conformance_reader";
+
+async fn auth_refusals_create_nothing<D: Door>(security: Security) {
+    // `taker` may take 5 ids at once, then one per 100 s: the second request is refused on
+    // any machine.
+    let toml = format!(
+        "[[auth.tokens]]\nname = \"taker\"\nhash = \"{}\"\n\
+         scopes = {{ \"orders.*\" = [\"ids\", \"blocks\", \"read\"] }}\nrate = 0.01\nburst = 5\n\n\
+         [[auth.tokens]]\nname = \"reader\"\nhash = \"{}\"\nscopes = {{ \"*\" = [\"read\"] }}\n",
+        hash(TAKER),
+        hash(READER)
+    );
+    let f = Fixture::start(&toml, security).await;
+    let anonymous = f.door::<D>();
+    let stranger = anonymous.with_token(Some("idmint_not_a_token"));
+    let taker = anonymous.with_token(Some(TAKER));
+    let reader = anonymous.with_token(Some(READER));
+
+    for door in [&anonymous, &stranger] {
+        assert_refused(door.ids("orders.eu", None).await, ErrorCode::Unauthorized);
+        assert_refused(door.block("orders.eu", 10).await, ErrorCode::Unauthorized);
+        assert_refused(door.decode("orders.eu", "1").await, ErrorCode::Unauthorized);
+        assert_refused(
+            door.give_back("orders.eu", 7, 10, 20, 1).await,
+            ErrorCode::Unauthorized,
+        );
+    }
+    assert_refused(reader.ids("orders.eu", None).await, ErrorCode::Forbidden);
+    assert_refused(reader.block("orders.eu", 10).await, ErrorCode::Forbidden);
+    assert_refused(taker.ids("users", None).await, ErrorCode::Forbidden);
+    assert_refused(taker.block("users", 10).await, ErrorCode::Forbidden);
+    assert_not_created(&f, "orders.eu").await;
+    assert_not_created(&f, "users").await;
+
+    let burst = ok(taker.ids("orders.eu", Some(5)).await);
+    assert_eq!(burst.len(), 5);
+    assert_refused(taker.ids("orders.eu", None).await, ErrorCode::RateLimited);
+    // The reader reads what exists.
+    let decoded = ok(reader.decode("orders.eu", &burst[0].to_string()).await);
+    assert!(decoded.issued, "{decoded:?}");
+    f.stop().await;
+}
+
+/// A 32-bit namespace with 10 ids left before its maximum, 2^31 - 1.
+const TINY: &str = "[server]\nauto_create = false\n\n[namespaces.tiny]\nkind = \"sequence\"\n\
+                    width = 32\nstart = 2147483638\ncache = \"fixed\"\nblock_size = 1000\n";
+
+async fn a_tiny_namespace_runs_out_clearly<D: Door>(security: Security) {
+    let f = Fixture::start(TINY, security).await;
+    let door = f.door::<D>();
+    let mut all = Vec::new();
+    let refused = loop {
+        match door.ids("tiny", Some(4)).await {
+            Ok(ids) => {
+                assert!((1..=4).contains(&ids.len()), "{ids:?}");
+                all.extend(ids);
+                assert!(
+                    all.len() <= 10,
+                    "more ids than the namespace holds: {all:?}"
+                );
+            }
+            Err(e) => break Err::<(), Failure>(e),
+        }
+    };
+    assert_refused(refused, ErrorCode::NamespaceExhausted);
+    assert_eq!(all, (2_147_483_638..=2_147_483_647).collect::<Vec<u64>>());
+    assert_refused(door.ids("tiny", None).await, ErrorCode::NamespaceExhausted);
+    assert_refused(door.block("tiny", 5).await, ErrorCode::NamespaceExhausted);
+    f.stop().await;
+}
+
+const LEASES: &str = "[server]\nauto_create = false\n\n[namespaces.lower]\nkind = \"sequence\"\n\
+                      cache = \"fixed\"\nblock_size = 10000\n";
+
+async fn a_given_back_tail_is_handed_out_next_once<D: Door>(security: Security) {
+    let f = Fixture::start(LEASES, security).await;
+    let door = f.door::<D>();
+    let lease = ok(door.block("lower", 100).await);
+    assert_eq!((lease.ids(), lease.step), (100, 1), "{lease:?}");
+    assert_ne!(lease.lease, 0, "a buffered block is leased: {lease:?}");
+    let tail = lease.start + 40;
+    let given = ok(door
+        .give_back("lower", lease.lease, tail, lease.end, lease.step)
+        .await);
+    assert!(given.given_back && given.ids == 60, "{given:?}");
+    let next = ok(door.ids("lower", Some(60)).await);
+    assert_eq!(next, (tail..lease.end).collect::<Vec<u64>>());
+    // Once only: the same tail again is refused (and burned), whatever the door.
+    let again = ok(door
+        .give_back("lower", lease.lease, tail, lease.end, lease.step)
+        .await);
+    assert!(!again.given_back && again.ids == 0, "{again:?}");
+    let after = ok(door.ids("lower", Some(1)).await);
+    assert!(
+        after[0] >= lease.end,
+        "{after:?} repeats the block {lease:?}"
+    );
+    // A lease the node never granted takes nothing back.
+    let other = ok(door.block("lower", 10).await);
+    let forged = ok(door
+        .give_back("lower", other.lease ^ 1, other.start + 5, other.end, 1)
+        .await);
+    assert!(!forged.given_back, "{forged:?}");
+    f.stop().await;
+}
+
+async fn bad_input_closes_only_its_connection<D: Door>(security: Security) {
+    let f = Fixture::start("", security).await;
+    let door = f.door::<D>();
+    // A connection open before the bad input goes on being served after it.
+    let mut bystander = raw::connect(door.target()).await.unwrap();
+    door.one_request(&mut bystander).await;
+    door.bad_input().await;
+    door.one_request(&mut bystander).await;
+    f.every_door_answers("after").await;
+    f.stop().await;
+}
+
+/// Short deadlines: the first request within 400 ms, then 1 s of quiet; 3 connections.
+const POLICY: &str =
+    "[server]\nheader_read_timeout_ms = 400\nidle_timeout_ms = 1000\nmax_connections = 3\n";
+const FIRST_REQUEST: Duration = Duration::from_millis(400);
+const IDLE: Duration = Duration::from_millis(1000);
+
+async fn silent_and_quiet_connections_are_closed_at_their_deadlines<D: Door>(security: Security) {
+    let f = Fixture::start(POLICY, security).await;
+    let door = f.door::<D>();
+    let target = f.target(D::PROTOCOL);
+    let silent = async {
+        let (mut tcp, since) = raw::silent(&target).await;
+        let (_, closed) = raw::read_to_close(&mut tcp).await;
+        (since, closed)
+    };
+    let quiet = async {
+        let mut conn = raw::connect(&target).await.unwrap();
+        door.one_request(&mut conn).await;
+        let since = Instant::now();
+        let (_, closed) = raw::read_to_close(&mut conn).await;
+        (since, closed)
+    };
+    let ((s1, c1), (s2, c2)) = tokio::join!(silent, quiet);
+    raw::assert_closed_near("a connection that sent nothing", s1, c1, FIRST_REQUEST);
+    raw::assert_closed_near("a connection quiet after a request", s2, c2, IDLE);
+    f.stop().await;
+}
+
+async fn silent_connections_do_not_hold_the_limit_past_their_deadline<D: Door>(security: Security) {
+    let f = Fixture::start(POLICY, security).await;
+    let target = f.target(D::PROTOCOL);
+    let mut silent = Vec::new();
+    for _ in 0..3 {
+        silent.push(raw::silent(&target).await);
+    }
+    // The three hold every slot: the request waits in the backlog until the first of them is
+    // closed at its deadline, then is served.
+    let started = Instant::now();
+    let ids = ok(f.door::<D>().ids("limited", Some(1)).await);
+    let took = started.elapsed();
+    assert_eq!(ids.len(), 1);
+    let held = FIRST_REQUEST.saturating_sub(started - silent[0].1);
+    assert!(
+        took + Duration::from_millis(150) >= held && took <= FIRST_REQUEST + Duration::from_secs(3),
+        "served after {took:?}; the silent connections held every slot for {held:?}"
+    );
+    for (tcp, since) in &mut silent {
+        let (_, closed) = raw::read_to_close(tcp).await;
+        raw::assert_closed_near("a silent connection", *since, closed, FIRST_REQUEST);
+    }
+    f.stop().await;
+}
+
+/// `held_a` and `held_b` hold their requests until the gate opens; `kept` has a buffer to
+/// hand back.
+const DRAIN: &str =
+    "[server]\nauto_create = false\ndrain_timeout_ms = 2000\nrefill_wait_ms = 60000\n\n\
+     [namespaces.kept]\nkind = \"sequence\"\ncache = \"fixed\"\nblock_size = 1000\n\n\
+     [namespaces.held_a]\nkind = \"sequence\"\ncache = \"off\"\n\n\
+     [namespaces.held_b]\nkind = \"sequence\"\ncache = \"off\"\n";
+
+async fn drain_finishes_requests_then_cuts_the_rest_then_hands_back<D: Door>(security: Security) {
+    let (gated, mut started) = Gated::new();
+    let mut f = Fixture::start_on(DRAIN, security, gated.clone()).await;
+    let door = f.door::<D>();
+    assert_eq!(ok(door.ids("kept", Some(1)).await).len(), 1);
+    let spawn = |ns: &'static str| {
+        let door = door.clone();
+        tokio::spawn(async move { door.ids(ns, Some(1)).await })
+    };
+    let (a, b) = (spawn("held_a"), spawn("held_b"));
+    let mut held = HashSet::new();
+    while held.len() < 2 {
+        let name = tokio::time::timeout(doors::DEADLINE, started.recv())
+            .await
+            .expect("both requests reach the authority")
+            .unwrap();
+        held.insert(name);
+    }
+
+    f.shutdown.drain();
+    let addr = f.target(D::PROTOCOL).addr;
+    poll_until("the listener refuses new connections", || async {
+        TcpStream::connect(addr).await.is_err()
+    })
+    .await;
+    // A request in flight finishes during the drain.
+    gated.open("held_a");
+    let a = tokio::time::timeout(doors::DEADLINE, a)
+        .await
+        .expect("the request in flight finishes")
+        .unwrap();
+    assert_eq!(ok(a), vec![1]);
+    // The other is cut at the drain deadline, before the hand-back.
+    let report = f.served().await;
+    assert_eq!(
+        gated.cut(),
+        1,
+        "the request still held was dropped before the hand-back"
+    );
+    assert_eq!((report.given_back, report.burned), (999, 0), "{report:?}");
+    let b = tokio::time::timeout(doors::DEADLINE, b)
+        .await
+        .expect("the cut request's client sees the end")
+        .unwrap();
+    assert!(
+        matches!(b, Err(Failure::NoAnswer(_))),
+        "cut, not answered: {b:?}"
+    );
+}
