@@ -192,12 +192,11 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, KvClient, LeaseClient,
     PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
-use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
+use idmint_core::{Backoff, Block, NamespaceName, SequenceSpec, Width};
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -205,10 +204,7 @@ use std::time::Duration;
 const KIND: &str = "etcd";
 /// The first field of every record; the version of the record format.
 const FORMAT: &str = "idmint.ns/v1";
-/// How many compare-and-swap conflicts one operation accepts before giving up.
-pub const MAX_CONFLICTS: u32 = 32;
-/// Conflicts retried at once with the fresh value; later ones back off first.
-const EAGER_RETRIES: u32 = 3;
+pub use crate::ops::MAX_CONFLICTS;
 /// HTTP/2 keep-alive interval. etcd refuses pings more often than every 5 s by default.
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
 const TCP_KEEP_ALIVE: Duration = Duration::from_secs(30);
@@ -502,7 +498,7 @@ impl EtcdAuthority {
         let key = self.key(name);
         // Taken out: an error below leaves the cache empty, so the next call reads afresh.
         let mut current: Option<(Cached, bool)> = cache.take().map(|c| (c, false));
-        let mut conflicts = 0u32;
+        let mut backoff = ops::conflict_backoff();
         loop {
             let (record, fresh) = match current.take() {
                 Some(known) => known,
@@ -551,21 +547,20 @@ impl EtcdAuthority {
             }
             // Another writer came first: go again from what it wrote.
             self.conflicts.fetch_add(1, Ordering::Relaxed);
-            conflicts += 1;
-            if conflicts > MAX_CONFLICTS {
+            let Some(pause) = backoff.next() else {
                 return Err(unavailable(format!(
                     "namespace {name}: gave up after {MAX_CONFLICTS} conflicting writes by \
                      other nodes; retry later"
                 )));
-            }
+            };
             let fresh = else_record(name, &response)?.ok_or_else(unknown)?;
-            if conflicts <= EAGER_RETRIES {
+            if pause.is_zero() {
                 // Retry at once with what the winner wrote: that is as fresh as data gets.
                 current = Some((fresh, true));
             } else {
                 // Hot contention: step aside for a random while, then read afresh (data kept
                 // across the pause would be stale by the time it is used).
-                backoff(conflicts - EAGER_RETRIES).await;
+                tokio::time::sleep(pause).await;
                 current = None;
             }
         }
@@ -965,17 +960,16 @@ impl EtcdAuthority {
     }
 
     /// Counts a conflict of a lease transaction; `Unavailable` after too many.
-    async fn lease_conflict(&self, what: &str, conflicts: &mut u32) -> Result<(), StoreError> {
+    async fn lease_conflict(&self, what: &str, backoff: &mut Backoff) -> Result<(), StoreError> {
         self.conflicts.fetch_add(1, Ordering::Relaxed);
-        *conflicts += 1;
-        if *conflicts > MAX_CONFLICTS {
+        let Some(pause) = backoff.next() else {
             return Err(unavailable(format!(
                 "{what}: gave up after {MAX_CONFLICTS} conflicting writes by other nodes; retry \
                  later"
             )));
-        }
-        if *conflicts > EAGER_RETRIES {
-            backoff(*conflicts - EAGER_RETRIES).await;
+        };
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
         }
         Ok(())
     }
@@ -987,7 +981,7 @@ impl EtcdAuthority {
     ) -> Result<WorkerLease, LeaseError> {
         let group = &request.group;
         let what = format!("acquiring a worker of lease group {group}");
-        let mut conflicts = 0u32;
+        let mut backoff = ops::conflict_backoff();
         loop {
             let read = self.read_group(group).await?;
             let record = read.record.as_ref().map(|(r, _)| r);
@@ -1075,7 +1069,7 @@ impl EtcdAuthority {
                     holder: request.holder.clone(),
                 });
             }
-            self.lease_conflict(&what, &mut conflicts).await?;
+            self.lease_conflict(&what, &mut backoff).await?;
         }
     }
 
@@ -1139,7 +1133,7 @@ impl WorkerLeases for EtcdAuthority {
         let what = format!("renewing worker {} of lease group {group}", lease.worker);
         let worker_key = self.worker_key(group, lease.worker);
         let live_key = self.live_key(group, lease.worker);
-        let mut conflicts = 0u32;
+        let mut backoff = ops::conflict_backoff();
         loop {
             let (record, live) = self.read_worker(group, lease.worker).await?;
             // Superseded: returned before anything is written.
@@ -1164,7 +1158,7 @@ impl WorkerLeases for EtcdAuthority {
                             .and_then([TxnOp::put(worker_key.clone(), encode_record(&slot), None)]);
                         let mut kv = self.kv.clone();
                         if !self.call(&what, kv.txn(txn)).await?.succeeded() {
-                            self.lease_conflict(&what, &mut conflicts).await?;
+                            self.lease_conflict(&what, &mut backoff).await?;
                             continue;
                         }
                     }
@@ -1212,7 +1206,7 @@ impl WorkerLeases for EtcdAuthority {
                         Ok(response) if response.succeeded() => return Ok(renewed),
                         Ok(_) => {
                             self.revoke_quietly(lease_id).await;
-                            self.lease_conflict(&what, &mut conflicts).await?;
+                            self.lease_conflict(&what, &mut backoff).await?;
                         }
                         Err(e) => {
                             self.revoke_quietly(lease_id).await;
@@ -1229,7 +1223,7 @@ impl WorkerLeases for EtcdAuthority {
         let what = format!("releasing worker {} of lease group {group}", lease.worker);
         let worker_key = self.worker_key(group, lease.worker);
         let live_key = self.live_key(group, lease.worker);
-        let mut conflicts = 0u32;
+        let mut backoff = ops::conflict_backoff();
         loop {
             let (record, live) = self.read_worker(group, lease.worker).await?;
             check_current(lease, record.as_ref().map(|r| &r.slot))?;
@@ -1257,7 +1251,7 @@ impl WorkerLeases for EtcdAuthority {
                 }
                 return Ok(());
             }
-            self.lease_conflict(&what, &mut conflicts).await?;
+            self.lease_conflict(&what, &mut backoff).await?;
         }
     }
 
@@ -1720,15 +1714,6 @@ fn redact(url: &str) -> String {
     } else {
         format!("{scheme}://{rest}")
     }
-}
-
-/// A random pause before the `n`th retry of a contended CAS: up to 2^n ms, at most 64 ms.
-async fn backoff(n: u32) {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u32(n);
-    let ceiling = 1u64 << n.min(6);
-    let millis = hasher.finish() % ceiling + 1;
-    tokio::time::sleep(Duration::from_millis(millis)).await;
 }
 
 fn cached(name: &NamespaceName, record: &KeyValue) -> Result<Cached, StoreError> {

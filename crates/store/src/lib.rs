@@ -495,11 +495,31 @@ pub(crate) mod ops {
     /// race needs a give-back, which a node makes once, at shutdown, so more than a few rounds
     /// in a row mean a livelock, and the bound turns it into [`StoreError::Unavailable`].
     ///
-    /// etcd's `MAX_CONFLICTS` is another bound: there every write of every node is a
-    /// compare-and-swap that may lose to any other, so conflicts are routine under load, not a
-    /// give-back race.
+    /// `MAX_CONFLICTS` is another bound: in the compare-and-swap backends every write of
+    /// every node may lose to any other, so conflicts are routine under load, not a give-back
+    /// race.
     #[cfg(any(feature = "postgres", feature = "mysql"))]
     pub(crate) const GIVE_BACK_RACE_ATTEMPTS: usize = 8;
+
+    /// How many compare-and-swap conflicts one operation of a compare-and-swap backend (etcd,
+    /// ZooKeeper) accepts before giving up with [`StoreError::Unavailable`].
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    pub const MAX_CONFLICTS: u32 = 32;
+
+    /// Conflicts retried at once (a fresh read is as fresh as data gets) before backing off.
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    const EAGER_RETRIES: u32 = 3;
+
+    /// The pauses between the conflicting tries of one compare-and-swap operation: the first
+    /// [`EAGER_RETRIES`] at once, then random and exponential from 2 ms to 64 ms, so writers
+    /// that collided step apart; `None` after [`MAX_CONFLICTS`].
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    pub(crate) fn conflict_backoff() -> idmint_core::Backoff {
+        use std::time::Duration;
+        idmint_core::Backoff::new(Duration::from_millis(2), Duration::from_millis(64))
+            .immediate(EAGER_RETRIES)
+            .limit(MAX_CONFLICTS)
+    }
 
     /// A namespace state read back from storage, validated: the spec must be one
     /// [`SequenceSpec::new`] accepts and the watermark must lie in `[initial, max_id + 1]`.

@@ -189,11 +189,10 @@ use crate::lease::{
 };
 use crate::{ops, Authority, GiveBack, Incarnation, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
-use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
+use idmint_core::{Backoff, Block, NamespaceName, SequenceSpec, Width};
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -209,13 +208,13 @@ const NS_FORMAT: &str = "idmint.ns/v1";
 const GROUP_FORMAT: &str = "idmint.group/v1";
 const WORKER_FORMAT: &str = "idmint.worker/v1";
 const LIVE_FORMAT: &str = "idmint.live/v1";
-/// How many compare-and-swap conflicts one operation accepts before giving up.
-pub const MAX_CONFLICTS: u32 = 32;
-/// Conflicts retried at once with a fresh read; later ones back off first.
-const EAGER_RETRIES: u32 = 3;
-/// The pause before a read that failed with a connection loss, or a session that could not be
-/// opened, is tried again (within the operation's deadline).
-const RETRY_PAUSE: Duration = Duration::from_millis(50);
+pub use crate::ops::MAX_CONFLICTS;
+/// The pauses before a read that failed with a connection loss, or a session that could not
+/// be opened, is tried again (within the operation's deadline): random and exponential, from
+/// 20 ms to 400 ms, so a reconnecting client is not flooded and a brief loss costs little.
+fn retry_backoff() -> Backoff {
+    Backoff::new(Duration::from_millis(20), Duration::from_millis(400))
+}
 
 const PERSISTENT: CreateOptions<'static> = CreateMode::Persistent.with_acls(Acls::anyone_all());
 const EPHEMERAL: CreateOptions<'static> = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
@@ -435,15 +434,18 @@ impl ZookeeperAuthority {
     /// by a new one; opening one that fails at once (no server reachable) is tried again until
     /// the deadline, so every failure takes the operation timeout, as a stalled server does.
     async fn client(&self, deadline: Deadline) -> Result<Client, StoreError> {
+        let mut retries = retry_backoff();
         loop {
             let client = match self.session(deadline).await {
                 Ok(client) => client,
-                Err(e) if Instant::now() + RETRY_PAUSE < deadline.0 => {
-                    drop(e);
-                    tokio::time::sleep(RETRY_PAUSE).await;
+                Err(e) => {
+                    let pause = retries.delay();
+                    if Instant::now() + pause >= deadline.0 {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(pause).await;
                     continue;
                 }
-                Err(e) => return Err(e),
             };
             let mut watcher = client.state_watcher();
             loop {
@@ -504,6 +506,7 @@ impl ZookeeperAuthority {
     ) -> Result<Option<Cached>, StoreError> {
         let path = self.ns_path(name);
         let what = format!("reading namespace {name}");
+        let mut retries = retry_backoff();
         loop {
             let client = self.client(deadline).await?;
             match timed(deadline, &what, client.get_data(&path)).await? {
@@ -514,7 +517,7 @@ impl ZookeeperAuthority {
                     }))
                 }
                 Err(ZkError::NoNode) => return Ok(None),
-                Err(e) if transient(&e) => retry_pause(deadline).await,
+                Err(e) if transient(&e) => retry_pause(deadline, &mut retries).await,
                 Err(e) => return Err(failed(&what, &e)),
             }
         }
@@ -572,7 +575,7 @@ impl ZookeeperAuthority {
         let what = format!("updating namespace {name}");
         // Taken out: an error below leaves the cache empty, so the next call reads afresh.
         let mut current: Option<(Cached, bool)> = cache.take().map(|c| (c, false));
-        let mut conflicts = 0u32;
+        let mut backoff = ops::conflict_backoff();
         let mut made_dir = false;
         loop {
             let (record, fresh) = match current.take() {
@@ -636,15 +639,14 @@ impl ZookeeperAuthority {
                 }
             }
             self.conflicts.fetch_add(1, Ordering::Relaxed);
-            conflicts += 1;
-            if conflicts > MAX_CONFLICTS {
+            let Some(pause) = backoff.next() else {
                 return Err(unavailable(format!(
                     "namespace {name}: gave up after {MAX_CONFLICTS} conflicting writes by \
                      other nodes; retry later"
                 )));
-            }
-            if conflicts > EAGER_RETRIES {
-                backoff(conflicts - EAGER_RETRIES).await;
+            };
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
             }
         }
     }
@@ -657,9 +659,10 @@ impl ZookeeperAuthority {
         group: &NamespaceName,
         deadline: Deadline,
     ) -> Result<Option<GroupView>, StoreError> {
+        let mut retries = retry_backoff();
         loop {
             match self.read_group_once(group, deadline).await {
-                Err(Fail::Transient) => retry_pause(deadline).await,
+                Err(Fail::Transient) => retry_pause(deadline, &mut retries).await,
                 Err(Fail::Store(e)) => return Err(e),
                 Ok(view) => return Ok(view),
             }
@@ -739,9 +742,10 @@ impl ZookeeperAuthority {
         lease: &WorkerLease,
         deadline: Deadline,
     ) -> Result<WorkerRead, StoreError> {
+        let mut retries = retry_backoff();
         loop {
             match self.read_worker_once(lease, deadline).await {
-                Err(Fail::Transient) => retry_pause(deadline).await,
+                Err(Fail::Transient) => retry_pause(deadline, &mut retries).await,
                 Err(Fail::Store(e)) => return Err(e),
                 Ok(read) => return Ok(read),
             }
@@ -1067,22 +1071,21 @@ impl ZookeeperAuthority {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<Option<T>, LeaseError>>,
     {
-        let mut conflicts = 0u32;
+        let mut backoff = ops::conflict_backoff();
         loop {
             if let Some(done) = attempt().await? {
                 return Ok(done);
             }
             self.conflicts.fetch_add(1, Ordering::Relaxed);
-            conflicts += 1;
-            if conflicts > MAX_CONFLICTS {
+            let Some(pause) = backoff.next() else {
                 return Err(unavailable(format!(
                     "{what}: gave up after {MAX_CONFLICTS} conflicting writes by other nodes; \
                      retry later"
                 ))
                 .into());
-            }
-            if conflicts > EAGER_RETRIES {
-                backoff(conflicts - EAGER_RETRIES).await;
+            };
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
             }
         }
     }
@@ -1164,6 +1167,7 @@ impl Authority for ZookeeperAuthority {
         // Sending the create again is harmless: a second one finds the first's znode and
         // compares specs.
         let mut remade_dirs = false;
+        let mut retries = retry_backoff();
         loop {
             let client = self.client(deadline).await?;
             match timed(
@@ -1180,7 +1184,7 @@ impl Authority for ZookeeperAuthority {
                     remade_dirs = true;
                     self.ensure_dirs(deadline).await?;
                 }
-                Err(e) if transient(&e) => retry_pause(deadline).await,
+                Err(e) if transient(&e) => retry_pause(deadline, &mut retries).await,
                 Err(e) => return Err(failed(&what, &e)),
             }
         }
@@ -1209,9 +1213,10 @@ impl Authority for ZookeeperAuthority {
 
     async fn list(&self) -> Result<Vec<NamespaceState>, StoreError> {
         let deadline = self.deadline();
+        let mut retries = retry_backoff();
         loop {
             match self.list_once(deadline).await {
-                Err(Fail::Transient) => retry_pause(deadline).await,
+                Err(Fail::Transient) => retry_pause(deadline, &mut retries).await,
                 Err(Fail::Store(e)) => return Err(e),
                 Ok(all) => return Ok(all),
             }
@@ -1309,9 +1314,10 @@ impl ZookeeperAuthority {
         Fut: Future<Output = Result<T, Fail>>,
     {
         let deadline = self.deadline();
+        let mut retries = retry_backoff();
         loop {
             match attempt(deadline).await {
-                Err(Fail::Transient) => retry_pause(deadline).await,
+                Err(Fail::Transient) => retry_pause(deadline, &mut retries).await,
                 Err(Fail::Store(e)) => return Err(e),
                 Ok(done) => return Ok(done),
             }
@@ -1614,8 +1620,8 @@ fn transient(e: &ZkError) -> bool {
 }
 
 /// Pauses before a read is tried again (the deadline bounds the next try).
-async fn retry_pause(deadline: Deadline) {
-    tokio::time::sleep_until(deadline.0.min(Instant::now() + RETRY_PAUSE)).await;
+async fn retry_pause(deadline: Deadline, retries: &mut Backoff) {
+    tokio::time::sleep_until(deadline.0.min(Instant::now() + retries.delay())).await;
 }
 
 /// A resumed lease session turned out to have expired (or be unknown to the ensemble).
@@ -1720,15 +1726,6 @@ fn unavailable(message: String) -> StoreError {
 /// A failed call: every client error is `Unavailable` (the outcome of a write is unknown).
 fn failed(what: &str, e: &ZkError) -> StoreError {
     unavailable(format!("{what}: {e}"))
-}
-
-/// A random pause before the `n`th retry of a contended CAS: up to 2^n ms, at most 64 ms.
-async fn backoff(n: u32) {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u32(n);
-    let ceiling = 1u64 << n.min(6);
-    let millis = hasher.finish() % ceiling + 1;
-    tokio::time::sleep(Duration::from_millis(millis)).await;
 }
 
 fn worker_id(group: &NamespaceName, child: &str) -> Result<u64, StoreError> {
