@@ -422,7 +422,7 @@ mod tests {
         let a = connect_observed(&AuthorityConfig::Multi(multi), dir.path(), seen.clone())
             .await
             .unwrap();
-        let members = a.members();
+        let members = a.members().expect("a multi authority").health();
         assert_eq!(members.len(), 2, "{members:?}");
         assert!(members[0].up && members[0].kind == "file", "{members:?}");
         let down = &members[1];

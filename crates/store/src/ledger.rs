@@ -37,9 +37,7 @@
 //! the store's durability (the store is the source of truth; the ledger only detects its loss).
 
 use crate::lease::{GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases, WorkerSlot};
-use crate::{
-    Authority, GiveBack, Incarnation, MemberHealth, NamespaceState, Reservation, StoreError,
-};
+use crate::{Authority, GiveBack, Incarnation, Members, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec};
 use serde::{Deserialize, Serialize};
@@ -746,7 +744,7 @@ impl Authority for LedgerAuthority {
         self.inner.kind()
     }
 
-    fn members(&self) -> Vec<MemberHealth> {
+    fn members(&self) -> Option<&dyn Members> {
         self.inner.members()
     }
 
@@ -764,10 +762,6 @@ impl Authority for LedgerAuthority {
 
     fn audit_log(&self) -> Option<&dyn crate::AuditLog> {
         self.inner.audit_log()
-    }
-
-    fn audited_members(&self) -> Option<Vec<Arc<dyn Authority>>> {
-        self.inner.audited_members()
     }
 
     async fn incarnation(&self) -> Result<Option<Incarnation>, StoreError> {

@@ -83,7 +83,7 @@ pub use incarnation::Incarnation;
 pub use lease::{LeaseError, LeaseRequest, WorkerChoice, WorkerLease, WorkerLeases};
 pub use ledger::{Ledger, LedgerAuthority, LedgerError, StoreExpectations};
 pub use memory::MemoryAuthority;
-pub use multi::{MemberEvents, MemberHealth, MemberSlot, MultiAuthority};
+pub use multi::{MemberEvents, MemberHealth, MemberSlot, Members, MultiAuthority};
 pub use source::BlockSource;
 #[cfg(feature = "upstream")]
 pub use upstream::UpstreamAuthority;
@@ -98,11 +98,11 @@ pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
     /// Short backend name for logs/metrics: "file", "memory", ...
     fn kind(&self) -> &'static str;
 
-    /// The health of each member of an authority made of several ([`MultiAuthority`]), in
-    /// config order, as last seen (no I/O). Empty for a single authority, whose health is the
-    /// outcome of its operations.
-    fn members(&self) -> Vec<MemberHealth> {
-        Vec::new()
+    /// The members of an authority made of several ([`MultiAuthority`]): their health and the
+    /// ones to audit ([`Members`]). `None` for a single authority, whose health is the outcome
+    /// of its operations.
+    fn members(&self) -> Option<&dyn Members> {
+        None
     }
 
     /// The residue classes (ids modulo `spec.step()`) of the ids this authority may grant for a
@@ -124,12 +124,6 @@ pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
     /// if it keeps none (memory-less wrappers forward their inner authority's; a multi
     /// authority's members keep their own; an upstream authority's tier above keeps it).
     fn audit_log(&self) -> Option<&dyn AuditLog> {
-        None
-    }
-
-    /// The authorities `idmint audit verify` reads instead of this one: a multi authority's
-    /// connected members, each with its own ledger and watermarks. `None`: this one itself.
-    fn audited_members(&self) -> Option<Vec<std::sync::Arc<dyn Authority>>> {
         None
     }
 

@@ -78,6 +78,17 @@ pub struct MemberHealth {
     pub out_of_service: Option<String>,
 }
 
+/// What an authority made of several tells about its members ([`Authority::members`]).
+pub trait Members: Send + Sync {
+    /// The health of each member, in config order, as last seen (no I/O).
+    fn health(&self) -> Vec<MemberHealth>;
+
+    /// The authorities `idmint audit verify` (and the node's pruning of the audit ledger)
+    /// reads instead of the whole: the connected members, each with its own ledger and
+    /// watermarks.
+    fn audited(&self) -> Vec<Arc<dyn Authority>>;
+}
+
 /// Hears each member's transitions: called once when a member goes down (or starts pending) and
 /// once when it comes back, with its health after the change.
 pub trait MemberEvents: Send + Sync + fmt::Debug {
@@ -595,15 +606,30 @@ impl MultiAuthority {
     }
 }
 
+impl Members for MultiAuthority {
+    /// Every member in config order, as last seen.
+    fn health(&self) -> Vec<MemberHealth> {
+        self.members.iter().map(Member::health).collect()
+    }
+
+    /// The connected members (a pending one is not connected here: it has no ledger to read
+    /// until it answers).
+    fn audited(&self) -> Vec<Arc<dyn Authority>> {
+        self.members
+            .iter()
+            .filter_map(|m| m.lock().authority.clone())
+            .collect()
+    }
+}
+
 #[async_trait]
 impl Authority for MultiAuthority {
     fn kind(&self) -> &'static str {
         "multi"
     }
 
-    /// Every member in config order, as last seen.
-    fn members(&self) -> Vec<MemberHealth> {
-        self.members.iter().map(Member::health).collect()
+    fn members(&self) -> Option<&dyn Members> {
+        Some(self)
     }
 
     /// The residue classes of the members, in config order.
@@ -883,17 +909,6 @@ impl Authority for MultiAuthority {
         Ok(out)
     }
 
-    /// The connected members (a pending one is not connected here: it has no ledger to read
-    /// until it answers).
-    fn audited_members(&self) -> Option<Vec<Arc<dyn Authority>>> {
-        Some(
-            self.members
-                .iter()
-                .filter_map(|m| m.lock().authority.clone())
-                .collect(),
-        )
-    }
-
     /// Moves every member's watermark up to `to`, each recorded in that member's ledger. Not
     /// atomic across members, but each move is forward-only and repeatable: after an error
     /// (a member down), the same call again finishes the job. `from` is the highest watermark
@@ -1058,7 +1073,7 @@ mod tests {
                 assert_eq!(r.block.start() % 2, 1, "only b serves: {r:?}");
                 assert!(r.block.ids().all(|id| seen.insert(id)), "repeated: {r:?}");
             }
-            let members = multi.members();
+            let members = multi.health();
             let why = members[0].out_of_service.as_deref().unwrap();
             assert!(why.contains("no record of namespace photos"), "{why}");
             assert!(!members[0].up && members[1].out_of_service.is_none());
@@ -1071,7 +1086,7 @@ mod tests {
             let r = multi.reserve(&n, 10).await.unwrap();
             assert!(r.block.ids().all(|id| seen.insert(id)), "repeated: {r:?}");
         }
-        assert!(multi.members()[0].out_of_service.is_some());
+        assert!(multi.health()[0].out_of_service.is_some());
         assert_eq!(Authority::state(&*a, &n).await.unwrap(), None, "re-created");
     }
 
@@ -1155,7 +1170,7 @@ mod tests {
             assert_eq!(r.block.step(), 3, "{r:?}");
             assert_ne!(r.block.start() % 3, 0, "the stale member served: {r:?}");
         }
-        let why = multi.members()[0].out_of_service.clone().unwrap();
+        let why = multi.health()[0].out_of_service.clone().unwrap();
         assert!(why.contains("stale member"), "{why}");
     }
 
@@ -1174,7 +1189,7 @@ mod tests {
             let r = multi.reserve(&n, 10).await.unwrap();
             assert_eq!(r.block.start() % 2, 1, "{r:?}");
         }
-        let why = multi.members()[0].out_of_service.clone().unwrap();
+        let why = multi.health()[0].out_of_service.clone().unwrap();
         assert!(why.contains("made corrupt by the test"), "{why}");
         assert_eq!(multi.residues(&spec(2, 0)), vec![0, 1]);
     }
@@ -1216,7 +1231,7 @@ mod tests {
             .await
             .unwrap();
         assert!(multi
-            .members()
+            .health()
             .iter()
             .all(|m| m.up && m.last_error.is_none()));
         assert_eq!(seen.got(), vec![]);
@@ -1230,7 +1245,7 @@ mod tests {
             clock.advance_millis(backoff_ms);
         }
         assert!(a.calls() > 2, "a was retried: {}", a.calls());
-        let members = multi.members();
+        let members = multi.health();
         assert_eq!(
             (
                 members[0].number,
@@ -1255,7 +1270,7 @@ mod tests {
         for _ in 0..4 {
             multi.reserve(&n, 10).await.unwrap();
         }
-        assert!(multi.members()[0].up);
+        assert!(multi.health()[0].up);
         assert_eq!(
             seen.got(),
             vec![(1, false), (1, true)],
@@ -1334,7 +1349,7 @@ mod tests {
             1,
             "one attempt per back-off"
         );
-        assert!(!multi.members()[0].up);
+        assert!(!multi.health()[0].up);
 
         reachable.store(true, Ordering::SeqCst);
         clock.advance_millis(backoff_ms);
@@ -1344,7 +1359,7 @@ mod tests {
         }
         assert!(classes.contains(&0), "the late member serves: {classes:?}");
         assert_eq!(attempts.load(Ordering::SeqCst), 2, "connected once, kept");
-        assert!(multi.members()[0].up);
+        assert!(multi.health()[0].up);
         assert_eq!(seen.got(), vec![(1, false), (1, true)]);
         assert_eq!(
             Authority::state(&*late, &n)

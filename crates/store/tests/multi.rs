@@ -28,7 +28,7 @@
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
 use idmint_store::mysql::{MysqlAuthority, MysqlConfig, MysqlTicketAuthority};
 use idmint_store::postgres::{PostgresAuthority, PostgresConfig};
-use idmint_store::{Authority, GiveBack, MemoryAuthority, MultiAuthority, StoreError};
+use idmint_store::{Authority, GiveBack, Members, MemoryAuthority, MultiAuthority, StoreError};
 use idmint_testkit::mysql::{self as my, PrivateMariadb};
 use idmint_testkit::postgres::TempDatabase;
 use idmint_testkit::proxy::{Fault, FaultProxy};
@@ -531,7 +531,7 @@ async fn postgres_member_whose_row_is_deleted_under_load_is_taken_out() {
         .unwrap();
     let during = load.await.unwrap();
     let after = hammer(first.clone(), &ns, 2, 50, 5).await;
-    let why = first.members()[0].out_of_service.clone();
+    let why = first.health()[0].out_of_service.clone();
     assert!(
         why.as_deref()
             .is_some_and(|w| w.contains("no record of namespace orders")),
@@ -542,7 +542,7 @@ async fn postgres_member_whose_row_is_deleted_under_load_is_taken_out() {
     let second = multi(vec![(odd.clone(), 1), (even.clone(), 0)]);
     second.ensure_namespace(&ns, odd_even_spec()).await.unwrap();
     let restarted = hammer(second.clone(), &ns, 2, 20, 5).await;
-    assert!(second.members()[0].out_of_service.is_some());
+    assert!(second.health()[0].out_of_service.is_some());
     assert_eq!(
         odd.state(&ns).await.unwrap(),
         None,
@@ -587,7 +587,7 @@ async fn mysql_ticket_member_whose_table_is_dropped_under_load_is_taken_out() {
         .unwrap_or_else(|e| panic!("dropping {table}: {e}"));
     let during = load.await.unwrap();
     let after = hammer(tickets.clone(), &ns, 2, 50, 1).await;
-    let why = tickets.members()[0].out_of_service.clone();
+    let why = tickets.health()[0].out_of_service.clone();
     assert!(
         why.as_deref()
             .is_some_and(|w| w.contains("no record of namespace orders")),
@@ -636,7 +636,7 @@ async fn member_down_at_start_is_connected_once_it_answers() {
     let multi = idmint_store::connect(&config, dir.path())
         .await
         .unwrap_or_else(|e| panic!("a multi authority with one member down did not start: {e}"));
-    let members = multi.members();
+    let members = multi.members().expect("a multi authority").health();
     assert_eq!(
         (members[0].number, members[0].kind, members[0].up),
         (1, "postgres", false),
@@ -670,7 +670,7 @@ async fn member_down_at_start_is_connected_once_it_answers() {
     let came_back = Instant::now();
     all.extend(reserve_until_class(&*multi, &ns, 2, 1).await);
     println!("the odd member served after {:?}", came_back.elapsed());
-    let members = multi.members();
+    let members = multi.members().expect("a multi authority").health();
     assert!(members.iter().all(|m| m.up), "{members:?}");
     check_blocks(
         "down at start, then back",

@@ -684,7 +684,7 @@ pub async fn a_multi_member_that_lost_its_data_is_taken_out(
             "[{kind}] {r:?} repeated"
         );
     }
-    let members = after.members();
+    let members = crate::Members::health(&after);
     assert!(
         members[1].out_of_service.is_some() && members[0].out_of_service.is_none(),
         "[{kind}] {members:?}"
