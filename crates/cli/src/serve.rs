@@ -26,7 +26,7 @@
 
 use anyhow::{bail, Context, Result};
 use idmint_node::{FileConfig, Node, Shutdown};
-use idmint_store::{Ledger, LedgerAuthority, StoreExpectations};
+use idmint_store::{CheckedAuthority, NodeRecord, StoreExpectations};
 use std::io::IsTerminal;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -103,7 +103,7 @@ pub(crate) fn resolve_data_dir(flag: Option<PathBuf>, file: &FileConfig) -> Resu
 }
 
 /// What the configuration declares that lives in the store, and what `--init` and
-/// `[authority] incarnation` say: the start checks of [`LedgerAuthority::open`].
+/// `[authority] incarnation` say: the start checks of [`CheckedAuthority::open`].
 fn store_expectations(file: &FileConfig, init: bool) -> StoreExpectations {
     let mut expect = StoreExpectations {
         init,
@@ -227,25 +227,26 @@ pub fn serve(
             idmint_store::connect_observed(&file.authority, &data_dir, Arc::new(LogMembers))
                 .await
                 .context("setting up the authority")?;
-        // The ledger: what this node set up, checked against the store (docs/uniqueness.md).
-        let mut node_ledger = None;
+        // The node record: what this node set up, checked against the store
+        // (docs/uniqueness.md).
+        let mut opened_record = None;
         let authority: Arc<dyn idmint_store::Authority> = if file.authority.is_durable() {
-            let ledger = Arc::new(
-                Ledger::open(&data_dir, file.authority.to_string())
-                    .context("opening the node's ledger")?,
+            let node_record = Arc::new(
+                NodeRecord::open(&data_dir, file.authority.to_string())
+                    .context("opening the node record")?,
             );
             tracing::info!(
-                ledger = %ledger.path().display(),
-                namespaces = ledger.len(),
-                "ledger"
+                node_record = %node_record.path().display(),
+                namespaces = node_record.len(),
+                "node record"
             );
-            node_ledger = Some(ledger.clone());
+            opened_record = Some(node_record.clone());
             let expect = store_expectations(&file, init);
-            let checked = LedgerAuthority::open(authority, ledger, &expect)
+            let checked = CheckedAuthority::open(authority, node_record, &expect)
                 .await
                 .with_context(|| {
                     format!(
-                        "checking the store against this node's ledger (data directory {})",
+                        "checking the store against this node's record (data directory {})",
                         data_dir.display()
                     )
                 })?;
@@ -318,9 +319,9 @@ pub fn serve(
         }
         let served = idmint_node::serve_front_ends(node, shutdown, front_ends).await;
         signals.abort();
-        if let Some(ledger) = node_ledger {
-            if let Err(e) = ledger.flush().await {
-                tracing::warn!(error = %e, "could not write the ledger at shutdown");
+        if let Some(node_record) = opened_record {
+            if let Err(e) = node_record.flush().await {
+                tracing::warn!(error = %e, "could not write the node record at shutdown");
             }
         }
         let report = served?;

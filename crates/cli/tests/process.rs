@@ -1390,12 +1390,12 @@ fn a_store_that_moved_is_refused_not_started_fresh() {
     assert!(status.success());
     let data = home.join(".local/share/idmint");
     assert!(
-        data.join("ledger.toml").is_file(),
-        "no ledger in {}",
+        data.join("node-record.toml").is_file(),
+        "no node record in {}",
         data.display()
     );
 
-    // The authority's path changed: the ledger knows `orders` and the new store does not.
+    // The authority's path changed: the node record knows `orders` and the new store does not.
     let moved = write_config(
         dir.path(),
         &format!(
@@ -1403,13 +1403,13 @@ fn a_store_that_moved_is_refused_not_started_fresh() {
             dir.path().join("elsewhere").display()
         ),
     );
-    // The ledger knows the store's incarnation, and the new store has none: refused at start,
+    // The node record knows the store's incarnation, and the new store has none: refused at start,
     // whatever the configuration declares.
     let out = run(&mut serve_in(&a, &["--config", moved.to_str().unwrap()]));
     assert!(!out.status.success(), "a moved store was served");
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("store lost") && stderr.contains("ledger"),
+        stderr.contains("store lost") && stderr.contains("node-record.toml"),
         "{stderr}"
     );
 
@@ -1425,12 +1425,12 @@ fn a_store_that_moved_is_refused_not_started_fresh() {
     assert!(!out.status.success(), "started on a moved store");
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("lost") && stderr.contains("ledger"),
+        stderr.contains("lost") && stderr.contains("node-record.toml"),
         "{stderr}"
     );
 
-    // The operator's way back: re-seed above the highest id handed out. Below what the ledger
-    // saw is refused; above it, the node starts and serves above it.
+    // The operator's way back: re-seed above the highest id handed out. Below what the node
+    // record saw is refused; above it, the node starts and serves above it.
     let reseed = |above: &str| {
         let mut cmd = idmint();
         cmd.current_dir(&a)
@@ -1441,7 +1441,10 @@ fn a_store_that_moved_is_refused_not_started_fresh() {
         run(&mut cmd)
     };
     let out = reseed("2");
-    assert!(!out.status.success(), "re-seeded below the ledger: {out:?}");
+    assert!(
+        !out.status.success(),
+        "re-seeded below the node record: {out:?}"
+    );
     assert!(text(&out.stderr).contains("below what this node handed out"));
     let out = reseed(&next[2].to_string());
     assert!(out.status.success(), "{out:?}");
@@ -1475,7 +1478,7 @@ fn a_new_deployment_with_declared_namespaces_needs_init() {
     assert_eq!(ids(server.addr, "orders", 2), [1, 2]);
     let (status, _) = server.terminate();
     assert!(status.success());
-    // A restart needs nothing more: the ledger records the namespace.
+    // A restart needs nothing more: the node record holds the namespace.
     let mut restart = idmint();
     restart
         .current_dir(dir.path())

@@ -58,11 +58,11 @@ pub mod etcd;
 mod file;
 pub mod incarnation;
 pub mod lease;
-pub mod ledger;
 mod memory;
 mod multi;
 #[cfg(feature = "mysql")]
 pub mod mysql;
+pub mod node_record;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod pool;
 #[cfg(feature = "postgres")]
@@ -81,9 +81,9 @@ pub use connect::{connect, connect_observed, ConnectError};
 pub use file::{FileAuthority, FILE_NAME};
 pub use incarnation::Incarnation;
 pub use lease::{LeaseError, LeaseRequest, WorkerChoice, WorkerLease, WorkerLeases};
-pub use ledger::{Ledger, LedgerAuthority, LedgerError, StoreExpectations};
 pub use memory::MemoryAuthority;
 pub use multi::{MemberEvents, MemberHealth, MemberSlot, Members, MultiAuthority};
+pub use node_record::{CheckedAuthority, NodeRecord, NodeRecordError, StoreExpectations};
 pub use source::BlockSource;
 #[cfg(feature = "upstream")]
 pub use upstream::UpstreamAuthority;

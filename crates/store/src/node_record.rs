@@ -1,40 +1,49 @@
-//! The node's ledger: a small file in the data directory recording which store the node used
-//! (its [incarnation](crate::incarnation)), every sequence namespace it set up with the highest
-//! watermark it saw of each, and every worker-lease group it leased from with the last token and
-//! floor it held; and [`LedgerAuthority`], which wraps any authority and checks the store
-//! against it (docs/uniqueness.md, "Stores that moved or lost data").
+//! The node record: a small file in the data directory, `node-record.toml`, recording which
+//! store the node used (its [incarnation](crate::incarnation)), every sequence namespace it set
+//! up with the highest watermark it saw of each, and every worker-lease group it leased from
+//! with the last token and floor it held; and [`CheckedAuthority`], which wraps any authority
+//! and checks the store against it (docs/uniqueness.md, "Stores that moved or lost data").
 //!
 //! Why: an authority that answers "no such namespace" cannot tell a namespace that never existed
-//! from one whose record it lost (an empty backup restored, `authority.path`, `table` or `prefix`
-//! changed, another database or data directory, a replaced server). Creating it again would
-//! re-issue every id. The ledger is what the node remembers independently of the store.
+//! from one whose record it lost (an empty backup restored, `authority.path`, `table` or
+//! `prefix` changed, another database or data directory, a replaced server). Creating it again
+//! would re-issue every id. The node record is what the node remembers independently of the
+//! store. (Not the store's audit ledger, [`crate::audit`], which records what the store
+//! granted.)
 //!
 //! Invariants:
-//! - a store is used only while it is the incarnation the ledger (or the configuration) names:
-//!   [`LedgerAuthority::open`] refuses another or none ([`StoreError::StoreLost`]), and so do
-//!   every namespace creation and every lease acquisition while the node runs, so a store
-//!   emptied or swapped under running nodes is never started fresh by any of them;
+//! - a store is used only while it is the incarnation the node record (or the configuration)
+//!   names: [`CheckedAuthority::open`] refuses another or none ([`StoreError::StoreLost`]), and
+//!   so do every namespace creation and every lease acquisition while the node runs, so a
+//!   store emptied or swapped under running nodes is never started fresh by any of them;
 //! - an empty store without an incarnation is taken as new only when nothing says otherwise:
-//!   the ledger records nothing, the configuration names no incarnation, and either `--init`
+//!   the node record holds nothing, the configuration names no incarnation, and either `--init`
 //!   said so or the configuration declares nothing that lives in the store (the embedded file
-//!   store, which lives beside the ledger, is taken as new on a first start);
-//! - a namespace recorded in the ledger is never created again: if the store has no record of
-//!   it, [`Authority::ensure_namespace`] and [`Authority::reserve`] answer
-//!   [`StoreError::Lost`], naming the ledger, the store and what to do;
-//! - a lease group recorded in the ledger is never started fresh: an acquisition in a store
-//!   that has no record of the group, or has it with a lower last token, is refused;
+//!   store, which lives beside the node record, is taken as new on a first start);
+//! - a namespace in the node record is never created again: if the store has no record of it,
+//!   [`Authority::ensure_namespace`] and [`Authority::reserve`] answer [`StoreError::Lost`],
+//!   naming the node record, the store and what to do;
+//! - a lease group in the node record is never started fresh: an acquisition in a store that
+//!   has no record of the group, or has it with a lower last token, is refused;
 //! - a store whose watermark is below the one recorded went back in time (a restored backup):
 //!   also [`StoreError::Lost`];
-//! - the ledger's watermark is never above the store's (it records what the store answered, and
-//!   is lowered *before* a give-back lowers the store), so it never accuses a healthy store;
+//! - the recorded watermark is never above the store's (it records what the store answered,
+//!   and is lowered *before* a give-back lowers the store), so it never accuses a healthy store;
 //! - a namespace is recorded durably (written, fsynced, renamed into place, directory fsynced)
 //!   before `ensure_namespace` returns, so no id of it is handed out before the record exists;
-//!   watermarks are written at most once per [`WRITE_INTERVAL`] per ledger (a crash loses at
-//!   most that much of the record, which only weakens the check, never falsifies it).
+//!   watermarks are written at most once per [`WRITE_INTERVAL`] per node record (a crash loses
+//!   at most that much of the record, which only weakens the check, never falsifies it);
+//! - a data directory that holds the record under its previous name, [`OLD_FILE_NAME`]
+//!   (`ledger.toml`), and not under [`NODE_RECORD_FILE`] is migrated by [`NodeRecord::open`]:
+//!   the old file is read and validated, written to the new name durably (as above), then
+//!   removed, its removal made durable too. A crash in between leaves both with the same
+//!   record, which the next open finishes; both with different records are refused
+//!   ([`NodeRecordError::Corrupt`]), never one of them silently dropped.
 //!
-//! What it does not do: protect a store whose ledger is lost with it (a data directory moved or
-//! deleted whole, which is why the default data directory is absolute and logged), or replace
-//! the store's durability (the store is the source of truth; the ledger only detects its loss).
+//! What it does not do: protect a store whose node record is lost with it (a data directory
+//! moved or deleted whole, which is why the default data directory is absolute and logged), or
+//! replace the store's durability (the store is the source of truth; the node record only
+//! detects its loss).
 
 use crate::lease::{GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases, WorkerSlot};
 use crate::{Authority, GiveBack, Incarnation, Members, NamespaceState, Reservation, StoreError};
@@ -46,8 +55,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The ledger's file name in the data directory.
-pub const LEDGER_FILE: &str = "ledger.toml";
+/// The node record's file name in the data directory.
+pub const NODE_RECORD_FILE: &str = "node-record.toml";
+
+/// The file's previous name: a data directory that has only it is migrated on open.
+pub const OLD_FILE_NAME: &str = "ledger.toml";
 
 /// Watermark updates are written at most this often.
 pub const WRITE_INTERVAL: Duration = Duration::from_secs(1);
@@ -80,8 +92,8 @@ pub struct GroupEntry {
 }
 
 /// The file's contents.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct LedgerFile {
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct RecordFile {
     version: u32,
     /// The store's incarnation, once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -93,35 +105,35 @@ struct LedgerFile {
 }
 
 #[derive(Debug)]
-struct LedgerState {
-    file: LedgerFile,
+struct RecordState {
+    file: RecordFile,
     last_write: Option<Instant>,
     dirty: bool,
 }
 
-/// The ledger of one data directory. See the module docs.
+/// The node record of one data directory. See the module docs.
 #[derive(Debug)]
-pub struct Ledger {
+pub struct NodeRecord {
     path: PathBuf,
     /// What the configuration says the authority is (no secrets: the config's display form).
     authority: String,
     existed: bool,
-    state: Mutex<LedgerState>,
+    state: Mutex<RecordState>,
 }
 
-/// Why a ledger could not be opened or written.
+/// Why a node record could not be opened or written.
 #[derive(Debug, thiserror::Error)]
-pub enum LedgerError {
+pub enum NodeRecordError {
     /// Reading, writing or syncing the file failed.
-    #[error("ledger {}: {source}", path.display())]
+    #[error("node record {}: {source}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
         /// What failed.
         source: std::io::Error,
     },
-    /// The file is not a ledger this version wrote.
-    #[error("ledger {} is not readable: {message}; move it away only if this data directory starts a new deployment", path.display())]
+    /// The file is not a node record this version wrote.
+    #[error("node record {} is not readable: {message}; move it away only if this data directory starts a new deployment", path.display())]
     Corrupt {
         /// The file.
         path: PathBuf,
@@ -130,44 +142,28 @@ pub enum LedgerError {
     },
 }
 
-impl Ledger {
-    /// Opens (or starts) the ledger of `data_dir`, creating the directory if needed.
+impl NodeRecord {
+    /// Opens (or starts) the node record of `data_dir`, creating the directory if needed.
     /// `authority` describes the configured authority for messages.
-    pub fn open(data_dir: &Path, authority: String) -> Result<Ledger, LedgerError> {
-        let path = data_dir.join(LEDGER_FILE);
-        let io = |source| LedgerError::Io {
-            path: path.clone(),
-            source,
-        };
-        std::fs::create_dir_all(data_dir).map_err(io)?;
-        let (file, existed) = match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                let file: LedgerFile = toml::from_str(&text).map_err(|e| LedgerError::Corrupt {
-                    path: path.clone(),
-                    message: e.message().to_owned(),
-                })?;
-                if file.version != 1 {
-                    return Err(LedgerError::Corrupt {
-                        path,
-                        message: format!("version {} (this idmint writes 1)", file.version),
-                    });
-                }
-                (file, true)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (
-                LedgerFile {
+    pub fn open(data_dir: &Path, authority: String) -> Result<NodeRecord, NodeRecordError> {
+        let path = data_dir.join(NODE_RECORD_FILE);
+        std::fs::create_dir_all(data_dir).map_err(|e| io_error(&path, e))?;
+        migrate(data_dir, &path)?;
+        let (file, existed) = match read(&path)? {
+            Some(file) => (file, true),
+            None => (
+                RecordFile {
                     version: 1,
-                    ..LedgerFile::default()
+                    ..RecordFile::default()
                 },
                 false,
             ),
-            Err(e) => return Err(io(e)),
         };
-        Ok(Ledger {
+        Ok(NodeRecord {
             path,
             authority,
             existed,
-            state: Mutex::new(LedgerState {
+            state: Mutex::new(RecordState {
                 file,
                 last_write: None,
                 dirty: false,
@@ -202,10 +198,10 @@ impl Ledger {
     }
 
     /// The store's incarnation as recorded.
-    pub fn incarnation(&self) -> Result<Option<Incarnation>, LedgerError> {
+    pub fn incarnation(&self) -> Result<Option<Incarnation>, NodeRecordError> {
         let text = self.lock().file.incarnation.clone();
         text.map(|t| {
-            Incarnation::parse(&t).map_err(|e| LedgerError::Corrupt {
+            Incarnation::parse(&t).map_err(|e| NodeRecordError::Corrupt {
                 path: self.path.clone(),
                 message: e.to_string(),
             })
@@ -217,7 +213,7 @@ impl Ledger {
     /// it changed nothing.
     async fn write_now(
         &self,
-        change: impl FnOnce(&mut LedgerFile) -> bool,
+        change: impl FnOnce(&mut RecordFile) -> bool,
     ) -> Result<(), StoreError> {
         let text = {
             let mut guard = self.lock();
@@ -235,7 +231,7 @@ impl Ledger {
     /// written if [`WRITE_INTERVAL`] has passed since the last write.
     async fn write_when_due(
         &self,
-        change: impl FnOnce(&mut LedgerFile) -> bool,
+        change: impl FnOnce(&mut RecordFile) -> bool,
     ) -> Result<(), StoreError> {
         let text = {
             let mut guard = self.lock();
@@ -295,7 +291,7 @@ impl Ledger {
 
     /// Sets the floor recorded for `lease`'s worker id to `floor_unix_ms` if that is lower, and
     /// writes at once: before a release, which may lower the store's floor to just above the
-    /// last timestamp issued (the ledger must never record more than the store).
+    /// last timestamp issued (the node record must never record more than the store).
     async fn lower_floor(&self, lease: &WorkerLease, floor_unix_ms: u64) -> Result<(), StoreError> {
         self.write_now(|file| match file.groups.get_mut(lease.group.as_str()) {
             Some(entry) if entry.worker == lease.worker => {
@@ -319,7 +315,7 @@ impl Ledger {
         .await
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, LedgerState> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RecordState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -351,12 +347,12 @@ impl Ledger {
         .await
     }
 
-    /// The watermark recorded for `name`, if the ledger knows it.
+    /// The watermark recorded for `name`, if the node record knows it.
     pub fn watermark(&self, name: &NamespaceName) -> Option<u64> {
         self.recorded(name).map(|e| e.watermark)
     }
 
-    /// The spec recorded for `name`, if the ledger knows it (and it is a valid spec).
+    /// The spec recorded for `name`, if the node record knows it (and it is a valid spec).
     pub fn spec(&self, name: &NamespaceName) -> Option<SequenceSpec> {
         let e = self.recorded(name)?;
         let width = match e.bits {
@@ -417,16 +413,10 @@ impl Ledger {
         .await
     }
 
-    fn render(&self, file: &LedgerFile) -> Result<String, StoreError> {
-        let body = toml::to_string(file).map_err(|e| StoreError::Corrupt {
-            message: format!("ledger {}: {e}", self.path.display()),
-        })?;
-        Ok(format!(
-            "# idmint's ledger of the namespaces this data directory's node set up, and the\n\
-             # highest watermark it saw of each, the lease groups it leased from, and the store's\n\
-             # incarnation (docs/uniqueness.md). Written by idmint; a namespace or lease group\n\
-             # listed here is never started fresh.\n{body}"
-        ))
+    fn render(&self, file: &RecordFile) -> Result<String, StoreError> {
+        render(file).map_err(|e| StoreError::Corrupt {
+            message: format!("node record {}: {e}", self.path.display()),
+        })
     }
 
     /// Writes `text` durably: a temporary file, fsync, rename, fsync of the directory.
@@ -437,7 +427,7 @@ impl Ledger {
             .map_err(|e| std::io::Error::other(e.to_string()))
             .and_then(|r| r);
         result.map_err(|e| StoreError::Unavailable {
-            backend: "ledger",
+            backend: "node record",
             message: format!("writing {}: {e}", self.path.display()),
         })
     }
@@ -446,7 +436,7 @@ impl Ledger {
         StoreError::Lost {
             name: name.clone(),
             message: format!(
-                "{found}, but this node's ledger {} records it (set up on {}, watermark {}): the \
+                "{found}, but this node's record {} records it (set up on {}, watermark {}): the \
                  store moved (another data directory, path, table, prefix, database or kind) or \
                  lost its data (a restored backup, a replaced server). Creating it again would \
                  re-issue its ids, so idmint will not. Point the configuration back at the store \
@@ -469,15 +459,96 @@ fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         f.sync_all()?;
     }
     std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        #[cfg(unix)]
-        std::fs::File::open(dir)?.sync_all()?;
+    match path.parent() {
+        Some(dir) => sync_dir(dir),
+        None => Ok(()),
     }
+}
+
+/// Makes the directory's entries (a file renamed into it or removed from it) durable.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    std::fs::File::open(dir)?.sync_all()?;
+    #[cfg(not(unix))]
+    let _ = dir;
     Ok(())
 }
 
-/// What a node expects of its store at start, beyond what its ledger records
-/// ([`LedgerAuthority::open`]).
+fn io_error(path: &Path, source: std::io::Error) -> NodeRecordError {
+    NodeRecordError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// The node record at `path`, validated; `None` if there is no file.
+fn read(path: &Path) -> Result<Option<RecordFile>, NodeRecordError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error(path, e)),
+    };
+    let corrupt = |message: String| NodeRecordError::Corrupt {
+        path: path.to_owned(),
+        message,
+    };
+    let file: RecordFile = toml::from_str(&text).map_err(|e| corrupt(e.message().to_owned()))?;
+    if file.version != 1 {
+        return Err(corrupt(format!(
+            "version {} (this idmint writes 1)",
+            file.version
+        )));
+    }
+    Ok(Some(file))
+}
+
+/// Moves a record kept under [`OLD_FILE_NAME`] in `data_dir` to `path` (module docs): reads and
+/// validates it, writes it to `path` durably unless `path` holds the same record already (a
+/// migration that stopped before its last step), then removes it durably. Both files with
+/// different records is [`NodeRecordError::Corrupt`]: which one is this node's is not for
+/// idmint to guess.
+fn migrate(data_dir: &Path, path: &Path) -> Result<(), NodeRecordError> {
+    let old = data_dir.join(OLD_FILE_NAME);
+    let Some(recorded) = read(&old)? else {
+        return Ok(());
+    };
+    match read(path)? {
+        Some(current) if current == recorded => {}
+        Some(_) => {
+            return Err(NodeRecordError::Corrupt {
+                path: old,
+                message: format!(
+                    "{} beside it records something else; keep the one of this node's \
+                     deployment and move the other away",
+                    path.display()
+                ),
+            })
+        }
+        None => {
+            let text = render(&recorded).map_err(|e| NodeRecordError::Corrupt {
+                path: old.clone(),
+                message: e.to_string(),
+            })?;
+            write_durably(path, text.as_bytes()).map_err(|e| io_error(path, e))?;
+        }
+    }
+    std::fs::remove_file(&old).map_err(|e| io_error(&old, e))?;
+    sync_dir(data_dir).map_err(|e| io_error(data_dir, e))
+}
+
+/// The file's text: a header saying what it is, then `file` as TOML.
+fn render(file: &RecordFile) -> Result<String, toml::ser::Error> {
+    let body = toml::to_string(file)?;
+    Ok(format!(
+        "# idmint's node record: the namespaces this data directory's node set up, and the\n\
+         # highest watermark it saw of each, the lease groups it leased from, and the store's\n\
+         # incarnation (docs/uniqueness.md). Written by idmint; a namespace or lease group\n\
+         # listed here is never started fresh.\n{body}"
+    ))
+}
+
+/// What a node expects of its store at start, beyond what its node record records
+/// ([`CheckedAuthority::open`]).
 #[derive(Debug, Clone, Default)]
 pub struct StoreExpectations {
     /// `idmint serve --init`: an empty store without an incarnation is a new deployment.
@@ -490,51 +561,51 @@ pub struct StoreExpectations {
     pub declared_groups: Vec<NamespaceName>,
 }
 
-/// An authority checked against a [`Ledger`]. See the module docs.
+/// An authority checked against a [`NodeRecord`]. See the module docs.
 #[derive(Debug)]
-pub struct LedgerAuthority {
+pub struct CheckedAuthority {
     inner: Arc<dyn Authority>,
-    ledger: Arc<Ledger>,
+    node_record: Arc<NodeRecord>,
     /// The store's incarnation this node uses (`None`: the authority keeps none).
     incarnation: Option<Incarnation>,
 }
 
-impl LedgerAuthority {
-    /// `inner`, checked against `ledger`, without the start checks of [`Self::open`]: the store
-    /// must be the incarnation the ledger records, if it records one.
-    pub fn new(inner: Arc<dyn Authority>, ledger: Arc<Ledger>) -> Self {
-        let incarnation = ledger.incarnation().ok().flatten();
-        LedgerAuthority {
+impl CheckedAuthority {
+    /// `inner`, checked against `node_record`, without the start checks of [`Self::open`]: the
+    /// store must be the incarnation the node record holds, if it holds one.
+    pub fn new(inner: Arc<dyn Authority>, node_record: Arc<NodeRecord>) -> Self {
+        let incarnation = node_record.incarnation().ok().flatten();
+        CheckedAuthority {
             inner,
-            ledger,
+            node_record,
             incarnation,
         }
     }
 
-    /// `inner`, checked against `ledger` and `expect` before anything is served: the store must
-    /// be the incarnation the ledger and the configuration name; an empty store without one is
-    /// taken as new (its incarnation created and recorded) only as the module docs say; a store
-    /// that holds data but no incarnation (written before incarnations existed) gets one. The
-    /// ledger records the incarnation used.
+    /// `inner`, checked against `node_record` and `expect` before anything is served: the store
+    /// must be the incarnation the node record and the configuration name; an empty store
+    /// without one is taken as new (its incarnation created and recorded) only as the module
+    /// docs say; a store that holds data but no incarnation gets one. The node record keeps the
+    /// incarnation used.
     ///
     /// [`StoreError::StoreLost`] for a store that is not the one expected, or an empty one
-    /// that needs `--init`; [`StoreError::InvalidSetup`] when the configuration and the ledger
+    /// that needs `--init`; [`StoreError::InvalidSetup`] when the configuration and the node record
     /// name different incarnations.
     pub async fn open(
         inner: Arc<dyn Authority>,
-        ledger: Arc<Ledger>,
+        node_record: Arc<NodeRecord>,
         expect: &StoreExpectations,
-    ) -> Result<LedgerAuthority, StoreError> {
-        let recorded = ledger.incarnation().map_err(|e| StoreError::Corrupt {
+    ) -> Result<CheckedAuthority, StoreError> {
+        let recorded = node_record.incarnation().map_err(|e| StoreError::Corrupt {
             message: e.to_string(),
         })?;
         let known = match (&recorded, &expect.incarnation) {
             (Some(r), Some(c)) if r != c => {
                 return Err(StoreError::InvalidSetup {
                     message: format!(
-                        "the configuration names store incarnation {c}, but this node's ledger \
+                        "the configuration names store incarnation {c}, but this node's record \
                          {} records {r}: one of them belongs to another deployment",
-                        ledger.path().display()
+                        node_record.path().display()
                     ),
                 })
             }
@@ -546,7 +617,7 @@ impl LedgerAuthority {
             Ok(store) => store,
             Err(StoreError::NotSupported { .. }) => {
                 // An authority of several stores (multi) or of the tier above (upstream): each
-                // store checks itself; here only what the ledger and the store's list tell.
+                // store checks itself; here only what the node record and the store's list tell.
                 let declared: Vec<&str> = expect
                     .declared_namespaces
                     .iter()
@@ -554,25 +625,25 @@ impl LedgerAuthority {
                     .collect();
                 if !expect.init
                     && !declared.is_empty()
-                    && !ledger.records_anything()
+                    && !node_record.records_anything()
                     && inner.list().await.is_ok_and(|stored| stored.is_empty())
                 {
                     return Err(StoreError::StoreLost {
                         message: format!(
-                            "the {kind} authority ({}) holds no namespace and this node's ledger \
+                            "the {kind} authority ({}) holds no namespace and this node's record \
                              {} records none, but the configuration declares {}: if this is a \
                              new deployment, start once with --init; if not, the configuration \
                              points at another store than before or the data directory is not \
                              the one used before",
-                            ledger.authority,
-                            ledger.path().display(),
+                            node_record.authority,
+                            node_record.path().display(),
                             declared.join(", "),
                         ),
                     });
                 }
-                return Ok(LedgerAuthority {
+                return Ok(CheckedAuthority {
                     inner,
-                    ledger,
+                    node_record,
                     incarnation: None,
                 });
             }
@@ -584,11 +655,11 @@ impl LedgerAuthority {
                 return Err(StoreError::StoreLost {
                     message: format!(
                         "the {kind} authority ({}) is store incarnation {s}, but this node knows \
-                         its store as {k} (ledger {}{}): the configuration points at another store \
-                         (another root, table, prefix, database or server). Point it back at the \
-                         store this node used",
-                        ledger.authority,
-                        ledger.path().display(),
+                         its store as {k} (node record {}{}): the configuration points at another \
+                         store (another root, table, prefix, database or server). Point it back at \
+                         the store this node used",
+                        node_record.authority,
+                        node_record.path().display(),
                         if expect.incarnation.is_some() {
                             ", configuration"
                         } else {
@@ -601,33 +672,33 @@ impl LedgerAuthority {
                 return Err(StoreError::StoreLost {
                     message: format!(
                         "the {kind} authority ({}) has no store incarnation, but this node knows \
-                         its store as {k} (ledger {}): the store was emptied, restored from a \
+                         its store as {k} (node record {}): the store was emptied, restored from a \
                          backup older than its first use, re-created, or the configuration points \
                          at another, empty one. Starting fresh on it would hand out ids and \
                          worker ids that were handed out before, so idmint will not. Point the \
                          configuration back at the store, or restore it (docs/uniqueness.md, \
                          \"Stores that moved or lost data\")",
-                        ledger.authority,
-                        ledger.path().display(),
+                        node_record.authority,
+                        node_record.path().display(),
                     ),
                 })
             }
             (Some(s), None) => {
-                tracing::info!(incarnation = %s, "store incarnation recorded in the ledger");
+                tracing::info!(incarnation = %s, "store incarnation recorded in the node record");
                 s
             }
             (None, None) => {
                 let holds_data = Self::holds_data(&*inner, &expect.declared_groups).await?;
-                if !holds_data && ledger.records_anything() {
+                if !holds_data && node_record.records_anything() {
                     return Err(StoreError::StoreLost {
                         message: format!(
-                            "the {kind} authority ({}) is empty, but this node's ledger {} \
+                            "the {kind} authority ({}) is empty, but this node's record {} \
                              records namespaces or lease groups it set up there: the store was \
                              emptied or the configuration points at another one. Starting fresh \
                              would hand out ids that were handed out before, so idmint will not \
                              (docs/uniqueness.md, \"Stores that moved or lost data\")",
-                            ledger.authority,
-                            ledger.path().display(),
+                            node_record.authority,
+                            node_record.path().display(),
                         ),
                     });
                 }
@@ -641,13 +712,13 @@ impl LedgerAuthority {
                     return Err(StoreError::StoreLost {
                         message: format!(
                             "the {kind} authority ({}) is empty and has no store incarnation, and \
-                             this node's ledger {} records none, but the configuration declares \
+                             this node's record {} holds none, but the configuration declares \
                              {}: if this is a new deployment, start once with --init; if not, \
                              the store was emptied or the configuration points at another store \
                              than before (authority path, table, prefix, root or database), or \
                              the data directory is not the one used before",
-                            ledger.authority,
-                            ledger.path().display(),
+                            node_record.authority,
+                            node_record.path().display(),
                             declared.join(", "),
                         ),
                     });
@@ -662,11 +733,11 @@ impl LedgerAuthority {
             }
         };
         if recorded.as_ref() != Some(&incarnation) {
-            ledger.record_incarnation(&incarnation).await?;
+            node_record.record_incarnation(&incarnation).await?;
         }
-        Ok(LedgerAuthority {
+        Ok(CheckedAuthority {
             inner,
-            ledger,
+            node_record,
             incarnation: Some(incarnation),
         })
     }
@@ -693,9 +764,9 @@ impl LedgerAuthority {
         Ok(false)
     }
 
-    /// The ledger.
-    pub fn ledger(&self) -> &Arc<Ledger> {
-        &self.ledger
+    /// The node record.
+    pub fn node_record(&self) -> &Arc<NodeRecord> {
+        &self.node_record
     }
 
     /// The store's incarnation this node uses, if the authority keeps one.
@@ -715,14 +786,14 @@ impl LedgerAuthority {
             found => Err(StoreError::StoreLost {
                 message: format!(
                     "the {kind} authority's store is {}, no longer incarnation {known} that this \
-                     node started on (ledger {}): it was emptied, restored or replaced while the \
-                     node ran. Nothing is created or leased there; restore the store \
+                     node started on (node record {}): it was emptied, restored or replaced while \
+                     the node ran. Nothing is created or leased there; restore the store \
                      (docs/uniqueness.md, \"Stores that moved or lost data\")",
                     found.map_or_else(
                         || "without an incarnation".to_owned(),
                         |f| format!("incarnation {f}")
                     ),
-                    self.ledger.path().display()
+                    self.node_record.path().display()
                 ),
             }),
         }
@@ -739,7 +810,7 @@ impl LedgerAuthority {
 }
 
 #[async_trait]
-impl Authority for LedgerAuthority {
+impl Authority for CheckedAuthority {
     fn kind(&self) -> &'static str {
         self.inner.kind()
     }
@@ -752,7 +823,7 @@ impl Authority for LedgerAuthority {
         self.inner.residues(spec)
     }
 
-    /// Its own checks ([`WorkerLeases`] for `LedgerAuthority`) in front of the inner
+    /// Its own checks ([`WorkerLeases`] for `CheckedAuthority`) in front of the inner
     /// authority's leases.
     fn worker_leases(&self) -> Option<&dyn WorkerLeases> {
         self.inner
@@ -772,7 +843,7 @@ impl Authority for LedgerAuthority {
         self.inner.create_incarnation(candidate).await
     }
 
-    /// Moves the store's watermark; the node's ledger learns the higher watermark as from a
+    /// Moves the store's watermark; the node record learns the higher watermark as from a
     /// reservation.
     async fn advance(
         &self,
@@ -781,13 +852,13 @@ impl Authority for LedgerAuthority {
         why: crate::Advance,
     ) -> Result<crate::Advanced, StoreError> {
         let advanced = self.inner.advance(name, to, why).await?;
-        if let Err(e) = self.ledger.note(name, advanced.state.watermark).await {
-            tracing::warn!(namespace = %name, error = %e, "the ledger could not record a watermark; it will try again at the next reservation");
+        if let Err(e) = self.node_record.note(name, advanced.state.watermark).await {
+            tracing::warn!(namespace = %name, error = %e, "the node record could not record a watermark; it will try again at the next reservation");
         }
         Ok(advanced)
     }
 
-    /// Refuses a store that is no longer this node's incarnation, and a namespace the ledger
+    /// Refuses a store that is no longer this node's incarnation, and a namespace the node record
     /// records but the store does not have, or has at a lower watermark; otherwise sets it up
     /// in the store and records it durably before answering.
     async fn ensure_namespace(
@@ -796,17 +867,17 @@ impl Authority for LedgerAuthority {
         spec: SequenceSpec,
     ) -> Result<NamespaceState, StoreError> {
         self.check_store().await?;
-        if let Some(entry) = self.ledger.recorded(name) {
+        if let Some(entry) = self.node_record.recorded(name) {
             match self.inner.state(name).await? {
                 None => {
-                    return Err(self.ledger.lost(
+                    return Err(self.node_record.lost(
                         name,
                         &entry,
                         &format!("the {} authority has no record of it", self.inner.kind()),
                     ))
                 }
                 Some(s) if s.watermark < entry.watermark => {
-                    return Err(self.ledger.lost(
+                    return Err(self.node_record.lost(
                         name,
                         &entry,
                         &format!(
@@ -820,7 +891,7 @@ impl Authority for LedgerAuthority {
             }
         }
         let state = self.inner.ensure_namespace(name, spec).await?;
-        self.ledger.record(&state).await?;
+        self.node_record.record(&state).await?;
         Ok(state)
     }
 
@@ -830,13 +901,13 @@ impl Authority for LedgerAuthority {
             Ok(r) => {
                 // A failed watermark write only weakens the check; the block is good. Said
                 // once per failure, not hidden.
-                if let Err(e) = self.ledger.note(name, r.watermark).await {
-                    tracing::warn!(namespace = %name, error = %e, "the ledger could not record a watermark; it will try again at the next reservation");
+                if let Err(e) = self.node_record.note(name, r.watermark).await {
+                    tracing::warn!(namespace = %name, error = %e, "the node record could not record a watermark; it will try again at the next reservation");
                 }
                 Ok(r)
             }
-            Err(StoreError::UnknownNamespace { .. }) => match self.ledger.recorded(name) {
-                Some(entry) => Err(self.ledger.lost(
+            Err(StoreError::UnknownNamespace { .. }) => match self.node_record.recorded(name) {
+                Some(entry) => Err(self.node_record.lost(
                     name,
                     &entry,
                     &format!("the {} authority has no record of it", self.inner.kind()),
@@ -855,32 +926,32 @@ impl Authority for LedgerAuthority {
         self.inner.list().await
     }
 
-    /// Lowers the ledger first (so it never records more than the store), then gives back.
+    /// Lowers the node record first (so it never records more than the store), then gives back.
     async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
-        self.ledger.lower(name, tail.start()).await?;
+        self.node_record.lower(name, tail.start()).await?;
         self.inner.give_back(name, tail).await
     }
 }
 
-/// The inner authority's worker leases, behind the ledger's checks: an acquisition happens
-/// only in the store incarnation this node uses, and never starts a group the ledger records
-/// afresh (the store must have it, at a token and floor at least the ledger's); every lease
+/// The inner authority's worker leases, behind the record's checks: an acquisition happens
+/// only in the store incarnation this node uses, and never starts a group the node record holds
+/// afresh (the store must have it, at a token and floor at least the record's); every lease
 /// acquired is recorded before it is returned.
 #[async_trait]
-impl WorkerLeases for LedgerAuthority {
+impl WorkerLeases for CheckedAuthority {
     async fn acquire(&self, request: &LeaseRequest) -> Result<WorkerLease, LeaseError> {
         let leases = self.leases()?;
         self.check_store().await?;
-        if let Some(entry) = self.ledger.group(&request.group) {
+        if let Some(entry) = self.node_record.group(&request.group) {
             let group = &request.group;
             let lost = |found: String| StoreError::StoreLost {
                 message: format!(
-                    "lease group {group}: {found}, but this node's ledger {} records it (set up \
+                    "lease group {group}: {found}, but this node's record {} records it (set up \
                      on {}, token {}, worker {} with floor {} ms): the store lost its leases. \
                      Acquiring afresh could give a worker id that another node still issues \
                      under, so idmint will not (docs/uniqueness.md, \"Stores that moved or lost \
                      data\")",
-                    self.ledger.path().display(),
+                    self.node_record.path().display(),
                     entry.authority,
                     entry.last_token,
                     entry.worker,
@@ -914,7 +985,7 @@ impl WorkerLeases for LedgerAuthority {
             }
         }
         let lease = leases.acquire(request).await?;
-        self.ledger.record_lease(&lease).await?;
+        self.node_record.record_lease(&lease).await?;
         Ok(lease)
     }
 
@@ -924,17 +995,21 @@ impl WorkerLeases for LedgerAuthority {
         floor_unix_ms: u64,
     ) -> Result<WorkerLease, LeaseError> {
         let renewed = self.leases()?.renew(lease, floor_unix_ms).await?;
-        if let Err(e) = self.ledger.note_floor(lease, renewed.floor_unix_ms).await {
-            tracing::warn!(group = %lease.group, error = %e, "the ledger could not record a lease floor; it will try again at the next renewal");
+        if let Err(e) = self
+            .node_record
+            .note_floor(lease, renewed.floor_unix_ms)
+            .await
+        {
+            tracing::warn!(group = %lease.group, error = %e, "the node record could not record a lease floor; it will try again at the next renewal");
         }
         Ok(renewed)
     }
 
-    /// Lowers the ledger's floor first (durably), then releases: the ledger never records a
+    /// Lowers the record's floor first (durably), then releases: the node record never records a
     /// floor above the store's.
     async fn release(&self, lease: &WorkerLease, floor_unix_ms: u64) -> Result<(), LeaseError> {
         let leases = self.leases()?;
-        self.ledger.lower_floor(lease, floor_unix_ms).await?;
+        self.node_record.lower_floor(lease, floor_unix_ms).await?;
         leases.release(lease, floor_unix_ms).await
     }
 
@@ -953,31 +1028,31 @@ mod tests {
     use crate::MemoryAuthority;
 
     /// A store restored from an older backup (its watermark below what the node saw) is
-    /// refused, and a give-back lowers the ledger first so a clean restart is not refused.
+    /// refused, and a give-back lowers the node record first so a clean restart is not refused.
     #[tokio::test]
     async fn a_store_that_went_back_in_time_is_refused_and_a_give_back_is_not() {
         let dir = tempfile::tempdir().unwrap();
-        let ledger = || Arc::new(Ledger::open(dir.path(), "memory".into()).unwrap());
+        let node_record = || Arc::new(NodeRecord::open(dir.path(), "memory".into()).unwrap());
         let name = NamespaceName::new("orders").unwrap();
         let spec = SequenceSpec::default_64();
         let store = Arc::new(MemoryAuthority::new());
-        let a = LedgerAuthority::new(store.clone(), ledger());
+        let a = CheckedAuthority::new(store.clone(), node_record());
         a.ensure_namespace(&name, spec).await.unwrap();
         let r = a.reserve(&name, 100).await.unwrap();
-        a.ledger().flush().await.unwrap();
-        // A clean shutdown hands back the tail: the ledger is lowered with the store.
+        a.node_record().flush().await.unwrap();
+        // A clean shutdown hands back the tail: the node record is lowered with the store.
         let tail = Block::new(r.block.start() + 50, r.block.end(), 1).unwrap();
         assert_eq!(a.give_back(&name, tail).await.unwrap(), GiveBack::Returned);
-        let again = LedgerAuthority::new(store.clone(), ledger());
+        let again = CheckedAuthority::new(store.clone(), node_record());
         again.ensure_namespace(&name, spec).await.unwrap();
         again.reserve(&name, 10).await.unwrap();
-        again.ledger().flush().await.unwrap();
+        again.node_record().flush().await.unwrap();
 
         // An older backup: the namespace exists, at a lower watermark.
         let restored = Arc::new(MemoryAuthority::new());
         restored.ensure_namespace(&name, spec).await.unwrap();
         restored.reserve(&name, 20).await.unwrap();
-        let err = LedgerAuthority::new(restored, ledger())
+        let err = CheckedAuthority::new(restored, node_record())
             .ensure_namespace(&name, spec)
             .await
             .unwrap_err();
@@ -987,13 +1062,13 @@ mod tests {
         );
     }
 
-    /// A store of the right incarnation that lost a lease group the ledger records (a backup
+    /// A store of the right incarnation that lost a lease group the node record holds (a backup
     /// from before the group existed) is refused, and so is one whose last token went back.
     #[tokio::test]
     async fn a_lease_group_the_store_lost_is_never_started_fresh() {
         use crate::lease::{LeaseRequest, WorkerChoice};
         let dir = tempfile::tempdir().unwrap();
-        let ledger = || Arc::new(Ledger::open(dir.path(), "memory".into()).unwrap());
+        let node_record = || Arc::new(NodeRecord::open(dir.path(), "memory".into()).unwrap());
         let group = NamespaceName::new("events").unwrap();
         let request = |holder: &str| LeaseRequest {
             group: group.clone(),
@@ -1010,7 +1085,7 @@ mod tests {
             ..StoreExpectations::default()
         };
         let store = Arc::new(MemoryAuthority::new());
-        let a = LedgerAuthority::open(store.clone(), ledger(), &expect)
+        let a = CheckedAuthority::open(store.clone(), node_record(), &expect)
             .await
             .unwrap();
         let incarnation = a.incarnation().cloned().unwrap();
@@ -1018,12 +1093,15 @@ mod tests {
         let first = leases.acquire(&request("a lease 1")).await.unwrap();
         leases.release(&first, 10).await.unwrap();
         let second = leases.acquire(&request("a lease 2")).await.unwrap();
-        assert_eq!(ledger().group(&group).unwrap().last_token, second.token);
+        assert_eq!(
+            node_record().group(&group).unwrap().last_token,
+            second.token
+        );
 
         // The same incarnation, without the group: a backup restored from before it.
         let restored = Arc::new(MemoryAuthority::new());
         restored.create_incarnation(&incarnation).await.unwrap();
-        let b = LedgerAuthority::open(restored.clone(), ledger(), &expect)
+        let b = CheckedAuthority::open(restored.clone(), node_record(), &expect)
             .await
             .unwrap();
         let err = b
@@ -1056,10 +1134,114 @@ mod tests {
     }
 
     #[test]
-    fn an_unreadable_ledger_is_an_error_not_a_fresh_start() {
+    fn an_unreadable_node_record_is_an_error_not_a_fresh_start() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(LEDGER_FILE), "not = [toml").unwrap();
-        let err = Ledger::open(dir.path(), "memory".into()).unwrap_err();
-        assert!(matches!(err, LedgerError::Corrupt { .. }), "{err}");
+        std::fs::write(dir.path().join(NODE_RECORD_FILE), "not = [toml").unwrap();
+        let err = NodeRecord::open(dir.path(), "memory".into()).unwrap_err();
+        assert!(matches!(err, NodeRecordError::Corrupt { .. }), "{err}");
+    }
+
+    /// A record under the previous name, as idmint wrote it there.
+    const OLD_RECORD: &str = r#"# idmint's ledger of the namespaces this data directory's node set up, and the
+# highest watermark it saw of each, the lease groups it leased from, and the store's
+# incarnation (docs/uniqueness.md). Written by idmint; a namespace or lease group
+# listed here is never started fresh.
+version = 1
+incarnation = "0123456789abcdef0123456789abcdef"
+
+[namespaces.orders]
+authority = "memory"
+bits = 64
+first = 1
+step = 1
+offset = 0
+watermark = 5001
+
+[groups.events]
+authority = "memory"
+last_token = 7
+worker = 3
+floor_unix_ms = 1700000005000
+"#;
+
+    /// A data directory with only `ledger.toml` is migrated on open: the record under the new
+    /// name holds all it held (and the node refuses a store that lost what it records), the old
+    /// file is gone, and the next open reads the new one.
+    #[tokio::test]
+    async fn a_record_under_the_old_name_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let (old, new) = (
+            dir.path().join(OLD_FILE_NAME),
+            dir.path().join(NODE_RECORD_FILE),
+        );
+        std::fs::write(&old, OLD_RECORD).unwrap();
+        let record = NodeRecord::open(dir.path(), "memory".into()).unwrap();
+        assert!(!old.exists(), "the old file is left behind");
+        assert_eq!(record.path(), new);
+        assert!(record.existed());
+        let orders = NamespaceName::new("orders").unwrap();
+        let events = NamespaceName::new("events").unwrap();
+        assert_eq!(record.watermark(&orders), Some(5001));
+        assert_eq!(record.spec(&orders), Some(SequenceSpec::default_64()));
+        assert_eq!(
+            record.incarnation().unwrap().map(|i| i.as_str().to_owned()),
+            Some("0123456789abcdef0123456789abcdef".to_owned())
+        );
+        let group = record.group(&events).unwrap();
+        assert_eq!(
+            (group.last_token, group.worker, group.floor_unix_ms),
+            (7, 3, 1_700_000_005_000)
+        );
+        // What it records still protects the namespace: a store without it is refused.
+        let err = CheckedAuthority::new(Arc::new(MemoryAuthority::new()), Arc::new(record))
+            .ensure_namespace(&orders, SequenceSpec::default_64())
+            .await
+            .unwrap_err();
+        assert!(err.is_lost(), "{err}");
+        // The next open reads the new file, as written.
+        let text = std::fs::read_to_string(&new).unwrap();
+        assert!(text.starts_with("# idmint's node record"), "{text}");
+        let again = NodeRecord::open(dir.path(), "memory".into()).unwrap();
+        assert_eq!(again.watermark(&orders), Some(5001));
+        assert!(!old.exists());
+    }
+
+    /// A migration that stopped after writing the new file (both files, the same record) is
+    /// finished on open; two files with different records are refused, and both are kept.
+    #[test]
+    fn both_files_are_finished_when_equal_and_refused_when_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (old, new) = (
+            dir.path().join(OLD_FILE_NAME),
+            dir.path().join(NODE_RECORD_FILE),
+        );
+        std::fs::write(&old, OLD_RECORD).unwrap();
+        drop(NodeRecord::open(dir.path(), "memory".into()).unwrap());
+        std::fs::write(&old, OLD_RECORD).unwrap();
+        let record = NodeRecord::open(dir.path(), "memory".into()).unwrap();
+        assert!(!old.exists());
+        assert_eq!(
+            record.watermark(&NamespaceName::new("orders").unwrap()),
+            Some(5001)
+        );
+
+        std::fs::write(&old, OLD_RECORD.replace("5001", "9001")).unwrap();
+        let err = NodeRecord::open(dir.path(), "memory".into()).unwrap_err();
+        assert!(
+            matches!(&err, NodeRecordError::Corrupt { path, .. } if path == &old),
+            "{err}"
+        );
+        assert!(old.exists() && new.exists());
+    }
+
+    /// An unreadable file under the old name is an error too, and is kept.
+    #[test]
+    fn an_unreadable_old_record_is_an_error_not_a_fresh_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join(OLD_FILE_NAME);
+        std::fs::write(&old, "not = [toml").unwrap();
+        let err = NodeRecord::open(dir.path(), "memory".into()).unwrap_err();
+        assert!(matches!(err, NodeRecordError::Corrupt { .. }), "{err}");
+        assert!(old.exists() && !dir.path().join(NODE_RECORD_FILE).exists());
     }
 }
