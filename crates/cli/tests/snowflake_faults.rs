@@ -1,6 +1,6 @@
-//! Fault tests of snowflake namespaces under worker leases with real `idmint serve` processes
-//! (issue 10, item 7), each fault for each authority that stores leases: the file store,
-//! PostgreSQL (a database of its own per test) and ZooKeeper (a private server per test, from
+//! Fault tests of snowflake namespaces under worker leases with real `idmint serve` processes,
+//! each fault for each authority that stores leases: the file store, PostgreSQL (a database of
+//! its own per test) and ZooKeeper (a private server per test, from
 //! `idmint_testkit::zookeeper`).
 //!
 //! The faults, one function each, run per backend by the `faults!` table at the end:

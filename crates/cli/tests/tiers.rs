@@ -1,4 +1,4 @@
-//! Tiers with real processes (issue 11, item 4): a global `idmint serve` on the file store (one
+//! Tiers with real processes: a global `idmint serve` on the file store (one
 //! test) or on PostgreSQL (the other), two regional nodes on the `upstream` authority leasing
 //! blocks from it over gRPC, and four `idmint-client`s leasing from the regional nodes (each
 //! client lists its own regional node first and the other second), under steady load.
@@ -6,8 +6,8 @@
 //! The run, in phases:
 //! 1. warm-up;
 //! 2. the global node frozen (SIGSTOP: its sockets stay open and nothing answers, the harder
-//!    kind of outage) for `IDMINT_OUTAGE_SECS` seconds (5 in the test command; the issue's 60 s
-//!    run is `IDMINT_OUTAGE_SECS=60`), then resumed (SIGCONT);
+//!    kind of outage) for `IDMINT_OUTAGE_SECS` seconds (5 in the test command; the 60 s run of
+//!    docs/backends.md is `IDMINT_OUTAGE_SECS=60`), then resumed (SIGCONT);
 //! 3. recovery;
 //! 4. regional node 0 killed (SIGKILL) under load: its clients go on with regional node 1;
 //! 5. a clean stop of each tier: clients close, regional node 1 SIGTERM, global SIGTERM.

@@ -11,12 +11,16 @@
 //!   backend of `idmint serve`; one process per data directory.
 //! - `postgres`, `mysql`, `etcd`, `zookeeper` (cargo features of the same names): networked
 //!   backends.
-//! - [`MultiAuthority`]: several authorities, each owning one residue class.
+//! - [`MultiAuthority`]: several authorities, each owning one residue class; their health and
+//!   the ones to audit through [`Authority::members`] ([`Members`]).
 //! - `upstream` (cargo feature `upstream`): other idmint nodes over gRPC, the tier above
 //!   (`UpstreamAuthority`).
 //! - worker leases for snowflake namespaces ([`lease`], [`WorkerLeases`]): with fencing
 //!   tokens, a durable time floor and a layout lock, in the backends that can store them
 //!   ([`Authority::worker_leases`]).
+//! - the audit ledger ([`audit`], [`AuditLog`]): what a store granted, kept in the store.
+//! - the node record ([`node_record`], [`CheckedAuthority`]): what one node remembers of its
+//!   store, in its data directory, to refuse a store that moved or lost data.
 //! - `conformance` (cargo feature `conformance`): the test suite every backend must pass.
 //!
 //! The crate also owns the authority's configuration ([`config`], [`AuthorityConfig`]) and
@@ -128,7 +132,7 @@ pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
     }
 
     /// The store's incarnation ([`incarnation`]): `Ok(None)` if it has none yet (a new or
-    /// emptied store, or one written before incarnations existed). Reads only. Authorities
+    /// emptied store, or one that holds data but was never given one). Reads only. Authorities
     /// that keep none of their own (multi, upstream) answer [`StoreError::NotSupported`].
     async fn incarnation(&self) -> Result<Option<Incarnation>, StoreError> {
         Err(StoreError::NotSupported {

@@ -1049,7 +1049,7 @@ mod tests {
         .unwrap()
     }
 
-    /// Issue 8, finding 1: a member that lost its namespace (its row deleted, an empty backup
+    /// A member that lost its namespace (its row deleted, an empty backup
     /// restored, the server replaced) is taken out of service, never re-created, at run time
     /// and at the next start; the other member keeps serving and no id repeats.
     #[tokio::test]
@@ -1106,8 +1106,7 @@ mod tests {
         assert_eq!(Authority::state(&*b, &n).await.unwrap(), None);
     }
 
-    /// Issue 8, finding 2: members set up with step 2 by an earlier run, and a third member
-    /// added with step 3: a configuration error naming what to do, not a silent mix.
+    /// Members set up with step 2 by an earlier start, and a third member added with step 3: a configuration error naming what to do, not a silent mix.
     #[tokio::test]
     async fn adding_a_member_to_an_existing_namespace_is_a_configuration_error() {
         let (a, b, c) = (
@@ -1132,7 +1131,7 @@ mod tests {
         assert_eq!(Authority::state(&*c, &n).await.unwrap(), None);
     }
 
-    /// Issue 8, finding 2: a member that was unreachable while the others moved on holds a
+    /// A member that was unreachable while the others moved on holds a
     /// stale spec; when it comes back it is refused, and no block of it is ever returned.
     #[tokio::test]
     async fn a_member_returning_with_a_stale_spec_is_refused() {
@@ -1174,7 +1173,7 @@ mod tests {
         assert!(why.contains("stale member"), "{why}");
     }
 
-    /// Issue 8, finding 8: one member's hard error takes that member out; the others serve.
+    /// One member's hard error takes that member out; the others serve.
     #[tokio::test]
     async fn a_members_hard_error_takes_only_that_member_out() {
         let (a, b) = (
@@ -1210,9 +1209,9 @@ mod tests {
         }
     }
 
-    /// Regression (a member outage left no trace): the outage shows in `members()` and is
-    /// reported once when the member goes down and once when it is back, however many
-    /// reservations pass meanwhile.
+    /// Guards against a member outage that leaves no trace: the outage shows in the members'
+    /// health and is reported once when the member goes down and once when it is back, however
+    /// many reservations pass meanwhile.
     #[tokio::test]
     async fn member_transitions_are_reported_once_each_way() {
         let clock = Arc::new(ManualClock::at_unix_millis(1_000));
@@ -1278,8 +1277,8 @@ mod tests {
         );
     }
 
-    /// Regression (a member down at start-up stopped the node): a pending member is not asked
-    /// to connect during its back-off, is tried once it passes, stays down while the connector
+    /// Guards against a member down at start-up stopping the node: a pending member is not
+    /// asked to connect during its back-off, is tried once it passes, stays down while the connector
     /// fails, and serves its class once it connects.
     #[tokio::test]
     async fn a_pending_member_connects_after_its_backoff() {

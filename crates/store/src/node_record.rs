@@ -725,7 +725,7 @@ impl CheckedAuthority {
                 }
                 let created = inner.create_incarnation(&Incarnation::random()).await?;
                 if holds_data {
-                    tracing::info!(incarnation = %created, "the store holds data but no incarnation (written by an earlier idmint): incarnation created");
+                    tracing::info!(incarnation = %created, "the store holds data but no incarnation: incarnation created");
                 } else {
                     tracing::info!(incarnation = %created, "new store: incarnation created; name it in the configuration ([authority] incarnation) so that every node, even one that never ran, refuses any other store");
                 }

@@ -11,7 +11,7 @@
 //!   back;
 //! - a namespace is created only while every member answers, and a member that lost its record
 //!   under load (PostgreSQL row deleted, ticket table dropped) is taken out of service and its
-//!   record never re-created (issue 8, finding 1);
+//!   record never re-created;
 //! - a member that cannot be reached when `connect` starts the multi authority does not stop
 //!   it: the other member serves, and the first is connected and used once it answers;
 //! - a tail is handed back to the member owning its class, and only there;
@@ -500,11 +500,11 @@ async fn a_namespace_is_created_only_while_every_member_answers() {
     assert_eq!((even_state.spec.step(), even_state.spec.offset()), (2, 0));
 }
 
-/// Issue 8, finding 1 (reproduced with two PostgreSQL members): the odd member's row is
-/// deleted while reservations run (a restored empty backup, a wrong database). It used to be
-/// re-created at its first id, re-issuing 1, 3, 5, ... Now the member is taken out of service
-/// with a reason, its row is never re-created, the even member keeps serving, and no id
-/// repeats; a restarted multi authority finds it missing again.
+/// Guards against a member that lost its row being re-created at its first id (re-issuing
+/// 1, 3, 5, ...), with two PostgreSQL members: the odd member's row is deleted while
+/// reservations run (a restored empty backup, a wrong database). The member is taken out of
+/// service with a reason, its row is never re-created, the even member keeps serving, and no
+/// id repeats; a restarted multi authority finds it missing again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_member_whose_row_is_deleted_under_load_is_taken_out() {
     let (odd_db, even_db) = tokio::join!(TempDatabase::create(), TempDatabase::create());
@@ -558,8 +558,8 @@ async fn postgres_member_whose_row_is_deleted_under_load_is_taken_out() {
     check_blocks("row deleted under load", &all, 2, &[1, 0]);
 }
 
-/// Issue 8, finding 1 in Flickr's ticket mode (two private MariaDB ticket servers): the odd
-/// server's ticket table is dropped under load. The member is taken out, the table is never
+/// The same in Flickr's ticket mode (two private MariaDB ticket servers): the odd server's
+/// ticket table is dropped under load. The member is taken out, the table is never
 /// re-created, and no id repeats.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_ticket_member_whose_table_is_dropped_under_load_is_taken_out() {
@@ -608,8 +608,8 @@ async fn mysql_ticket_member_whose_table_is_dropped_under_load_is_taken_out() {
 // ---------------------------------------------------------------------------------------------
 // Give-back and set-up
 
-/// Regression ("authority member 1 … Connection refused" stopped the node): `connect` starts a
-/// multi authority with one member unreachable (its proxy cut), shows it down with its error,
+/// Guards against a member down at start-up stopping the node ("authority member 1 …
+/// Connection refused"): `connect` starts a multi authority with one member unreachable (its proxy cut), shows it down with its error,
 /// serves from the other, and uses the first again, by itself, once it answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_down_at_start_is_connected_once_it_answers() {

@@ -275,8 +275,8 @@ async fn ticket_mode_issues_increasing_single_ids() {
 }
 
 /// A namespace whose step/offset are not the server's auto-increment settings is refused, and
-/// the message names the server variables and the my.cnf lines to set (it used to say only
-/// "exists with step 1, offset 0", as if the namespace had been created with them).
+/// the message names the server variables and the my.cnf lines to set (not "exists with step
+/// 1, offset 0", as if the namespace had been created with them).
 #[tokio::test]
 async fn ticket_mode_refuses_specs_the_server_does_not_issue() {
     let db = TempDatabase::new();
@@ -456,11 +456,11 @@ async fn ticket_ids_survive_a_server_crash() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Durability settings (issue 8, finding 7)
+// Durability settings
 
 /// A server that does not flush every commit is refused, with the variable, its value and the
 /// my.cnf line to fix it; `accept_unsafe_durability = true` serves from it all the same. Guards
-/// the bug that the MySQL authority never looked: with `innodb_flush_log_at_trx_commit = 2`
+/// against serving from such a server unchecked: with `innodb_flush_log_at_trx_commit = 2`
 /// (or binary logging with `sync_binlog = 0`) a server crash can forget reservations already
 /// handed out, and ids would repeat.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -520,7 +520,7 @@ async fn the_default_servers_pass_the_durability_check() {
     MysqlAuthority::connect(config(db.url())).await.unwrap();
 }
 
-/// Regression (two authorities on one ticket table answered 503 under load): concurrent
+/// Guards against two authorities on one ticket table answering 503 under load: concurrent
 /// `REPLACE`s on the one ticket row deadlock in InnoDB (1213), which the server rolls back;
 /// such a `REPLACE` is retried, so every reservation of 2 authorities x 8 tasks succeeds, and
 /// every id is unique.
@@ -851,7 +851,7 @@ async fn lease_expiry_is_the_database_clock() {
     }
 }
 
-/// Regression guard for InnoDB deadlocks (1213) between concurrent first acquisitions of one
+/// Guards against InnoDB deadlocks (1213) between concurrent first acquisitions of one
 /// group and of neighbouring groups (gap locks): every one of 2 authorities x 8 tasks x 5
 /// groups gets its lease, and no worker id is granted twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

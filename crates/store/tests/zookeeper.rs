@@ -446,8 +446,8 @@ async fn foreign_records_are_corrupt() {
     }
 }
 
-/// A store written before the ledger (no `<root>/audit`) upgrades in place: the first write
-/// makes the directories. Entries and their names that idmint did not write are `Corrupt`.
+/// A store without audit znodes (no `<root>/audit`) gains them in place: the next write makes
+/// the directories. Entries and their names that idmint did not write are `Corrupt`.
 #[tokio::test]
 async fn the_ledger_upgrades_in_place_and_damage_is_corrupt() {
     let zk = PrivateZookeeper::start().await;
@@ -457,7 +457,7 @@ async fn the_ledger_upgrades_in_place_and_damage_is_corrupt() {
     a.ensure_namespace(&ns, SequenceSpec::default_64())
         .await
         .unwrap();
-    // As a version without the ledger left it (connect made the directory again).
+    // A store without audit znodes (connect made the directory, so remove it again).
     raw.delete("/old/audit", None).await.unwrap();
     let r = a.reserve(&ns, 10).await.unwrap();
     let log = a.audit_log().unwrap();

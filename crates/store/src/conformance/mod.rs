@@ -607,7 +607,7 @@ pub async fn list_is_sorted(a: Arc<dyn Authority>) {
 
 /// A node's record over `store` records a namespace; over `other` (a store that moved, an empty
 /// backup, another database) the namespace is refused as lost, by `ensure_namespace` and by
-/// `reserve`, and never created there; over `store` again it serves on (issue 8, finding 3).
+/// `reserve`, and never created there; over `store` again it serves on.
 pub async fn a_node_record_refuses_a_store_that_lost_a_namespace(
     store: Arc<dyn Authority>,
     other: Arc<dyn Authority>,
@@ -650,7 +650,7 @@ pub async fn a_node_record_refuses_a_store_that_lost_a_namespace(
 /// Two stores of the backend as the members of a multi authority (offsets 0 and 1, step 2);
 /// then member 2 is replaced by `replaced`, an empty store (a restored empty backup, a new
 /// server): the next multi authority takes it out of service, never creates the namespace on it,
-/// and serves member 1's class only, without repeating an id (issue 8, finding 1).
+/// and serves member 1's class only, without repeating an id.
 pub async fn a_multi_member_that_lost_its_data_is_taken_out(
     first: Arc<dyn Authority>,
     second: Arc<dyn Authority>,

@@ -30,8 +30,8 @@
 //!   after each page; `prune`: reads the whole ledger 500 entries at a time and deletes those
 //!   older than the cut-off in `Txn`s of 64 deletes (etcd's `--max-txn-ops` is 128 by
 //!   default).
-//! - No schema: keys appear with the first write, so a store written by an older version
-//!   upgrades in place (its ledger starts with the first write after the upgrade).
+//! - No schema: keys appear with the first write, so a store that holds namespaces but no
+//!   audit keys starts its ledger with its next write.
 //! - Readers validate what they read: a name that is not 20 digits or not below the key's
 //!   create revision, a value [`audit::decode_record`] refuses, a subject that is no
 //!   namespace name are [`StoreError::Corrupt`].

@@ -219,8 +219,8 @@ mod tests {
         assert!(err.to_string().contains(FILE_NAME), "{err}");
     }
 
-    /// Issue 8, finding 7: the data directory (and its parent, when open creates it) is
-    /// fsync'd after the database file is created. A power loss cannot be simulated here; this
+    /// The data directory (and its parent, when open creates it) is fsync'd after the
+    /// database file is created, so the file's name survives a power loss. A power loss cannot be simulated here; this
     /// runs that path on a directory open has to create, and on one that cannot be synced.
     #[test]
     fn open_syncs_the_directories_it_creates() {

@@ -21,10 +21,10 @@
 //!   ZooKeeper leader's clock when the `multi` is applied; it is read back from the znode's
 //!   `Stat` (the time field of the stored line is the writing process's clock, for people
 //!   reading it with `zkCli.sh`, and is not what readers report). `prune` compares `ctime`.
-//! - **Upgrade in place.** `<root>/audit` is created on connect; a subject's directory on its
-//!   first write: a `multi` that fails on the entry's create with `NoNode` (nothing written)
-//!   makes the directory and is sent again. A store written by an older version thus starts
-//!   its ledger with its first write after the upgrade.
+//! - **Directories on first use.** `<root>/audit` is created on connect; a subject's directory
+//!   on its first write: a `multi` that fails on the entry's create with `NoNode` (nothing
+//!   written) makes the directory and is sent again. A store without them (one that holds
+//!   namespaces but no audit znodes) starts its ledger with its next write.
 //! - **Reads.** `subjects`: `getChildren(<root>/audit)` and an `exists` per subject (pipelined),
 //!   keeping those with a child. `entries`: `getChildren` of the subject, sorted and cut to the
 //!   page in Rust, then a `getData` per entry of the page (pipelined). `prune`: per subject,
@@ -59,7 +59,7 @@ impl ZookeeperAuthority {
     }
 
     /// Creates `<root>/audit` and `<root>/audit/<subject>` if absent (an entry's first write,
-    /// or a store written by a version without the ledger).
+    /// or a store that holds namespaces but no audit znodes).
     pub(super) async fn ensure_audit_dir(
         &self,
         subject: &NamespaceName,

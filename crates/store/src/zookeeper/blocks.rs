@@ -179,8 +179,8 @@ impl ZookeeperAuthority {
                     });
                     return Ok(answer);
                 }
-                // The subject's audit directory is missing (a store written before the
-                // ledger): make it, then go again (nothing was written).
+                // The subject's audit directory is missing (its first entry, or a store
+                // without audit znodes): make it, then go again (nothing was written).
                 Err(MultiWriteError::OperationFailed {
                     index: 1,
                     source: ZkError::NoNode,
