@@ -10,6 +10,7 @@
 
 mod support;
 
+use idmint_testkit::wait;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::io::{Read, Write};
@@ -19,7 +20,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::{
     assert_strictly_increasing, idmint, stop_counts, wait_with_deadline, Server, DEADLINE,
 };
@@ -243,11 +244,9 @@ fn crash_and_restart_never_repeats_an_id() {
     for run in 0..=CRASHES {
         let server = Server::start(dir.path(), &data, Some(&config));
         current.publish(run, server.addr);
-        let deadline = Instant::now() + DEADLINE;
-        while progress[run].load(Ordering::SeqCst) < IDS_PER_RUN {
-            assert!(Instant::now() < deadline, "run {run} made no progress");
-            thread::sleep(Duration::from_millis(2));
-        }
+        wait::until(format!("run {run} to make progress"), DEADLINE, || {
+            progress[run].load(Ordering::SeqCst) >= IDS_PER_RUN
+        });
         if run < CRASHES {
             server.kill9();
         } else {
@@ -382,14 +381,9 @@ fn a_second_sigterm_stops_at_once_and_still_hands_back() {
         .unwrap();
     server.send_term();
     // Draining closes the listening socket: wait for that, so the second signal is a second one.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(server.addr).is_ok() {
-        assert!(
-            Instant::now() < deadline,
-            "the first SIGTERM did not begin the drain"
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
+    wait::until("the first SIGTERM to begin the drain", DEADLINE, || {
+        TcpStream::connect(server.addr).is_err()
+    });
     let (status, rest) = server.terminate();
     assert!(status.success(), "exit {status:?}: {rest:?}");
     let (given_back, burned) = stop_counts(&rest);

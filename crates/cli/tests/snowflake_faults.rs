@@ -35,6 +35,7 @@ mod support;
 
 use idmint_core::{FieldOrder, Layout, LayoutSpec};
 use idmint_testkit::postgres::TempDatabase;
+use idmint_testkit::wait;
 use idmint_testkit::zookeeper::PrivateZookeeper;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
@@ -208,14 +209,14 @@ impl Fault {
     /// expire; the authority may see the expiry a little later (a ZooKeeper session expires on
     /// the server's next tick), so a start refused with "is held by" is tried again.
     fn start_when_free(&self, node: &str, config: &Path) -> Server {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
+        let what = format!("{}: node {node} to find its worker id free", self.name);
+        wait::until_some(what, DEADLINE, || {
             match Server::try_spawn(self.command(node, config, None)) {
-                Ok(server) => return server,
-                Err(e) if e.stderr.contains("is held by") && Instant::now() < deadline => {}
+                Ok(server) => Some(server),
+                Err(e) if e.stderr.contains("is held by") => None,
                 Err(e) => panic!("{}: node {node} did not start: {}", self.name, e.stderr),
             }
-        }
+        })
     }
 }
 
@@ -258,32 +259,22 @@ fn clock_behind(addr: SocketAddr) -> f64 {
 /// The floor a node's lease was acquired with, from its log line `worker lease acquired …
 /// floor=…` (the floor the authority handed over: every earlier holder issued below it).
 fn acquired_floor(server: &Server) -> u64 {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
+    let what = wait::lazy(|| format!("a lease acquired in {}", server.stderr_so_far()));
+    wait::until_some(what, DEADLINE, || {
         let log = server.stderr_so_far();
-        if let Some(line) = log.lines().find(|l| l.contains("worker lease acquired")) {
-            let floor = line
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix("floor="))
-                .unwrap_or_else(|| panic!("no floor in {line}"));
-            return parse_rfc3339_ms(floor);
-        }
-        assert!(Instant::now() < deadline, "no lease acquired in {log}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        let line = log.lines().find(|l| l.contains("worker lease acquired"))?;
+        let floor = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("floor="))
+            .unwrap_or_else(|| panic!("no floor in {line}"));
+        Some(parse_rfc3339_ms(floor))
+    })
 }
 
 /// Waits until `server`'s log contains `text`.
 fn await_log(server: &Server, text: &str) {
-    let deadline = Instant::now() + DEADLINE;
-    while !server.stderr_so_far().contains(text) {
-        assert!(
-            Instant::now() < deadline,
-            "no {text:?} in {}",
-            server.stderr_so_far()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let what = wait::lazy(|| format!("{text:?} in {}", server.stderr_so_far()));
+    wait::until(what, DEADLINE, || server.stderr_so_far().contains(text));
 }
 
 fn real_now_ms() -> u64 {
@@ -406,18 +397,17 @@ fn sigstop_takeover(backend: Backend) {
     }
     // A learns at its next renewal that the lease was superseded; until then and after, it
     // issues nothing.
-    let deadline = Instant::now() + DEADLINE;
-    while lease(a.addr)["status"] != "lost" {
+    wait::until("A to see its lease superseded", DEADLINE, || {
+        if lease(a.addr)["status"] == "lost" {
+            return true;
+        }
         match take(a.addr, 100) {
             Ok(batch) => panic!("A issued {} ids after its lease expired", batch.len()),
             Err((status, body)) => assert_eq!(status, 503, "{body}"),
         }
         refused += 1;
-        assert!(
-            Instant::now() < deadline,
-            "A never saw its lease superseded"
-        );
-    }
+        false
+    });
     // Both keep running: B issues, A refuses (worker 0 is B's).
     for _ in 0..10 {
         let (status, body) = take(a.addr, 100).unwrap_err();
@@ -500,15 +490,13 @@ fn clock_back_while_serving(backend: Backend) {
 
     clock.set("-5");
     let stepped = Instant::now();
-    let deadline = stepped + DEADLINE;
-    while clock_behind(node.addr) < 4.5 {
+    wait::until("the step back to be reported", DEADLINE, || {
+        if clock_behind(node.addr) >= 4.5 {
+            return true;
+        }
         all.extend(ids(node.addr, 200));
-        assert!(
-            Instant::now() < deadline,
-            "the step back was never reported"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        false
+    });
     // Serve on across several renewals under the stepped clock.
     while stepped.elapsed() < Duration::from_millis(3 * FAST.ttl_ms) {
         all.extend(ids(node.addr, 200));
@@ -748,41 +736,33 @@ fn clock_forward_excursion(backend: Backend) {
     let before = all.len();
 
     clock.set("+10");
-    let deadline = Instant::now() + DEADLINE;
     let mut ahead = 0;
     // Adopting the step moves the generator's time past the floor it recorded (1 s ahead):
     // it answers 503 until its next renewal records a floor ahead of its new time.
     let mut refused = 0u64;
-    loop {
+    wait::until("the step forward to be adopted", DEADLINE, || {
         match take(a.addr, 200) {
             Ok(batch) => {
                 let last = *batch.last().unwrap();
                 all.extend(batch);
-                if seen_ids.ms(last) > real_now_ms() + 9000 {
-                    break;
-                }
+                seen_ids.ms(last) > real_now_ms() + 9000
             }
             Err((status, body)) => {
                 assert_eq!(status, 503, "{body}");
                 assert!(body.contains("is not renewed up to now"), "{body}");
                 refused += 1;
+                false
             }
         }
-        assert!(
-            Instant::now() < deadline,
-            "the step forward was never adopted"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    });
     clock.set("+0");
-    while clock_behind(a.addr) < 8.0 {
+    wait::until("the correction to be reported", DEADLINE, || {
+        if clock_behind(a.addr) >= 8.0 {
+            return true;
+        }
         all.extend(ids(a.addr, 200));
-        assert!(
-            Instant::now() < deadline,
-            "the correction was never reported"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        false
+    });
     all.extend(ids(a.addr, 1000));
     assert_strictly_increasing(&all, "ids across the excursion");
     let now = real_now_ms();

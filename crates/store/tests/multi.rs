@@ -32,6 +32,7 @@ use idmint_store::{Authority, GiveBack, Members, MemoryAuthority, MultiAuthority
 use idmint_testkit::mysql::{self as my, PrivateMariadb};
 use idmint_testkit::postgres::TempDatabase;
 use idmint_testkit::proxy::{Fault, FaultProxy};
+use idmint_testkit::wait;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -200,24 +201,16 @@ async fn reserve_until_class(
     step: u64,
     class: u64,
 ) -> Vec<Block> {
-    let deadline = Instant::now() + DEADLINE;
     let mut got = Vec::new();
-    loop {
+    wait::until_async(format!("a block of class {class}"), DEADLINE, async || {
         let r = authority.reserve(ns, 3).await.unwrap_or_else(|e| {
             panic!("a reservation failed while waiting for class {class}: {e}")
         });
         got.push(r.block);
-        if r.block.start() % step == class {
-            return got;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no block of class {class} within {DEADLINE:?} (got {} of the other)",
-            got.len()
-        );
-        // Pace the polling: the member is retried 500 ms after it failed, whatever we do.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        r.block.start() % step == class
+    })
+    .await;
+    got
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -484,14 +477,12 @@ async fn a_namespace_is_created_only_while_every_member_answers() {
     );
 
     odd_proxy.set_fault(Fault::None);
-    let deadline = Instant::now() + DEADLINE;
-    while let Err(e) = multi.ensure_namespace(&ns, odd_even_spec()).await {
-        assert!(
-            Instant::now() < deadline,
-            "never set up once both answer: {e}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::until_async(
+        "the namespace set up once both answer",
+        DEADLINE,
+        async || multi.ensure_namespace(&ns, odd_even_spec()).await.is_ok(),
+    )
+    .await;
     let (odd_state, even_state) = (
         odd.state(&ns).await.unwrap().unwrap(),
         even.state(&ns).await.unwrap().unwrap(),

@@ -33,6 +33,7 @@ use idmint_store::lease::{LeaseError, LeaseRequest, WorkerChoice};
 use idmint_store::mysql::{MysqlAuthority, MysqlConfig, MysqlTicketAuthority};
 use idmint_store::{Advance, AuditEntry, AuditEvent, AuditReport, Authority, GiveBack, StoreError};
 use idmint_testkit::mysql::{PrivateMariadb, TempDatabase};
+use idmint_testkit::wait;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -970,11 +971,11 @@ async fn a_renewal_racing_a_takeover_never_leaves_two_holders() {
             a1.worker_leases().unwrap().acquire(&request).await
         });
         let renewal = tokio::spawn(async move { a2.worker_leases().unwrap().renew(&old, 5).await });
-        // Both wait once two statements of this database stay in flight (two polls in a row:
-        // the takeover's first statements do not wait).
-        let deadline = Instant::now() + Duration::from_secs(100);
+        // Both wait once two statements of this database stay in flight (for five polls in a
+        // row, 50 ms: the takeover's first statements do not wait).
         let mut seen = 0;
-        while seen < 2 {
+        let what = format!("round {round}: both statements waiting");
+        wait::until_async(what, Duration::from_secs(100), async || {
             let in_flight: Option<u64> = conn
                 .query_first(
                     "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
@@ -984,11 +985,12 @@ async fn a_renewal_racing_a_takeover_never_leaves_two_holders() {
                 .unwrap();
             seen = if in_flight == Some(2) { seen + 1 } else { 0 };
             assert!(
-                Instant::now() < deadline && !takeover.is_finished() && !renewal.is_finished(),
+                !takeover.is_finished() && !renewal.is_finished(),
                 "round {round}: {in_flight:?} in flight, one of them ended"
             );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            seen >= 5
+        })
+        .await;
         conn.query_drop("COMMIT").await.unwrap();
         let (takeover, renewal) = (takeover.await.unwrap(), renewal.await.unwrap());
         match (&takeover, &renewal) {
