@@ -7,11 +7,11 @@
 //! namespace in their tables, or of the member's class), so no id at or below it is ever handed
 //! out again. Invariants:
 //! - the watermark only moves up: a store already above `--above` is left as it is;
-//! - `--above` below what the node's ledger saw is refused (that would re-issue ids the node
+//! - `--above` below what the node record saw is refused (that would re-issue ids the node
 //!   handed out);
-//! - the spec is the ledger's record of the namespace, else the configuration's (declared, else
-//!   `[defaults]`); a member gets its own offset;
-//! - the ledger is updated only after the store holds the new watermark durably, and then
+//! - the spec is the node record's entry of the namespace, else the configuration's (declared,
+//!   else `[defaults]`); a member gets its own offset;
+//! - the node record is updated only after the store holds the new watermark durably, and then
 //!   records the store's incarnation (created for an emptied store): the re-seeded store is
 //!   the one the node uses from now on.
 
@@ -19,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use idmint_core::{NamespaceName, SequenceSpec};
 use idmint_node::{FileConfig, KindConfig};
 use idmint_store::config::AuthorityConfig;
-use idmint_store::{Authority, Ledger};
+use idmint_store::{Authority, NodeRecord};
 use std::path::PathBuf;
 
 /// What `idmint admin reseed` was asked.
@@ -31,7 +31,7 @@ pub struct Reseed {
     pub above: u64,
     /// The configuration file.
     pub config: Option<PathBuf>,
-    /// The data directory (the ledger, and the file authority).
+    /// The data directory (the node record, and the file authority).
     pub data_dir: Option<PathBuf>,
     /// With a multi authority: the member (from 1) to re-seed.
     pub member: Option<usize>,
@@ -50,16 +50,16 @@ pub fn reseed(args: Reseed) -> Result<String> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let ledger = Ledger::open(&data_dir, file.authority.to_string())
-            .context("opening the node's ledger")?;
-        let spec = namespace_spec(&file, &ledger, &name)?;
-        if let Some(seen) = ledger.watermark(&name) {
+        let node_record = NodeRecord::open(&data_dir, file.authority.to_string())
+            .context("opening the node record")?;
+        let spec = namespace_spec(&file, &node_record, &name)?;
+        if let Some(seen) = node_record.watermark(&name) {
             if args.above.saturating_add(1) < seen {
                 bail!(
-                    "--above {} is below what this node handed out: its ledger {} records \
+                    "--above {} is below what this node handed out: its record {} holds \
                      watermark {seen} for namespace {name}; use --above {} or more",
                     args.above,
-                    ledger.path().display(),
+                    node_record.path().display(),
                     seen - 1
                 );
             }
@@ -93,12 +93,12 @@ pub fn reseed(args: Reseed) -> Result<String> {
             .with_context(|| format!("connecting {what}"))?;
         let state = lift(&*authority, &name, spec, args.above).await?;
         if args.member.is_none() {
-            ledger
+            node_record
                 .adopt(&state)
                 .await
-                .context("recording the re-seed in the ledger")?;
+                .context("recording the re-seed in the node record")?;
             // The re-seeded store is the one this node uses from now on: its incarnation (a
-            // new one for an emptied store) replaces the ledger's.
+            // new one for an emptied store) replaces the recorded one.
             let incarnation = match authority.incarnation().await {
                 Ok(Some(known)) => Some(known),
                 Ok(None) => Some(
@@ -110,10 +110,10 @@ pub fn reseed(args: Reseed) -> Result<String> {
                 Err(e) => return Err(e.into()),
             };
             if let Some(incarnation) = incarnation {
-                ledger
+                node_record
                     .record_incarnation(&incarnation)
                     .await
-                    .context("recording the store's incarnation in the ledger")?;
+                    .context("recording the store's incarnation in the node record")?;
             }
         }
         Ok(format!(
@@ -124,13 +124,13 @@ pub fn reseed(args: Reseed) -> Result<String> {
     })
 }
 
-/// The namespace's spec: the ledger's record, else the declared one, else `[defaults]`.
+/// The namespace's spec: the node record's, else the declared one, else `[defaults]`.
 fn namespace_spec(
     file: &FileConfig,
-    ledger: &Ledger,
+    node_record: &NodeRecord,
     name: &NamespaceName,
 ) -> Result<SequenceSpec> {
-    if let Some(spec) = ledger.spec(name) {
+    if let Some(spec) = node_record.spec(name) {
         return Ok(spec);
     }
     match file.node.namespaces.get(name) {
@@ -138,7 +138,7 @@ fn namespace_spec(
         Some(_) => bail!("namespace {name} is not a sequence namespace: nothing to re-seed"),
         None if file.node.auto_create => Ok(file.node.default_sequence.0),
         None => {
-            bail!("namespace {name} is neither declared nor in the ledger, and auto_create is off")
+            bail!("namespace {name} is neither declared nor in the node record, and auto_create is off")
         }
     }
 }

@@ -47,7 +47,7 @@ async fn ledgers(source: &Source) -> Result<Vec<(String, Arc<dyn Authority>)>> {
     let authority = idmint_store::connect(&file.authority, &data_dir)
         .await
         .with_context(|| format!("opening the {} authority", file.authority))?;
-    let out = match authority.audited_members() {
+    let out = match authority.members().map(|m| m.audited()) {
         Some(members) => members
             .into_iter()
             .enumerate()

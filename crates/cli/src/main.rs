@@ -57,7 +57,7 @@ enum Command {
         /// TOML configuration file (namespaces, authority, server settings); see docs/configuration.md.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
-        /// Data directory: the embedded file authority and the node's ledger
+        /// Data directory: the embedded file authority and the node record
         /// [default: $XDG_DATA_HOME/idmint, else ~/.local/share/idmint].
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
@@ -229,7 +229,7 @@ enum AdminCommand {
         /// The node's configuration file.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
-        /// The node's data directory (its ledger; the file authority).
+        /// The node's data directory (its node record; the file authority).
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
         /// With a multi authority: the member to re-seed, from 1 in config order.

@@ -23,9 +23,10 @@
 //!
 //! With TLS (`--tls-cert`/`--tls-key`, `[server] tls_cert`/`tls_key`; and `--tls-client-ca` or
 //! `client_ca_file` for mutual TLS) every listener is served through one
-//! [`idmint_node::tls::ServerTls`], and SIGHUP reloads its files ([`reload_tls_on_sighup`]):
-//! new connections get the new certificate, open ones keep theirs, and files that do not load
-//! leave the ones in use.
+//! [`idmint_node::tls::ServerTls`]. SIGHUP reloads its files and the `[auth]` tokens of the
+//! configuration file ([`reload_on_sighup`]): new connections get the new certificate, open
+//! ones keep theirs, a removed token is refused at its next request, and files that do not
+//! load leave the ones in use.
 //!
 //! Logs go to stderr: `--log-format text` (the default) colours them only when stderr is a
 //! terminal; `--log-format json` writes one JSON object per line for log shippers.
@@ -320,7 +321,7 @@ pub fn serve(
             insecure_no_auth,
         )?;
         tracing::info!(data_dir = %data_dir.display(), "data directory");
-        // The store, checked against this node's ledger (docs/uniqueness.md).
+        // The store, checked against this node's record (docs/uniqueness.md).
         let authority = idmint_node::open_store(&file, &data_dir, init).await?;
         let listener = match http {
             Some((http, addrs)) => bind_first("HTTP", &http, &addrs).await?,

@@ -28,6 +28,7 @@ use idmint_core::NamespaceName;
 use idmint_store::etcd::{EtcdAuthority, EtcdConfig};
 use idmint_store::postgres::{PostgresAuthority, PostgresConfig};
 use idmint_store::Authority;
+use idmint_testkit::wait;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -467,16 +468,14 @@ fn cluster_run(backend: &str, authority: &str, watermark: impl FnOnce() -> (u64,
     while event < EVENTS {
         let due = length.mul_f64((event + 1) as f64 / (EVENTS + 1) as f64);
         let slot = event % NODES;
-        let elapsed = run_start.elapsed();
-        let progress = slots[slot].served.load(Ordering::SeqCst) - served_at_start[slot];
-        if elapsed < due || progress < MIN_IDS_PER_PROCESS {
-            assert!(
-                elapsed < length + DEADLINE,
-                "node {slot} made no progress: {progress} ids since its start"
-            );
-            thread::sleep(Duration::from_millis(20));
-            continue;
-        }
+        // The event's time has come and the node has served since its start.
+        let what = format!("node {slot} to serve {MIN_IDS_PER_PROCESS} ids since its start");
+        let within = (length + DEADLINE).saturating_sub(run_start.elapsed());
+        wait::until(what, within, || {
+            run_start.elapsed() >= due
+                && slots[slot].served.load(Ordering::SeqCst) - served_at_start[slot]
+                    >= MIN_IDS_PER_PROCESS
+        });
         slots[slot].going_down();
         let server = servers[slot].take().unwrap();
         let old = server.addr;
@@ -505,9 +504,8 @@ fn cluster_run(backend: &str, authority: &str, watermark: impl FnOnce() -> (u64,
         servers[slot] = Some(server);
         event += 1;
     }
-    while run_start.elapsed() < length {
-        thread::sleep(Duration::from_millis(20));
-    }
+    // The load runs for `length`.
+    thread::sleep(length.saturating_sub(run_start.elapsed()));
     stop.store(true, Ordering::SeqCst);
     let logs: Vec<ClientLog> = clients.into_iter().map(|c| c.join().unwrap()).collect();
     let ran_for = run_start.elapsed();

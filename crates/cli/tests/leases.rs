@@ -1,4 +1,4 @@
-//! Snowflake namespaces under worker leases, with real `idmint serve` processes (issue 10):
+//! Snowflake namespaces under worker leases, with real `idmint serve` processes:
 //! kill -9 and restart, a clean stop and restart, a restart under a clock stepped back 30 s
 //! (libfaketime, the Debian `faketime` package, which the test command installs), and a second
 //! node on one PostgreSQL configured with a worker id another node holds.

@@ -20,13 +20,14 @@
 
 mod support;
 
+use idmint_testkit::wait;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::{http_get, idmint, parse_ids, Exited, Server, DEADLINE};
 
 const NS: &str = "events";
@@ -96,8 +97,14 @@ struct Taken {
     late: u64,
 }
 
-/// Takes batches of 100 from `addr` until `stop`; ids after `after` is set count as late.
-fn load(addr: SocketAddr, stop: Arc<AtomicBool>, after: Arc<AtomicBool>) -> Taken {
+/// Takes batches of 100 from `addr` until `stop`, counting them in `served`; ids after `after`
+/// is set count as late.
+fn load(
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    after: Arc<AtomicBool>,
+    served: Arc<AtomicU64>,
+) -> Taken {
     let mut taken = Taken::default();
     while !stop.load(Ordering::Relaxed) {
         let (status, body) = http_get(addr, &format!("/v1/ids/{NS}?count=100"));
@@ -106,6 +113,7 @@ fn load(addr: SocketAddr, stop: Arc<AtomicBool>, after: Arc<AtomicBool>) -> Take
             if after.load(Ordering::Relaxed) {
                 taken.late += batch.len() as u64;
             }
+            served.fetch_add(batch.len() as u64, Ordering::Relaxed);
             taken.ids.extend(batch);
         } else {
             assert_eq!(status, 503, "{body}");
@@ -187,14 +195,19 @@ fn lost_store(mut store: Store, runtime: &tokio::runtime::Runtime, name: &str) {
 
     let stop = Arc::new(AtomicBool::new(false));
     let late = Arc::new(AtomicBool::new(false));
+    let served = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
     let loads: Vec<_> = [a.addr, b.addr]
         .into_iter()
-        .map(|addr| {
-            let (stop, late) = (stop.clone(), late.clone());
-            std::thread::spawn(move || load(addr, stop, late))
+        .zip(&served)
+        .map(|(addr, served)| {
+            let (stop, late, served) = (stop.clone(), late.clone(), served.clone());
+            std::thread::spawn(move || load(addr, stop, late, served))
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    // Both nodes under load before the store is emptied.
+    wait::until(format!("[{name}] both nodes serving"), DEADLINE, || {
+        served.iter().all(|s| s.load(Ordering::Relaxed) >= 1_000)
+    });
 
     runtime.block_on(store.wipe());
 
@@ -220,20 +233,18 @@ fn lost_store(mut store: Store, runtime: &tokio::runtime::Runtime, name: &str) {
 
     // A and B stop renewing, so they stop issuing at the floor they recorded last: once the
     // clock is past both floors, nothing either issues can be new.
-    let deadline = Instant::now() + DEADLINE;
     for (who, node) in [("A", &a), ("B", &b)] {
-        loop {
+        let what = wait::lazy(|| {
             let (status, floor) = lease(node.addr);
-            if status != "held" && now_ms() > floor {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "[{name}] {who} kept its lease ({status}, floor {floor}): {}",
+            format!(
+                "[{name}] {who} to give up its lease ({status}, floor {floor}): {}",
                 node.stderr_so_far()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            )
+        });
+        wait::until(what, DEADLINE, || {
+            let (status, floor) = lease(node.addr);
+            status != "held" && now_ms() > floor
+        });
     }
     late.store(true, Ordering::Relaxed);
 
@@ -248,14 +259,15 @@ fn lost_store(mut store: Store, runtime: &tokio::runtime::Runtime, name: &str) {
     // A and B see their leases gone (at the latest once D's store answers again) and refuse
     // to take a worker id in D's store.
     for (who, node) in [("A", &a), ("B", &b)] {
-        while !(lease(node.addr).0 == "lost" && node.stderr_so_far().contains("store lost")) {
-            assert!(
-                Instant::now() < deadline,
-                "[{name}] {who}: {}",
+        let what = wait::lazy(|| {
+            format!(
+                "[{name}] {who} to see its lease lost and the store lost: {}",
                 node.stderr_so_far()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            )
+        });
+        wait::until(what, DEADLINE, || {
+            lease(node.addr).0 == "lost" && node.stderr_so_far().contains("store lost")
+        });
     }
     // A namespace B never saw: creating it in D's store would start it from 1 again.
     let (status, body) = http_get(b.addr, "/v1/ids/invoices?count=1");

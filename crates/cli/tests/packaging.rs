@@ -1,4 +1,4 @@
-//! What an operator installs besides the binary (issue 13 item 8), checked against the binary
+//! What an operator installs besides the binary, checked against the binary
 //! and the tools that will read it: the example configuration (deploy/idmint.toml) through the
 //! node's own parser, the systemd unit (deploy/idmint.service) with `systemd-analyze verify`,
 //! the manual pages with `man --warnings`, and the shell completions with `bash -n`.

@@ -10,6 +10,7 @@
 
 mod support;
 
+use idmint_testkit::wait;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::io::{Read, Write};
@@ -19,7 +20,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::{
     assert_strictly_increasing, idmint, stop_counts, wait_with_deadline, Server, DEADLINE,
 };
@@ -243,11 +244,9 @@ fn crash_and_restart_never_repeats_an_id() {
     for run in 0..=CRASHES {
         let server = Server::start(dir.path(), &data, Some(&config));
         current.publish(run, server.addr);
-        let deadline = Instant::now() + DEADLINE;
-        while progress[run].load(Ordering::SeqCst) < IDS_PER_RUN {
-            assert!(Instant::now() < deadline, "run {run} made no progress");
-            thread::sleep(Duration::from_millis(2));
-        }
+        wait::until(format!("run {run} to make progress"), DEADLINE, || {
+            progress[run].load(Ordering::SeqCst) >= IDS_PER_RUN
+        });
         if run < CRASHES {
             server.kill9();
         } else {
@@ -365,8 +364,8 @@ fn sigterm_hands_back_the_tail_and_restart_continues_exactly() {
     assert!(status.success());
 }
 
-/// Issue 8, finding 6, through the binary: a client that sent half a request header no longer
-/// holds the process after SIGTERM. With a drain deadline of an hour, a second SIGTERM stops at
+/// Through the binary: a client that sent half a request header does not hold the process
+/// after SIGTERM. With a drain deadline of an hour, a second SIGTERM stops at
 /// once (no kill -9 needed), and the unused tail is still handed back.
 #[test]
 fn a_second_sigterm_stops_at_once_and_still_hands_back() {
@@ -382,14 +381,9 @@ fn a_second_sigterm_stops_at_once_and_still_hands_back() {
         .unwrap();
     server.send_term();
     // Draining closes the listening socket: wait for that, so the second signal is a second one.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(server.addr).is_ok() {
-        assert!(
-            Instant::now() < deadline,
-            "the first SIGTERM did not begin the drain"
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
+    wait::until("the first SIGTERM to begin the drain", DEADLINE, || {
+        TcpStream::connect(server.addr).is_err()
+    });
     let (status, rest) = server.terminate();
     assert!(status.success(), "exit {status:?}: {rest:?}");
     let (given_back, burned) = stop_counts(&rest);
@@ -701,8 +695,8 @@ fn assert_quiet_end(what: &str, status: std::process::ExitStatus, stderr: &[u8])
     assert!(stderr.trim().is_empty(), "{what}: {stderr}");
 }
 
-/// Regression: `idmint next photos -n 10000 | head -1` and `idmint sql mysql | head -1`
-/// panicked with "failed printing to stdout: Broken pipe" (exit 101). A closed stdout now ends
+/// Guards against `idmint next photos -n 10000 | head -1` and `idmint sql mysql | head -1`
+/// panicking with "failed printing to stdout: Broken pipe" (exit 101): a closed stdout ends
 /// the command quietly with exit 0.
 #[test]
 fn closed_stdout_ends_quietly() {
@@ -753,8 +747,8 @@ fn closed_stdout_ends_quietly() {
     }
 }
 
-/// Regression: with `RUST_BACKTRACE=1`, every user error (a bad id, an unreachable server)
-/// printed a stack backtrace after its message. User errors print `error:` and `caused by:`
+/// Guards against a stack backtrace after every user error (a bad id, an unreachable server)
+/// with `RUST_BACKTRACE=1`. User errors print `error:` and `caused by:`
 /// lines and exit 1; usage errors exit 2.
 #[test]
 fn user_errors_print_no_backtrace() {
@@ -790,8 +784,8 @@ fn user_errors_print_no_backtrace() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
 
-/// Regression: `--server 127.0.0.1:7979` (no scheme) failed as "is idmint serve running?". A
-/// server without a scheme is http://; a scheme other than http(s) is a usage error.
+/// Guards against `--server 127.0.0.1:7979` (no scheme) failing as "is idmint serve running?":
+/// a server without a scheme is http://; a scheme other than http(s) is a usage error.
 #[test]
 fn servers_without_a_scheme_are_http() {
     let dir = tempfile::tempdir().unwrap();
@@ -829,7 +823,7 @@ fn servers_without_a_scheme_are_http() {
     assert!(text(&out.stderr).contains("ftp://"), "{out:?}");
 }
 
-/// Regression: `serve --http localhost:7878` was refused (only a socket address parsed).
+/// Guards against `serve --http localhost:7878` being refused (only a socket address parsed):
 /// `--http` takes host names; a name that does not resolve is an error naming it, found before
 /// the authority is set up.
 #[test]
@@ -853,7 +847,7 @@ fn serve_http_takes_host_names() {
     );
 }
 
-/// Issue 13: a node reachable from the network without `[auth]` lets anyone create namespaces
+/// A node reachable from the network without `[auth]` would let anyone create namespaces
 /// and take ids, so `serve` refuses a non-loopback `--http` (or `--grpc`, `--resp`) without
 /// `[auth]` and names `--insecure-no-auth`, before the authority is set up; with `[auth]` it
 /// starts (on port 0 of every interface, so no fixed port is needed).
@@ -954,9 +948,9 @@ fn compose(layout: &idmint_core::Layout, unix_ms: u64, node: u64, n: u64) -> Vec
         .collect()
 }
 
-/// Regression: `decode` took one id per process (5,000 ids took 15 s). Without an ID it reads
-/// ids from stdin, one per line, skipping blank lines, and prints one row per id, in order; one
-/// bad line stops it with an error naming the line.
+/// `decode` decodes many ids in one process, not one per process (15 s for 5,000 ids): without
+/// an ID it reads ids from stdin, one per line, skipping blank lines, and prints one row per
+/// id, in order; one bad line stops it with an error naming the line.
 #[test]
 fn decode_reads_ids_from_stdin() {
     let layout = idmint_core::Layout::twitter();
@@ -999,8 +993,8 @@ fn decode_reads_ids_from_stdin() {
     assert!(text(&out.stderr).contains("line 2"), "{out:?}");
 }
 
-/// Regression: an Instagram id made by `idmint sql postgres --instagram --epoch X` could not be
-/// decoded offline (the preset's epoch was fixed). `--epoch` replaces it.
+/// An Instagram id made by `idmint sql postgres --instagram --epoch X` decodes offline: the
+/// preset's epoch is not fixed, `--epoch` replaces it.
 #[test]
 fn decode_with_the_epoch_of_the_instagram_function() {
     let epoch = 1_600_000_000_000u64;
@@ -1093,8 +1087,8 @@ fn decode_with_the_epoch_of_the_instagram_function() {
     assert_eq!(v["node"], 300, "{v}");
 }
 
-/// Regression: a Discord id printed one 10-bit node; Discord's ids carry a 5-bit worker and a
-/// 5-bit process.
+/// A Discord id shows a 5-bit worker and a 5-bit process, as Discord's ids carry them, not one
+/// 10-bit node.
 #[test]
 fn decode_discord_shows_worker_and_process() {
     let layout = idmint_core::Layout::discord();
@@ -1334,7 +1328,7 @@ fn postgres_notices_stay_out_of_the_log() {
     runtime.block_on(db.drop_now());
 }
 
-/// Regression: a ULID or UUIDv7 whose time lies after 9999 decoded offline to a saturated,
+/// Guards against a ULID or UUIDv7 whose time lies after 9999 decoding offline to a saturated,
 /// wrong date (2554-07-21) without a word. RFC 3339 cannot write such a time: the text says so,
 /// `--json` gives `null`, and `unix_ms` is exact.
 #[test]
@@ -1355,9 +1349,9 @@ fn decode_of_a_time_past_9999_says_so() {
     }
 }
 
-/// Issue 8, finding 3: `idmint serve` run from two working directories used one store per
-/// directory (`./idmint-data`) and handed out 1, 2, 3 twice. Now the default data directory is
-/// absolute (under the user's data directory), and a store that moved (here: the file
+/// Guards against `idmint serve` run from two working directories using one store per
+/// directory (a relative default such as `./idmint-data`) and handing out 1, 2, 3 twice: the
+/// default data directory is absolute (under the user's data directory), and a store that moved (here: the file
 /// authority's `path` changed) is refused as lost, by a declared namespace at start and by an
 /// auto-created one at its first request, never started fresh.
 #[test]
@@ -1390,12 +1384,12 @@ fn a_store_that_moved_is_refused_not_started_fresh() {
     assert!(status.success());
     let data = home.join(".local/share/idmint");
     assert!(
-        data.join("ledger.toml").is_file(),
-        "no ledger in {}",
+        data.join("node-record.toml").is_file(),
+        "no node record in {}",
         data.display()
     );
 
-    // The authority's path changed: the ledger knows `orders` and the new store does not.
+    // The authority's path changed: the node record knows `orders` and the new store does not.
     let moved = write_config(
         dir.path(),
         &format!(
@@ -1403,13 +1397,13 @@ fn a_store_that_moved_is_refused_not_started_fresh() {
             dir.path().join("elsewhere").display()
         ),
     );
-    // The ledger knows the store's incarnation, and the new store has none: refused at start,
+    // The node record knows the store's incarnation, and the new store has none: refused at start,
     // whatever the configuration declares.
     let out = run(&mut serve_in(&a, &["--config", moved.to_str().unwrap()]));
     assert!(!out.status.success(), "a moved store was served");
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("store lost") && stderr.contains("ledger"),
+        stderr.contains("store lost") && stderr.contains("node-record.toml"),
         "{stderr}"
     );
 
@@ -1425,12 +1419,12 @@ fn a_store_that_moved_is_refused_not_started_fresh() {
     assert!(!out.status.success(), "started on a moved store");
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("lost") && stderr.contains("ledger"),
+        stderr.contains("lost") && stderr.contains("node-record.toml"),
         "{stderr}"
     );
 
-    // The operator's way back: re-seed above the highest id handed out. Below what the ledger
-    // saw is refused; above it, the node starts and serves above it.
+    // The operator's way back: re-seed above the highest id handed out. Below what the node
+    // record saw is refused; above it, the node starts and serves above it.
     let reseed = |above: &str| {
         let mut cmd = idmint();
         cmd.current_dir(&a)
@@ -1441,7 +1435,10 @@ fn a_store_that_moved_is_refused_not_started_fresh() {
         run(&mut cmd)
     };
     let out = reseed("2");
-    assert!(!out.status.success(), "re-seeded below the ledger: {out:?}");
+    assert!(
+        !out.status.success(),
+        "re-seeded below the node record: {out:?}"
+    );
     assert!(text(&out.stderr).contains("below what this node handed out"));
     let out = reseed(&next[2].to_string());
     assert!(out.status.success(), "{out:?}");
@@ -1475,7 +1472,7 @@ fn a_new_deployment_with_declared_namespaces_needs_init() {
     assert_eq!(ids(server.addr, "orders", 2), [1, 2]);
     let (status, _) = server.terminate();
     assert!(status.success());
-    // A restart needs nothing more: the ledger records the namespace.
+    // A restart needs nothing more: the node record holds the namespace.
     let mut restart = idmint();
     restart
         .current_dir(dir.path())
@@ -1487,7 +1484,7 @@ fn a_new_deployment_with_declared_namespaces_needs_init() {
     assert!(ids(server.addr, "orders", 1)[0] > 2);
 }
 
-/// Issue 8, finding 1 end to end, with two file-store members of a multi authority: member 1's
+/// A multi member that lost its data, end to end, with two file-store members: member 1's
 /// store is deleted while the node is down (a wiped server). The next node takes it out of
 /// service and serves only member 2's class; `idmint admin reseed --member 1` above the highest
 /// id brings it back, and no id ever repeats.
@@ -1625,14 +1622,9 @@ fn sighup_reloads_the_tokens() {
 
     std::fs::write(&config, &second_entry).unwrap();
     server.signal("HUP");
-    let deadline = Instant::now() + DEADLINE;
-    while !next(&second).status.success() {
-        assert!(
-            Instant::now() < deadline,
-            "the second token is never served"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    idmint_testkit::wait::until("the second token is served", DEADLINE, || {
+        next(&second).status.success()
+    });
     let gone = next(&first);
     assert!(
         !gone.status.success() && text(&gone.stderr).contains("401"),
@@ -1641,16 +1633,11 @@ fn sighup_reloads_the_tokens() {
 
     std::fs::write(&config, "[auth\n").unwrap();
     server.signal("HUP");
-    while !server
-        .stderr_so_far()
-        .contains("SIGHUP: tokens not reloaded")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the failed reload is never logged"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    idmint_testkit::wait::until("the failed reload is logged", DEADLINE, || {
+        server
+            .stderr_so_far()
+            .contains("SIGHUP: tokens not reloaded")
+    });
     assert!(next(&second).status.success(), "the tokens in use stay");
     let (status, _) = server.terminate();
     assert!(status.success());

@@ -1,6 +1,6 @@
-//! Fault tests of snowflake namespaces under worker leases with real `idmint serve` processes
-//! (issue 10, item 7), each fault for each authority that stores leases: the file store,
-//! PostgreSQL (a database of its own per test) and ZooKeeper (a private server per test, from
+//! Fault tests of snowflake namespaces under worker leases with real `idmint serve` processes,
+//! each fault for each authority that stores leases: the file store, PostgreSQL (a database of
+//! its own per test) and ZooKeeper (a private server per test, from
 //! `idmint_testkit::zookeeper`).
 //!
 //! The faults, one function each, run per backend by the `faults!` table at the end:
@@ -35,6 +35,7 @@ mod support;
 
 use idmint_core::{FieldOrder, Layout, LayoutSpec};
 use idmint_testkit::postgres::TempDatabase;
+use idmint_testkit::wait;
 use idmint_testkit::zookeeper::PrivateZookeeper;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
@@ -208,14 +209,14 @@ impl Fault {
     /// expire; the authority may see the expiry a little later (a ZooKeeper session expires on
     /// the server's next tick), so a start refused with "is held by" is tried again.
     fn start_when_free(&self, node: &str, config: &Path) -> Server {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
+        let what = format!("{}: node {node} to find its worker id free", self.name);
+        wait::until_some(what, DEADLINE, || {
             match Server::try_spawn(self.command(node, config, None)) {
-                Ok(server) => return server,
-                Err(e) if e.stderr.contains("is held by") && Instant::now() < deadline => {}
+                Ok(server) => Some(server),
+                Err(e) if e.stderr.contains("is held by") => None,
                 Err(e) => panic!("{}: node {node} did not start: {}", self.name, e.stderr),
             }
-        }
+        })
     }
 }
 
@@ -258,32 +259,22 @@ fn clock_behind(addr: SocketAddr) -> f64 {
 /// The floor a node's lease was acquired with, from its log line `worker lease acquired …
 /// floor=…` (the floor the authority handed over: every earlier holder issued below it).
 fn acquired_floor(server: &Server) -> u64 {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
+    let what = wait::lazy(|| format!("a lease acquired in {}", server.stderr_so_far()));
+    wait::until_some(what, DEADLINE, || {
         let log = server.stderr_so_far();
-        if let Some(line) = log.lines().find(|l| l.contains("worker lease acquired")) {
-            let floor = line
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix("floor="))
-                .unwrap_or_else(|| panic!("no floor in {line}"));
-            return parse_rfc3339_ms(floor);
-        }
-        assert!(Instant::now() < deadline, "no lease acquired in {log}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        let line = log.lines().find(|l| l.contains("worker lease acquired"))?;
+        let floor = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("floor="))
+            .unwrap_or_else(|| panic!("no floor in {line}"));
+        Some(parse_rfc3339_ms(floor))
+    })
 }
 
 /// Waits until `server`'s log contains `text`.
 fn await_log(server: &Server, text: &str) {
-    let deadline = Instant::now() + DEADLINE;
-    while !server.stderr_so_far().contains(text) {
-        assert!(
-            Instant::now() < deadline,
-            "no {text:?} in {}",
-            server.stderr_so_far()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let what = wait::lazy(|| format!("{text:?} in {}", server.stderr_so_far()));
+    wait::until(what, DEADLINE, || server.stderr_so_far().contains(text));
 }
 
 fn real_now_ms() -> u64 {
@@ -303,14 +294,14 @@ fn holder(pid: u32) -> String {
 }
 
 /// Every id of a test, checked as it comes in: no id twice, each of the layout's.
-struct Ledger {
+struct SeenIds {
     layout: Layout,
     seen: HashSet<u64>,
 }
 
-impl Ledger {
-    fn new(layout: Layout) -> Ledger {
-        Ledger {
+impl SeenIds {
+    fn new(layout: Layout) -> SeenIds {
+        SeenIds {
             layout,
             seen: HashSet::new(),
         }
@@ -361,13 +352,13 @@ fn terminate(server: Server, who: &str) {
 fn sigstop_takeover(backend: Backend) {
     let f = Fault::new("sigstop_takeover", backend);
     let config = f.config("fixed.toml", FAST, "worker = 0");
-    let mut ledger = Ledger::new(Layout::twitter());
+    let mut seen_ids = SeenIds::new(Layout::twitter());
     let a = f.start("a", &config);
     let mut a_ids = Vec::new();
     for _ in 0..5 {
         a_ids.extend(ids(a.addr, 1000));
     }
-    ledger.add("A", 0, &a_ids);
+    seen_ids.add("A", 0, &a_ids);
 
     a.signal("STOP");
     let stopped = Instant::now();
@@ -406,18 +397,17 @@ fn sigstop_takeover(backend: Backend) {
     }
     // A learns at its next renewal that the lease was superseded; until then and after, it
     // issues nothing.
-    let deadline = Instant::now() + DEADLINE;
-    while lease(a.addr)["status"] != "lost" {
+    wait::until("A to see its lease superseded", DEADLINE, || {
+        if lease(a.addr)["status"] == "lost" {
+            return true;
+        }
         match take(a.addr, 100) {
             Ok(batch) => panic!("A issued {} ids after its lease expired", batch.len()),
             Err((status, body)) => assert_eq!(status, 503, "{body}"),
         }
         refused += 1;
-        assert!(
-            Instant::now() < deadline,
-            "A never saw its lease superseded"
-        );
-    }
+        false
+    });
     // Both keep running: B issues, A refuses (worker 0 is B's).
     for _ in 0..10 {
         let (status, body) = take(a.addr, 100).unwrap_err();
@@ -426,7 +416,7 @@ fn sigstop_takeover(backend: Backend) {
         refused += 1;
         b_ids.extend(ids(b.addr, 100));
     }
-    ledger.add("B", 0, &b_ids);
+    seen_ids.add("B", 0, &b_ids);
     assert!(
         max(&a_ids) < min(&b_ids),
         "B's ids must all be above A's (A's floor)"
@@ -438,9 +428,9 @@ fn sigstop_takeover(backend: Backend) {
         f.name,
         a_ids.len(),
         b_ids.len(),
-        ledger.len()
+        seen_ids.len()
     );
-    assert_eq!(ledger.len(), a_ids.len() + b_ids.len());
+    assert_eq!(seen_ids.len(), a_ids.len() + b_ids.len());
     terminate(b, "B");
     terminate(a, "A");
 }
@@ -455,10 +445,10 @@ fn sigstop_takeover(backend: Backend) {
 fn same_fixed_worker(backend: Backend) {
     let f = Fault::new("same_fixed_worker", backend);
     let config = f.config("fixed.toml", FAST, "worker = 0");
-    let mut ledger = Ledger::new(Layout::twitter());
+    let mut seen_ids = SeenIds::new(Layout::twitter());
     let a = f.start("a", &config);
     let first = ids(a.addr, 1000);
-    ledger.add("A", 0, &first);
+    seen_ids.add("A", 0, &first);
     let exited = f.refused("b", &config, None);
     if backend == Backend::File {
         assert!(
@@ -473,12 +463,12 @@ fn same_fixed_worker(backend: Backend) {
         assert!(exited.stderr.contains(&expected), "{}", exited.stderr);
     }
     let second = ids(a.addr, 1000);
-    ledger.add("A", 0, &second);
+    seen_ids.add("A", 0, &second);
     assert!(max(&first) < min(&second));
     eprintln!(
         "[{}] second node refused; holder served {} ids, 0 duplicates",
         f.name,
-        ledger.len()
+        seen_ids.len()
     );
     terminate(a, "A");
 }
@@ -500,15 +490,13 @@ fn clock_back_while_serving(backend: Backend) {
 
     clock.set("-5");
     let stepped = Instant::now();
-    let deadline = stepped + DEADLINE;
-    while clock_behind(node.addr) < 4.5 {
+    wait::until("the step back to be reported", DEADLINE, || {
+        if clock_behind(node.addr) >= 4.5 {
+            return true;
+        }
         all.extend(ids(node.addr, 200));
-        assert!(
-            Instant::now() < deadline,
-            "the step back was never reported"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        false
+    });
     // Serve on across several renewals under the stepped clock.
     while stepped.elapsed() < Duration::from_millis(3 * FAST.ttl_ms) {
         all.extend(ids(node.addr, 200));
@@ -522,8 +510,8 @@ fn clock_back_while_serving(backend: Backend) {
 
     assert_strictly_increasing(&all, "ids across the step back");
     assert!(all[before] > last_before);
-    let mut ledger = Ledger::new(Layout::twitter());
-    ledger.add("node", 0, &all);
+    let mut seen_ids = SeenIds::new(Layout::twitter());
+    seen_ids.add("node", 0, &all);
     eprintln!(
         "[{}] {before} ids before the 5 s step back, {} after; strictly increasing, 0 duplicates",
         f.name,
@@ -547,16 +535,16 @@ fn clock_back_across_restart(backend: Backend) {
         },
         "worker = 0",
     );
-    let mut ledger = Ledger::new(Layout::twitter());
+    let mut seen_ids = SeenIds::new(Layout::twitter());
 
     let run1 = f.start("n", &strict);
     let mut r1 = ids(run1.addr, 1000);
     let last_request = Instant::now();
     r1.extend(ids(run1.addr, 1000));
     terminate(run1, "run 1");
-    ledger.add("run 1", 0, &r1);
+    seen_ids.add("run 1", 0, &r1);
     // A clean stop releases the lease with the floor just above its last id.
-    let floor1 = ledger.ms(max(&r1)) + 1;
+    let floor1 = seen_ids.ms(max(&r1)) + 1;
 
     // Near: the clock set back by 4 s more than the whole downtime so far, so the node finds
     // the floor ahead of its clock by 4 s less its own start-up time.
@@ -565,11 +553,11 @@ fn clock_back_across_restart(backend: Backend) {
     let run2 = f.start_with_clock("n", &patient, &clock);
     await_log(&run2, "waiting for the worker id's time floor");
     let r2 = ids(run2.addr, 2000);
-    ledger.add("run 2 (clock set back, floor near)", 0, &r2);
+    seen_ids.add("run 2 (clock set back, floor near)", 0, &r2);
     assert!(min(&r2) > max(&r1));
-    assert!(r2.iter().all(|&id| ledger.ms(id) >= floor1));
+    assert!(r2.iter().all(|&id| seen_ids.ms(id) >= floor1));
     terminate(run2, "run 2");
-    let floor2 = ledger.ms(max(&r2)) + 1;
+    let floor2 = seen_ids.ms(max(&r2)) + 1;
 
     // Far: 60 s back is more than any wait allows.
     clock.set("-60");
@@ -585,7 +573,7 @@ fn clock_back_across_restart(backend: Backend) {
     // The clock right again: above everything.
     let run4 = f.start("n", &strict);
     let r4 = ids(run4.addr, 1000);
-    ledger.add("run 4", 0, &r4);
+    seen_ids.add("run 4", 0, &r4);
     assert!(min(&r4) > max(&r2));
     terminate(run4, "run 4");
     eprintln!(
@@ -595,7 +583,7 @@ fn clock_back_across_restart(backend: Backend) {
         r1.len(),
         r2.len(),
         r4.len(),
-        ledger.len()
+        seen_ids.len()
     );
 }
 
@@ -628,11 +616,11 @@ fn burst_over_sequence(backend: Backend) {
         .collect();
     batches.extend(concurrent.into_iter().map(|t| t.join().unwrap()));
 
-    let mut ledger = Ledger::new(layout);
+    let mut seen_ids = SeenIds::new(layout);
     let mut per_unit: BTreeMap<u64, u64> = BTreeMap::new();
     for (i, batch) in batches.iter().enumerate() {
         assert_strictly_increasing(batch, &format!("batch {i}"));
-        ledger.add(&format!("batch {i}"), 0, batch);
+        seen_ids.add(&format!("batch {i}"), 0, batch);
         for &id in batch {
             *per_unit
                 .entry(layout.decode(id).unwrap().parts.timestamp)
@@ -641,7 +629,7 @@ fn burst_over_sequence(backend: Backend) {
     }
     let total: u64 = per_unit.values().sum();
     assert_eq!(total, 4000);
-    assert_eq!(ledger.len(), 4000);
+    assert_eq!(seen_ids.len(), 4000);
     assert_eq!(per_unit.values().max(), Some(&4), "units are filled to 4");
     assert!(per_unit.len() >= 1000, "4000 ids need at least 1000 units");
     let big: HashSet<u64> = batches[0]
@@ -680,14 +668,14 @@ fn kill9_holder(backend: Backend) {
     };
     let lowest = f.config("lease.toml", timing, "worker = \"lease\"");
     let fixed = f.config("fixed.toml", timing, "worker = 0");
-    let mut ledger = Ledger::new(Layout::twitter());
+    let mut seen_ids = SeenIds::new(Layout::twitter());
 
     let a = f.start("a", &lowest);
     let mut a_ids = Vec::new();
     for _ in 0..5 {
         a_ids.extend(ids(a.addr, 1000));
     }
-    ledger.add("A", 0, &a_ids);
+    seen_ids.add("A", 0, &a_ids);
     let a_lease = lease(a.addr);
     let a_token = a_lease["token"].as_u64().unwrap();
     // Floors only grow: the one recorded when A died is at least this.
@@ -699,7 +687,7 @@ fn kill9_holder(backend: Backend) {
         // Worker 0 is still leased: the lowest free one is 1.
         let b = f.start("b", &lowest);
         let b_ids = ids(b.addr, 1000);
-        ledger.add("B (while A's lease lived)", 1, &b_ids);
+        seen_ids.add("B (while A's lease lived)", 1, &b_ids);
         b_count = b_ids.len().to_string();
         terminate(b, "B");
     }
@@ -707,13 +695,13 @@ fn kill9_holder(backend: Backend) {
     let c = f.start_when_free("c", &fixed);
     let floor = acquired_floor(&c);
     let c_ids = ids(c.addr, 1000);
-    ledger.add("C (A's worker id)", 0, &c_ids);
+    seen_ids.add("C (A's worker id)", 0, &c_ids);
     assert!(
         floor >= a_floor_seen,
         "acquired floor {floor} below A's {a_floor_seen}"
     );
-    assert!(floor > ledger.ms(max(&a_ids)));
-    assert!(c_ids.iter().all(|&id| ledger.ms(id) >= floor));
+    assert!(floor > seen_ids.ms(max(&a_ids)));
+    assert!(c_ids.iter().all(|&id| seen_ids.ms(id) >= floor));
     assert!(min(&c_ids) > max(&a_ids));
     assert!(lease(c.addr)["token"].as_u64().unwrap() > a_token);
     eprintln!(
@@ -721,7 +709,7 @@ fn kill9_holder(backend: Backend) {
          floor {} ms above A's last id): {}; 0 duplicates",
         f.name,
         a_ids.len(),
-        floor - ledger.ms(max(&a_ids)),
+        floor - seen_ids.ms(max(&a_ids)),
         c_ids.len()
     );
     terminate(c, "C");
@@ -741,57 +729,49 @@ fn clock_forward_excursion(backend: Backend) {
         },
         "worker = 0",
     );
-    let mut ledger = Ledger::new(Layout::twitter());
+    let mut seen_ids = SeenIds::new(Layout::twitter());
     let clock = FakeClock::new(f.dir(), "+0");
     let a = f.start_with_clock("a", &config, &clock);
     let mut all = ids(a.addr, 1000);
     let before = all.len();
 
     clock.set("+10");
-    let deadline = Instant::now() + DEADLINE;
     let mut ahead = 0;
     // Adopting the step moves the generator's time past the floor it recorded (1 s ahead):
     // it answers 503 until its next renewal records a floor ahead of its new time.
     let mut refused = 0u64;
-    loop {
+    wait::until("the step forward to be adopted", DEADLINE, || {
         match take(a.addr, 200) {
             Ok(batch) => {
                 let last = *batch.last().unwrap();
                 all.extend(batch);
-                if ledger.ms(last) > real_now_ms() + 9000 {
-                    break;
-                }
+                seen_ids.ms(last) > real_now_ms() + 9000
             }
             Err((status, body)) => {
                 assert_eq!(status, 503, "{body}");
                 assert!(body.contains("is not renewed up to now"), "{body}");
                 refused += 1;
+                false
             }
         }
-        assert!(
-            Instant::now() < deadline,
-            "the step forward was never adopted"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    });
     clock.set("+0");
-    while clock_behind(a.addr) < 8.0 {
+    wait::until("the correction to be reported", DEADLINE, || {
+        if clock_behind(a.addr) >= 8.0 {
+            return true;
+        }
         all.extend(ids(a.addr, 200));
-        assert!(
-            Instant::now() < deadline,
-            "the correction was never reported"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        false
+    });
     all.extend(ids(a.addr, 1000));
     assert_strictly_increasing(&all, "ids across the excursion");
     let now = real_now_ms();
     for &id in &all {
-        if ledger.ms(id) > now {
+        if seen_ids.ms(id) > now {
             ahead += 1;
         }
     }
-    ledger.add("A", 0, &all);
+    seen_ids.add("A", 0, &all);
     a.kill9();
 
     let b = f.start_when_free("b", &config);
@@ -802,7 +782,7 @@ fn clock_forward_excursion(backend: Backend) {
         "{}",
         b.stderr_so_far()
     );
-    ledger.add("B (restarted)", 0, &b_ids);
+    seen_ids.add("B (restarted)", 0, &b_ids);
     assert!(min(&b_ids) > max(&all), "the excursion was issued again");
     eprintln!(
         "[{}] A: {before} ids, then {} across the +10 s excursion and its correction ({ahead} \
@@ -828,10 +808,10 @@ fn layout_change(backend: Backend) {
         "worker = 0\n\n[namespaces.events.layout]\ntimestamp_bits = 41\nnode_bits = 10\n\
          sequence_bits = 12\ntime_unit = \"1ms\"\nepoch = \"2020-01-01T00:00:00Z\"",
     );
-    let mut ledger = Ledger::new(Layout::twitter());
+    let mut seen_ids = SeenIds::new(Layout::twitter());
     let run1 = f.start("n", &twitter);
     let r1 = ids(run1.addr, 1000);
-    ledger.add("run 1", 0, &r1);
+    seen_ids.add("run 1", 0, &r1);
     terminate(run1, "run 1");
 
     for (what, config, requested) in [
@@ -846,7 +826,7 @@ fn layout_change(backend: Backend) {
 
     let run4 = f.start("n", &twitter);
     let r4 = ids(run4.addr, 1000);
-    ledger.add("run 4", 0, &r4);
+    seen_ids.add("run 4", 0, &r4);
     assert!(min(&r4) > max(&r1));
     terminate(run4, "run 4");
     eprintln!(

@@ -1,4 +1,4 @@
-//! Tiers with real processes (issue 11, item 4): a global `idmint serve` on the file store (one
+//! Tiers with real processes: a global `idmint serve` on the file store (one
 //! test) or on PostgreSQL (the other), two regional nodes on the `upstream` authority leasing
 //! blocks from it over gRPC, and four `idmint-client`s leasing from the regional nodes (each
 //! client lists its own regional node first and the other second), under steady load.
@@ -6,8 +6,8 @@
 //! The run, in phases:
 //! 1. warm-up;
 //! 2. the global node frozen (SIGSTOP: its sockets stay open and nothing answers, the harder
-//!    kind of outage) for `IDMINT_OUTAGE_SECS` seconds (5 in the test command; the issue's 60 s
-//!    run is `IDMINT_OUTAGE_SECS=60`), then resumed (SIGCONT);
+//!    kind of outage) for `IDMINT_OUTAGE_SECS` seconds (5 in the test command; the 60 s run of
+//!    docs/backends.md is `IDMINT_OUTAGE_SECS=60`), then resumed (SIGCONT);
 //! 3. recovery;
 //! 4. regional node 0 killed (SIGKILL) under load: its clients go on with regional node 1;
 //! 5. a clean stop of each tier: clients close, regional node 1 SIGTERM, global SIGTERM.
@@ -44,6 +44,7 @@
 mod support;
 
 use idmint_client::{BlockingClient, ClientConfig, ClientError};
+use idmint_testkit::wait;
 use std::collections::HashSet;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
@@ -282,11 +283,9 @@ fn ride_out(backend: &str, global_authority: &str) {
         .collect();
 
     let wait_for = |ids: u64, what: &str| {
-        let deadline = Instant::now() + DEADLINE;
-        while taken.load(Ordering::SeqCst) < ids {
-            assert!(Instant::now() < deadline, "{what}: no progress");
-            thread::sleep(Duration::from_millis(10));
-        }
+        wait::until(format!("{what}: {ids} ids taken"), DEADLINE, || {
+            taken.load(Ordering::SeqCst) >= ids
+        });
     };
     // Warm-up: long enough for the demand averages to see the steady rate, and for the
     // clients' own buffers (10 s of their demand) to have refilled from the regional nodes.
@@ -300,10 +299,8 @@ fn ride_out(backend: &str, global_authority: &str) {
     signal(global.pid(), "-STOP");
     phase.store(1, Ordering::SeqCst);
     let before = taken.load(Ordering::SeqCst);
-    let frozen_at = Instant::now();
-    while frozen_at.elapsed() < outage {
-        thread::sleep(Duration::from_millis(50));
-    }
+    // The outage lasts `outage`, under load.
+    thread::sleep(outage);
     let during = taken.load(Ordering::SeqCst) - before;
     let waits_during: Vec<u64> = regional_http
         .iter()

@@ -1,6 +1,6 @@
 //! Client-side cached sequence ids on one thread, with the background refill running against a
 //! real node in process (file store in a temporary directory, gRPC on 127.0.0.1:0), beside an
-//! `AtomicU64::fetch_add` counter measured in the same run. Target (issue 11): at least 100M
+//! `AtomicU64::fetch_add` counter measured in the same run. Target: at least 100M
 //! ids/s on one thread: `Namespace::try_next` (one `fetch_sub` on the shared window per id) and
 //! `LocalIds::try_next` (one owner's chunk, no atomic per id) are both measured. After
 //! criterion's groups, a plain timed run of each prints ids/s and the ratios.

@@ -19,6 +19,7 @@ use crate::nodes::Nodes;
 use crate::sequence::{Refilled, SequenceIds};
 use crate::timed::TimedIds;
 use idmint_core::buffer::Taken;
+use idmint_core::Backoff;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -382,19 +383,25 @@ impl State {
     }
 }
 
+/// The pauses after failed refill rounds: random and exponential from 50 ms to 2 s.
+fn refill_backoff() -> Backoff {
+    Backoff::new(Duration::from_millis(50), Duration::from_secs(2))
+}
+
 /// The background refill of one namespace: every `refill_tick`, or at once when woken (a taker
 /// went below the low-water mark or found nothing), one refill round; after a failure it pauses
-/// 50 ms, doubling to 2 s, not woken by takers meanwhile. Ends when `stop` says so, never in
+/// ([`refill_backoff`]), not woken by takers meanwhile. Ends when `stop` says so, never in
 /// the middle of a round, so a block in flight lands in the buffer before `close` hands the
 /// tail back (design.md invariant 3).
 pub(crate) async fn refill_loop(state: Arc<State>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let tick = state.config.refill_tick;
-    let mut backoff: Option<Duration> = None;
+    let mut backoff = refill_backoff();
+    let mut pause: Option<Duration> = None;
     loop {
         if *stop.borrow() {
             return;
         }
-        match backoff {
+        match pause {
             Some(pause) => {
                 tokio::select! {
                     _ = stop.changed() => {}
@@ -416,14 +423,16 @@ pub(crate) async fn refill_loop(state: Arc<State>, mut stop: tokio::sync::watch:
         for _ in 0..4 {
             match state.refill().await {
                 Refilled::Idle => {
-                    backoff = None;
+                    backoff.reset();
+                    pause = None;
                     break;
                 }
-                Refilled::Filled => backoff = None,
+                Refilled::Filled => {
+                    backoff.reset();
+                    pause = None;
+                }
                 Refilled::Failed(_) => {
-                    backoff = Some(backoff.map_or(Duration::from_millis(50), |b| {
-                        (b * 2).min(Duration::from_secs(2))
-                    }));
+                    pause = Some(backoff.delay());
                     break;
                 }
             }

@@ -428,8 +428,7 @@ mod tests {
         assert_eq!(all, b.ids().collect::<Vec<_>>());
     }
 
-    /// Regression: align_up computed `offset + step - rem`, which overflowed for steps above
-    /// 2^63 (found by the MySQL backend's edge tests).
+    /// Guards against `align_up` overflowing for steps above 2^63 (`offset + step - rem`).
     #[test]
     fn huge_steps_do_not_overflow() {
         let spec = SequenceSpec::new(Width::Bits64, 0, u64::MAX, u64::MAX - 1).unwrap_err();

@@ -996,7 +996,7 @@ mod tests {
         assert!(b.target_block() < 100 * 2, "{}", b.target_block());
     }
 
-    /// Regression guard for the idle-then-burst case seen in the slow-backend benchmark: after
+    /// Guards the idle-then-burst case of the slow-backend benchmark: after
     /// an idle spell the average has decayed, and sizing from it alone would refill a buffer
     /// that drains in less than an authority round trip. One observed interval of the burst must
     /// lift the block size to the burst's rate.

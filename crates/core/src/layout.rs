@@ -730,9 +730,9 @@ mod tests {
         }
     }
 
-    /// Regression: a ULID or UUIDv7 whose 48-bit millisecond timestamp lies after 9999 made
-    /// humantime's formatter fail, which `to_string` turned into a panic (the HTTP decode handler
-    /// reset the connection). Formatting is now total: `None` past the last four-digit year.
+    /// Guards against a panic (humantime's formatter fails on a ULID or UUIDv7 whose 48-bit
+    /// millisecond timestamp lies after 9999; the HTTP decode handler would reset the
+    /// connection). Formatting is total: `None` past the last four-digit year.
     #[test]
     fn rfc3339_is_total_and_stops_after_9999() {
         assert_eq!(

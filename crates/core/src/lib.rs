@@ -14,6 +14,7 @@
 //! - [`clock`]: the `Clock` trait, the system clock, the generators' default [`CoarseClock`]
 //!   (cached readings, one atomic load) and a manual clock for tests.
 //! - [`namespace`]: validated namespace names.
+//! - [`backoff`]: exponential backoff with jitter for retry loops (the caller sleeps).
 //!
 //! It starts no thread of its own, except two clock-refreshing threads: [`clock::CoarseClock`]'s,
 //! one per process, started by the first `CoarseClock::new()` (which the generators' `Default`
@@ -23,11 +24,13 @@
 //! What it does not do: durability (that is the authority's, in `idmint-store`), networking
 //! (`idmint-node`), or waiting (a generator that must wait says for how long and returns).
 
+pub mod backoff;
 pub mod block;
 pub mod clock;
 pub mod namespace;
 mod sync;
 
+pub use backoff::Backoff;
 pub use block::{Block, BlockError, SequenceSpec, SpecError, Width};
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock, TickClock};
 pub use namespace::{NamespaceName, NamespaceNameError};

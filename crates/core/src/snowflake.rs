@@ -677,7 +677,7 @@ mod tests {
         }
     }
 
-    /// Regression guard for the coarse hot path: a lagging coarse clock must neither cost ids
+    /// Guards the coarse hot path: a lagging coarse clock must neither cost ids
     /// (the precise clock is read before telling the caller to wait) nor stamp ids late beyond
     /// what the precise clock allows.
     #[test]

@@ -10,7 +10,7 @@
 //! protocol and encode the answer. A [`Server`] serves them all: one acceptor and one
 //! connection policy for every listener, plain or TLS, and the node's [`Shutdown`].
 //!
-//! An embedder opens the node's store checked against its ledger ([`open_store`]), starts the
+//! An embedder opens the node's store checked against its node record ([`open_store`]), starts the
 //! [`Node`], and serves it:
 //!
 //! ```no_run
@@ -40,7 +40,7 @@
 //!
 //! What it does not do: read files or the environment (the binary does; the host name for
 //! `worker = "ordinal"`, the lease holder's name, the TLS certificate and key
-//! ([`tls::ServerTls::load`]) and the data directory's ledger ([`open_store`]) are the
+//! ([`tls::ServerTls::load`]) and the data directory's node record ([`open_store`]) are the
 //! exceptions), or choose the authority (it is given one).
 
 pub mod auth;

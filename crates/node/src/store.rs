@@ -1,9 +1,10 @@
 //! The node's store, opened as every embedder must open it: the configured authority, checked
-//! against the data directory's ledger ([`idmint_store::ledger`]) before anything is served.
+//! against the data directory's node record ([`idmint_store::node_record`]) before anything is
+//! served.
 //!
-//! Invariants: a durable authority is never used without its ledger, so a store that moved,
+//! Invariants: a durable authority is never used without its node record, so a store that moved,
 //! was emptied or swapped is refused whoever embeds the node ([`open_store`]); an empty store
-//! is a new deployment only as the ledger's rules say (`init`, what the configuration
+//! is a new deployment only as the node record's rules say (`init`, what the configuration
 //! declares, `[authority] incarnation`). A multi authority's member transitions are logged
 //! once each way.
 //!
@@ -11,7 +12,8 @@
 
 use crate::config::{FileConfig, KindConfig};
 use idmint_store::{
-    Authority, ConnectError, Ledger, LedgerAuthority, LedgerError, StoreError, StoreExpectations,
+    Authority, CheckedAuthority, ConnectError, NodeRecord, NodeRecordError, StoreError,
+    StoreExpectations,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -23,11 +25,11 @@ pub enum OpenStoreError {
     /// The authority could not be connected.
     #[error("setting up the authority: {0}")]
     Connect(#[from] ConnectError),
-    /// The ledger could not be opened.
-    #[error("opening the node's ledger: {0}")]
-    Ledger(#[from] LedgerError),
+    /// The node record could not be opened.
+    #[error("opening the node record: {0}")]
+    NodeRecord(#[from] NodeRecordError),
     /// The store is not the one this node (or its configuration) knows, or needs `--init`.
-    #[error("checking the store against this node's ledger (data directory {data_dir}): {source}")]
+    #[error("checking the store against this node's record (data directory {data_dir}): {source}")]
     Check {
         /// The data directory.
         data_dir: String,
@@ -37,7 +39,7 @@ pub enum OpenStoreError {
 }
 
 /// Connects `config`'s authority and, unless it is the memory authority, checks it against the
-/// ledger of `data_dir` ([`LedgerAuthority::open`]); `init` says an empty store is a new
+/// node record of `data_dir` ([`CheckedAuthority::open`]); `init` says an empty store is a new
 /// deployment (`idmint serve --init`).
 pub async fn open_store(
     config: &FileConfig,
@@ -51,13 +53,13 @@ pub async fn open_store(
         tracing::warn!("memory authority: nothing survives a restart, ids WILL repeat after one");
         return Ok(authority);
     }
-    let ledger = Arc::new(Ledger::open(data_dir, config.authority.to_string())?);
+    let record = Arc::new(NodeRecord::open(data_dir, config.authority.to_string())?);
     tracing::info!(
-        ledger = %ledger.path().display(),
-        namespaces = ledger.len(),
-        "ledger"
+        node_record = %record.path().display(),
+        namespaces = record.len(),
+        "node record"
     );
-    let checked = LedgerAuthority::open(authority, ledger, &expectations(config, init))
+    let checked = CheckedAuthority::open(authority, record, &expectations(config, init))
         .await
         .map_err(|source| OpenStoreError::Check {
             data_dir: data_dir.display().to_string(),

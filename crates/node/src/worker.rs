@@ -41,7 +41,7 @@ use crate::error::IdError;
 use crate::time::SharedClock;
 use arc_swap::ArcSwap;
 use idmint_api as api;
-use idmint_core::{Clock, Layout, NamespaceName, SnowflakeGenerator};
+use idmint_core::{Backoff, Clock, Layout, NamespaceName, SnowflakeGenerator};
 use idmint_store::lease::LeaseError;
 use idmint_store::{Authority, LeaseRequest, WorkerChoice, WorkerLease};
 use std::sync::{Arc, Mutex};
@@ -506,7 +506,8 @@ impl LeasedWorker {
     /// Renews until `stop`, re-acquiring a lease that was lost. The renewal period is a third of
     /// the TTL, or half of `floor_ahead` if that is shorter (each renewal records the floor
     /// `floor_ahead` ahead, and the generator stops there: renewing less often would stop it
-    /// until the next renewal); a failed renewal is retried every tenth of the TTL.
+    /// until the next renewal); a failed renewal is retried with a backoff of at most a tenth
+    /// of the TTL.
     pub async fn keep(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         // A backend may grant less than asked (ZooKeeper clamps to its session timeouts).
         let ttl = || {
@@ -517,6 +518,9 @@ impl LeasedWorker {
         };
         let period = || (ttl() / 3).min(self.settings.floor_ahead / 2);
         let retry = || (ttl() / 10).max(Duration::from_millis(10));
+        // After a failure: sooner at first, never more than a retry period apart.
+        let backoff = || Backoff::new(retry() / 8, retry());
+        let mut failures = backoff();
         let mut wait = period();
         let mut last_attempt = tokio::time::Instant::now();
         loop {
@@ -541,32 +545,36 @@ impl LeasedWorker {
                 match self.take_lease(Some(&generation)).await {
                     Ok(g) => {
                         self.current.store(Arc::new(g));
+                        failures = backoff();
                         wait = period();
                     }
                     Err(e) => {
                         tracing::warn!(group = %self.group, error = %e, "could not acquire a new worker lease");
                         self.lock_status().last_error = Some(e.to_string());
-                        wait = retry();
+                        wait = failures.delay();
                     }
                 }
                 continue;
             }
             match self.renew(&generation).await {
-                Ok(()) => wait = period(),
+                Ok(()) => {
+                    failures = backoff();
+                    wait = period();
+                }
                 Err(e @ LeaseError::Superseded { .. }) => {
                     generation.generator.set_limit(0);
                     tracing::error!(group = %self.group, error = %e, "worker lease lost; not issuing under it again");
                     let mut status = self.lock_status();
                     status.status = api::LeaseStatus::Lost;
                     status.last_error = Some(e.to_string());
-                    wait = retry();
+                    wait = failures.delay();
                 }
                 Err(e) => {
                     tracing::warn!(group = %self.group, error = %e, "worker lease renewal failed; retrying");
                     let mut status = self.lock_status();
                     status.status = api::LeaseStatus::Renewing;
                     status.last_error = Some(e.to_string());
-                    wait = retry();
+                    wait = failures.delay();
                 }
             }
         }

@@ -408,7 +408,7 @@ async fn every_error_has_its_status_and_code() {
     assert_error(&node.get("/v1/ids/x?count=").await, 400, "invalid_count");
     // max_count itself is allowed.
     assert_eq!(node.ids("x", 100).await.len(), 100);
-    // Blocks have their own bound (issue 8, finding 5), named in the message.
+    // Blocks have their own bound, named in the message.
     let refused = node.post("/v1/blocks/x?count=1001").await;
     assert_error(&refused, 400, "invalid_count");
     assert!(
@@ -492,9 +492,9 @@ async fn every_error_has_its_status_and_code() {
 /// width, after handing out exactly the ids up to 2^31 - 1; it never wraps, and it keeps giving
 /// the same clear answer (not a timeout, not `authority_unavailable`) on every later request.
 ///
-/// Regression: requests after the first `namespace_exhausted` used to wait for the refill task,
-/// whose retry backoff grows to 2 s, and answered 503 `authority_unavailable` once the backoff
-/// outgrew `refill_wait` (`SequenceNamespace::fill` now answers from the latest outcome).
+/// Guards against requests after the first `namespace_exhausted` waiting for the refill task,
+/// whose retry backoff grows to 2 s, and answering 503 `authority_unavailable` once the
+/// backoff outgrows `refill_wait` (`SequenceNamespace::fill` answers from the latest outcome).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exhausted_32_bit_namespace_hands_out_the_rest_then_says_so() {
     let mut cfg = config(
@@ -868,9 +868,9 @@ async fn request_with_headers(
     (status, headers, resp.text().await.unwrap())
 }
 
-/// Regression (reads must not write): `GET /v1/namespaces/{ns}` and `GET /v1/decode/{ns}/{id}`
-/// on an unknown name used to auto-create it and durably reserve its first block. Now they answer
-/// 404 `unknown_namespace`, and the authority holds nothing, even with `auto_create` on.
+/// Reads must not write: `GET /v1/namespaces/{ns}` and `GET /v1/decode/{ns}/{id}` on an
+/// unknown name do not auto-create it nor durably reserve its first block. They answer 404
+/// `unknown_namespace`, and the authority holds nothing, even with `auto_create` on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_of_an_unknown_namespace_create_nothing() {
     let authority = Arc::new(MemoryAuthority::new());
@@ -899,7 +899,7 @@ async fn reads_of_an_unknown_namespace_create_nothing() {
     node.stop().await;
 }
 
-/// Regression companion of the above: a namespace the authority knows but this node has not
+/// The companion of the above: a namespace the authority knows but this node has not
 /// loaded (created before a restart) is readable from the stored state, without installing it:
 /// no reservation (the durable watermark stays put), nothing buffered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -939,8 +939,8 @@ async fn a_restarted_node_reads_a_stored_namespace_without_reserving() {
     node.stop().await;
 }
 
-/// Regression: axum answers HEAD with the GET handler, so `HEAD /v1/ids/{ns}` consumed an id
-/// (and auto-created the namespace). HEAD on the id routes is now 405 with `Allow` and a JSON
+/// Guards against `HEAD /v1/ids/{ns}` consuming an id (and auto-creating the namespace): axum
+/// answers HEAD with the GET handler. HEAD on the id routes is 405 with `Allow` and a JSON
 /// body, and takes nothing: the next GET of a fresh namespace still gets id 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn head_on_id_routes_is_refused_and_takes_nothing() {
@@ -960,8 +960,8 @@ async fn head_on_id_routes_is_refused_and_takes_nothing() {
     node.stop().await;
 }
 
-/// Regression: id answers could be stored by a cache and replayed (duplicate ids). Every answer
-/// of the id routes says `Cache-Control: no-store`.
+/// Guards against id answers stored by a cache and replayed (duplicate ids): every answer of
+/// the id routes says `Cache-Control: no-store`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn id_answers_are_not_cacheable() {
     let node = TestNode::start(NodeConfig::default(), memory()).await;
@@ -983,8 +983,9 @@ async fn id_answers_are_not_cacheable() {
     node.stop().await;
 }
 
-/// Regression: decoding a ULID or UUIDv7 whose timestamp lies after the year 9999 panicked in the
-/// RFC 3339 formatter and reset the connection. It answers JSON: `timestamp` null, `unix_ms` set.
+/// Guards against a panic in the RFC 3339 formatter (and a reset connection) when decoding a
+/// ULID or UUIDv7 whose timestamp lies after the year 9999. It answers JSON: `timestamp` null,
+/// `unix_ms` set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decode_of_a_time_past_9999_answers_json() {
     let node = TestNode::start(
@@ -1009,8 +1010,8 @@ async fn decode_of_a_time_past_9999_answers_json() {
     node.stop().await;
 }
 
-/// Regression: query values were not percent-decoded (`count=%33` was refused) and a repeated
-/// `count` was taken silently (`count=2&count=3` gave 3 ids).
+/// Query values are percent-decoded (`count=%33` is 3, not refused) and a repeated `count` is
+/// refused, not taken silently (`count=2&count=3` does not give 3 ids).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_values_are_percent_decoded_and_given_once() {
     let node = TestNode::start(NodeConfig::default(), memory()).await;
@@ -1050,8 +1051,8 @@ async fn query_values_are_percent_decoded_and_given_once() {
     node.stop().await;
 }
 
-/// Regression: 405 on `/healthz` and `/metrics` said "(ids: GET, blocks: POST)". Every route's
-/// 405 is now JSON naming that route's methods, with the `Allow` header.
+/// A 405 names the methods of the route it answers (not "(ids: GET, blocks: POST)" on
+/// `/healthz` and `/metrics`): JSON, with the `Allow` header.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn method_not_allowed_names_the_routes_methods() {
     let node = TestNode::start(NodeConfig::default(), memory()).await;
@@ -1080,8 +1081,8 @@ async fn method_not_allowed_names_the_routes_methods() {
     node.stop().await;
 }
 
-/// Regression: a path that is not UTF-8 once percent-decoded answered axum's plain-text 400.
-/// It is now JSON `invalid_request`, on every route with path parameters.
+/// A path that is not UTF-8 once percent-decoded is JSON `invalid_request` (not axum's
+/// plain-text 400), on every route with path parameters.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_path_that_is_not_utf8_is_a_json_400() {
     let node = TestNode::start(NodeConfig::default(), memory()).await;
@@ -1106,8 +1107,8 @@ async fn a_path_that_is_not_utf8_is_a_json_400() {
     node.stop().await;
 }
 
-/// Regression: a long URI answered an empty 414 (or, below hyper's limit, whatever the route
-/// made of it). Request targets over 8 KiB are now a JSON 414 `invalid_request`.
+/// Request targets over 8 KiB are a JSON 414 `invalid_request` (not an empty 414, nor, below
+/// hyper's limit, whatever the route makes of them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_request_target_is_a_json_414() {
     let node = TestNode::start(NodeConfig::default(), memory()).await;

@@ -292,8 +292,8 @@ fn assert_unavailable_naming(got: &(u16, Value), kind: &str) {
 /// then 503 `authority_unavailable` naming the backend, while refills keep failing; once the
 /// cut is lifted the node recovers by itself. Ids unique and strictly increasing throughout.
 ///
-/// Regression: a request that waited out `refill_wait` while the refill task backed off after
-/// failures (up to 2 s) answered "no block arrived within 1s", naming neither the backend nor
+/// Guards against a request that waits out `refill_wait` while the refill task backs off after
+/// failures (up to 2 s) answering "no block arrived within 1s", naming neither the backend nor
 /// its error (`SequenceNamespace::fill`).
 async fn outage_is_bridged_then_503_then_recovery(backend: Backend) {
     let b = backing(backend).await;
@@ -696,8 +696,8 @@ async fn ticket_mode_without_cache_serves_each_id_from_the_server() {
     // lower id in the one ticket row than the highest one handed out (seen in CI: 199 after
     // 200). The server's counter is what matters, and the next ids below come above all.
     assert!(max_id(&db) <= *all.iter().max().unwrap());
-    // A request for several ids gets them all, each from its own REPLACE INTO (regression: a
-    // cache-off namespace over a ticket server answered `count=3` with one id).
+    // A request for several ids gets them all, each from its own REPLACE INTO (not one id for
+    // `count=3` from a cache-off namespace over a ticket server).
     let three = node.ids("tickets64", 3).await;
     let top = *all.iter().max().unwrap();
     assert_eq!(
@@ -705,7 +705,7 @@ async fn ticket_mode_without_cache_serves_each_id_from_the_server() {
         vec![top + increment, top + 2 * increment, top + 3 * increment]
     );
     assert_eq!(max_id(&db), three[2]);
-    // Every id served is counted (regression: cache-off namespaces never counted any).
+    // Every id served is counted, cache-off namespaces' too.
     let counted = node
         .metric("idmint_ids_served_total{namespace=\"tickets64\"}")
         .await;

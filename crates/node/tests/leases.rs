@@ -1,4 +1,4 @@
-//! Snowflake namespaces under worker leases (issue 10; docs/uniqueness.md, "Snowflake
+//! Snowflake namespaces under worker leases (docs/uniqueness.md, "Snowflake
 //! namespaces"), node against a memory authority whose leases expire by the same injected
 //! clock as the nodes' generators.
 //!
@@ -359,7 +359,7 @@ async fn get_json(node: &Arc<Node>, path: &str) -> (u16, serde_json::Value) {
     (status, serde_json::from_slice(&body).unwrap())
 }
 
-/// Exhaustion foresight (issue 10 item 6): a snowflake namespace's detail shows its worker pool
+/// Exhaustion foresight: a snowflake namespace's detail shows its worker pool
 /// (two nodes on one authority hold 2 of the twitter layout's 1024 worker ids; 1 once one
 /// released), its sequence headroom (exact peaks: 10 ids in one unit; a burst of 10,000 runs
 /// units full, 4096 of 4096, and waits), and the time left until the layout's timestamp bits

@@ -20,8 +20,8 @@ use support::TestNode;
 
 use idmint_store::conformance::SwitchedAuthority as Switchable;
 
-/// Regression (a member outage left no trace, and `/readyz` could not say which member was
-/// down): with one member down the node stays ready and names it, in `/readyz` and in
+/// Guards against a member outage that leaves no trace and a `/readyz` that cannot say which
+/// member is down: with one member down the node stays ready and names it, in `/readyz` and in
 /// `idmint_authority_member_up`; with both down it is not ready; once they answer again (after
 /// the back-off) it is ready with both up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,9 +98,9 @@ async fn readyz_and_metrics_show_each_member() {
     node.stop().await;
 }
 
-/// Regression (the "sequences that cannot repeat" issue, finding 4): with a multi authority and
-/// a buffered cache, one answer spanning two members' blocks came out as `[…, 47, 49, 2, 4, …]`,
-/// against the documented "ids of one answer are strictly increasing".
+/// Guards against an answer spanning two members' blocks coming out as `[…, 47, 49, 2, 4, …]`
+/// (a multi authority and a buffered cache), against the documented "ids of one answer are
+/// strictly increasing".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_spanning_two_members_is_increasing() {
     let multi = MultiAuthority::new(vec![
@@ -145,9 +145,9 @@ fn sample(text: &str, series: &str) -> u64 {
         .unwrap() as u64
 }
 
-/// Regression (a failed request lost its ids silently: a `count=60` request that met 38
-/// buffered ids and an unreachable authority answered 503, and the 38 ids were counted as
-/// served, neither burned nor handed out): through an outage, every id this node reserved is
+/// Guards against a failed request losing its ids silently (a `count=60` request that meets 38
+/// buffered ids and an unreachable authority answers 503; the 38 ids must not count as served,
+/// neither burned nor handed out): through an outage, every id this node reserved is
 /// served, buffered, burned or given back, in `/metrics` and in the namespace detail alike,
 /// and the ids taken by the failed request are served first after recovery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,8 +218,8 @@ async fn accounting_identity_holds_through_an_outage() {
     check(&metrics, &detail);
 }
 
-/// Issue 8, finding 8: decode knows every member's residue class (an id of the odd member was
-/// reported `in_namespace: false`), and a member that lost its data shows as out of service in
+/// Decode knows every member's residue class (an id of the odd member is not reported
+/// `in_namespace: false`), and a member that lost its data shows as out of service in
 /// `/readyz` while the other serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decode_knows_every_member_and_readyz_shows_a_lost_member() {

@@ -1,4 +1,4 @@
-//! Bounded graceful shutdown (issue 8, finding 6): no client can keep a node from stopping, and
+//! Bounded graceful shutdown: no client can keep a node from stopping, and
 //! the buffers are handed back however the drain ends (docs/design.md invariant 3).
 //!
 //! Each test serves a node in process (`idmint_node::Server::serve` on a real `TcpListener` on
@@ -101,9 +101,9 @@ cache = "fixed"
 block_size = 1000
 "#;
 
-/// Guards the bug of finding 6: one socket that sent half a request header kept the server
-/// alive after SIGTERM until the client left. Now the drain deadline cuts it, `Server::serve`
-/// returns, and the buffers are still handed back. (The header-read timeout is long here, so
+/// Guards against one socket that sent half a request header keeping the server alive after
+/// SIGTERM until the client leaves: the drain deadline cuts it, `Server::serve` returns, and the
+/// buffers are still handed back. (The header-read timeout is long here, so
 /// the deadline is what ends it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_a_header_does_not_hold_shutdown_hostage() {

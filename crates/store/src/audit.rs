@@ -3,9 +3,9 @@
 //! administration), and the verifier ([`verify`], [`SubjectVerifier`]) that proves from it that no id was granted twice
 //! (docs/design.md, "The audit ledger"; `idmint audit verify`).
 //!
-//! Not to be confused with the node's [`crate::ledger`] (what one node remembers of the
-//! namespaces it set up, to detect a store that lost data): this one lives *in* the store and
-//! records what the store granted, to every node.
+//! Not to be confused with the node record ([`crate::node_record`]: what one node remembers of
+//! the namespaces it set up, to detect a store that lost data): this one lives *in* the store
+//! and records what the store granted, to every node.
 //!
 //! Invariants every backend keeps:
 //! - **same write**: an entry is written in the same atomic write as the watermark change it

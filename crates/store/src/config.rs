@@ -99,7 +99,7 @@ impl AuthorityConfig {
     }
 
     /// Whether ids survive a restart of the process (every kind but `memory`; an upstream
-    /// authority's upper tier is durable, itself checked by its own ledger).
+    /// authority's upper tier is durable, itself checked by its own node record).
     pub fn is_durable(&self) -> bool {
         !matches!(self, AuthorityConfig::Memory)
     }

@@ -1,6 +1,6 @@
 //! A store's incarnation: a random identity written once into a store (by `idmint serve --init`
 //! on a new deployment, or on the first start of a store that already holds data), never
-//! changed, and known to every node that uses the store (its ledger records it; the
+//! changed, and known to every node that uses the store (its node record holds it; the
 //! configuration may name it, `[authority] incarnation`).
 //!
 //! Why: a store that lost its records (wiped, restored from an empty backup, re-created) or was

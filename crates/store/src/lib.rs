@@ -11,12 +11,16 @@
 //!   backend of `idmint serve`; one process per data directory.
 //! - `postgres`, `mysql`, `etcd`, `zookeeper` (cargo features of the same names): networked
 //!   backends.
-//! - [`MultiAuthority`]: several authorities, each owning one residue class.
+//! - [`MultiAuthority`]: several authorities, each owning one residue class; their health and
+//!   the ones to audit through [`Authority::members`] ([`Members`]).
 //! - `upstream` (cargo feature `upstream`): other idmint nodes over gRPC, the tier above
 //!   (`UpstreamAuthority`).
 //! - worker leases for snowflake namespaces ([`lease`], [`WorkerLeases`]): with fencing
 //!   tokens, a durable time floor and a layout lock, in the backends that can store them
 //!   ([`Authority::worker_leases`]).
+//! - the audit ledger ([`audit`], [`AuditLog`]): what a store granted, kept in the store.
+//! - the node record ([`node_record`], [`CheckedAuthority`]): what one node remembers of its
+//!   store, in its data directory, to refuse a store that moved or lost data.
 //! - `conformance` (cargo feature `conformance`): the test suite every backend must pass.
 //!
 //! The crate also owns the authority's configuration ([`config`], [`AuthorityConfig`]) and
@@ -58,11 +62,11 @@ pub mod etcd;
 mod file;
 pub mod incarnation;
 pub mod lease;
-pub mod ledger;
 mod memory;
 mod multi;
 #[cfg(feature = "mysql")]
 pub mod mysql;
+pub mod node_record;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod pool;
 #[cfg(feature = "postgres")]
@@ -81,9 +85,9 @@ pub use connect::{connect, connect_observed, ConnectError};
 pub use file::{FileAuthority, FILE_NAME};
 pub use incarnation::Incarnation;
 pub use lease::{LeaseError, LeaseRequest, WorkerChoice, WorkerLease, WorkerLeases};
-pub use ledger::{Ledger, LedgerAuthority, LedgerError, StoreExpectations};
 pub use memory::MemoryAuthority;
-pub use multi::{MemberEvents, MemberHealth, MemberSlot, MultiAuthority};
+pub use multi::{MemberEvents, MemberHealth, MemberSlot, Members, MultiAuthority};
+pub use node_record::{CheckedAuthority, NodeRecord, NodeRecordError, StoreExpectations};
 pub use source::BlockSource;
 #[cfg(feature = "upstream")]
 pub use upstream::UpstreamAuthority;
@@ -98,11 +102,11 @@ pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
     /// Short backend name for logs/metrics: "file", "memory", ...
     fn kind(&self) -> &'static str;
 
-    /// The health of each member of an authority made of several ([`MultiAuthority`]), in
-    /// config order, as last seen (no I/O). Empty for a single authority, whose health is the
-    /// outcome of its operations.
-    fn members(&self) -> Vec<MemberHealth> {
-        Vec::new()
+    /// The members of an authority made of several ([`MultiAuthority`]): their health and the
+    /// ones to audit ([`Members`]). `None` for a single authority, whose health is the outcome
+    /// of its operations.
+    fn members(&self) -> Option<&dyn Members> {
+        None
     }
 
     /// The residue classes (ids modulo `spec.step()`) of the ids this authority may grant for a
@@ -114,15 +118,15 @@ pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
     }
 
     /// Tells the authority that every id of `name` below `floor` was granted before (the
-    /// node's ledger records it): an authority whose blocks come from several sources that it
+    /// node record holds it): an authority whose blocks come from several sources that it
     /// cannot order by a store watermark ([`UpstreamAuthority`]) returns nothing below it from
     /// now on. A single store needs no hint: its next block starts at its watermark, which the
-    /// ledger checks is at least `floor`.
+    /// node record checks is at least `floor`.
     fn note_floor(&self, name: &NamespaceName, floor: u64) {
         let _ = (name, floor);
     }
 
-    /// Writes what the authority holds only in memory (the node's ledger's latest watermarks),
+    /// Writes what the authority holds only in memory (the node record's latest watermarks),
     /// at a clean shutdown, after the last give-back.
     async fn flush(&self) -> Result<(), StoreError> {
         Ok(())
@@ -150,14 +154,8 @@ pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
         None
     }
 
-    /// The authorities `idmint audit verify` reads instead of this one: a multi authority's
-    /// connected members, each with its own ledger and watermarks. `None`: this one itself.
-    fn audited_members(&self) -> Option<Vec<std::sync::Arc<dyn Authority>>> {
-        None
-    }
-
     /// The store's incarnation ([`incarnation`]): `Ok(None)` if it has none yet (a new or
-    /// emptied store, or one written before incarnations existed). Reads only. Authorities
+    /// emptied store, or one that holds data but was never given one). Reads only. Authorities
     /// that keep none of their own (multi, upstream) answer [`StoreError::NotSupported`].
     async fn incarnation(&self) -> Result<Option<Incarnation>, StoreError> {
         Err(StoreError::NotSupported {
@@ -518,11 +516,31 @@ pub(crate) mod ops {
     /// race needs a give-back, which a node makes once, at shutdown, so more than a few rounds
     /// in a row mean a livelock, and the bound turns it into [`StoreError::Unavailable`].
     ///
-    /// etcd's `MAX_CONFLICTS` is another bound: there every write of every node is a
-    /// compare-and-swap that may lose to any other, so conflicts are routine under load, not a
-    /// give-back race.
+    /// `MAX_CONFLICTS` is another bound: in the compare-and-swap backends every write of
+    /// every node may lose to any other, so conflicts are routine under load, not a give-back
+    /// race.
     #[cfg(any(feature = "postgres", feature = "mysql"))]
     pub(crate) const GIVE_BACK_RACE_ATTEMPTS: usize = 8;
+
+    /// How many compare-and-swap conflicts one operation of a compare-and-swap backend (etcd,
+    /// ZooKeeper) accepts before giving up with [`StoreError::Unavailable`].
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    pub const MAX_CONFLICTS: u32 = 32;
+
+    /// Conflicts retried at once (a fresh read is as fresh as data gets) before backing off.
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    const EAGER_RETRIES: u32 = 3;
+
+    /// The pauses between the conflicting tries of one compare-and-swap operation: the first
+    /// [`EAGER_RETRIES`] at once, then random and exponential from 2 ms to 64 ms, so writers
+    /// that collided step apart; `None` after [`MAX_CONFLICTS`].
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    pub(crate) fn conflict_backoff() -> idmint_core::Backoff {
+        use std::time::Duration;
+        idmint_core::Backoff::new(Duration::from_millis(2), Duration::from_millis(64))
+            .immediate(EAGER_RETRIES)
+            .limit(MAX_CONFLICTS)
+    }
 
     /// A namespace state read back from storage, validated: the spec must be one
     /// [`SequenceSpec::new`] accepts and the watermark must lie in `[initial, max_id + 1]`.

@@ -79,6 +79,17 @@ pub struct MemberHealth {
     pub out_of_service: Option<String>,
 }
 
+/// What an authority made of several tells about its members ([`Authority::members`]).
+pub trait Members: Send + Sync {
+    /// The health of each member, in config order, as last seen (no I/O).
+    fn health(&self) -> Vec<MemberHealth>;
+
+    /// The authorities `idmint audit verify` (and the node's pruning of the audit ledger)
+    /// reads instead of the whole: the connected members, each with its own ledger and
+    /// watermarks.
+    fn audited(&self) -> Vec<Arc<dyn Authority>>;
+}
+
 /// Hears each member's transitions: called once when a member goes down (or starts pending) and
 /// once when it comes back, with its health after the change.
 pub trait MemberEvents: Send + Sync + fmt::Debug {
@@ -596,15 +607,30 @@ impl MultiAuthority {
     }
 }
 
+impl Members for MultiAuthority {
+    /// Every member in config order, as last seen.
+    fn health(&self) -> Vec<MemberHealth> {
+        self.members.iter().map(Member::health).collect()
+    }
+
+    /// The connected members (a pending one is not connected here: it has no ledger to read
+    /// until it answers).
+    fn audited(&self) -> Vec<Arc<dyn Authority>> {
+        self.members
+            .iter()
+            .filter_map(|m| m.lock().authority.clone())
+            .collect()
+    }
+}
+
 #[async_trait]
 impl Authority for MultiAuthority {
     fn kind(&self) -> &'static str {
         "multi"
     }
 
-    /// Every member in config order, as last seen.
-    fn members(&self) -> Vec<MemberHealth> {
-        self.members.iter().map(Member::health).collect()
+    fn members(&self) -> Option<&dyn Members> {
+        Some(self)
     }
 
     /// The first member's leases ([`WorkerLeases`] below).
@@ -889,17 +915,6 @@ impl Authority for MultiAuthority {
         Ok(out)
     }
 
-    /// The connected members (a pending one is not connected here: it has no ledger to read
-    /// until it answers).
-    fn audited_members(&self) -> Option<Vec<Arc<dyn Authority>>> {
-        Some(
-            self.members
-                .iter()
-                .filter_map(|m| m.lock().authority.clone())
-                .collect(),
-        )
-    }
-
     /// Moves every member's watermark up to `to`, each recorded in that member's ledger. Not
     /// atomic across members, but each move is forward-only and repeatable: after an error
     /// (a member down), the same call again finishes the job. `from` is the highest watermark
@@ -1098,7 +1113,7 @@ mod tests {
         .unwrap()
     }
 
-    /// Issue 8, finding 1: a member that lost its namespace (its row deleted, an empty backup
+    /// A member that lost its namespace (its row deleted, an empty backup
     /// restored, the server replaced) is taken out of service, never re-created, at run time
     /// and at the next start; the other member keeps serving and no id repeats.
     #[tokio::test]
@@ -1122,7 +1137,7 @@ mod tests {
                 assert_eq!(r.block.start() % 2, 1, "only b serves: {r:?}");
                 assert!(r.block.ids().all(|id| seen.insert(id)), "repeated: {r:?}");
             }
-            let members = multi.members();
+            let members = multi.health();
             let why = members[0].out_of_service.as_deref().unwrap();
             assert!(why.contains("no record of namespace photos"), "{why}");
             assert!(!members[0].up && members[1].out_of_service.is_none());
@@ -1135,7 +1150,7 @@ mod tests {
             let r = multi.reserve(&n, 10).await.unwrap();
             assert!(r.block.ids().all(|id| seen.insert(id)), "repeated: {r:?}");
         }
-        assert!(multi.members()[0].out_of_service.is_some());
+        assert!(multi.health()[0].out_of_service.is_some());
         assert_eq!(Authority::state(&*a, &n).await.unwrap(), None, "re-created");
     }
 
@@ -1155,8 +1170,7 @@ mod tests {
         assert_eq!(Authority::state(&*b, &n).await.unwrap(), None);
     }
 
-    /// Issue 8, finding 2: members set up with step 2 by an earlier run, and a third member
-    /// added with step 3: a configuration error naming what to do, not a silent mix.
+    /// Members set up with step 2 by an earlier start, and a third member added with step 3: a configuration error naming what to do, not a silent mix.
     #[tokio::test]
     async fn adding_a_member_to_an_existing_namespace_is_a_configuration_error() {
         let (a, b, c) = (
@@ -1181,7 +1195,7 @@ mod tests {
         assert_eq!(Authority::state(&*c, &n).await.unwrap(), None);
     }
 
-    /// Issue 8, finding 2: a member that was unreachable while the others moved on holds a
+    /// A member that was unreachable while the others moved on holds a
     /// stale spec; when it comes back it is refused, and no block of it is ever returned.
     #[tokio::test]
     async fn a_member_returning_with_a_stale_spec_is_refused() {
@@ -1219,11 +1233,11 @@ mod tests {
             assert_eq!(r.block.step(), 3, "{r:?}");
             assert_ne!(r.block.start() % 3, 0, "the stale member served: {r:?}");
         }
-        let why = multi.members()[0].out_of_service.clone().unwrap();
+        let why = multi.health()[0].out_of_service.clone().unwrap();
         assert!(why.contains("stale member"), "{why}");
     }
 
-    /// Issue 8, finding 8: one member's hard error takes that member out; the others serve.
+    /// One member's hard error takes that member out; the others serve.
     #[tokio::test]
     async fn a_members_hard_error_takes_only_that_member_out() {
         let (a, b) = (
@@ -1238,7 +1252,7 @@ mod tests {
             let r = multi.reserve(&n, 10).await.unwrap();
             assert_eq!(r.block.start() % 2, 1, "{r:?}");
         }
-        let why = multi.members()[0].out_of_service.clone().unwrap();
+        let why = multi.health()[0].out_of_service.clone().unwrap();
         assert!(why.contains("made corrupt by the test"), "{why}");
         assert_eq!(multi.residues(&spec(2, 0)), vec![0, 1]);
     }
@@ -1259,9 +1273,9 @@ mod tests {
         }
     }
 
-    /// Regression (a member outage left no trace): the outage shows in `members()` and is
-    /// reported once when the member goes down and once when it is back, however many
-    /// reservations pass meanwhile.
+    /// Guards against a member outage that leaves no trace: the outage shows in the members'
+    /// health and is reported once when the member goes down and once when it is back, however
+    /// many reservations pass meanwhile.
     #[tokio::test]
     async fn member_transitions_are_reported_once_each_way() {
         let clock = Arc::new(ManualClock::at_unix_millis(1_000));
@@ -1280,7 +1294,7 @@ mod tests {
             .await
             .unwrap();
         assert!(multi
-            .members()
+            .health()
             .iter()
             .all(|m| m.up && m.last_error.is_none()));
         assert_eq!(seen.got(), vec![]);
@@ -1294,7 +1308,7 @@ mod tests {
             clock.advance_millis(backoff_ms);
         }
         assert!(a.calls() > 2, "a was retried: {}", a.calls());
-        let members = multi.members();
+        let members = multi.health();
         assert_eq!(
             (
                 members[0].number,
@@ -1319,7 +1333,7 @@ mod tests {
         for _ in 0..4 {
             multi.reserve(&n, 10).await.unwrap();
         }
-        assert!(multi.members()[0].up);
+        assert!(multi.health()[0].up);
         assert_eq!(
             seen.got(),
             vec![(1, false), (1, true)],
@@ -1327,8 +1341,8 @@ mod tests {
         );
     }
 
-    /// Regression (a member down at start-up stopped the node): a pending member is not asked
-    /// to connect during its back-off, is tried once it passes, stays down while the connector
+    /// Guards against a member down at start-up stopping the node: a pending member is not
+    /// asked to connect during its back-off, is tried once it passes, stays down while the connector
     /// fails, and serves its class once it connects.
     #[tokio::test]
     async fn a_pending_member_connects_after_its_backoff() {
@@ -1398,7 +1412,7 @@ mod tests {
             1,
             "one attempt per back-off"
         );
-        assert!(!multi.members()[0].up);
+        assert!(!multi.health()[0].up);
 
         reachable.store(true, Ordering::SeqCst);
         clock.advance_millis(backoff_ms);
@@ -1408,7 +1422,7 @@ mod tests {
         }
         assert!(classes.contains(&0), "the late member serves: {classes:?}");
         assert_eq!(attempts.load(Ordering::SeqCst), 2, "connected once, kept");
-        assert!(multi.members()[0].up);
+        assert!(multi.health()[0].up);
         assert_eq!(seen.got(), vec![(1, false), (1, true)]);
         assert_eq!(
             Authority::state(&*late, &n)

@@ -18,10 +18,11 @@
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
 use idmint_store::conformance::EtcdBackend;
 use idmint_store::etcd::{EtcdAuthority, EtcdConfig};
-use idmint_store::lease::{LeaseError, LeaseRequest, WorkerChoice, WorkerLeases};
+use idmint_store::lease::{LeaseError, LeaseRequest, WorkerChoice, WorkerLease, WorkerLeases};
 use idmint_store::{AuditEvent, Authority, StoreError};
 use idmint_testkit::etcd::PrivateEtcd;
 use idmint_testkit::proxy::{Fault, FaultProxy};
+use idmint_testkit::wait;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -65,25 +66,41 @@ fn assert_unavailable(result: Result<impl std::fmt::Debug, StoreError>, what: &s
     }
 }
 
-/// Polls `reserve` until it succeeds (the authority reconnects by itself), within `deadline`.
+/// Polls `reserve` until it succeeds (the authority reconnects by itself), within `deadline`;
+/// the reservation and how many tries failed before it.
 async fn reserve_until_ok(
     a: &EtcdAuthority,
     ns: &NamespaceName,
     count: u64,
     deadline: Duration,
 ) -> (idmint_store::Reservation, u32) {
-    let start = Instant::now();
     let mut failures = 0;
-    loop {
+    let r = wait::until_some_async("the authority to recover", deadline, async || {
         match a.reserve(ns, count).await {
-            Ok(r) => return (r, failures),
-            Err(e) if e.is_unavailable() && start.elapsed() < deadline => {
+            Ok(r) => Some(r),
+            Err(e) if e.is_unavailable() => {
                 failures += 1;
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                None
             }
-            Err(e) => panic!("the authority did not recover within {deadline:?}: {e}"),
+            Err(e) => panic!("reserving while the authority recovers: {e}"),
         }
-    }
+    })
+    .await;
+    (r, failures)
+}
+
+/// Polls `renew` until it succeeds (the authority reconnects by itself), within 10 s.
+async fn renew_until_ok(a: &EtcdAuthority, held: &WorkerLease, floor_unix_ms: u64) -> WorkerLease {
+    wait::until_some_async(
+        "a renewal",
+        Duration::from_secs(10),
+        async || match leases_of(a).renew(held, floor_unix_ms).await {
+            Ok(renewed) => Some(renewed),
+            Err(e) if e.is_unavailable() => None,
+            Err(e) => panic!("renewing: {e}"),
+        },
+    )
+    .await
 }
 
 /// Panics unless no two blocks share an id.
@@ -518,16 +535,7 @@ async fn worker_leases_survive_kill_9_of_etcd() {
     assert!(again.token > freed.token);
 
     // The holder's authority reconnects by itself and renews.
-    let start = Instant::now();
-    let renewed = loop {
-        match leases_of(&a).renew(&held, 1_700_000_004_000).await {
-            Ok(renewed) => break renewed,
-            Err(e) if e.is_unavailable() && start.elapsed() < Duration::from_secs(10) => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(e) => panic!("renewing after the restart: {e}"),
-        }
-    };
+    let renewed = renew_until_ok(&a, &held, 1_700_000_004_000).await;
     assert_eq!(renewed.floor_unix_ms, 1_700_000_004_000);
 }
 
@@ -672,16 +680,7 @@ async fn lease_operations_fail_fast_and_recover() {
         );
         proxy.set_fault(Fault::None);
     }
-    let start = Instant::now();
-    let renewed = loop {
-        match leases_of(&a).renew(&held, 20).await {
-            Ok(renewed) => break renewed,
-            Err(e) if e.is_unavailable() && start.elapsed() < Duration::from_secs(10) => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(e) => panic!("renewing after the outage: {e}"),
-        }
-    };
+    let renewed = renew_until_ok(&a, &held, 20).await;
     assert_eq!(renewed.floor_unix_ms, 20);
     leases_of(&a).release(&renewed, 30).await.unwrap();
     let next = leases_of(&a)

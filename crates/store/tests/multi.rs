@@ -11,7 +11,7 @@
 //!   back;
 //! - a namespace is created only while every member answers, and a member that lost its record
 //!   under load (PostgreSQL row deleted, ticket table dropped) is taken out of service and its
-//!   record never re-created (issue 8, finding 1);
+//!   record never re-created;
 //! - a member that cannot be reached when `connect` starts the multi authority does not stop
 //!   it: the other member serves, and the first is connected and used once it answers;
 //! - a tail is handed back to the member owning its class, and only there;
@@ -28,10 +28,11 @@
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
 use idmint_store::mysql::{MysqlAuthority, MysqlConfig, MysqlTicketAuthority};
 use idmint_store::postgres::{PostgresAuthority, PostgresConfig};
-use idmint_store::{Authority, GiveBack, MemoryAuthority, MultiAuthority, StoreError};
+use idmint_store::{Authority, GiveBack, Members, MemoryAuthority, MultiAuthority, StoreError};
 use idmint_testkit::mysql::{self as my, PrivateMariadb};
 use idmint_testkit::postgres::TempDatabase;
 use idmint_testkit::proxy::{Fault, FaultProxy};
+use idmint_testkit::wait;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -200,24 +201,16 @@ async fn reserve_until_class(
     step: u64,
     class: u64,
 ) -> Vec<Block> {
-    let deadline = Instant::now() + DEADLINE;
     let mut got = Vec::new();
-    loop {
+    wait::until_async(format!("a block of class {class}"), DEADLINE, async || {
         let r = authority.reserve(ns, 3).await.unwrap_or_else(|e| {
             panic!("a reservation failed while waiting for class {class}: {e}")
         });
         got.push(r.block);
-        if r.block.start() % step == class {
-            return got;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no block of class {class} within {DEADLINE:?} (got {} of the other)",
-            got.len()
-        );
-        // Pace the polling: the member is retried 500 ms after it failed, whatever we do.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        r.block.start() % step == class
+    })
+    .await;
+    got
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -484,14 +477,12 @@ async fn a_namespace_is_created_only_while_every_member_answers() {
     );
 
     odd_proxy.set_fault(Fault::None);
-    let deadline = Instant::now() + DEADLINE;
-    while let Err(e) = multi.ensure_namespace(&ns, odd_even_spec()).await {
-        assert!(
-            Instant::now() < deadline,
-            "never set up once both answer: {e}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::until_async(
+        "the namespace set up once both answer",
+        DEADLINE,
+        async || multi.ensure_namespace(&ns, odd_even_spec()).await.is_ok(),
+    )
+    .await;
     let (odd_state, even_state) = (
         odd.state(&ns).await.unwrap().unwrap(),
         even.state(&ns).await.unwrap().unwrap(),
@@ -500,11 +491,11 @@ async fn a_namespace_is_created_only_while_every_member_answers() {
     assert_eq!((even_state.spec.step(), even_state.spec.offset()), (2, 0));
 }
 
-/// Issue 8, finding 1 (reproduced with two PostgreSQL members): the odd member's row is
-/// deleted while reservations run (a restored empty backup, a wrong database). It used to be
-/// re-created at its first id, re-issuing 1, 3, 5, ... Now the member is taken out of service
-/// with a reason, its row is never re-created, the even member keeps serving, and no id
-/// repeats; a restarted multi authority finds it missing again.
+/// Guards against a member that lost its row being re-created at its first id (re-issuing
+/// 1, 3, 5, ...), with two PostgreSQL members: the odd member's row is deleted while
+/// reservations run (a restored empty backup, a wrong database). The member is taken out of
+/// service with a reason, its row is never re-created, the even member keeps serving, and no
+/// id repeats; a restarted multi authority finds it missing again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_member_whose_row_is_deleted_under_load_is_taken_out() {
     let (odd_db, even_db) = tokio::join!(TempDatabase::create(), TempDatabase::create());
@@ -531,7 +522,7 @@ async fn postgres_member_whose_row_is_deleted_under_load_is_taken_out() {
         .unwrap();
     let during = load.await.unwrap();
     let after = hammer(first.clone(), &ns, 2, 50, 5).await;
-    let why = first.members()[0].out_of_service.clone();
+    let why = first.health()[0].out_of_service.clone();
     assert!(
         why.as_deref()
             .is_some_and(|w| w.contains("no record of namespace orders")),
@@ -542,7 +533,7 @@ async fn postgres_member_whose_row_is_deleted_under_load_is_taken_out() {
     let second = multi(vec![(odd.clone(), 1), (even.clone(), 0)]);
     second.ensure_namespace(&ns, odd_even_spec()).await.unwrap();
     let restarted = hammer(second.clone(), &ns, 2, 20, 5).await;
-    assert!(second.members()[0].out_of_service.is_some());
+    assert!(second.health()[0].out_of_service.is_some());
     assert_eq!(
         odd.state(&ns).await.unwrap(),
         None,
@@ -558,8 +549,8 @@ async fn postgres_member_whose_row_is_deleted_under_load_is_taken_out() {
     check_blocks("row deleted under load", &all, 2, &[1, 0]);
 }
 
-/// Issue 8, finding 1 in Flickr's ticket mode (two private MariaDB ticket servers): the odd
-/// server's ticket table is dropped under load. The member is taken out, the table is never
+/// The same in Flickr's ticket mode (two private MariaDB ticket servers): the odd server's
+/// ticket table is dropped under load. The member is taken out, the table is never
 /// re-created, and no id repeats.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_ticket_member_whose_table_is_dropped_under_load_is_taken_out() {
@@ -587,7 +578,7 @@ async fn mysql_ticket_member_whose_table_is_dropped_under_load_is_taken_out() {
         .unwrap_or_else(|e| panic!("dropping {table}: {e}"));
     let during = load.await.unwrap();
     let after = hammer(tickets.clone(), &ns, 2, 50, 1).await;
-    let why = tickets.members()[0].out_of_service.clone();
+    let why = tickets.health()[0].out_of_service.clone();
     assert!(
         why.as_deref()
             .is_some_and(|w| w.contains("no record of namespace orders")),
@@ -608,8 +599,8 @@ async fn mysql_ticket_member_whose_table_is_dropped_under_load_is_taken_out() {
 // ---------------------------------------------------------------------------------------------
 // Give-back and set-up
 
-/// Regression ("authority member 1 … Connection refused" stopped the node): `connect` starts a
-/// multi authority with one member unreachable (its proxy cut), shows it down with its error,
+/// Guards against a member down at start-up stopping the node ("authority member 1 …
+/// Connection refused"): `connect` starts a multi authority with one member unreachable (its proxy cut), shows it down with its error,
 /// serves from the other, and uses the first again, by itself, once it answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_down_at_start_is_connected_once_it_answers() {
@@ -636,7 +627,7 @@ async fn member_down_at_start_is_connected_once_it_answers() {
     let multi = idmint_store::connect(&config, dir.path())
         .await
         .unwrap_or_else(|e| panic!("a multi authority with one member down did not start: {e}"));
-    let members = multi.members();
+    let members = multi.members().expect("a multi authority").health();
     assert_eq!(
         (members[0].number, members[0].kind, members[0].up),
         (1, "postgres", false),
@@ -670,7 +661,7 @@ async fn member_down_at_start_is_connected_once_it_answers() {
     let came_back = Instant::now();
     all.extend(reserve_until_class(&*multi, &ns, 2, 1).await);
     println!("the odd member served after {:?}", came_back.elapsed());
-    let members = multi.members();
+    let members = multi.members().expect("a multi authority").health();
     assert!(members.iter().all(|m| m.up), "{members:?}");
     check_blocks(
         "down at start, then back",

@@ -33,6 +33,7 @@ use idmint_store::lease::{LeaseError, LeaseRequest, WorkerChoice};
 use idmint_store::mysql::{MysqlAuthority, MysqlConfig, MysqlTicketAuthority};
 use idmint_store::{Advance, AuditEntry, AuditEvent, AuditReport, Authority, GiveBack, StoreError};
 use idmint_testkit::mysql::{PrivateMariadb, TempDatabase};
+use idmint_testkit::wait;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -275,8 +276,8 @@ async fn ticket_mode_issues_increasing_single_ids() {
 }
 
 /// A namespace whose step/offset are not the server's auto-increment settings is refused, and
-/// the message names the server variables and the my.cnf lines to set (it used to say only
-/// "exists with step 1, offset 0", as if the namespace had been created with them).
+/// the message names the server variables and the my.cnf lines to set (not "exists with step
+/// 1, offset 0", as if the namespace had been created with them).
 #[tokio::test]
 async fn ticket_mode_refuses_specs_the_server_does_not_issue() {
     let db = TempDatabase::new();
@@ -456,11 +457,11 @@ async fn ticket_ids_survive_a_server_crash() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Durability settings (issue 8, finding 7)
+// Durability settings
 
 /// A server that does not flush every commit is refused, with the variable, its value and the
 /// my.cnf line to fix it; `accept_unsafe_durability = true` serves from it all the same. Guards
-/// the bug that the MySQL authority never looked: with `innodb_flush_log_at_trx_commit = 2`
+/// against serving from such a server unchecked: with `innodb_flush_log_at_trx_commit = 2`
 /// (or binary logging with `sync_binlog = 0`) a server crash can forget reservations already
 /// handed out, and ids would repeat.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -520,7 +521,7 @@ async fn the_default_servers_pass_the_durability_check() {
     MysqlAuthority::connect(config(db.url())).await.unwrap();
 }
 
-/// Regression (two authorities on one ticket table answered 503 under load): concurrent
+/// Guards against two authorities on one ticket table answering 503 under load: concurrent
 /// `REPLACE`s on the one ticket row deadlock in InnoDB (1213), which the server rolls back;
 /// such a `REPLACE` is retried, so every reservation of 2 authorities x 8 tasks succeeds, and
 /// every id is unique.
@@ -851,7 +852,7 @@ async fn lease_expiry_is_the_database_clock() {
     }
 }
 
-/// Regression guard for InnoDB deadlocks (1213) between concurrent first acquisitions of one
+/// Guards against InnoDB deadlocks (1213) between concurrent first acquisitions of one
 /// group and of neighbouring groups (gap locks): every one of 2 authorities x 8 tasks x 5
 /// groups gets its lease, and no worker id is granted twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -970,11 +971,11 @@ async fn a_renewal_racing_a_takeover_never_leaves_two_holders() {
             a1.worker_leases().unwrap().acquire(&request).await
         });
         let renewal = tokio::spawn(async move { a2.worker_leases().unwrap().renew(&old, 5).await });
-        // Both wait once two statements of this database stay in flight (two polls in a row:
-        // the takeover's first statements do not wait).
-        let deadline = Instant::now() + Duration::from_secs(100);
+        // Both wait once two statements of this database stay in flight (for five polls in a
+        // row, 50 ms: the takeover's first statements do not wait).
         let mut seen = 0;
-        while seen < 2 {
+        let what = format!("round {round}: both statements waiting");
+        wait::until_async(what, Duration::from_secs(100), async || {
             let in_flight: Option<u64> = conn
                 .query_first(
                     "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
@@ -984,11 +985,12 @@ async fn a_renewal_racing_a_takeover_never_leaves_two_holders() {
                 .unwrap();
             seen = if in_flight == Some(2) { seen + 1 } else { 0 };
             assert!(
-                Instant::now() < deadline && !takeover.is_finished() && !renewal.is_finished(),
+                !takeover.is_finished() && !renewal.is_finished(),
                 "round {round}: {in_flight:?} in flight, one of them ended"
             );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            seen >= 5
+        })
+        .await;
         conn.query_drop("COMMIT").await.unwrap();
         let (takeover, renewal) = (takeover.await.unwrap(), renewal.await.unwrap());
         match (&takeover, &renewal) {

@@ -27,6 +27,7 @@ use idmint_store::lease::{LeaseError, LeaseRequest, WorkerChoice};
 use idmint_store::postgres::{instagram_sql, schema_sql, PostgresAuthority, PostgresConfig};
 use idmint_store::{Advance, AuditEvent, Authority, GiveBack, StoreError};
 use idmint_testkit::postgres::TempDatabase;
+use idmint_testkit::wait;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -606,8 +607,8 @@ async fn a_renewal_racing_a_takeover_never_leaves_two_holders() {
             a1.worker_leases().unwrap().acquire(&request).await
         });
         let renewal = tokio::spawn(async move { a2.worker_leases().unwrap().renew(&old, 5).await });
-        let deadline = Instant::now() + Duration::from_secs(100);
-        loop {
+        let what = format!("round {round}: both waiting for the lock");
+        wait::until_async(what, Duration::from_secs(100), async || {
             // From another session: pg_stat_activity is a snapshot taken once per transaction.
             let waiting: i64 = watcher
                 .query_one(
@@ -618,15 +619,13 @@ async fn a_renewal_racing_a_takeover_never_leaves_two_holders() {
                 .await
                 .unwrap()
                 .get(0);
-            if waiting == 2 {
-                break;
-            }
             assert!(
-                Instant::now() < deadline && !takeover.is_finished() && !renewal.is_finished(),
+                waiting == 2 || (!takeover.is_finished() && !renewal.is_finished()),
                 "round {round}: {waiting} waiting, one of them ended"
             );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+            waiting == 2
+        })
+        .await;
         tx.commit().await.unwrap();
         let (takeover, renewal) = (takeover.await.unwrap(), renewal.await.unwrap());
         match (&takeover, &renewal) {

@@ -20,6 +20,7 @@ use idmint_store::lease::{LeaseError, LeaseRequest, WorkerChoice};
 use idmint_store::zookeeper::{ZookeeperAuthority, ZookeeperConfig};
 use idmint_store::{Authority, StoreError};
 use idmint_testkit::proxy::{Fault, FaultProxy};
+use idmint_testkit::wait;
 use idmint_testkit::zookeeper::PrivateZookeeper;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,16 +71,12 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<T, StoreError>>,
 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match op().await {
-            Ok(v) => return v,
-            Err(e) if e.is_unavailable() && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("{what}: {e}"),
-        }
-    }
+    wait::until_some_async(what, Duration::from_secs(30), async || match op().await {
+        Ok(v) => Some(v),
+        Err(e) if e.is_unavailable() => None,
+        Err(e) => panic!("{what}: {e}"),
+    })
+    .await
 }
 
 /// kill -9 of the server, then a restart on the same data: the watermark and a worker's
@@ -197,33 +194,21 @@ async fn kill_9_of_zookeeper_under_load_repeats_no_id() {
             }
         }));
     }
-    let wait_for = |what: &'static str, cond: Box<dyn Fn() -> bool + Send>| async move {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !cond() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    let g = granted.clone();
-    wait_for(
-        "200 blocks before the kill",
-        Box::new(move || g.load(Ordering::Relaxed) >= 200),
-    )
+    let within = Duration::from_secs(60);
+    wait::until_async("200 blocks before the kill", within, async || {
+        granted.load(Ordering::Relaxed) >= 200
+    })
     .await;
     zk.kill9();
     let before = granted.load(Ordering::Relaxed);
-    let r = refused.clone();
-    wait_for(
-        "refusals while the server is down",
-        Box::new(move || r.load(Ordering::Relaxed) >= 4),
-    )
+    wait::until_async("refusals while the server is down", within, async || {
+        refused.load(Ordering::Relaxed) >= 4
+    })
     .await;
     zk.restart().await;
-    let g = granted.clone();
-    wait_for(
-        "200 blocks after the restart",
-        Box::new(move || g.load(Ordering::Relaxed) >= before + 200),
-    )
+    wait::until_async("200 blocks after the restart", within, async || {
+        granted.load(Ordering::Relaxed) >= before + 200
+    })
     .await;
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
@@ -330,43 +315,41 @@ async fn a_holder_cut_off_past_its_ttl_loses_the_worker_id_but_not_the_floor() {
         .await
         .unwrap_err();
     assert!(err.is_unavailable(), "{err:?}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let taken = loop {
-        match other
+    let taken = wait::until_some_async(
+        "the cut holder's lease to expire",
+        Duration::from_secs(30),
+        async || match other
             .worker_leases()
             .unwrap()
             .acquire(&request(&group, WorkerChoice::Exactly(2), "taker", ttl))
             .await
         {
-            Ok(l) => break l,
-            Err(LeaseError::Held { .. }) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("the cut holder's lease never expired: {e}"),
-        }
-    };
+            Ok(l) => Some(l),
+            Err(LeaseError::Held { .. }) => None,
+            Err(e) => panic!("acquiring the cut holder's worker id: {e}"),
+        },
+    )
+    .await;
     assert!(taken.token > lease.token);
     assert_eq!(taken.floor_unix_ms, 1_700_000_777_000, "the floor stays");
 
     proxy.set_fault(Fault::None);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match holder
+    let current = wait::until_some_async(
+        "the old holder's renewal to reach the server",
+        Duration::from_secs(30),
+        async || match holder
             .worker_leases()
             .unwrap()
             .renew(&lease, 1_800_000_000_000)
             .await
         {
-            Err(LeaseError::Superseded { current, .. }) => {
-                assert_eq!(current, taken.token);
-                break;
-            }
-            Err(e) if e.is_unavailable() && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            Err(LeaseError::Superseded { current, .. }) => Some(current),
+            Err(e) if e.is_unavailable() => None,
             other => panic!("the old holder's renewal must be Superseded: {other:?}"),
-        }
-    }
+        },
+    )
+    .await;
+    assert_eq!(current, taken.token);
     let (_, slots) = other
         .worker_leases()
         .unwrap()
@@ -399,18 +382,15 @@ async fn a_lapsed_lease_nobody_took_is_renewed_with_its_token() {
         ))
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (_, slots) = leases.group(&group).await.unwrap().unwrap();
-        if !slots[0].is_live() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "a 1 s lease still live after 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait::until_async(
+        "the 1 s lease to lapse",
+        Duration::from_secs(30),
+        async || {
+            let (_, slots) = leases.group(&group).await.unwrap().unwrap();
+            !slots[0].is_live()
+        },
+    )
+    .await;
     let renewed = leases.renew(&lease, 42).await.unwrap();
     assert_eq!((renewed.token, renewed.floor_unix_ms), (lease.token, 42));
     let (_, slots) = leases.group(&group).await.unwrap().unwrap();
@@ -446,8 +426,8 @@ async fn foreign_records_are_corrupt() {
     }
 }
 
-/// A store written before the ledger (no `<root>/audit`) upgrades in place: the first write
-/// makes the directories. Entries and their names that idmint did not write are `Corrupt`.
+/// A store without audit znodes (no `<root>/audit`) gains them in place: the next write makes
+/// the directories. Entries and their names that idmint did not write are `Corrupt`.
 #[tokio::test]
 async fn the_ledger_upgrades_in_place_and_damage_is_corrupt() {
     let zk = PrivateZookeeper::start().await;
@@ -457,7 +437,7 @@ async fn the_ledger_upgrades_in_place_and_damage_is_corrupt() {
     a.ensure_namespace(&ns, SequenceSpec::default_64())
         .await
         .unwrap();
-    // As a version without the ledger left it (connect made the directory again).
+    // A store without audit znodes (connect made the directory, so remove it again).
     raw.delete("/old/audit", None).await.unwrap();
     let r = a.reserve(&ns, 10).await.unwrap();
     let log = a.audit_log().unwrap();

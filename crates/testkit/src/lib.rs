@@ -7,6 +7,8 @@
 //! - [`postgres_tls::PrivatePostgres`]: a private PostgreSQL that accepts TLS only.
 //! - [`etcd_tls::PrivateEtcdTls`]: a private etcd serving its clients over TLS only.
 //! - [`certs::TestCerts`]: a CA and a server certificate made at test time, for TLS tests.
+//! - [`wait`]: polling a condition with a deadline ([`wait::until`] and its async and
+//!   value-returning variants), so tests wait for what happened instead of sleeping.
 //!
 //! Faults come from this proxy and from killing real processes, never from mocks. Nothing here
 //! is used outside tests.
@@ -18,4 +20,5 @@ pub mod mysql;
 pub mod postgres;
 pub mod postgres_tls;
 pub mod proxy;
+pub mod wait;
 pub mod zookeeper;

@@ -8,6 +8,7 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use idmint_testkit::wait;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -156,10 +157,9 @@ impl Server {
                     // Stdout closed: the process is exiting (or closed it, which it never does).
                     let status = wait_with_deadline(&mut child);
                     // The stderr thread holds its clone until EOF, which the exit brings.
-                    let until = Instant::now() + DEADLINE;
-                    while Arc::strong_count(&stderr) > 1 && Instant::now() < until {
-                        thread::sleep(Duration::from_millis(10));
-                    }
+                    wait::until("the stderr reader to finish", DEADLINE, || {
+                        Arc::strong_count(&stderr) == 1
+                    });
                     let stderr = stderr.lock().unwrap().clone();
                     return Err(Exited { status, stderr });
                 }
@@ -234,11 +234,10 @@ impl Server {
         while let Ok(line) = self.stdout.recv_timeout(DEADLINE) {
             rest.push(line);
         }
-        let deadline = Instant::now() + DEADLINE;
         // The stderr thread appends everything at EOF; wait for it to have done so.
-        while Arc::strong_count(&self.stderr) > 1 && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(10));
-        }
+        wait::until("the stderr reader to finish", DEADLINE, || {
+            Arc::strong_count(&self.stderr) == 1
+        });
         let stderr = self.stderr.lock().unwrap().clone();
         (status, rest, stderr)
     }
@@ -267,18 +266,16 @@ impl Drop for Server {
     }
 }
 
+/// Waits up to [`DEADLINE`] for `child` to exit; kills it before panicking if it does not.
 pub fn wait_with_deadline(child: &mut Child) -> ExitStatus {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("process {} did not exit in time", child.id());
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
+    let what = format!("process {} to exit", child.id());
+    let exited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait::until_some(what, DEADLINE, || child.try_wait().unwrap())
+    }));
+    exited.unwrap_or_else(|timeout| {
+        let _ = child.kill();
+        std::panic::resume_unwind(timeout)
+    })
 }
 
 /// The `(ids handed back, ids burned)` of a node's last stdout line, `idmint stopped: N ids handed

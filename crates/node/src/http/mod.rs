@@ -685,7 +685,12 @@ async fn metrics(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response 
         .join(",");
     let format = crate::metrics::Format::negotiate(Some(&accept));
     node.refresh_gauges();
-    node.metrics().refresh_members(&node.authority().members());
+    node.metrics().refresh_members(
+        &node
+            .authority()
+            .members()
+            .map_or_else(Vec::new, |m| m.health()),
+    );
     refresh_snowflake_gauges(&node).await;
     (
         [

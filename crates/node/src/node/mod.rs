@@ -196,7 +196,8 @@ impl Node {
         let cutoff = u64::try_from(now.saturating_sub(retention).as_millis()).unwrap_or(0);
         let authorities = self
             .authority
-            .audited_members()
+            .members()
+            .map(|m| m.audited())
             .unwrap_or_else(|| vec![self.authority.clone()]);
         for a in authorities {
             let Some(log) = a.audit_log() else { continue };
@@ -351,6 +352,7 @@ impl Node {
     pub fn members(&self) -> Vec<idmint_api::MemberState> {
         self.authority
             .members()
+            .map_or_else(Vec::new, |m| m.health())
             .into_iter()
             .map(|m| idmint_api::MemberState {
                 number: m.number,

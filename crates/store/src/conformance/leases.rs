@@ -414,42 +414,43 @@ pub async fn a_renewal_never_takes_over_another_holders_lease(
     leases_of(&old).release(&mine, 1).await.unwrap();
 }
 
-/// A node's ledger records the store's incarnation and the lease groups it leased from: an
+/// A node's record holds the store's incarnation and the lease groups it leased from: an
 /// emptied or swapped store (`other`, independent and empty) is refused at start, by
 /// namespace creation and by lease acquisition, even through a wrapper made without the start
 /// checks; a node that never ran refuses an empty store when its configuration names the
 /// incarnation, or declares a group without `--init`. On the store itself the node goes on.
-pub async fn a_ledger_refuses_an_emptied_or_swapped_lease_store(
+pub async fn a_node_record_refuses_an_emptied_or_swapped_lease_store(
     store: Arc<dyn Authority>,
     other: Arc<dyn Authority>,
 ) {
-    use crate::ledger::{Ledger, LedgerAuthority, StoreExpectations};
+    use crate::node_record::{CheckedAuthority, NodeRecord, StoreExpectations};
     let kind = store.kind();
     let dir = tempfile::tempdir().unwrap();
-    let ledger = || Arc::new(Ledger::open(dir.path(), format!("{kind} under test")).unwrap());
+    let node_record =
+        || Arc::new(NodeRecord::open(dir.path(), format!("{kind} under test")).unwrap());
     let group = unique_name("lost_leases");
     let expect = StoreExpectations {
         init: true,
         declared_groups: vec![group.clone()],
         ..StoreExpectations::default()
     };
-    let first = LedgerAuthority::open(store.clone(), ledger(), &expect)
+    let first = CheckedAuthority::open(store.clone(), node_record(), &expect)
         .await
         .unwrap();
     let incarnation = first.incarnation().cloned().unwrap();
-    let held = leases_of_ledger(&first)
+    let held = leases_of_checked(&first)
         .acquire(&request(&group, WorkerChoice::LowestFree, "node-a lease 1"))
         .await
         .unwrap();
     drop(first);
 
-    // The ledger knows the store: another, empty one is refused, even with --init.
-    let err = LedgerAuthority::open(other.clone(), ledger(), &expect)
+    // The node record knows the store: another, empty one is refused, even with --init.
+    let err = CheckedAuthority::open(other.clone(), node_record(), &expect)
         .await
         .unwrap_err();
     assert!(err.is_lost(), "[{kind}] an emptied store was opened: {err}");
     // Without the start checks, creation and acquisition are refused too.
-    let unchecked = LedgerAuthority::new(other.clone(), ledger());
+    let unchecked = CheckedAuthority::new(other.clone(), node_record());
     let err = unchecked
         .ensure_namespace(
             &unique_name("lost_ns"),
@@ -458,7 +459,7 @@ pub async fn a_ledger_refuses_an_emptied_or_swapped_lease_store(
         .await
         .unwrap_err();
     assert!(err.is_lost(), "[{kind}] a namespace was created: {err}");
-    let err = leases_of_ledger(&unchecked)
+    let err = leases_of_checked(&unchecked)
         .acquire(&request(&group, WorkerChoice::LowestFree, "node-a lease 2"))
         .await
         .unwrap_err();
@@ -475,13 +476,13 @@ pub async fn a_ledger_refuses_an_emptied_or_swapped_lease_store(
     // A node that never ran: refused when the configuration names the incarnation, and when
     // it declares the group without --init.
     let fresh = tempfile::tempdir().unwrap();
-    let fresh_ledger =
-        || Arc::new(Ledger::open(fresh.path(), format!("{kind} under test")).unwrap());
+    let fresh_record =
+        || Arc::new(NodeRecord::open(fresh.path(), format!("{kind} under test")).unwrap());
     let named = StoreExpectations {
         incarnation: Some(incarnation.clone()),
         ..expect.clone()
     };
-    let err = LedgerAuthority::open(other.clone(), fresh_ledger(), &named)
+    let err = CheckedAuthority::open(other.clone(), fresh_record(), &named)
         .await
         .unwrap_err();
     assert!(err.is_lost(), "[{kind}] {err}");
@@ -489,7 +490,7 @@ pub async fn a_ledger_refuses_an_emptied_or_swapped_lease_store(
         init: false,
         ..expect.clone()
     };
-    let err = LedgerAuthority::open(other.clone(), fresh_ledger(), &without_init)
+    let err = CheckedAuthority::open(other.clone(), fresh_record(), &without_init)
         .await
         .unwrap_err();
     assert!(
@@ -503,19 +504,19 @@ pub async fn a_ledger_refuses_an_emptied_or_swapped_lease_store(
     );
 
     // On its own store the node goes on, and its lease is still its own.
-    let back = LedgerAuthority::open(store.clone(), ledger(), &without_init)
+    let back = CheckedAuthority::open(store.clone(), node_record(), &without_init)
         .await
         .unwrap();
-    let renewed = leases_of_ledger(&back).renew(&held, 7).await.unwrap();
+    let renewed = leases_of_checked(&back).renew(&held, 7).await.unwrap();
     assert_eq!(renewed.floor_unix_ms, 7, "[{kind}]");
-    leases_of_ledger(&back).release(&held, 8).await.unwrap();
+    leases_of_checked(&back).release(&held, 8).await.unwrap();
     assert_eq!(
-        ledger().group(&group).map(|g| g.last_token),
+        node_record().group(&group).map(|g| g.last_token),
         Some(held.token)
     );
 }
 
-fn leases_of_ledger(a: &crate::ledger::LedgerAuthority) -> &dyn WorkerLeases {
+fn leases_of_checked(a: &crate::node_record::CheckedAuthority) -> &dyn WorkerLeases {
     a.worker_leases()
         .unwrap_or_else(|| panic!("the {} authority stores no worker leases", a.kind()))
 }
@@ -578,11 +579,11 @@ pub mod cases {
         .await;
     }
 
-    /// [`super::a_ledger_refuses_an_emptied_or_swapped_lease_store`] on two independent stores.
-    pub async fn a_ledger_refuses_an_emptied_or_swapped_lease_store<B: Backend>() {
+    /// [`super::a_node_record_refuses_an_emptied_or_swapped_lease_store`] on two independent stores.
+    pub async fn a_node_record_refuses_an_emptied_or_swapped_lease_store<B: Backend>() {
         let store = B::create().await;
         let other = store.independent().await;
-        super::a_ledger_refuses_an_emptied_or_swapped_lease_store(
+        super::a_node_record_refuses_an_emptied_or_swapped_lease_store(
             store.open().await,
             other.open().await,
         )

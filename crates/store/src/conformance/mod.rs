@@ -605,29 +605,29 @@ pub async fn list_is_sorted(a: Arc<dyn Authority>) {
     }
 }
 
-/// A node's ledger over `store` records a namespace; over `other` (a store that moved, an empty
+/// A node's record over `store` records a namespace; over `other` (a store that moved, an empty
 /// backup, another database) the namespace is refused as lost, by `ensure_namespace` and by
-/// `reserve`, and never created there; over `store` again it serves on (issue 8, finding 3).
-pub async fn a_ledger_refuses_a_store_that_lost_a_namespace(
+/// `reserve`, and never created there; over `store` again it serves on.
+pub async fn a_node_record_refuses_a_store_that_lost_a_namespace(
     store: Arc<dyn Authority>,
     other: Arc<dyn Authority>,
 ) {
-    use crate::ledger::{Ledger, LedgerAuthority};
+    use crate::node_record::{CheckedAuthority, NodeRecord};
     let kind = store.kind();
     let dir = std::env::temp_dir().join(format!(
-        "idmint-ledger-{}-{}",
+        "idmint-node-record-{}-{}",
         std::process::id(),
-        unique_name("ledger").as_str()
+        unique_name("node_record").as_str()
     ));
-    let ledger = || Arc::new(Ledger::open(&dir, format!("{kind} under test")).unwrap());
-    let name = unique_name("ledger");
+    let node_record = || Arc::new(NodeRecord::open(&dir, format!("{kind} under test")).unwrap());
+    let name = unique_name("node_record");
     let spec = SequenceSpec::default_64();
     {
-        let a = LedgerAuthority::new(store.clone(), ledger());
+        let a = CheckedAuthority::new(store.clone(), node_record());
         ensure(&a, &name, spec).await;
         reserve(&a, &name, 10).await;
     }
-    let moved = LedgerAuthority::new(other.clone(), ledger());
+    let moved = CheckedAuthority::new(other.clone(), node_record());
     let err = moved.ensure_namespace(&name, spec).await.unwrap_err();
     assert!(
         err.is_lost(),
@@ -640,7 +640,7 @@ pub async fn a_ledger_refuses_a_store_that_lost_a_namespace(
         None,
         "[{kind}] the lost namespace was created on the other store"
     );
-    let back = LedgerAuthority::new(store, ledger());
+    let back = CheckedAuthority::new(store, node_record());
     ensure(&back, &name, spec).await;
     let r = reserve(&back, &name, 5).await;
     assert!(r.block.start() >= 11, "[{kind}] {r:?}");
@@ -650,7 +650,7 @@ pub async fn a_ledger_refuses_a_store_that_lost_a_namespace(
 /// Two stores of the backend as the members of a multi authority (offsets 0 and 1, step 2);
 /// then member 2 is replaced by `replaced`, an empty store (a restored empty backup, a new
 /// server): the next multi authority takes it out of service, never creates the namespace on it,
-/// and serves member 1's class only, without repeating an id (issue 8, finding 1).
+/// and serves member 1's class only, without repeating an id.
 pub async fn a_multi_member_that_lost_its_data_is_taken_out(
     first: Arc<dyn Authority>,
     second: Arc<dyn Authority>,
@@ -684,7 +684,7 @@ pub async fn a_multi_member_that_lost_its_data_is_taken_out(
             "[{kind}] {r:?} repeated"
         );
     }
-    let members = after.members();
+    let members = crate::Members::health(&after);
     assert!(
         members[1].out_of_service.is_some() && members[0].out_of_service.is_none(),
         "[{kind}] {members:?}"
@@ -790,7 +790,7 @@ pub mod cases {
         stall_is_unavailable_within_the_timeout, two_authorities_never_overlap,
     };
     pub use super::leases::cases::{
-        a_ledger_refuses_an_emptied_or_swapped_lease_store, a_released_lease_keeps_its_floor,
+        a_node_record_refuses_an_emptied_or_swapped_lease_store, a_released_lease_keeps_its_floor,
         a_renewal_never_takes_over_another_holders_lease, an_expired_lease_is_taken_over,
         leases_never_overlap, reading_a_group_changes_nothing,
     };
@@ -848,11 +848,11 @@ pub mod cases {
         super::unknown_namespace_and_bad_count_are_errors(storage.open().await).await;
     }
 
-    /// [`super::a_ledger_refuses_a_store_that_lost_a_namespace`] on two independent stores.
-    pub async fn a_ledger_refuses_a_store_that_lost_a_namespace<B: Backend>() {
+    /// [`super::a_node_record_refuses_a_store_that_lost_a_namespace`] on two independent stores.
+    pub async fn a_node_record_refuses_a_store_that_lost_a_namespace<B: Backend>() {
         let store = B::create().await;
         let other = store.independent().await;
-        super::a_ledger_refuses_a_store_that_lost_a_namespace(
+        super::a_node_record_refuses_a_store_that_lost_a_namespace(
             store.open().await,
             other.open().await,
         )
@@ -924,7 +924,7 @@ macro_rules! conformance_tests {
             a_released_lease_keeps_its_floor,
             reading_a_group_changes_nothing,
             a_renewal_never_takes_over_another_holders_lease,
-            a_ledger_refuses_an_emptied_or_swapped_lease_store,
+            a_node_record_refuses_an_emptied_or_swapped_lease_store,
         ]);
     };
     ($module:ident => $backend:ty, audit) => {
@@ -953,7 +953,7 @@ macro_rules! conformance_tests {
             ensure_namespace_is_idempotent,
             unknown_namespace_and_bad_count_are_errors,
             list_is_sorted,
-            a_ledger_refuses_a_store_that_lost_a_namespace,
+            a_node_record_refuses_a_store_that_lost_a_namespace,
             a_multi_member_that_lost_its_data_is_taken_out,
             incarnations_are_created_once,
             $($more,)*

@@ -252,7 +252,7 @@ async fn read_auto_increment(conn: &mut Conn) -> Result<AutoIncrement, StoreErro
 mod tests {
     use super::*;
 
-    /// Which settings lose acknowledged commits (issue 8, finding 7).
+    /// Which settings lose acknowledged commits, each named in the refusal.
     #[test]
     fn durability_problems_name_the_variables() {
         let safe = Durability {

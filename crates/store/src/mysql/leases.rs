@@ -29,14 +29,14 @@
 
 use super::conn::{Client, Session};
 use super::sql::{text_literal, AuditTable, LeaseTables, NOW_MS};
-use super::tickets::{deadlock_pause, DEADLOCK_ATTEMPTS};
+use super::tickets::{deadlock_backoff, DEADLOCK_ATTEMPTS};
 use super::{col, driver_error, execute, query, server_code, ER_LOCK_DEADLOCK};
 use crate::lease::{
     is_current, plan_acquire, superseded, GroupRecord, LeaseError, LeaseRequest, WorkerLease,
     WorkerSlot,
 };
 use crate::StoreError;
-use idmint_core::NamespaceName;
+use idmint_core::{Backoff, NamespaceName};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, Transaction, TxOpts};
 use std::time::Duration;
@@ -124,18 +124,17 @@ fn failure(what: &'static str) -> impl Fn(mysql_async::Error) -> Failure {
     }
 }
 
-/// After a failed try (the `attempt`th): the pause before the next one if the server rolled
-/// the try back as a deadlock and fewer than `DEADLOCK_ATTEMPTS` were made; the error otherwise.
-fn retry_after(what: &str, attempt: &mut u32, failure: Failure) -> Result<Duration, StoreError> {
+/// After a failed try: the pause before the next one if the server rolled the try back as a
+/// deadlock and fewer than `DEADLOCK_ATTEMPTS` were made; the error otherwise.
+fn retry_after(
+    what: &str,
+    backoff: &mut Backoff,
+    failure: Failure,
+) -> Result<Duration, StoreError> {
     match failure {
-        Failure::Deadlock(_) if *attempt < DEADLOCK_ATTEMPTS => {
-            *attempt += 1;
-            Ok(deadlock_pause(*attempt))
-        }
-        Failure::Deadlock(e) => Err(driver_error(
-            &format!("{what} (deadlocked {DEADLOCK_ATTEMPTS} times)"),
-            e,
-        )),
+        Failure::Deadlock(e) => backoff.next().ok_or_else(|| {
+            driver_error(&format!("{what} (deadlocked {DEADLOCK_ATTEMPTS} times)"), e)
+        }),
         Failure::Error(e) => Err(e),
     }
 }
@@ -330,12 +329,12 @@ pub(super) async fn acquire(
     let (ttl_us, ttl) = ttl_micros(&request.group, request.ttl)?;
     client
         .on_conn("acquire_lease", async |s: &mut Session| {
-            let mut attempt = 1;
+            let mut backoff = deadlock_backoff();
             loop {
                 match acquire_once(&mut s.conn, t, audit, request, ttl_us, ttl).await {
                     Ok(out) => return Ok(out),
                     Err(f) => {
-                        let pause = retry_after("acquiring a lease", &mut attempt, f)?;
+                        let pause = retry_after("acquiring a lease", &mut backoff, f)?;
                         tokio::time::sleep(pause).await;
                     }
                 }
@@ -406,9 +405,9 @@ async fn swap(
     };
     client
         .on_conn(what, async |s: &mut Session| {
-            let mut attempt = 1;
+            let mut backoff = deadlock_backoff();
             while let Err(e) = s.conn.exec_drop(sql.as_str(), params.clone()).await {
-                let pause = retry_after(what, &mut attempt, failure("UPDATE of a lease")(e))?;
+                let pause = retry_after(what, &mut backoff, failure("UPDATE of a lease")(e))?;
                 tokio::time::sleep(pause).await;
             }
             // Changed or not (MySQL counts changed rows: a release repeated with the same

@@ -141,7 +141,7 @@
 //! and by time (for `prune`). Every entry is written in the transaction of the change it
 //! records (module `audit`):
 //!
-//! - block mode's `reserve` and `give_back`, and ticket mode's `REPLACE`, are now one
+//! - block mode's `reserve` and `give_back`, and ticket mode's `REPLACE`, are each one
 //!   multi-statement request, `START TRANSACTION; <the statement above>; SET @idmint_… =
 //!   ROW_COUNT(), LAST_INSERT_ID(); INSERT INTO <audit> … SELECT … WHERE <it changed a row>;
 //!   COMMIT; SELECT @idmint_…`: still one round trip, and an entry exactly when something was

@@ -37,10 +37,11 @@ use crate::{
     StoreError,
 };
 use async_trait::async_trait;
-use idmint_core::{Block, NamespaceName, SequenceSpec};
+use idmint_core::{Backoff, Block, NamespaceName, SequenceSpec};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, TxOpts};
 use std::fmt;
+use std::time::Duration;
 
 /// The spec a server's auto-increment settings give `requested`'s width and first id.
 fn server_spec(auto: AutoIncrement, requested: &SequenceSpec) -> Result<SequenceSpec, StoreError> {
@@ -95,16 +96,11 @@ fn check_server(
 /// How many times one reservation tries a `REPLACE` the server rolled back as a deadlock.
 pub const DEADLOCK_ATTEMPTS: u32 = 16;
 
-/// The pause before the `attempt`th try (from 2) after a deadlock: random up to 2^attempt
-/// times 100 µs, capped at 20 ms, so that the `REPLACE`s that collided do not collide again.
-pub(super) fn deadlock_pause(attempt: u32) -> std::time::Duration {
-    let ceiling_us = (100u64 << attempt.min(8)).min(20_000);
-    let jitter = u64::from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos()),
-    );
-    std::time::Duration::from_micros(jitter % ceiling_us.max(1))
+/// The pauses between the tries of a transaction the server rolled back as a deadlock:
+/// random and exponential from 400 µs to 20 ms, so that the transactions that collided do not
+/// collide again; `None` once [`DEADLOCK_ATTEMPTS`] tries were made.
+pub(super) fn deadlock_backoff() -> Backoff {
+    Backoff::new(Duration::from_micros(400), Duration::from_millis(20)).limit(DEADLOCK_ATTEMPTS - 1)
 }
 
 /// Why one `REPLACE` failed: the server rolled it back (a deadlock: try again), or anything
@@ -259,19 +255,18 @@ impl MysqlTicketAuthority {
         session: &mut Session,
         name: &NamespaceName,
     ) -> Result<Reservation, StoreError> {
-        let mut attempt = 1;
+        let mut backoff = deadlock_backoff();
         loop {
             match self.reserve_once(session, name).await {
-                Err(Rollback::Deadlock(_)) if attempt < DEADLOCK_ATTEMPTS => {
-                    attempt += 1;
-                    tokio::time::sleep(deadlock_pause(attempt)).await;
-                }
-                Err(Rollback::Deadlock(e)) => {
-                    return Err(driver_error(
-                        &format!("REPLACE (deadlocked {DEADLOCK_ATTEMPTS} times)"),
-                        e,
-                    ))
-                }
+                Err(Rollback::Deadlock(e)) => match backoff.next() {
+                    Some(pause) => tokio::time::sleep(pause).await,
+                    None => {
+                        return Err(driver_error(
+                            &format!("REPLACE (deadlocked {DEADLOCK_ATTEMPTS} times)"),
+                            e,
+                        ))
+                    }
+                },
                 Err(Rollback::Error(e)) => return Err(e),
                 Ok(r) => return Ok(r),
             }

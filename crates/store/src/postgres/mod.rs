@@ -130,8 +130,8 @@
 //! ## What it does not do
 //!
 //! TLS (use a local socket, a tunnel or a sidecar), migrations of the tables (the layout is
-//! version 1; the ledger is a new table, created if absent at connect, so an existing
-//! deployment gains it in place), retries of writes,
+//! version 1; the audit table is created if absent at connect, so a database without it
+//! gains it in place), retries of writes,
 //! failover between servers (list several hosts in the URL and tokio-postgres tries them in
 //! order at connect; consistency across a failover is the replication setup's business: use
 //! synchronous replication). [`instagram_sql`] prints Instagram's PL/pgSQL id function for

@@ -5,7 +5,7 @@
 //! Each operation is one call to an upper node: [`Authority::reserve`] is `Block`,
 //! [`Authority::give_back`] is `GiveBack` with the block's lease, `state`/`list` and
 //! `ensure_namespace` read `Namespace`/`Namespaces`, and worker leases are `AcquireWorker`,
-//! `RenewWorker`, `ReleaseWorker` and `WorkerGroup` ([`leases`]). The upper node's own supply
+//! `RenewWorker`, `ReleaseWorker` and `WorkerGroup` (`upstream/leases.rs`). The upper node's own supply
 //! decides where its blocks come from, and its own authority holds the leases; this module
 //! only carries them down and the unused tail back up.
 //!
@@ -28,7 +28,7 @@
 //!   lower node would never get past it); a block entirely below is burned and the call answers
 //!   `Unavailable`, moving on to the next url. Never a block the node's buffer would refuse as
 //!   out of order;
-//! - across restarts, every class's floor starts at the highest end the node's ledger recorded
+//! - across restarts, every class's floor starts at the highest end the node record holds
 //!   ([`Authority::note_floor`]), and each `Block` asks the upper node for nothing below the
 //!   floor (`min_start`): a restarted node never serves below what it served before, whichever
 //!   upper node answers;
@@ -104,7 +104,7 @@ struct Granted {
     floors: Vec<((u64, u64), u64)>,
     /// The spec `ensure_namespace` checked, for the width an exhausted namespace reports.
     spec: Option<SequenceSpec>,
-    /// Every id below this was granted before this process (the node's ledger, through
+    /// Every id below this was granted before this process (the node record, through
     /// [`Authority::note_floor`]): the floor of every class.
     seeded: u64,
 }
@@ -382,7 +382,7 @@ impl Authority for UpstreamAuthority {
         Ok(upper.state)
     }
 
-    /// Leased through the tier above ([`leases`]): the upper node holds them in its store.
+    /// Leased through the tier above (`upstream/leases.rs`): the upper node holds them in its store.
     fn worker_leases(&self) -> Option<&dyn crate::WorkerLeases> {
         Some(self)
     }

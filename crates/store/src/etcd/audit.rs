@@ -1,0 +1,307 @@
+//! The audit ledger of the etcd authority ([`AuditLog`] for [`EtcdAuthority`]).
+//!
+//! One key per entry, `<prefix>audit/<subject>/<20 digits>` (subject: the namespace, or the
+//! lease group of a worker-lease acquisition), whose value is [`audit::encode_record`]'s line
+//! `v1 <at_unix_ms> <event> <a> <b> <holder>`:
+//!
+//! ```text
+//! /idmint/audit/photos/00000000000000000412   v1 1700000005000 granted 1001 2001 web-1 pid 7
+//! ```
+//!
+//! - **Same write.** The entry is put by the very `Txn` that writes the watermark (`reserve`,
+//!   a `give_back` that returns, an `advance` that moves it) or the lease group
+//!   (`WorkerLeases::acquire`), in its `Then` branch: no grant without its entry, no entry
+//!   without its grant, also when a reply is lost. A refused give-back, an `advance` that
+//!   changes nothing, a renewal and a release write none.
+//! - **seq** is the entry key's `create_revision`: the revision of that `Txn`, global to the
+//!   cluster, so it increases in commit order within a subject (and across subjects, where it
+//!   means nothing).
+//! - **The name** is the revision the write is conditioned on, zero-padded to 20 digits: the
+//!   namespace key's `mod_revision` compared by the CAS (the lease group key's, or for a new
+//!   group the revision of the read the decision rests on). It is unique (each write of the
+//!   key compares a newer revision), below the entry's own seq and at or above the seq of the
+//!   subject's previous entry, so key order is seq order: [`AuditLog::entries`] is one range
+//!   read from the key named `after` (plus, when that page cannot show there is none, a
+//!   filtered read of the older keys for the one entry named below `after` with a seq above
+//!   it).
+//! - **Time** is the writing process's clock ([`audit::now_unix_ms`]): etcd offers none.
+//!   Compacting etcd's history changes neither: a live key keeps its create revision.
+//! - `subjects`: range reads of the keys only, 500 at a time, skipping to the next subject
+//!   after each page; `prune`: reads the whole ledger 500 entries at a time and deletes those
+//!   older than the cut-off in `Txn`s of 64 deletes (etcd's `--max-txn-ops` is 128 by
+//!   default).
+//! - No schema: keys appear with the first write, so a store that holds namespaces but no
+//!   audit keys starts its ledger with its next write.
+//! - Readers validate what they read: a name that is not 20 digits or not below the key's
+//!   create revision, a value [`audit::decode_record`] refuses, a subject that is no
+//!   namespace name are [`StoreError::Corrupt`].
+//! - Cost: none in round trips (one more `Put` in a `Txn` that was sent anyway); every entry
+//!   is a key of etcd's keyspace for as long as it is kept, so size etcd's
+//!   `--quota-backend-bytes` for the retention, and prune.
+
+use super::EtcdAuthority;
+use crate::audit::{self, AuditEntry, AuditEvent, AuditLog};
+use crate::StoreError;
+use async_trait::async_trait;
+use etcd_client::{GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse};
+use idmint_core::NamespaceName;
+
+/// How many audit keys one read of [`AuditLog::subjects`] or [`AuditLog::prune`] returns.
+const AUDIT_PAGE: i64 = 500;
+/// How many deletes one pruning `Txn` carries (etcd's `--max-txn-ops` is 128 by default).
+const PRUNE_BATCH: usize = 64;
+
+impl EtcdAuthority {
+    /// `<prefix>audit/<subject>/`.
+    fn audit_dir(&self, subject: &NamespaceName) -> String {
+        format!("{}{}/", self.audit_prefix, subject.as_str())
+    }
+
+    /// The key of the entry whose write is conditioned on revision `after_revision`.
+    pub(super) fn audit_key(&self, subject: &NamespaceName, after_revision: i64) -> String {
+        format!("{}{:020}", self.audit_dir(subject), after_revision.max(0))
+    }
+
+    /// A range read from `start` (linearizable) with `options` (its end, limit, filters),
+    /// sorted by key.
+    async fn range(
+        &self,
+        what: &str,
+        start: String,
+        options: GetOptions,
+    ) -> Result<Vec<KeyValue>, StoreError> {
+        let mut response = self
+            .call_idempotent(what, |mut kv| {
+                let (start, options) = (start.clone(), options.clone());
+                async move { kv.get(start, Some(options)).await }
+            })
+            .await?;
+        Ok(response.take_kvs())
+    }
+
+    /// The subject and the name (after its directory) of an audit key.
+    fn audit_parts<'k>(&self, key: &'k str) -> Result<(NamespaceName, &'k str), StoreError> {
+        let corrupt = || StoreError::Corrupt {
+            message: format!("etcd key {key:?} is not an audit entry"),
+        };
+        let (subject, entry) = key
+            .strip_prefix(&self.audit_prefix)
+            .and_then(|rest| rest.split_once('/'))
+            .ok_or_else(corrupt)?;
+        let subject = NamespaceName::new(subject).map_err(|_| corrupt())?;
+        Ok((subject, entry))
+    }
+
+    /// An audit key and value read back, validated: the name is 20 digits, a revision below
+    /// the key's create revision (its `seq`), and the value an [`audit::encode_record`] line.
+    fn audit_entry(&self, kv: &KeyValue) -> Result<AuditEntry, StoreError> {
+        let key = String::from_utf8_lossy(kv.key());
+        let (subject, name) = self.audit_parts(&key)?;
+        let corrupt = |what: String| StoreError::Corrupt {
+            message: format!("etcd audit entry {key:?}: {what}"),
+        };
+        let after = (name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| name.parse::<u64>().ok())
+            .flatten()
+            .ok_or_else(|| corrupt("its name is not a 20-digit revision".to_owned()))?;
+        let seq = u64::try_from(kv.create_revision())
+            .ok()
+            .filter(|&seq| seq > after)
+            .ok_or_else(|| {
+                corrupt(format!(
+                    "created at revision {}, not after the one it is named after",
+                    kv.create_revision()
+                ))
+            })?;
+        audit::decode_record(subject, seq, kv.value()).map_err(corrupt)
+    }
+}
+
+/// What an audit key holds: the entry in [`audit::encode_record`]'s form, stamped with this
+/// process's clock (etcd has none to offer).
+pub(super) fn audit_value(event: &AuditEvent) -> String {
+    audit_value_by(event, audit::holder())
+}
+
+/// [`audit_value`], granted to `holder` (a worker lease's).
+pub(super) fn audit_value_by(event: &AuditEvent, holder: &str) -> String {
+    audit::encode_record(audit::now_unix_ms(), event, holder)
+}
+
+/// The key just above every key that starts with `dir` (which ends in `/`): `dir` with the
+/// `/` turned into `0`.
+fn dir_end(dir: &str) -> String {
+    let mut end = dir.strip_suffix('/').unwrap_or(dir).to_owned();
+    end.push('0');
+    end
+}
+
+#[async_trait]
+impl AuditLog for EtcdAuthority {
+    async fn subjects(&self) -> Result<Vec<NamespaceName>, StoreError> {
+        let end = dir_end(&self.audit_prefix);
+        let mut start = self.audit_prefix.clone();
+        let mut subjects = std::collections::BTreeSet::new();
+        loop {
+            let page = self
+                .range(
+                    "listing audit subjects",
+                    start,
+                    GetOptions::new()
+                        .with_range(end.clone())
+                        .with_limit(AUDIT_PAGE)
+                        .with_keys_only(),
+                )
+                .await?;
+            let mut last = None;
+            for kv in &page {
+                let key = String::from_utf8_lossy(kv.key());
+                let (subject, _) = self.audit_parts(&key)?;
+                last = Some(subject.clone());
+                subjects.insert(subject);
+            }
+            match last {
+                // Skip the rest of the last subject's entries.
+                Some(subject) if page.len() as i64 >= AUDIT_PAGE => {
+                    start = dir_end(&self.audit_dir(&subject));
+                }
+                _ => return Ok(subjects.into_iter().collect()),
+            }
+        }
+    }
+
+    async fn entries(
+        &self,
+        subject: &NamespaceName,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // An entry is named after its predecessor's seq (the revision its write was
+        // conditioned on) and its seq is above its name: so the entries after `after` are
+        // those named `after` or above, plus at most one named below `after` if `after` is not
+        // the seq of an entry (the one following the last entry at or below `after`).
+        let what = format!("reading the audit ledger of {subject}");
+        let dir = self.audit_dir(subject);
+        let from = format!("{dir}{:020}", after.unwrap_or(0));
+        let mut page = self
+            .range(
+                &what,
+                from.clone(),
+                GetOptions::new()
+                    .with_range(dir_end(&dir))
+                    .with_limit(i64::try_from(limit).unwrap_or(i64::MAX)),
+            )
+            .await?;
+        let named_after = |kv: &KeyValue| kv.key().ends_with(&from.as_bytes()[dir.len()..]);
+        if let Some(after) = after.filter(|_| !page.first().is_some_and(named_after)) {
+            // `after` is no entry's seq, or the last one's: look for the one entry named below
+            // it with a seq above it. etcd filters by create revision after reading the
+            // whole range, so this costs a read of the subject's older keys; it happens only
+            // after a full page that ended the ledger, or with an `after` no entry has.
+            let min = i64::try_from(after.saturating_add(1)).unwrap_or(i64::MAX);
+            let mut before = self
+                .range(
+                    &what,
+                    dir.clone(),
+                    GetOptions::new()
+                        .with_range(from.clone())
+                        .with_min_create_revision(min),
+                )
+                .await?;
+            before.append(&mut page);
+            page = before;
+        }
+        let mut entries = Vec::with_capacity(page.len());
+        for kv in &page {
+            let entry = self.audit_entry(kv)?;
+            if &entry.subject != subject {
+                return Err(StoreError::Corrupt {
+                    message: format!(
+                        "etcd audit entry {:?} is not of {subject}",
+                        String::from_utf8_lossy(kv.key())
+                    ),
+                });
+            }
+            if after.is_none_or(|a| entry.seq > a) {
+                entries.push(entry);
+            }
+        }
+        // Key order is seq order by construction; sort anyway rather than depend on it.
+        entries.sort_by_key(|e| e.seq);
+        entries.truncate(limit);
+        Ok(entries)
+    }
+
+    async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError> {
+        let end = dir_end(&self.audit_prefix);
+        let mut start = self.audit_prefix.clone();
+        let mut removed = 0u64;
+        loop {
+            let page = self
+                .range(
+                    "reading the audit ledger",
+                    start,
+                    GetOptions::new()
+                        .with_range(end.clone())
+                        .with_limit(AUDIT_PAGE),
+                )
+                .await?;
+            let mut old = Vec::new();
+            for kv in &page {
+                if self.audit_entry(kv)?.at_unix_ms < before_unix_ms {
+                    old.push(kv.key().to_vec());
+                }
+            }
+            for batch in old.chunks(PRUNE_BATCH) {
+                let txn = Txn::new().and_then(
+                    batch
+                        .iter()
+                        .map(|key| TxnOp::delete(key.clone(), None))
+                        .collect::<Vec<_>>(),
+                );
+                let mut kv = self.kv.clone();
+                let response = self.call("pruning the audit ledger", kv.txn(txn)).await?;
+                for op in response.op_responses() {
+                    if let TxnOpResponse::Delete(deleted) = op {
+                        removed += u64::try_from(deleted.deleted()).unwrap_or(0);
+                    }
+                }
+            }
+            match page.last() {
+                Some(kv) if page.len() as i64 >= AUDIT_PAGE => {
+                    // The next key after the last one read.
+                    let mut next = kv.key().to_vec();
+                    next.push(0);
+                    start = String::from_utf8(next).map_err(|_| StoreError::Corrupt {
+                        message: "an etcd audit key is not UTF-8".to_owned(),
+                    })?;
+                }
+                _ => return Ok(removed),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn audit_keys_sort_in_seq_order_and_dirs_end_below_their_neighbours() {
+        assert_eq!(dir_end("/idmint/audit/"), "/idmint/audit0");
+        assert_eq!(dir_end("/idmint/audit/a/"), "/idmint/audit/a0");
+        // Every key of subject `a` sorts below the end of its directory, every key of a
+        // subject whose name continues `a` (`a0`, `a:b`; `a.b` and `a-b` sort before) above.
+        let end = dir_end("/idmint/audit/a/");
+        assert!(format!("/idmint/audit/a/{:020}", i64::MAX).as_str() < end.as_str());
+        assert!("/idmint/audit/a/zzz" < end.as_str());
+        assert!("/idmint/audit/a0/00000000000000000001" >= end.as_str());
+        assert!("/idmint/audit/a:b/00000000000000000001" > end.as_str());
+        let (k1, k2) = (format!("{:020}", 99), format!("{:020}", 100));
+        assert!(k1 < k2, "zero-padded names sort numerically");
+    }
+}
