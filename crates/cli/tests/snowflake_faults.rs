@@ -360,7 +360,7 @@ fn sigstop_takeover(backend: Backend) {
     }
     seen_ids.add("A", 0, &a_ids);
 
-    a.signal("STOP");
+    a.stop();
     let stopped = Instant::now();
     // Requests that reach A while it is stopped: the kernel completes the connections into
     // A's listen backlog, and A reads them the moment it runs again.

@@ -196,6 +196,24 @@ impl Server {
         assert!(sent.success(), "kill -{name} {pid} failed");
     }
 
+    /// SIGSTOP, returning once every thread of the process is stopped: kill(2) returns before
+    /// the threads running on other cores have stopped, and they may still answer a request
+    /// sent right after it.
+    pub fn stop(&self) {
+        self.signal("STOP");
+        let tasks = format!("/proc/{}/task", self.child.id());
+        idmint_testkit::wait::until("every thread of the node is stopped", DEADLINE, || {
+            std::fs::read_dir(&tasks).unwrap().all(|task| {
+                let stat = task.unwrap().path().join("stat");
+                // `pid (comm) S ...`: the state follows the last ')'.
+                std::fs::read_to_string(stat).is_ok_and(|s| {
+                    s.rsplit_once(')')
+                        .is_some_and(|(_, rest)| rest.trim_start().starts_with(['T', 't']))
+                })
+            })
+        });
+    }
+
     /// The next line the server prints on stdout after its listening line (e.g. another
     /// front-end's), waiting up to [`DEADLINE`].
     pub fn next_line(&self) -> String {
