@@ -185,7 +185,7 @@ fn next_request(ns: &str) -> tonic::Request<proto::NextRequest> {
     request
 }
 
-/// Finding: `*1\r\n` 8,000 times, sent to `--resp` by a client that never authenticated,
+/// Guards against what a review found: `*1\r\n` 8,000 times, sent to `--resp` by a client that never authenticated,
 /// was decoded recursively and overflowed the stack: the process died. Now it is a protocol
 /// error on that connection, and the node goes on.
 #[test]
@@ -214,7 +214,7 @@ fn nested_arrays_before_auth_do_not_crash_the_node() {
 const DEADLINES: &str =
     "[server]\nheader_read_timeout_ms = 3000\nidle_timeout_ms = 2000\nmax_connections = 256\n";
 
-/// Finding: 1024 silent TCP connections to the RESP port all stayed open and a real `INCR`
+/// Guards against what a review found: 1024 silent TCP connections to the RESP port all stayed open and a real `INCR`
 /// timed out (RESP had no first-request deadline, and kept idle connections for good). Half of
 /// these connections send nothing, half one `PING` then nothing: all of them are closed at
 /// their deadlines, and a real `INCR` is served.
@@ -244,7 +244,7 @@ fn silent_resp_connections_do_not_lock_out_incr() {
     assert!(status.success(), "{status:?} {rest:?}");
 }
 
-/// Finding: plaintext gRPC connections that never sent the HTTP/2 preface were never closed:
+/// Guards against what a review found: plaintext gRPC connections that never sent the HTTP/2 preface were never closed:
 /// `max_connections` of them and no `Next` was served again. Now each is closed at
 /// `header_read_timeout_ms`, and a real `Next` is served.
 #[test]
@@ -294,7 +294,7 @@ fn served(addr: SocketAddr, ns: &str) -> u64 {
         .map_or(0, |v| v.trim().parse().unwrap())
 }
 
-/// Finding: `NextStream` calls a client never reads were not bounded in number, and each
+/// Guards against what a review found: `NextStream` calls a client never reads were not bounded in number, and each
 /// took ids ahead of the client. Now at most `server.max_streams` (256 by default) are open
 /// at once, the next are refused with `RESOURCE_EXHAUSTED` and `too_many_streams`, and the
 /// node's memory stays bounded while they are held.
@@ -398,7 +398,7 @@ fn unknown_names(
     started.elapsed()
 }
 
-/// Finding: a rate-limited token's quota was a bucket per (token, name asked for), made
+/// Guards against what a review found: a rate-limited token's quota was a bucket per (token, name asked for), made
 /// before the name was looked up, and swept only once 100,000 were held: unknown names grew
 /// the node, and past 100,000 every request swept them all. Now a namespace that does not
 /// exist has no buckets: 100,000 unknown names leave memory and latency where they were.
@@ -525,7 +525,7 @@ fn terminate(piped: &mut Piped) -> std::process::ExitStatus {
     wait_with_deadline(&mut piped.child)
 }
 
-/// Finding: `idmint serve 2>&1 | head -3`. Once `head` exited, every log line the node wrote
+/// Guards against what a review found: `idmint serve 2>&1 | head -3`. Once `head` exited, every log line the node wrote
 /// panicked the thread writing it (tracing's writer reports its write error on stderr, the
 /// closed pipe itself): a request that logged (a namespace created on first use) lost its
 /// connection, and SIGTERM's log line killed the process before the hand-back. Now lines
@@ -571,7 +571,7 @@ fn a_closed_log_pipe_leaves_answers_whole_and_the_stop_clean() {
     assert!(status.success(), "{status:?} {rest:?}");
 }
 
-/// Finding: with `| head -2`, the log's reader went away while the node was starting, and
+/// Guards against what a review found: with `| head -2`, the log's reader went away while the node was starting, and
 /// the next start-up line killed it. Now it starts, serves and stops cleanly.
 #[test]
 fn a_log_pipe_closed_at_start_does_not_stop_the_start() {

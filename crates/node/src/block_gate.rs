@@ -210,7 +210,7 @@ mod tests {
         )
     }
 
-    /// Issue 8, finding 2: a block of a stale spec (step 2) in a step-3 namespace is refused,
+    /// Guards against a stale member: a block of a stale spec (step 2) in a step-3 namespace is refused,
     /// although step 2 and step 3 blocks were never compared by the buffer.
     #[test]
     fn a_block_of_another_step_or_class_is_refused() {

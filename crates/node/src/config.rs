@@ -7,7 +7,7 @@
 //!
 //! The format is documented key by key in `docs/configuration.md`.
 //!
-//! Bounds on how much a node may hold (issue 8, finding 5; docs/design.md invariant 6): a crash
+//! Bounds on how much a node may hold (docs/design.md invariant 6): a crash
 //! burns what a node buffered, about `(1 + low_water)` blocks per sequence namespace, and a
 //! refill never asks for more than [`MAX_REFILL`]. So `block_size`, `min_block` and `max_block`
 //! are at most [`block_cap`] of their namespace: 1/[`SPACE_FRACTION`] of the ids its spec can
@@ -1262,7 +1262,7 @@ mod tests {
         );
     }
 
-    /// Issue 10: the worker id is a lease by default, fixed, or the host's ordinal; groups must
+    /// The worker id is a lease by default, fixed, or the host's ordinal; groups must
     /// agree; `[leases]` is bounded; a layout that runs out within 10 years is refused unless
     /// allowed.
     #[test]
@@ -1355,9 +1355,9 @@ mod tests {
         );
     }
 
-    /// A typo inside a namespace table names the key and lists the valid ones (it used to be
-    /// swallowed by `#[serde(flatten)]`, which disables `deny_unknown_fields`), and kind and
-    /// cache are checked as the enums they are.
+    /// A typo inside a namespace table names the key and lists the valid ones (not swallowed
+    /// by `#[serde(flatten)]`, which disables `deny_unknown_fields`), and kind and cache are
+    /// checked as the enums they are.
     #[test]
     fn namespace_typos_name_the_key_and_the_valid_ones() {
         let err = |t: &str| FileConfig::parse(t).unwrap_err().to_string();
@@ -1373,8 +1373,8 @@ mod tests {
         assert!(e.contains("unknown cache mode"), "{e}");
     }
 
-    /// Issue 8, finding 5: `block_size = 4000000000` on a 32-bit namespace was accepted, and the
-    /// node reserved 14% of the space in 3 s (the buffer never reached its low-water mark, so it
+    /// Guards a 32-bit namespace's space: `block_size = 4000000000` accepted would let the
+    /// node reserve 14% of the space in 3 s (the buffer never reached its low-water mark, so it
     /// refilled on every tick) and a crash would burn all of it. Sizes are bounded by the
     /// namespace's space and by one refill, with errors naming the key.
     #[test]

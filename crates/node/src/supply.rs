@@ -984,7 +984,7 @@ mod tests {
         );
     }
 
-    /// Issue 8, finding 2: a source that grants blocks of another shape than the namespace's
+    /// Guards against a source that grants blocks of another shape than the namespace's
     /// (a stale member's step) is refused before any id of it is served, with a refill or with
     /// the cache off, and the namespace stops serving.
     #[tokio::test(start_paused = true)]
@@ -1001,7 +1001,7 @@ mod tests {
     /// One floor on every path: after a rebase, neither a lower tier's tail leased before it,
     /// nor a refill that was in flight, nor a failed request's put-back brings an id below the
     /// base back. The refill is kept from committing while the rebase happens (the buffer is
-    /// empty then), which is when the give-back path used to skip the floor.
+    /// empty then): the interleaving in which a give-back path that skips the floor fails.
     #[tokio::test(start_paused = true)]
     async fn nothing_below_a_rebase_comes_back_on_any_path() {
         let (s, source, running) = supply(1000).await;
@@ -1193,10 +1193,9 @@ mod tests {
         );
     }
 
-    /// Regression (issue "Every rough edge a new user hit"): a `count=60` request that met 38
-    /// buffered ids and an unreachable authority answered 503 and the 38 ids vanished, counted
-    /// as served, never handed out. They must go back to the front of the buffer and be the
-    /// first ids of the next answer.
+    /// Guards against lost ids: a `count=60` request that meets 38 buffered ids and an
+    /// unreachable authority answers 503, and the 38 ids go back to the front of the buffer
+    /// and are the first ids of the next answer (never counted as served and lost).
     #[tokio::test(start_paused = true)]
     async fn a_failed_request_puts_its_ids_back_in_front() {
         let (s, source, _running) = supply(38).await;
@@ -1244,7 +1243,7 @@ mod tests {
     }
 
     /// The block path counts as served the ids of the block it returns, not the count asked
-    /// for (it used to count `count`, overstating `served` whenever the block was shorter).
+    /// for (counting `count` would overstate `served` whenever the block is shorter).
     #[tokio::test(start_paused = true)]
     async fn a_short_block_counts_only_its_ids_as_served() {
         let (s, source, _running) = supply(38).await;
@@ -1273,7 +1272,7 @@ mod tests {
         }
     }
 
-    /// Regression (nothing showed requests that waited on the authority): `waited` is reported
+    /// `waited` is reported
     /// once per request that the buffer could not serve, however many refills it waits for, and
     /// never for a request served from the buffer.
     #[tokio::test(start_paused = true)]

@@ -662,9 +662,9 @@ mod tests {
         (clock, worker, stop_tx)
     }
 
-    /// Regression: renewals came every third of the TTL whatever `floor_ahead` was, so with
+    /// Renewals come at least every half `floor_ahead`: with a third of the TTL only, a
     /// `floor_ahead` below that (a legal config: `ttl_ms = 30000` and the default 5 s ahead)
-    /// the generator reached the floor between renewals and refused until the next one.
+    /// would let the generator reach the floor between renewals and refuse until the next one.
     #[tokio::test(start_paused = true)]
     async fn renewals_stay_ahead_of_a_short_floor() {
         let (_clock, worker, _stop_tx) = kept_worker(Duration::from_secs(1)).await;
@@ -676,10 +676,9 @@ mod tests {
         }
     }
 
-    /// Regression (found by tests/snowflake_faults.rs, a wall clock stepped 10 s forward under
-    /// a serving node): after the generator adopted the step, its time was past the floor the
-    /// last renewal recorded, and it refused every request until the next periodic renewal.
-    /// Now the first refusal asks for a renewal at once.
+    /// A wall clock stepped 10 s forward under a serving node: once the generator adopts the
+    /// step, its time is past the floor the last renewal recorded; the first refusal asks for a
+    /// renewal at once rather than refusing every request until the next periodic one.
     #[tokio::test(start_paused = true)]
     async fn a_clock_stepped_forward_is_renewed_past_at_once() {
         // Renewed every 10 s (a third of the TTL, half the floor's lead).
@@ -708,9 +707,10 @@ mod tests {
         assert!(ms >= 1_780_000_030_000, "{ms}: the step was adopted");
     }
 
-    /// Regression: a node whose lease was superseded after its wall clock stepped back 30 s
-    /// re-acquired another worker id and issued ids 17.7 s below its previous answer: the new
-    /// generator was anchored to the wall clock. It starts above the old one's last timestamp.
+    /// Guards against ids going back in one process: a node whose lease is superseded after its
+    /// wall clock stepped back 30 s re-acquires another worker id; a generator anchored to the
+    /// wall clock would issue ids 17.7 s below its previous answer. It starts above the old
+    /// one's last timestamp.
     #[tokio::test(start_paused = true)]
     async fn a_new_lease_never_goes_below_what_the_node_issued() {
         let clock = Arc::new(SteppedClock {

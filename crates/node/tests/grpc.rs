@@ -702,7 +702,7 @@ async fn give_back(
 /// A rebase's floor holds on the give-back path over gRPC: a block leased before the rebase
 /// cannot put its tail back below the new base (the ids would collide with imported rows), and
 /// the next ids are above the base. (`supply::tests::nothing_below_a_rebase_comes_back_on_any_path`
-/// pins the exact interleaving, a refill kept from committing, in which this used to fail.)
+/// pins the exact interleaving, a refill kept from committing.)
 #[tokio::test]
 async fn a_tail_given_back_after_a_rebase_is_never_served_below_the_base() {
     let node = GrpcNode::start(config(

@@ -496,10 +496,11 @@ async fn a_lower_tier_sends_its_token_to_an_upper_tier_with_auth() {
     upper.stop().await;
 }
 
-/// Finding: a regional node restarted after a failover between two upper nodes on one store
-/// went back below ids it had served, from the surviving upper node's older buffer. Its ledger
-/// records the highest end it reserved; at start that floor is handed to the upstream
-/// authority, which asks for nothing below it (`min_start`) and cuts anything below.
+/// Guards against a regional node going back across a restart: after a failover between two
+/// upper nodes on one store, the surviving upper node's older buffer holds ids below those it
+/// served. Its node record holds the highest end it reserved; at start that floor is handed to
+/// the upstream authority, which asks for nothing below it (`min_start`) and cuts anything
+/// below.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_lower_node_never_goes_below_what_it_served_before() {
     let store = Arc::new(MemoryAuthority::new());
@@ -581,8 +582,8 @@ async fn snowflakes(node: &Node, count: u64) -> Vec<u64> {
     }
 }
 
-/// Finding: two regional nodes with `worker = 1` issued 1,081,300 of 1.28M ids twice, the
-/// upstream authority storing no leases. Worker ids are leased through the tier above: the
+/// Guards against two regional nodes sharing a worker id (with `worker = 1` and no lease they
+/// issued 1,081,300 of 1.28M ids twice). Worker ids are leased through the tier above: the
 /// second node with a taken worker id is refused naming the holder, a node in lease mode gets
 /// another worker id, and their ids never collide. A clean stop releases through the tier.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
