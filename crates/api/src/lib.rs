@@ -48,18 +48,30 @@ pub struct Health {
     pub status: String,
 }
 
-/// `GET /readyz` when the node can serve: it is not shutting down and its authority answered
-/// (with several members: at least one is up).
+/// `GET /readyz` when the node can serve every namespace it declares now: it is not shutting
+/// down, and each declared namespace has ids buffered, a live worker lease, or an authority that
+/// answers. An authority that does not answer while the buffers bridge the outage is `degraded`,
+/// not unready: a load balancer keeps the node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Ready {
-    /// Always `"ready"`.
+    /// `"ready"`, or `"degraded"` while the authority (or one of its members) does not answer.
     pub status: String,
     /// The authority's kind: `file`, `postgres`, `mysql`, `etcd`, `multi`, `memory`.
     pub authority: String,
+    /// Whether the authority answered the probe (with several members: at least one did).
+    #[serde(default = "answered")]
+    pub authority_up: bool,
+    /// Why the authority did not answer, while it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authority_error: Option<String>,
     /// With a `multi` authority, every member's state; absent otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<MemberState>,
+}
+
+fn answered() -> bool {
+    true
 }
 
 /// One member of a `multi` authority, as `/readyz` and the namespace detail show it.

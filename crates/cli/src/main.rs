@@ -100,7 +100,7 @@ enum Command {
     Next {
         /// Namespace name.
         namespace: String,
-        /// How many ids.
+        /// How many ids; more than 10,000 are fetched in requests of 10,000.
         #[arg(short = 'n', long, default_value_t = 1)]
         count: u64,
         /// Node URL; without a scheme, http:// (127.0.0.1:7878, localhost:7878).
@@ -258,11 +258,14 @@ enum AdminCommand {
     /// hands out no id any more, and its record stays so it is never created again. Needs the
     /// admin scope ($IDMINT_TOKEN). Recorded in the audit ledger. Cannot be undone.
     #[command(
-        after_help = "Example:\n  idmint admin retire legacy_orders --server http://127.0.0.1:7878"
+        after_help = "Example:\n  idmint admin retire legacy_orders --yes --server http://127.0.0.1:7878"
     )]
     Retire {
         /// Namespace name.
         namespace: String,
+        /// Confirm: retiring cannot be undone (without it, nothing is sent).
+        #[arg(long)]
+        yes: bool,
         /// Node URL; without a scheme, http:// (127.0.0.1:7878, localhost:7878).
         #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]
         server: ServerUrl,
@@ -425,6 +428,9 @@ fn main() -> ExitCode {
     }
 }
 
+/// The most ids `idmint next` asks for in one request: the node's default `server.max_count`.
+const NEXT_PAGE: u64 = 10_000;
+
 /// Every command but `serve`: they print through `out`.
 fn client_command(out: &mut Out, command: Command) -> Result<()> {
     match command {
@@ -436,12 +442,25 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
             tls,
         } => {
             let client = Client::new(server, &tls)?;
-            let answer: IdsResponse =
-                client.get(&["v1", "ids", &namespace], &[("count", count.to_string())])?;
-            for id in &answer.ids {
-                out.line(format_args!("{id}"))?;
+            // Pages of at most the node's default `max_count`: one request per page, printed
+            // as it arrives. A count of 0 is sent as it is, for the node's error.
+            let mut left = count;
+            loop {
+                let page = left.min(NEXT_PAGE);
+                let answer: IdsResponse =
+                    client.get(&["v1", "ids", &namespace], &[("count", page.to_string())])?;
+                for id in &answer.ids {
+                    out.line(format_args!("{id}"))?;
+                }
+                let got = u64::try_from(answer.ids.len()).unwrap_or(u64::MAX);
+                if got == 0 {
+                    bail!("the node answered no ids for a request of {page}");
+                }
+                left = left.saturating_sub(got);
+                if left == 0 {
+                    return Ok(());
+                }
             }
-            Ok(())
         }
         Command::Decode {
             id,
@@ -511,9 +530,16 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
         }
         Command::Admin(AdminCommand::Retire {
             namespace,
+            yes,
             server,
             tls,
         }) => {
+            if !yes {
+                bail!(
+                    "retiring {namespace:?} cannot be undone: it will hand out no id ever again \
+                     and is never created again; run again with --yes to retire it"
+                );
+            }
             let a: idmint_api::AdvanceResponse =
                 Client::new(server, &tls)?.post(&["v1", "admin", "retire", &namespace], &[])?;
             Ok(out.line(format_args!("{}", describe_advance(&a)))?)
@@ -668,9 +694,11 @@ fn status_row(ns: &NamespaceInfo) -> [String; 6] {
             "snowflake".into(),
             dash(),
             dash(),
-            format!("{} served", state.ids_served),
+            // A generator has no demand average to show (its headroom is in the last column).
+            dash(),
             format!(
-                "worker {}{}, time runs out {}",
+                "{} ids served, worker {}{}, time runs out {}",
+                state.ids_served,
                 settings.worker,
                 match &state.worker_lease {
                     Some(l) => format!(

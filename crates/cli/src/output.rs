@@ -130,15 +130,68 @@ pub fn is_closed_stdout(error: &anyhow::Error) -> bool {
 pub fn report(error: &anyhow::Error) {
     let mut stderr = io::stderr().lock();
     // If stderr is gone too, there is nobody left to tell.
-    let _ = writeln!(stderr, "error: {error}");
-    for cause in error.chain().skip(1) {
-        let _ = writeln!(stderr, "caused by: {cause}");
+    for line in report_lines(error) {
+        let _ = writeln!(stderr, "{line}");
     }
+}
+
+/// The lines of [`report`]. A cause whose message the line above already quotes (an error
+/// that formats its source into its own message) is not printed again.
+fn report_lines(error: &anyhow::Error) -> Vec<String> {
+    let mut last = error.to_string();
+    let mut lines = vec![format!("error: {last}")];
+    for cause in error.chain().skip(1) {
+        let text = cause.to_string();
+        if last.contains(&text) {
+            continue;
+        }
+        lines.push(format!("caused by: {text}"));
+        last = text;
+    }
+    lines
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error that formats its source into its own message, as many libraries' do.
+    #[derive(Debug)]
+    struct Quoting {
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Quoting {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "opening the store: {}", self.source)
+        }
+    }
+
+    impl std::error::Error for Quoting {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_quoted_is_not_printed_twice() {
+        let quoting = anyhow::Error::new(Quoting {
+            source: std::io::Error::other("disk full"),
+        })
+        .context("starting the node");
+        assert_eq!(
+            report_lines(&quoting),
+            [
+                "error: starting the node",
+                "caused by: opening the store: disk full"
+            ]
+        );
+        let plain = anyhow::Error::new(std::io::Error::other("disk full")).context("writing");
+        assert_eq!(
+            report_lines(&plain),
+            ["error: writing", "caused by: disk full"]
+        );
+    }
     use idmint_api::{SequenceHeadroom, SnowflakeState, WorkerPool};
 
     fn state(seconds: u64, held: Option<u64>) -> SnowflakeState {

@@ -519,6 +519,19 @@ fn next_and_status_talk_to_a_running_server() {
     let out = run(idmint().args(["next", "photos"]).env("IDMINT_SERVER", &url));
     assert!(out.status.success(), "{out:?}");
     assert_eq!(text(&out.stdout).trim(), "4");
+    // More than the node's max_count (10,000) in one command: fetched page by page, every id
+    // once, in order.
+    // 25,001 lines outgrow a pipe: read while it runs (`output`), not after it exits (`run`).
+    let out = idmint()
+        .args(["next", "photos", "-n", "25001", "--server", &url])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let many: Vec<u64> = text(&out.stdout)
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(many, (5..25_006).collect::<Vec<u64>>());
 
     let out = run(idmint().args(["next", "_bad", "--server", &url]));
     assert!(!out.status.success());
@@ -591,7 +604,13 @@ fn admin_rebase_and_retire_move_the_watermark_forward_only() {
     let (status, body) = http(server.addr, "GET", "/v1/admin/retire/imported").unwrap();
     assert_eq!(status, 405, "{body}");
 
+    // Irreversible: without --yes nothing is sent, and the namespace still serves.
     let out = run(idmint().args(["admin", "retire", "imported", "--server", &url]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(text(&out.stderr).contains("--yes"), "{out:?}");
+    assert_eq!(ids(server.addr, "imported", 1), [1_000_005]);
+
+    let out = run(idmint().args(["admin", "retire", "imported", "--yes", "--server", &url]));
     assert!(out.status.success(), "{out:?}");
     assert!(text(&out.stdout).contains("retired"), "{out:?}");
     let (status, body) = http(server.addr, "GET", "/v1/ids/imported").unwrap();
@@ -601,7 +620,7 @@ fn admin_rebase_and_retire_move_the_watermark_forward_only() {
         "{body}"
     );
     // Retiring again changes nothing.
-    let out = run(idmint().args(["admin", "retire", "imported", "--server", &url]));
+    let out = run(idmint().args(["admin", "retire", "imported", "--yes", "--server", &url]));
     assert!(out.status.success(), "{out:?}");
     assert!(text(&out.stdout).contains("nothing changed"), "{out:?}");
 
@@ -610,7 +629,7 @@ fn admin_rebase_and_retire_move_the_watermark_forward_only() {
         .iter()
         .chain(&after)
         .copied()
-        .chain([1_000_004])
+        .chain([1_000_004, 1_000_005])
         .collect();
     let audit = support::audit_check(None, &data, "imported", &served);
     assert_eq!(audit.give_backs, 0);

@@ -249,7 +249,10 @@ fn cli_and_client_library_trust_the_ca_they_are_given() {
     ));
     assert!(after[0] > 2_000_000, "{after:?}");
     let retired = ok(
-        cli(&["admin", "retire", "legacy", "--server", &url], &with_ca),
+        cli(
+            &["admin", "retire", "legacy", "--yes", "--server", &url],
+            &with_ca,
+        ),
         "admin retire",
     );
     assert!(retired.contains("retired"), "{retired}");

@@ -123,10 +123,11 @@ pub(crate) fn idmint_code(status: &Status) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// The client error of a status a node answered about `namespace` (`node` names the node).
+/// The client error of a status a node answered about `namespace` (`node`: its index in the
+/// configured urls; messages number nodes from 1, as docs/client.md does).
 pub(crate) fn from_status(namespace: &str, node: usize, status: &Status) -> ClientError {
     let code = idmint_code(status);
-    let message = format!("node #{node}: {}", status.message());
+    let message = format!("node #{}: {}", node + 1, status.message());
     match status.code() {
         Code::NotFound => ClientError::UnknownNamespace {
             namespace: namespace.to_owned(),
@@ -158,7 +159,7 @@ mod tests {
                 .parse()
                 .unwrap_or_else(|_| unreachable!()),
         );
-        match from_status("photos", 1, &status) {
+        match from_status("photos", 0, &status) {
             ClientError::Exhausted { code, message } => {
                 assert_eq!(code.as_deref(), Some("namespace_exhausted"));
                 assert_eq!(message, "node #1: namespace_exhausted: out");

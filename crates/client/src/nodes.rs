@@ -10,7 +10,7 @@ pub(crate) use idmint_proto::nodes::{CallError, Nodes};
 use idmint_proto::tls::ClientTls;
 use std::time::Duration;
 
-/// The nodes at `urls`, labelled `node #i` in messages (a url may hold a password), every call
+/// The nodes at `urls`, labelled `node #1`, `node #2`… in messages (a url may hold a password), every call
 /// carrying `token` if given, `https://` urls over TLS with `tls` (else the public roots),
 /// connected lazily. Must run inside a tokio runtime.
 pub(crate) fn connect(
@@ -22,7 +22,7 @@ pub(crate) fn connect(
     let labelled = urls
         .iter()
         .enumerate()
-        .map(|(i, url)| (format!("node #{i}"), url.clone()))
+        .map(|(i, url)| (format!("node #{}", i + 1), url.clone()))
         .collect();
     Nodes::new(labelled, timeout, token, tls).map_err(|e| ClientError::InvalidConfig {
         message: match e {

@@ -588,7 +588,9 @@ struct RawNamespace {
     min_block: Option<u64>,
     max_block: Option<u64>,
     low_water: Option<f64>,
-    layout: Option<RawLayout>,
+    /// A preset's name, or a table read as [`RawCustomLayout`] (so a mistake in it names the
+    /// key, which an untagged enum's "did not match any variant" would not).
+    layout: Option<toml::Value>,
     worker: Option<RawWorker>,
     worker_group: Option<String>,
     allow_short_layout: Option<bool>,
@@ -610,13 +612,6 @@ impl RawNamespace {
             low_water: self.low_water,
         }
     }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum RawLayout {
-    Preset(String),
-    Custom(RawCustomLayout),
 }
 
 #[derive(Debug, Deserialize)]
@@ -903,10 +898,24 @@ fn namespace_kind(
             }
             let layout = match &ns.layout {
                 None => Layout::twitter(),
-                Some(RawLayout::Preset(p)) => {
+                Some(toml::Value::String(p)) => {
                     Layout::preset(p).map_err(|e| invalid(format!("{key}.layout"), e))?
                 }
-                Some(RawLayout::Custom(c)) => custom_layout(&format!("{key}.layout"), c)?,
+                Some(table @ toml::Value::Table(_)) => {
+                    let custom: RawCustomLayout = table
+                        .clone()
+                        .try_into()
+                        .map_err(|e| invalid(format!("{key}.layout"), layout_table_error(&e)))?;
+                    custom_layout(&format!("{key}.layout"), &custom)?
+                }
+                Some(other) => {
+                    return Err(invalid(
+                        format!("{key}.layout"),
+                        format!(
+                            "{other}: expected a preset's name (\"twitter\", \"instagram\", \"sonyflake\", \"discord\", \"js53\") or a table with timestamp_bits, node_bits, sequence_bits, time_unit and epoch"
+                        ),
+                    ))
+                }
             };
             let worker = match &ns.worker {
                 None => WorkerConfig::Lease,
@@ -1055,6 +1064,16 @@ fn lease_settings(raw: &RawLeases) -> Result<LeaseSettings, ConfigError> {
     Ok(settings)
 }
 
+/// A custom layout table's mistake in one line (toml's message, without the position it would
+/// give inside the table's own text), with the keys a table needs.
+fn layout_table_error(e: &toml::de::Error) -> String {
+    format!(
+        "{} (a custom layout needs timestamp_bits, node_bits, sequence_bits, time_unit and epoch; \
+         sequence_before_node and max_bits are optional)",
+        e.message().trim()
+    )
+}
+
 fn custom_layout(key: &str, c: &RawCustomLayout) -> Result<Layout, ConfigError> {
     let time_unit = humantime::parse_duration(&c.time_unit).map_err(|e| {
         invalid(
@@ -1163,30 +1182,43 @@ fn sequence_settings(
     };
     let low_water = s.low_water.or(d.low_water).unwrap_or(defaults.low_water);
     let cap = block_cap(&spec);
-    // An explicit size above the cap is an error naming the key; a default is lowered to it.
-    let bounded = |name: &str, explicit: Option<u64>, default: u64| match explicit {
-        Some(n) if n > cap => Err(invalid(
-            format!("{key}.{name}"),
-            block_too_large(n, cap, &spec),
-        )),
-        Some(n) => Ok(n),
-        None => Ok(default.min(cap)),
-    };
+    // A size set on the namespace above the cap is an error naming the key; one inherited from
+    // `[defaults]` (a tier's large blocks, say) or built in is lowered to it, with a log line
+    // for an inherited one.
+    let bounded =
+        |name: &str, own: Option<u64>, inherited: Option<u64>, builtin: u64| match (own, inherited)
+        {
+            (Some(n), _) if n > cap => Err(invalid(
+                format!("{key}.{name}"),
+                block_too_large(n, cap, &spec),
+            )),
+            (Some(n), _) => Ok(n),
+            (None, Some(n)) if n > cap => {
+                tracing::info!(
+                    "{key}.{name}: [defaults] {name} = {n} is more than this {}-bit namespace \
+                     allows; {cap} here",
+                    spec.width().bits()
+                );
+                Ok(cap)
+            }
+            (None, Some(n)) => Ok(n),
+            (None, None) => Ok(builtin.min(cap)),
+        };
     let sizing = match s.cache.or(d.cache).unwrap_or(RawCache::Adaptive) {
         RawCache::Off => return Ok((spec, CacheMode::Off)),
         RawCache::Adaptive => Sizing::Adaptive {
             buffer_seconds: s.buffer_seconds.or(d.buffer_seconds).unwrap_or(d_secs),
-            min_block: bounded("min_block", s.min_block.or(d.min_block), d_min)?,
-            max_block: bounded("max_block", s.max_block.or(d.max_block), d_max)?,
+            min_block: bounded("min_block", s.min_block, d.min_block, d_min)?,
+            max_block: bounded("max_block", s.max_block, d.max_block, d_max)?,
         },
         RawCache::Fixed => {
-            let n = s.block_size.or(d.block_size).ok_or_else(|| {
-                invalid(
+            let Some(n) = s.block_size.or(d.block_size) else {
+                return Err(invalid(
                     format!("{key}.block_size"),
                     "cache = \"fixed\" needs block_size",
-                )
-            })?;
-            Sizing::Fixed(bounded("block_size", Some(n), n)?)
+                ));
+            };
+            Sizing::Fixed(bounded("block_size", s.block_size, d.block_size, n)?)
         }
     };
     let policy = BufferPolicy::new(BufferConfig {
@@ -1260,6 +1292,39 @@ mod tests {
         assert!(
             matches!(events, KindConfig::Snowflake { layout, worker: WorkerConfig::Fixed(1), group: None } if layout.sequence_bits() == 20)
         );
+    }
+
+    /// Every mistake in a custom layout table names the key and what is missing or wrong,
+    /// never serde's "did not match any variant".
+    #[test]
+    fn a_custom_layout_mistake_names_the_key() {
+        let error = |layout: &str| {
+            let text = format!("[namespaces.events]\nkind = \"snowflake\"\nlayout = {layout}\n");
+            FileConfig::parse(&text).unwrap_err().to_string()
+        };
+        let missing = error(
+            r#"{ timestamp_bits = 40, node_bits = 3, sequence_bits = 20, time_unit = "1ms" }"#,
+        );
+        assert!(
+            missing.contains("namespaces.events.layout")
+                && missing.contains("missing field `epoch`"),
+            "{missing}"
+        );
+        let unknown = error(
+            r#"{ timestamp_bits = 40, node_bits = 3, sequence_bits = 20, time_unit = "1ms", epoch = "2024-01-01T00:00:00Z", bits = 1 }"#,
+        );
+        assert!(
+            unknown.contains("namespaces.events.layout") && unknown.contains("bits"),
+            "{unknown}"
+        );
+        let number = error("7");
+        assert!(
+            number.contains("namespaces.events.layout") && number.contains("preset"),
+            "{number}"
+        );
+        for message in [missing, unknown, number] {
+            assert!(!message.contains("variant"), "{message}");
+        }
     }
 
     /// The worker id is a lease by default, fixed, or the host's ordinal; groups must
@@ -1431,6 +1496,37 @@ mod tests {
                 max_block: 1000
             }
         );
+        // A tier's [defaults] (large blocks) with a 32-bit namespace declared: the inherited
+        // sizes are lowered to its cap; set on the namespace itself they stay an error.
+        let cfg = FileConfig::parse(
+            "[defaults]\nmin_block = 5000000\nmax_block = 10000000\n[namespaces.small]\nkind = \"sequence\"\nwidth = 32\n[namespaces.wide]\nkind = \"sequence\"\n",
+        )
+        .unwrap();
+        let sizing = |name: &str| match &cfg.node.namespaces[&NamespaceName::new(name).unwrap()] {
+            KindConfig::Sequence {
+                cache: CacheMode::Buffered(p),
+                ..
+            } => p.config().sizing,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            sizing("small"),
+            Sizing::Adaptive {
+                buffer_seconds: 10.0,
+                min_block: 2_097_151,
+                max_block: 2_097_151
+            }
+        );
+        assert_eq!(
+            sizing("wide"),
+            Sizing::Adaptive {
+                buffer_seconds: 10.0,
+                min_block: 5_000_000,
+                max_block: 10_000_000
+            }
+        );
+        let e = err("[defaults]\nmax_block = 10000000\n[namespaces.small]\nkind = \"sequence\"\nwidth = 32\nmax_block = 10000000\n");
+        assert!(e.starts_with("namespaces.small.max_block:"), "{e}");
         // A small namespace still takes blocks of MIN_BLOCK_CAP.
         let small = |n: u64| {
             format!("[namespaces.o]\nkind = \"sequence\"\nwidth = 32\nstart = 2147483000\ncache = \"fixed\"\nblock_size = {n}\n")

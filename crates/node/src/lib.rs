@@ -68,6 +68,7 @@ pub use config::{
 pub use error::{IdError, NodeError};
 pub use idmint_store::Authority;
 pub use node::leases::{LeaseCall, LeaseOutcome};
+pub use node::readiness::Readiness;
 pub use node::requests::{Credentials, GivenBack, IdStream, Limit, Taken, MAX_STREAM_TOTAL};
 pub use node::{Node, ShutdownReport};
 pub use server::shutdown::{Shutdown, Stage};

@@ -130,6 +130,10 @@ pub struct Metrics {
     pub block_requests_peak: Family<NamespaceLabels, Gauge>,
     /// 1 while a multi authority's member answers, 0 while it is down.
     pub member_up: Family<MemberLabels, Gauge>,
+    /// 1 while the authority answered the latest readiness probe, 0 while it did not.
+    pub authority_up: Gauge,
+    /// 1 while the latest readiness probe found every declared namespace able to serve.
+    pub ready: Gauge,
     /// gRPC requests answered, by method and status code (a stream counts once, when it ends).
     pub grpc_requests: Family<GrpcLabels, Counter>,
     /// RESP commands answered, by command and outcome.
@@ -182,6 +186,8 @@ impl Metrics {
         let source_requests_peak = Family::<NamespaceLabels, Gauge>::default();
         let block_requests_peak = Family::<NamespaceLabels, Gauge>::default();
         let member_up = Family::<MemberLabels, Gauge>::default();
+        let authority_up = Gauge::default();
+        let ready = Gauge::default();
         let grpc_requests = Family::<GrpcLabels, Counter>::default();
         let resp_commands = Family::<RespLabels, Counter>::default();
         let auth_ids = Family::<AuthLabels, Counter>::default();
@@ -267,6 +273,16 @@ impl Metrics {
             member_up.clone(),
         );
         registry.register(
+            "authority_up",
+            "Whether the authority (or a member of a multi authority) answered the latest readiness probe (1) or not (0)",
+            authority_up.clone(),
+        );
+        registry.register(
+            "ready",
+            "Whether the latest readiness probe found every declared namespace able to serve (1) or not (0)",
+            ready.clone(),
+        );
+        registry.register(
             "grpc_requests",
             "gRPC requests answered, by method and status code",
             grpc_requests.clone(),
@@ -346,6 +362,8 @@ impl Metrics {
             source_requests_peak,
             block_requests_peak,
             member_up,
+            authority_up,
+            ready,
             grpc_requests,
             resp_commands,
             auth_ids,
@@ -774,7 +792,7 @@ mod tests {
                 .filter_map(|l| l.strip_prefix("# TYPE "))
                 .filter_map(|l| l.split(' ').next())
                 .collect();
-            assert_eq!(typed.len(), 11, "{text}");
+            assert_eq!(typed.len(), 13, "{text}");
             for name in typed {
                 let help = text
                     .lines()

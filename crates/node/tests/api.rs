@@ -582,7 +582,12 @@ async fn authority_outage_is_bridged_by_the_buffer_then_503_then_recovery() {
     let buffered = info["state"]["ids_buffered"].as_u64().unwrap();
     assert!(buffered >= 100, "{info}");
 
-    assert_error(&node.get("/readyz").await, 503, "authority_unavailable");
+    // The buffer bridges the outage: still ready (a load balancer keeps the node), degraded.
+    let (status, ready) = node.get("/readyz").await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["status"], "degraded", "{ready}");
+    assert_eq!(ready["authority_up"], false, "{ready}");
+    assert!(ready["authority_error"].is_string(), "{ready}");
 
     let mut served_in_outage = 0u64;
     let failure = loop {
@@ -599,6 +604,14 @@ async fn authority_outage_is_bridged_by_the_buffer_then_503_then_recovery() {
         "a request failed with {buffered} ids buffered, after only {served_in_outage}"
     );
     assert_error(&failure, 503, "authority_unavailable");
+    // Nothing buffered and the authority down: now unready, naming the namespace.
+    let unready = node.get("/readyz").await;
+    assert_error(&unready, 503, "authority_unavailable");
+    let why = unready.1["error"]["message"].as_str().unwrap();
+    assert!(
+        why.contains("\"orders\"") && why.contains("no ids buffered"),
+        "{why}"
+    );
     // Still down: still 503, never a stale or repeated id.
     assert_error(
         &node.get("/v1/ids/orders?count=3").await,
@@ -626,7 +639,74 @@ async fn authority_outage_is_bridged_by_the_buffer_then_503_then_recovery() {
     }
     served.extend(node.ids("orders", 300).await);
     assert_strictly_increasing(&served);
-    assert!(matches!(node.get("/readyz").await, (200, _)));
+    let (status, ready) = node.get("/readyz").await;
+    assert_eq!(
+        (status, &ready["status"]),
+        (200, &"ready".into()),
+        "{ready}"
+    );
+    assert_eq!(ready["authority_up"], true, "{ready}");
+    node.stop().await;
+}
+
+/// A node whose authority does not answer at start starts anyway, unready: its declared
+/// namespace answers 503 `authority_unavailable` (never an unknown namespace, never an id),
+/// `/readyz` names it, and `idmint_ready` is 0. Once the authority answers the node sets the
+/// namespace up by itself and turns ready, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_starts_while_its_authority_is_down_and_turns_ready_when_it_answers() {
+    let authority = Arc::new(FlakyAuthority::default());
+    authority.set_down(true);
+    let cfg = config(
+        r#"
+        [server]
+        auto_create = false
+        [namespaces.orders]
+        kind = "sequence"
+        [namespaces.sessions]
+        kind = "uuid7"
+        "#,
+    );
+    let node = TestNode::start(cfg, authority.clone()).await;
+    let unready = node.get("/readyz").await;
+    assert_error(&unready, 503, "authority_unavailable");
+    let why = unready.1["error"]["message"].as_str().unwrap();
+    assert!(
+        why.contains("\"orders\"") && why.contains("not set up yet"),
+        "{why}"
+    );
+    assert!(
+        !why.contains("sessions"),
+        "a UUIDv7 namespace needs no authority: {why}"
+    );
+    assert_error(
+        &node.get("/v1/ids/orders").await,
+        503,
+        "authority_unavailable",
+    );
+    assert_error(
+        &node.get("/v1/namespaces/orders").await,
+        503,
+        "authority_unavailable",
+    );
+    assert_eq!(node.get("/v1/ids/sessions").await.0, 200);
+    let (_, metrics) = node.text("/metrics").await;
+    for line in ["idmint_ready 0\n", "idmint_authority_up 0\n"] {
+        assert!(metrics.contains(line), "{line}{metrics}");
+    }
+
+    authority.set_down(false);
+    let n = &node;
+    poll_until("the node turns ready", move || async move {
+        n.get("/readyz").await.0 == 200
+    })
+    .await;
+    let ids: Vec<u64> = node.ids("orders", 100).await;
+    assert_strictly_increasing(&ids);
+    let (_, metrics) = node.text("/metrics").await;
+    for line in ["idmint_ready 1\n", "idmint_authority_up 1\n"] {
+        assert!(metrics.contains(line), "{line}{metrics}");
+    }
     node.stop().await;
 }
 

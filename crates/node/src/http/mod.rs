@@ -50,7 +50,6 @@ use error::ApiError;
 use idmint_api::{BlockResponse, ErrorCode, GiveBackResponse, Health, NamespaceList, Ready};
 use idmint_core::Block;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The longest request target (path and query) the router answers; longer ones get a JSON 414.
 /// Nothing legitimate comes near: names are at most 128 bytes, ids at most 40.
@@ -597,74 +596,36 @@ async fn healthz() -> Response {
     .into_response()
 }
 
-/// 200 when the authority answers within 2 s. An authority of several members is probed (its
-/// `list` tries every member, and connects a pending one whose back-off has passed), then is
-/// ready while at least one member is up: the answer lists every member, the down ones with
-/// their latest error; 503 only when none is up.
+/// 200 while every declared namespace can serve ([`Node::readiness`]): `degraded` while the
+/// authority does not answer and the buffers bridge it, with the authority's state (and every
+/// member of a multi authority) in the body; 503 `authority_unavailable` naming what cannot
+/// serve, or `shutting_down`.
 async fn readyz(State(node): State<Arc<Node>>) -> Response {
-    if node.is_draining() {
+    let readiness = match node.readiness().await {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    if !readiness.is_ready() {
         return ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            ErrorCode::ShuttingDown,
-            "the node is shutting down",
-        )
-        .into_response();
-    }
-    let authority = node.authority().clone();
-    let unavailable = |message: String| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::AuthorityUnavailable,
-            message,
+            readiness.why_not(),
         )
-        .into_response()
-    };
-    let probe = tokio::time::timeout(Duration::from_secs(2), authority.list()).await;
-    let members = node.members();
-    if !members.is_empty() {
-        // Whatever the probe said, the members' recorded health decides (a probe cut short by
-        // the timeout has still recorded the members it reached).
-        if !members.iter().any(|m| m.up) {
-            let why: Vec<String> = members
-                .iter()
-                .map(|m| {
-                    format!(
-                        "member {} ({}): {}",
-                        m.number,
-                        m.kind,
-                        m.last_error.as_deref().unwrap_or("down")
-                    )
-                })
-                .collect();
-            return unavailable(format!(
-                "no member of the {} authority is up: {}",
-                authority.kind(),
-                why.join("; ")
-            ));
-        }
-        return axum::Json(Ready {
-            status: "ready".into(),
-            authority: authority.kind().into(),
-            members,
-        })
         .into_response();
     }
-    match probe {
-        Ok(Ok(_)) => axum::Json(Ready {
-            members: Vec::new(),
-            status: "ready".into(),
-            authority: authority.kind().into(),
-        })
-        .into_response(),
-        Ok(Err(e)) => unavailable(format!(
-            "the {} authority is unavailable: {e}",
-            authority.kind()
-        )),
-        Err(_) => unavailable(format!(
-            "the {} authority did not answer within 2s",
-            authority.kind()
-        )),
-    }
+    let status = if readiness.is_degraded() {
+        "degraded"
+    } else {
+        "ready"
+    };
+    axum::Json(Ready {
+        status: status.into(),
+        authority: node.authority().kind().into(),
+        authority_up: readiness.authority_up,
+        authority_error: readiness.authority_error,
+        members: readiness.members,
+    })
+    .into_response()
 }
 
 /// The metrics in the format the `Accept` header asks for ([`crate::metrics::Format::negotiate`]):
@@ -685,6 +646,9 @@ async fn metrics(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response 
         .join(",");
     let format = crate::metrics::Format::negotiate(Some(&accept));
     node.refresh_gauges();
+    // Sets `idmint_authority_up` and `idmint_ready` as the load balancer would see them; a
+    // node shutting down has nothing more to say there.
+    let _ = node.readiness().await;
     node.metrics().refresh_members(
         &node
             .authority()

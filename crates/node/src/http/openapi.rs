@@ -524,10 +524,14 @@ fn healthz() {}
     path = "/readyz",
     tag = "operations",
     operation_id = "readyz",
-    summary = "Readiness: the authority answers and the node is not shutting down",
+    summary = "Readiness: every declared namespace can serve now",
+    description = "Each declared namespace has ids buffered, a worker lease that is not lost, \
+                   needs nothing, or the authority answers within 2 s; an authority outage the \
+                   buffers bridge is `degraded`, not unready. A node that declares nothing is \
+                   ready while the authority answers.",
     responses(
-        (status = 200, description = "Ready; with a `multi` authority, every member's state", body = Ready),
-        (status = 503, description = "`authority_unavailable` (no member up, or no answer within 2 s) or `shutting_down`", body = ErrorBody),
+        (status = 200, description = "`ready`, or `degraded` while the authority (or a member) does not answer; with a `multi` authority, every member's state", body = Ready),
+        (status = 503, description = "`authority_unavailable` (naming each declared namespace that cannot serve, and why) or `shutting_down`", body = ErrorBody),
     )
 )]
 #[allow(dead_code)]

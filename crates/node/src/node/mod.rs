@@ -21,10 +21,12 @@
 //!
 //! Modules: [`namespaces`] (looking namespaces up, creating them on first use, reads that never
 //! create), [`requests`] (the operations: authenticate, authorize, limit, look up, carry out,
-//! count).
+//! count), [`readiness`] (whether every declared namespace can serve now), [`leases`] (worker
+//! leases for a lower tier).
 
 pub mod leases;
 mod namespaces;
+pub mod readiness;
 pub mod requests;
 
 use crate::auth::{Auth, Buckets};
@@ -35,7 +37,7 @@ use crate::namespace::Namespace;
 use crate::server::shutdown::{Shutdown, Stage};
 use crate::time::{SharedClock, TokioClock};
 use crate::worker::LeasedWorker;
-use idmint_core::{Clock, NamespaceName};
+use idmint_core::{Backoff, Clock, NamespaceName};
 use idmint_store::{Authority, BlockSource, StoreError};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
@@ -44,6 +46,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use tokio::task::JoinHandle;
+
+/// The first and the longest wait between tries to set up a declared namespace whose
+/// authority did not answer at start.
+const SET_UP_RETRY_FIRST: Duration = Duration::from_millis(200);
+const SET_UP_RETRY_CAP: Duration = Duration::from_secs(5);
 
 /// How often a node with `server.audit_retention_days` prunes its authority's audit ledger.
 const AUDIT_PRUNE_EVERY: Duration = Duration::from_secs(3600);
@@ -104,7 +111,9 @@ impl Node {
     }
 
     /// Sets up every declared namespace (creating sequence namespaces in the authority, checking
-    /// the stored settings match) and starts their background tasks. `clock` measures demand
+    /// the stored settings match) and starts their background tasks. A namespace whose
+    /// authority does not answer is set up later (the node starts unready and retries); any
+    /// other failure is an error. `clock` measures demand
     /// and dates projections. Must run inside a tokio runtime.
     pub async fn start_with_clock(
         config: NodeConfig,
@@ -140,13 +149,25 @@ impl Node {
             .iter()
             .map(|(n, k)| (n.clone(), k.clone()))
             .collect();
+        let mut pending = Vec::new();
         for (name, kind) in declared {
-            node.install(&name, &kind, false)
-                .await
-                .map_err(|source| NodeError::Namespace {
-                    name: name.to_string(),
-                    source,
-                })?;
+            match node.install(&name, &kind, false).await {
+                Ok(_) => {}
+                Err(e @ IdError::Unavailable { .. }) => {
+                    tracing::warn!(namespace = %name, error = %e, "the authority does not answer: not ready until the namespace is set up, retrying");
+                    pending.push((name, kind));
+                }
+                Err(source) => {
+                    return Err(NodeError::Namespace {
+                        name: name.to_string(),
+                        source,
+                    })
+                }
+            }
+        }
+        if !pending.is_empty() {
+            let task = tokio::spawn(node.clone().set_up_later(pending));
+            node.lock_tasks().push(task);
         }
         // Snowflake clock watch: report wall-clock steps once a second.
         let watcher = {
@@ -184,6 +205,33 @@ impl Node {
             node.lock_tasks().push(pruner);
         }
         Ok(node)
+    }
+
+    /// Sets up the declared namespaces the authority could not set up at start, retrying with
+    /// a backoff until each is served (a request may set one up first) or the node stops. A
+    /// namespace refused for good (its stored settings conflict) is logged and left: its
+    /// requests answer why, and the node stays unready.
+    async fn set_up_later(self: Arc<Self>, mut pending: Vec<(NamespaceName, KindConfig)>) {
+        let mut stop = self.stop.subscribe();
+        let mut backoff = Backoff::new(SET_UP_RETRY_FIRST, SET_UP_RETRY_CAP);
+        while !pending.is_empty() {
+            tokio::select! {
+                _ = tokio::time::sleep(backoff.delay()) => {}
+                _ = stop.changed() => return,
+            }
+            let mut still = Vec::new();
+            for (name, kind) in pending {
+                match self.set_up_declared(&name, &kind).await {
+                    Ok(_) => {}
+                    Err(IdError::Unavailable { .. }) => still.push((name, kind)),
+                    Err(IdError::ShuttingDown) => return,
+                    Err(e) => {
+                        tracing::error!(namespace = %name, error = %e, "the declared namespace cannot be set up; not serving it")
+                    }
+                }
+            }
+            pending = still;
+        }
     }
 
     /// Removes audit-ledger entries older than `retention` (by this node's wall clock) from

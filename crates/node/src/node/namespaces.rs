@@ -31,6 +31,9 @@ impl Node {
         if let Some(served) = self.lookup(&name) {
             return Ok(served);
         }
+        if let Some(kind) = self.config.namespaces.get(&name) {
+            return self.set_up_declared(&name, kind).await;
+        }
         if !self.config.auto_create {
             return Err(IdError::UnknownNamespace(name.to_string()));
         }
@@ -69,6 +72,23 @@ impl Node {
         Ok(ns)
     }
 
+    /// A declared namespace that is not served yet (the authority did not answer when the node
+    /// started), set up now: by the first request that needs it, or by the task that retries.
+    pub(super) async fn set_up_declared(
+        &self,
+        name: &NamespaceName,
+        kind: &KindConfig,
+    ) -> Result<Served, IdError> {
+        if self.is_draining() {
+            return Err(IdError::ShuttingDown);
+        }
+        let _creating = self.creating.lock().await;
+        if let Some(served) = self.lookup(name) {
+            return Ok(served);
+        }
+        self.install(name, kind, false).await
+    }
+
     /// How many namespaces were set up by auto-create (at most `max_namespaces`).
     pub fn auto_created_count(&self) -> usize {
         self.auto_created.load(Ordering::Relaxed)
@@ -84,6 +104,14 @@ impl Node {
         let name = NamespaceName::new(name)?;
         if let Some(served) = self.lookup(&name) {
             return Ok(NamespaceView::Served(served.ns));
+        }
+        if self.config.namespaces.contains_key(&name) {
+            return Err(IdError::Unavailable {
+                name: name.to_string(),
+                reason: "declared but not set up yet: the authority has not answered since the \
+                         node started"
+                    .to_owned(),
+            });
         }
         if !self.config.auto_create {
             return Err(IdError::UnknownNamespace(name.to_string()));

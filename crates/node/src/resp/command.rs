@@ -51,9 +51,10 @@ pub enum Command<'a> {
     Info,
     /// `SELECT 0` (the only database).
     Select,
-    /// `CONFIG GET pattern ...`: nothing is configurable over RESP, so an empty answer (as Redis
-    /// answers an unknown parameter); `redis-benchmark` asks at start-up.
-    ConfigGet,
+    /// `CONFIG GET pattern ...`: the [`CONFIG_PARAMETERS`] whose names match a pattern (Redis's
+    /// glob: `*`, `?`), in that order; nothing is configurable over RESP. `redis-benchmark`
+    /// asks for `save` and `appendonly` at start-up.
+    ConfigGet(Vec<(&'static str, &'static str)>),
     /// `INCR ns`: the next id.
     Incr(&'a str),
     /// `INCRBY ns n` / `IDMINT.INCRBY`: `n` consecutive ids, answered as the last.
@@ -133,7 +134,7 @@ impl Command<'_> {
             Command::Command => 9,
             Command::Info => 10,
             Command::Select => 11,
-            Command::ConfigGet => 12,
+            Command::ConfigGet(_) => 12,
             Command::Incr(_) => 13,
             Command::IncrBy(..) => 14,
             Command::Next(..) => 15,
@@ -326,11 +327,17 @@ pub fn parse<'a>(args: &[&'a [u8]]) -> Result<Command<'a>, Refusal> {
         "CONFIG" => match rest.first().map(|s| s.to_ascii_uppercase()) {
             Some(sub) if sub == b"GET" => {
                 arity(rest.len() >= 2)?;
-                Ok(Command::ConfigGet)
+                let patterns = &rest[1..];
+                Ok(Command::ConfigGet(
+                    CONFIG_PARAMETERS
+                        .iter()
+                        .filter(|(name, _)| patterns.iter().any(|p| glob(p, name.as_bytes())))
+                        .copied()
+                        .collect(),
+                ))
             }
             _ => Err(Refusal::Syntax(
-                "idmint answers CONFIG GET only (with nothing): it is configured by idmint.toml"
-                    .into(),
+                "idmint answers CONFIG GET only: it is configured by idmint.toml".into(),
             )),
         },
         "INCR" => {
@@ -395,6 +402,39 @@ pub fn parse<'a>(args: &[&'a [u8]]) -> Result<Command<'a>, Refusal> {
             args: rest.iter().take(3).map(|a| quote(a)).collect(),
         }),
     }
+}
+
+/// What `CONFIG GET` answers, in Redis's parameter names: idmint keeps no snapshot and no
+/// append-only file (every grant is durable in the authority before an id is handed out).
+pub const CONFIG_PARAMETERS: [(&str, &str); 2] = [("save", ""), ("appendonly", "no")];
+
+/// Whether `name` matches Redis's glob `pattern` (`*` any run, `?` one byte; case-insensitive,
+/// as `CONFIG GET` is). Iterative with one backtrack point: linear in practice, never
+/// recursive, whatever the pattern.
+fn glob(pattern: &[u8], name: &[u8]) -> bool {
+    let (mut p, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, n));
+                p += 1;
+            }
+            Some(&c) if c == b'?' || c.eq_ignore_ascii_case(&name[n]) => {
+                p += 1;
+                n += 1;
+            }
+            _ => match star {
+                Some((sp, sn)) => {
+                    p = sp + 1;
+                    n = sn + 1;
+                    star = Some((sp, sn + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
 }
 
 /// An argument as an error message quotes it: lossy UTF-8, at most 128 characters.
@@ -531,6 +571,58 @@ mod tests {
     fn p<'a>(words: &[&'a str]) -> Result<Command<'a>, Refusal> {
         let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
         parse(&args)
+    }
+
+    /// `CONFIG GET` answers the parameters its patterns match (what `redis-benchmark` reads
+    /// at start-up), and nothing for a pattern that matches none.
+    #[test]
+    fn config_get_answers_matching_parameters() {
+        assert_eq!(
+            p(&["config", "get", "save"]),
+            Ok(Command::ConfigGet(vec![("save", "")]))
+        );
+        assert_eq!(
+            p(&["CONFIG", "GET", "*"]),
+            Ok(Command::ConfigGet(CONFIG_PARAMETERS.to_vec()))
+        );
+        assert_eq!(
+            p(&["CONFIG", "GET", "APPEND?NLY", "sa*"]),
+            Ok(Command::ConfigGet(CONFIG_PARAMETERS.to_vec()))
+        );
+        assert_eq!(
+            p(&["CONFIG", "GET", "maxmemory"]),
+            Ok(Command::ConfigGet(Vec::new()))
+        );
+        assert!(matches!(p(&["CONFIG", "GET"]), Err(Refusal::Arity(_))));
+        assert!(matches!(
+            p(&["CONFIG", "SET", "save", ""]),
+            Err(Refusal::Syntax(_))
+        ));
+    }
+
+    #[test]
+    fn glob_matches_as_redis_does() {
+        for (pattern, name, matches) in [
+            ("*", "", true),
+            ("", "", true),
+            ("", "a", false),
+            ("a*c", "abbbc", true),
+            ("a*c", "abbb", false),
+            ("*o*y", "appendonly", true),
+            ("?ave", "save", true),
+            ("?ave", "ave", false),
+            ("**", "x", true),
+            ("s*v*", "save", true),
+        ] {
+            assert_eq!(
+                glob(pattern.as_bytes(), name.as_bytes()),
+                matches,
+                "{pattern:?} {name:?}"
+            );
+        }
+        // A pathological pattern ends promptly: no recursion, no exponential backtracking.
+        let pattern = "*a".repeat(4096);
+        assert!(!glob(pattern.as_bytes(), &[b'a'; 100]));
     }
 
     #[test]

@@ -375,7 +375,18 @@ async fn run(node: &Node, shared: &Shared, client: &mut Client, command: Command
         Command::ClientGetName => client.name.clone().map_or(Reply::Null, Reply::Bulk),
         Command::ClientId => Reply::Int(i64::try_from(client.id).unwrap_or(i64::MAX)),
         Command::ClientSetInfo | Command::Select => Reply::OK,
-        Command::Command | Command::ConfigGet => Reply::Array(Vec::new()),
+        Command::Command => Reply::Array(Vec::new()),
+        Command::ConfigGet(parameters) => Reply::Map(
+            parameters
+                .into_iter()
+                .map(|(name, value)| {
+                    (
+                        Reply::Bulk(Bytes::from_static(name.as_bytes())),
+                        Reply::Bulk(Bytes::from_static(value.as_bytes())),
+                    )
+                })
+                .collect(),
+        ),
         Command::Info => match node.caller(client.credentials()) {
             Ok(_) => Reply::text(info(node, shared)),
             Err(e) => error::reply_of(&e),
