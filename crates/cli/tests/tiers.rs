@@ -7,7 +7,9 @@
 //! 1. warm-up;
 //! 2. the global node frozen (SIGSTOP: its sockets stay open and nothing answers, the harder
 //!    kind of outage) for `IDMINT_OUTAGE_SECS` seconds (5 in the test command; the 60 s run of
-//!    docs/backends.md is `IDMINT_OUTAGE_SECS=60`), then resumed (SIGCONT);
+//!    docs/backends.md is `IDMINT_OUTAGE_SECS=60`), then resumed (SIGCONT); during it a
+//!    regional node stays ready (`degraded`), and a third regional node starts, unready, and
+//!    turns ready and serves once the global node answers;
 //! 3. recovery;
 //! 4. regional node 0 killed (SIGKILL) under load: its clients go on with regional node 1;
 //! 5. a clean stop of each tier: clients close, regional node 1 SIGTERM, global SIGTERM.
@@ -297,10 +299,42 @@ fn ride_out(backend: &str, global_authority: &str) {
         .map(|a| metric(*a, "idmint_refill_waits_total"))
         .collect();
     signal(global.pid(), "-STOP");
+    let outage_began = Instant::now();
     phase.store(1, Ordering::SeqCst);
     let before = taken.load(Ordering::SeqCst);
-    // The outage lasts `outage`, under load.
-    thread::sleep(outage);
+    // Readiness during the outage: the buffers bridge it, so a load balancer keeps the node
+    // (200 "degraded"), and a regional node started now starts, unready, instead of exiting
+    // (a crash loop under systemd). Its calls give up after 1 s, so the checks fit the outage.
+    let (status, ready) = http_get(regional_http[0], "/readyz");
+    assert_eq!(
+        status, 200,
+        "regional node 0 unready during the outage: {ready}"
+    );
+    assert!(ready.contains("\"degraded\""), "{ready}");
+    let late_cfg = write(
+        dir.path(),
+        "late.toml",
+        &format!(
+            "[server]\nauto_create = false\n\n[authority]\nkind = \"upstream\"\n\
+             urls = [\"http://{global_grpc}\"]\ntimeout_ms = 1000\n\n\
+             [namespaces.{NAMESPACE}]\nkind = \"sequence\"\n"
+        ),
+    );
+    let late = Server::start_with(
+        dir.path(),
+        &dir.path().join("regional-late"),
+        "127.0.0.1:0",
+        Some(&late_cfg),
+        |_| {},
+    );
+    let (status, unready) = http_get(late.addr, "/readyz");
+    assert_eq!(
+        status, 503,
+        "a node with nothing set up is not ready: {unready}"
+    );
+    assert!(unready.contains("not set up yet"), "{unready}");
+    // The outage lasts `outage` in all, under load.
+    thread::sleep(outage.saturating_sub(outage_began.elapsed()));
     let during = taken.load(Ordering::SeqCst) - before;
     let waits_during: Vec<u64> = regional_http
         .iter()
@@ -315,6 +349,25 @@ fn ride_out(backend: &str, global_authority: &str) {
     );
     let after = taken.load(Ordering::SeqCst);
     wait_for(after + 20_000, "after the outage");
+    // The node started during the outage sets its namespace up by itself once the global node
+    // answers, turns ready and serves; stopped cleanly, it hands its tail up or reports it.
+    wait::until(
+        "the node started during the outage turns ready",
+        DEADLINE,
+        || http_get(late.addr, "/readyz").0 == 200,
+    );
+    let (status, body) = http_get(late.addr, &format!("/v1/ids/{NAMESPACE}?count=10"));
+    assert_eq!(status, 200, "{body}");
+    let late_ids: Vec<u64> = serde_json::from_str::<serde_json::Value>(&body).unwrap()["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().parse().unwrap())
+        .collect();
+    support::assert_strictly_increasing(&late_ids, "the node started during the outage");
+    let (status, rest) = late.terminate();
+    assert!(status.success(), "late regional exit {status:?}: {rest:?}");
+    let (_, late_burned) = stop_counts(&rest);
 
     // No herd: one reservation in flight per namespace per regional node, ever; the global
     // node never answered more block requests at once than there are regional nodes.
@@ -346,7 +399,7 @@ fn ride_out(backend: &str, global_authority: &str) {
 
     stop.store(true, Ordering::SeqCst);
     let mut runs: Vec<ClientRun> = clients.into_iter().map(|c| c.join().unwrap()).collect();
-    let mut all = HashSet::new();
+    let mut all: HashSet<u64> = late_ids.iter().copied().collect();
     let mut client_given_back = 0;
     let mut client_burned = 0;
     for (i, run) in runs.iter().enumerate() {
@@ -380,8 +433,11 @@ fn ride_out(backend: &str, global_authority: &str) {
     let audit = support::audit_check(Some(&global_cfg), &global_data, NAMESPACE, &received);
     let reserved = audit.watermark - 1;
     let burned = reserved - received.len() as u64;
-    let reported =
-        client_burned + regional_burned + global_burned_before_stop + global_burned_at_stop;
+    let reported = client_burned
+        + regional_burned
+        + late_burned
+        + global_burned_before_stop
+        + global_burned_at_stop;
     let unexplained = burned.saturating_sub(reported);
 
     let mut latency_lines = Vec::new();
