@@ -174,10 +174,15 @@ pub struct SequenceState {
     pub capacity: u64,
     /// `ids_used / capacity`.
     pub used_fraction: f64,
-    /// When the namespace runs out at the current demand (RFC 3339), if within a thousand
-    /// years and there is demand.
+    /// When the namespace runs out at the rate it was served over the last hour (RFC 3339), if
+    /// within a thousand years and it served anything. Not `demand_per_second`: one burst
+    /// counts as its share of an hour (a node younger than an hour divides by an hour too).
     #[cfg_attr(feature = "openapi", schema(format = DateTime, required = true))]
     pub projected_exhaustion: Option<String>,
+    /// How many seconds of serving the projection's rate was measured over (at most an hour
+    /// and a minute; 0 before the first two readings).
+    #[serde(default)]
+    pub projection_window_seconds: u64,
     /// The latest refill's error, if the latest refill failed.
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub last_error: Option<String>,
@@ -425,6 +430,7 @@ mod tests {
                 capacity: (1 << 63) - 1,
                 used_fraction: 0.0,
                 projected_exhaustion: None,
+                projection_window_seconds: 0,
                 last_error: None,
                 members: Vec::new(),
             },

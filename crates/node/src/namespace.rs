@@ -24,6 +24,7 @@
 //! [`POOL_READ_TIMEOUT`]).
 
 pub mod headroom;
+pub mod served_window;
 
 use crate::block_gate::IdSpace;
 use crate::config::CacheMode;
@@ -39,6 +40,7 @@ use idmint_core::{
     Uuid7Generator,
 };
 use prometheus_client::metrics::counter::Counter;
+use served_window::{ServedRate, ServedWindow};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -367,8 +369,11 @@ impl StoredSequence {
             false,
             &self.space,
             self.cache,
-            snapshot,
-            None,
+            Reading {
+                snapshot,
+                last_error: None,
+                served_rate: None,
+            },
             UNIX_EPOCH,
         )
     }
@@ -380,6 +385,8 @@ pub struct SequenceNamespace {
     spec: SequenceSpec,
     supply: Arc<Supply>,
     auto_created: bool,
+    /// Ids served over the last hour, for the exhaustion projection.
+    served: ServedWindow,
 }
 
 impl SequenceNamespace {
@@ -389,7 +396,21 @@ impl SequenceNamespace {
             spec,
             supply,
             auto_created: false,
+            served: ServedWindow::default(),
         }
+    }
+
+    /// Samples the ids served so far at `now_nanos` (monotonic), for the projection
+    /// ([`served_window`]); the node calls it once a second.
+    pub fn sample_served(&self, now_nanos: u64) {
+        self.served.record(now_nanos, self.supply.snapshot().served);
+    }
+
+    /// How long until the namespace runs out at the rate of the last hour, and that window.
+    pub fn time_to_exhaustion(&self) -> Option<(Duration, Duration)> {
+        let rate = self.served.rate()?;
+        let left = ids_left(self.supply.space(), self.supply.snapshot().watermark);
+        projection(left, rate).map(|d| (d, rate.observed))
     }
 
     /// Marks it as created on first use (auto-create), not declared: listings say so.
@@ -458,23 +479,54 @@ impl SequenceNamespace {
             self.auto_created,
             self.supply.space(),
             self.supply.cache(),
-            self.supply.snapshot(),
-            self.supply.last_error(),
+            Reading {
+                snapshot: self.supply.snapshot(),
+                last_error: self.supply.last_error(),
+                served_rate: self.served.rate(),
+            },
             now,
         )
     }
 }
 
-/// The info of a sequence namespace of `spec` served with `cache`, in the state `snapshot`.
+/// Ids of `space` at or above `watermark`.
+fn ids_left(space: &IdSpace, watermark: u64) -> u64 {
+    let spec = space.spec();
+    spec.capacity()
+        .saturating_sub(spec.ids_between(spec.first(), watermark))
+}
+
+/// How long `left` ids last at `rate`: none without demand, or beyond a thousand years (the
+/// date would mean nothing).
+fn projection(left: u64, rate: ServedRate) -> Option<Duration> {
+    (rate.per_second > 1e-3)
+        .then(|| left as f64 / rate.per_second)
+        .filter(|secs| *secs < 3.15e10)
+        .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+}
+
+/// What a sequence namespace's info reads of its supply.
+struct Reading {
+    snapshot: SupplySnapshot,
+    last_error: Option<String>,
+    /// The rate served over the last hour, for the projection.
+    served_rate: Option<ServedRate>,
+}
+
+/// The info of a sequence namespace of `spec` served with `cache`, in the state `reading`.
 fn sequence_info(
     namespace: String,
     auto_created: bool,
     space: &IdSpace,
     cache: CacheMode,
-    snapshot: SupplySnapshot,
-    last_error: Option<String>,
+    reading: Reading,
     now: SystemTime,
 ) -> api::NamespaceInfo {
+    let Reading {
+        snapshot,
+        last_error,
+        served_rate,
+    } = reading;
     let spec = space.spec();
     let cache = match cache {
         CacheMode::Off => api::CacheSettings::Off,
@@ -507,17 +559,13 @@ fn sequence_info(
     } = snapshot;
     let capacity = spec.capacity();
     let used = spec.ids_between(spec.first(), watermark);
-    let left = capacity.saturating_sub(used);
     let used_fraction = if capacity == 0 {
         1.0
     } else {
         used as f64 / capacity as f64
     };
-    let projected_exhaustion = (demand_per_sec > 1e-3)
-        .then(|| left as f64 / demand_per_sec)
-        // Beyond a thousand years the date means nothing.
-        .filter(|secs| *secs < 3.15e10)
-        .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+    let projected_exhaustion = served_rate
+        .and_then(|rate| projection(ids_left(space, watermark), rate))
         .and_then(|d| now.checked_add(d))
         .and_then(rfc3339);
     api::NamespaceInfo::Sequence {
@@ -545,6 +593,7 @@ fn sequence_info(
             capacity,
             used_fraction,
             projected_exhaustion,
+            projection_window_seconds: served_rate.map_or(0, |rate| rate.observed.as_secs()),
             last_error,
             members: Vec::new(),
         },

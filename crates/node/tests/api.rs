@@ -826,6 +826,7 @@ async fn namespaces_health_ready_and_metrics() {
             "ids_burned",
             "used_fraction",
             "projected_exhaustion",
+            "projection_window_seconds",
         ] {
             assert!(state.get(field).is_some(), "{ns}: no state.{field}: {info}");
         }
@@ -845,6 +846,15 @@ async fn namespaces_health_ready_and_metrics() {
     for ns in ["photos", "tickets", "tweets"] {
         let series = format!("idmint_ids_served_total{{namespace=\"{ns}\"}} 10");
         assert!(text.contains(&series), "no {series:?} in:\n{text}");
+    }
+    for ns in ["photos", "tickets"] {
+        for family in [
+            "idmint_sequence_used_ratio",
+            "idmint_sequence_time_to_exhaustion_seconds",
+        ] {
+            let series = format!("{family}{{namespace=\"{ns}\"}} ");
+            assert!(text.contains(&series), "no {series:?} in:\n{text}");
+        }
     }
     node.stop().await;
 }

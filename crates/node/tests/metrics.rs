@@ -346,3 +346,93 @@ async fn both_formats_pass_promtool_and_carry_every_family() {
 
     node.stop().await;
 }
+
+/// The alerting rules operators load (deploy/prometheus): `promtool check rules` accepts them,
+/// `promtool test rules` fires each alert where it should and nowhere else, and every family
+/// the rules name is one a live node exports (a rule on a misspelt or removed metric would
+/// never fire). The node runs a multi authority (member series) and a leased snowflake
+/// namespace (lease series), so every family has a series to show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_alert_rules_pass_promtool_and_name_only_exported_families() {
+    let rules_dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/prometheus");
+    let rules = rules_dir.join("idmint.rules.yml");
+    let checked = promtool(&["check", "rules", rules.to_str().unwrap()], "");
+    assert!(
+        checked.status.success(),
+        "promtool check rules: {}",
+        said(&checked)
+    );
+    let tested = Command::new("promtool")
+        .args(["test", "rules", "idmint.rules.test.yml"])
+        .current_dir(&rules_dir)
+        .output()
+        .unwrap();
+    assert!(
+        tested.status.success(),
+        "promtool test rules: {}",
+        said(&tested)
+    );
+
+    let config = FileConfig::parse(
+        r#"
+        [defaults]
+        step = 2
+        [namespaces.orders]
+        kind = "sequence"
+        [namespaces.tweets]
+        kind = "snowflake"
+        "#,
+    )
+    .unwrap()
+    .node;
+    let multi = idmint_store::MultiAuthority::new(vec![
+        (Arc::new(MemoryAuthority::new()) as Arc<dyn Authority>, 0),
+        (Arc::new(MemoryAuthority::new()) as Arc<dyn Authority>, 1),
+    ])
+    .unwrap();
+    let node = TestNode::start(config, Arc::new(multi)).await;
+    for ns in ["orders", "tweets"] {
+        let (status, body) = node.get(&format!("/v1/ids/{ns}?count=3")).await;
+        assert_eq!(status, 200, "{ns}: {body}");
+    }
+    let (status, body) = node.get("/v1/ids/orders?count=0").await;
+    assert_eq!(status, 400, "{body}");
+    let n = &node;
+    poll_until("the clock gauge is reported", move || async move {
+        scrape(n, None)
+            .await
+            .1
+            .contains("idmint_clock_behind_seconds{")
+    })
+    .await;
+    let (_, text) = scrape(&node, None).await;
+    // The families of the 0.0.4 text (a counter's TYPE line names its `_total` samples there).
+    let families: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    let rules_text = std::fs::read_to_string(&rules).unwrap();
+    let mut named: Vec<&str> = rules_text
+        .match_indices("idmint_")
+        .map(|(at, _)| {
+            let rest = &rules_text[at..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .filter(|name| !name.ends_with('_'))
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    assert!(named.len() >= 12, "{named:?}");
+    for name in named {
+        assert!(
+            families.contains(&name),
+            "the alert rules name {name}, which the node does not export:\n{text}"
+        );
+    }
+    node.stop().await;
+}

@@ -225,6 +225,7 @@ fn sequence_state(s: api::SequenceState) -> proto::SequenceState {
         capacity: s.capacity,
         used_fraction: s.used_fraction,
         projected_exhaustion: s.projected_exhaustion,
+        projection_window_seconds: s.projection_window_seconds,
         last_error: s.last_error,
         members: s
             .members

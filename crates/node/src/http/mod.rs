@@ -645,40 +645,14 @@ async fn metrics(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response 
         .collect::<Vec<_>>()
         .join(",");
     let format = crate::metrics::Format::negotiate(Some(&accept));
-    node.refresh_gauges();
-    // Sets `idmint_authority_up` and `idmint_ready` as the load balancer would see them; a
-    // node shutting down has nothing more to say there.
-    let _ = node.readiness().await;
-    node.metrics().refresh_members(
-        &node
-            .authority()
-            .members()
-            .map_or_else(Vec::new, |m| m.health()),
-    );
-    refresh_snowflake_gauges(&node).await;
     (
         [
             (header::CONTENT_TYPE, format.content_type()),
             (header::VARY, "Accept"),
         ],
-        node.metrics().encode(format),
+        node.scrape(format).await,
     )
         .into_response()
-}
-
-/// Sets each snowflake namespace's exhaustion gauges from its live state (a read of its
-/// group's leases, bounded by [`crate::namespace::POOL_READ_TIMEOUT`]).
-async fn refresh_snowflake_gauges(node: &Node) {
-    let now = node.now();
-    for ns in node.all() {
-        if let crate::namespace::Namespace::Snowflake(_) = &*ns {
-            if let idmint_api::NamespaceInfo::Snowflake { state, .. } =
-                ns.info_live(now, &**node.authority()).await
-            {
-                node.metrics().refresh_snowflake(ns.name().as_str(), &state);
-            }
-        }
-    }
 }
 
 #[cfg(test)]

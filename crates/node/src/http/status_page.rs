@@ -426,6 +426,7 @@ mod tests {
                 capacity: 1000,
                 used_fraction: used as f64 / 1000.0,
                 projected_exhaustion: exhaustion.map(Into::into),
+                projection_window_seconds: 3600,
                 last_error: None,
                 members: Vec::new(),
             },

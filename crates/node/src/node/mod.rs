@@ -21,18 +21,19 @@
 //!
 //! Modules: [`namespaces`] (looking namespaces up, creating them on first use, reads that never
 //! create), [`requests`] (the operations: authenticate, authorize, limit, look up, carry out,
-//! count), [`readiness`] (whether every declared namespace can serve now), [`leases`] (worker
+//! count), [`readiness`] (whether every declared namespace can serve now), [`scrape`] (`/metrics`), [`leases`] (worker
 //! leases for a lower tier).
 
 pub mod leases;
 mod namespaces;
 pub mod readiness;
 pub mod requests;
+mod scrape;
 
 use crate::auth::{Auth, Buckets};
 use crate::config::{KindConfig, NodeConfig};
 use crate::error::{IdError, NodeError};
-use crate::metrics::{Metrics, NamespaceLabels};
+use crate::metrics::Metrics;
 use crate::namespace::Namespace;
 use crate::server::shutdown::{Shutdown, Stage};
 use crate::time::{SharedClock, TokioClock};
@@ -169,7 +170,8 @@ impl Node {
             let task = tokio::spawn(node.clone().set_up_later(pending));
             node.lock_tasks().push(task);
         }
-        // Snowflake clock watch: report wall-clock steps once a second.
+        // Once a second: report snowflake wall-clock steps; sample what each sequence
+        // namespace served, for its exhaustion projection.
         let watcher = {
             let node = node.clone();
             let mut stop = node.stop.subscribe();
@@ -179,9 +181,12 @@ impl Node {
                         _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                         _ = stop.changed() => return,
                     }
+                    let now = node.clock.monotonic_nanos();
                     for ns in node.all() {
-                        if let Namespace::Snowflake(s) = &*ns {
-                            s.check_clock();
+                        match &*ns {
+                            Namespace::Snowflake(s) => s.check_clock(),
+                            Namespace::Sequence(s) => s.sample_served(now),
+                            Namespace::Uuid7(..) | Namespace::Ulid(..) => {}
                         }
                     }
                 }
@@ -432,46 +437,6 @@ impl Node {
                 }
             }
             other => other,
-        }
-    }
-
-    /// Refreshes the gauges mirrored from namespace state, for a scrape.
-    pub fn refresh_gauges(&self) {
-        for ns in self.all() {
-            if let Namespace::Sequence(s) = &*ns {
-                let labels = NamespaceLabels {
-                    namespace: ns.name().to_string(),
-                };
-                let snap = s.supply().snapshot();
-                let (buffered, burned, demand) =
-                    (snap.buffered, snap.stats.burned, snap.demand_per_sec);
-                self.metrics
-                    .buffered
-                    .get_or_create(&labels)
-                    .set(i64::try_from(buffered).unwrap_or(i64::MAX));
-                self.metrics
-                    .burned
-                    .get_or_create(&labels)
-                    .set(i64::try_from(burned).unwrap_or(i64::MAX));
-                self.metrics.demand.get_or_create(&labels).set(demand);
-                let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-                self.metrics
-                    .reserved
-                    .get_or_create(&labels)
-                    .set(gauge(snap.reserved));
-                self.metrics
-                    .given_back
-                    .get_or_create(&labels)
-                    .set(gauge(snap.stats.given_back));
-                self.metrics
-                    .source_requests_peak
-                    .get_or_create(&labels)
-                    .set(gauge(snap.source_requests_peak));
-                self.metrics
-                    .block_requests_peak
-                    .get_or_create(&labels)
-                    .set(gauge(snap.block_requests_peak));
-            }
         }
     }
 

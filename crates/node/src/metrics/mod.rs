@@ -130,6 +130,11 @@ pub struct Metrics {
     pub block_requests_peak: Family<NamespaceLabels, Gauge>,
     /// 1 while a multi authority's member answers, 0 while it is down.
     pub member_up: Family<MemberLabels, Gauge>,
+    /// Ids of a sequence namespace below its watermark, as a fraction of all it can hold.
+    pub sequence_used_ratio: Family<NamespaceLabels, Gauge<f64, AtomicU64>>,
+    /// Seconds until a sequence namespace runs out at the rate it served over the last hour
+    /// (+Inf without demand).
+    pub sequence_time_to_exhaustion: Family<NamespaceLabels, Gauge<f64, AtomicU64>>,
     /// 1 while the authority answered the latest readiness probe, 0 while it did not.
     pub authority_up: Gauge,
     /// 1 while the latest readiness probe found every declared namespace able to serve.
@@ -158,6 +163,15 @@ pub struct Metrics {
     pub snowflake_sequence_peak_used: Family<NamespaceLabels, Gauge<f64, AtomicU64>>,
     /// Requests that found their time unit's sequence used up and waited for the next unit.
     pub snowflake_sequence_exhausted: Family<NamespaceLabels, Counter>,
+    /// 1 while a snowflake namespace's worker lease is held (or being renewed), 0 once lost.
+    pub snowflake_lease_held: Family<NamespaceLabels, Gauge>,
+}
+
+/// The labels of `idmint_build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// The crate version.
+    pub version: String,
 }
 
 fn latency_histogram() -> Histogram {
@@ -169,7 +183,10 @@ fn latency_histogram() -> Histogram {
 impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("idmint");
+        // The node's families under `idmint_`; the process's under the standard `process_`.
+        let mut root = Registry::default();
+        root.register_collector(Box::new(process::ProcessCollector));
+        let registry = root.sub_registry_with_prefix("idmint");
         let ids_served = Family::<NamespaceLabels, Counter>::default();
         let refills = Family::<RefillLabels, Counter>::default();
         let refill_seconds = Family::<NamespaceLabels, Histogram>::new_with_constructor(
@@ -187,6 +204,9 @@ impl Metrics {
         let block_requests_peak = Family::<NamespaceLabels, Gauge>::default();
         let member_up = Family::<MemberLabels, Gauge>::default();
         let authority_up = Gauge::default();
+        let sequence_used_ratio = Family::<NamespaceLabels, Gauge<f64, AtomicU64>>::default();
+        let sequence_time_to_exhaustion =
+            Family::<NamespaceLabels, Gauge<f64, AtomicU64>>::default();
         let ready = Gauge::default();
         let grpc_requests = Family::<GrpcLabels, Counter>::default();
         let resp_commands = Family::<RespLabels, Counter>::default();
@@ -199,6 +219,7 @@ impl Metrics {
             Family::<NamespaceLabels, Gauge<f64, AtomicU64>>::default();
         let snowflake_sequence_limit = Family::<NamespaceLabels, Gauge>::default();
         let snowflake_sequence_peak = Family::<NamespaceLabels, Gauge>::default();
+        let snowflake_lease_held = Family::<NamespaceLabels, Gauge>::default();
         let snowflake_sequence_peak_used =
             Family::<NamespaceLabels, Gauge<f64, AtomicU64>>::default();
         let snowflake_sequence_exhausted = Family::<NamespaceLabels, Counter>::default();
@@ -271,6 +292,17 @@ impl Metrics {
             "authority_member_up",
             "Whether a multi authority's member answered its latest operation (1) or not (0)",
             member_up.clone(),
+        );
+        registry.register(
+            "sequence_used_ratio",
+            "Ids of the sequence namespace below its watermark, as a fraction of all it can hold",
+            sequence_used_ratio.clone(),
+        );
+        registry.register_with_unit(
+            "sequence_time_to_exhaustion",
+            "Seconds until the sequence namespace runs out at the rate it served over the last hour (divided by at least an hour; +Inf without demand)",
+            Unit::Seconds,
+            sequence_time_to_exhaustion.clone(),
         );
         registry.register(
             "authority_up",
@@ -346,8 +378,24 @@ impl Metrics {
             "Requests that found their time unit's sequence used up and waited for the next unit",
             snowflake_sequence_exhausted.clone(),
         );
+        registry.register(
+            "snowflake_lease_held",
+            "Whether the namespace's worker lease is held (1) or lost (0): a lost lease issues nothing",
+            snowflake_lease_held.clone(),
+        );
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        registry.register(
+            "build_info",
+            "The idmint version this node runs (always 1)",
+            build_info.clone(),
+        );
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            })
+            .set(1);
         Metrics {
-            registry,
+            registry: root,
             ids_served,
             refills,
             refill_seconds,
@@ -362,6 +410,8 @@ impl Metrics {
             source_requests_peak,
             block_requests_peak,
             member_up,
+            sequence_used_ratio,
+            sequence_time_to_exhaustion,
             authority_up,
             ready,
             grpc_requests,
@@ -376,6 +426,7 @@ impl Metrics {
             snowflake_sequence_peak,
             snowflake_sequence_peak_used,
             snowflake_sequence_exhausted,
+            snowflake_lease_held,
         }
     }
 
@@ -412,6 +463,16 @@ impl Metrics {
                 self.snowflake_workers_held.remove(&labels);
                 self.snowflake_workers_possible.remove(&labels);
                 self.snowflake_worker_pool_used.remove(&labels);
+            }
+        }
+        match &state.worker_lease {
+            Some(lease) => {
+                self.snowflake_lease_held
+                    .get_or_create(&labels)
+                    .set(i64::from(lease.status != idmint_api::LeaseStatus::Lost));
+            }
+            None => {
+                self.snowflake_lease_held.remove(&labels);
             }
         }
         if let Some(h) = &state.sequence_headroom {
@@ -632,234 +693,7 @@ impl crate::supply::SupplyEvents for SupplyMetrics {
     }
 }
 
+mod process;
+
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::supply::SupplyEvents;
-
-    #[test]
-    fn openmetrics_only_when_asked_for() {
-        use Format::{OpenMetrics, Prometheus};
-        for (accept, want) in [
-            (None, Prometheus),
-            (Some(""), Prometheus),
-            (Some("*/*"), Prometheus),
-            (Some("text/plain"), Prometheus),
-            (Some("text/plain;version=0.0.4"), Prometheus),
-            (Some("text/plain; version=0.0.4; charset=utf-8"), Prometheus),
-            (Some("application/json"), Prometheus),
-            (Some("application/openmetrics-text"), OpenMetrics),
-            (
-                Some("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-                OpenMetrics,
-            ),
-            (
-                Some("Application/OpenMetrics-Text;Version=\"1.0.0\""),
-                OpenMetrics,
-            ),
-            // What Prometheus 2.x sends.
-            (
-                Some(
-                    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
-                     version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
-                ),
-                OpenMetrics,
-            ),
-            // A version this node does not write.
-            (
-                Some("application/openmetrics-text;version=0.0.1"),
-                Prometheus,
-            ),
-            (
-                Some("application/openmetrics-text;version=2.0.0"),
-                Prometheus,
-            ),
-            (Some("application/openmetrics-text;q=0"), Prometheus),
-            (Some("application/openmetrics-text;q=nonsense"), Prometheus),
-            (
-                Some("application/openmetrics-text;q=0.5, text/plain;version=0.0.4"),
-                Prometheus,
-            ),
-            (
-                Some("text/plain;version=0.0.4;q=0.5, application/openmetrics-text"),
-                OpenMetrics,
-            ),
-        ] {
-            assert_eq!(Format::negotiate(accept), want, "Accept: {accept:?}");
-        }
-    }
-
-    /// Every family with one series of each kind of label.
-    fn populated() -> Metrics {
-        let metrics = Metrics::new();
-        let supply = SupplyMetrics::new(&metrics, "orders");
-        supply.served(3);
-        supply.refilled(true, std::time::Duration::from_millis(2));
-        supply.refilled(false, std::time::Duration::from_millis(7));
-        supply.waited();
-        metrics.refresh_members(&[idmint_store::MemberHealth {
-            number: 1,
-            kind: "postgres",
-            offset: 1,
-            up: false,
-            last_error: Some("connection refused".into()),
-            out_of_service: None,
-        }]);
-        let ns = NamespaceLabels {
-            namespace: "orders".into(),
-        };
-        metrics
-            .errors
-            .get_or_create(&ErrorLabels {
-                code: "unknown_namespace",
-            })
-            .inc();
-        metrics.buffered.get_or_create(&ns).set(5);
-        metrics.burned.get_or_create(&ns).set(1);
-        metrics.demand.get_or_create(&ns).set(2.5);
-        metrics.clock_behind.get_or_create(&ns).set(0.0);
-        metrics
-    }
-
-    #[test]
-    fn counters_are_named_by_their_samples_in_the_0_0_4_format() {
-        let text = populated().encode(Format::Prometheus);
-        for family in [
-            "idmint_ids_served_total",
-            "idmint_refills_total",
-            "idmint_errors_total",
-            "idmint_refill_waits_total",
-        ] {
-            assert!(
-                text.contains(&format!("# HELP {family} ")),
-                "{family}:\n{text}"
-            );
-            assert!(
-                text.contains(&format!("# TYPE {family} counter\n")),
-                "{family}:\n{text}"
-            );
-        }
-        assert!(
-            text.contains("idmint_errors_total{code=\"unknown_namespace\"} 1\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("idmint_refill_waits_total{namespace=\"orders\"} 1\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains(
-                "idmint_authority_member_up{member=\"1\",kind=\"postgres\",offset=\"1\"} 0\n"
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains("# TYPE idmint_refill_duration_seconds histogram\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("# HELP idmint_refill_duration_seconds Time of one block"),
-            "{text}"
-        );
-        for openmetrics_only in ["# EOF", "# UNIT", "_created"] {
-            assert!(
-                !text.contains(openmetrics_only),
-                "{openmetrics_only}:\n{text}"
-            );
-        }
-    }
-
-    #[test]
-    fn both_formats_carry_the_same_samples_and_every_family_has_help() {
-        let metrics = populated();
-        let openmetrics = metrics.encode(Format::OpenMetrics);
-        let prometheus = metrics.encode(Format::Prometheus);
-        assert!(openmetrics.ends_with("# EOF\n"), "{openmetrics}");
-        assert!(
-            openmetrics.contains("# UNIT idmint_refill_duration_seconds seconds\n"),
-            "{openmetrics}"
-        );
-        let samples = |text: &str| -> Vec<String> {
-            text.lines()
-                .filter(|l| !l.starts_with('#'))
-                .map(str::to_owned)
-                .collect()
-        };
-        assert_eq!(samples(&openmetrics), samples(&prometheus));
-        for text in [&openmetrics, &prometheus] {
-            let typed: Vec<&str> = text
-                .lines()
-                .filter_map(|l| l.strip_prefix("# TYPE "))
-                .filter_map(|l| l.split(' ').next())
-                .collect();
-            assert_eq!(typed.len(), 13, "{text}");
-            for name in typed {
-                let help = text
-                    .lines()
-                    .find_map(|l| l.strip_prefix(&format!("# HELP {name} ")))
-                    .unwrap_or_else(|| panic!("{name} has no help:\n{text}"));
-                assert!(help.len() > 10, "{name}: {help}");
-            }
-        }
-    }
-
-    fn snowflake_state(held: Option<u64>) -> idmint_api::SnowflakeState {
-        idmint_api::SnowflakeState {
-            ids_served: 0,
-            last_timestamp: None,
-            time_runs_out: "2079-09-07T15:47:35.551Z".into(),
-            seconds_to_exhaustion: 1_234_567_890,
-            worker_pool: Some(idmint_api::WorkerPool::new(
-                "tweets".into(),
-                1024,
-                held,
-                held.is_none().then(|| "down".into()),
-            )),
-            sequence_headroom: Some(idmint_api::SequenceHeadroom::new(
-                4096, 1_000_000, 1024, 0, 60,
-            )),
-            worker_lease: None,
-        }
-    }
-
-    #[test]
-    fn snowflake_foresight_is_exported_and_an_unknown_pool_has_no_series() {
-        let metrics = Metrics::new();
-        metrics.refresh_snowflake("tweets", &snowflake_state(Some(2)));
-        let text = metrics.encode(Format::Prometheus);
-        for sample in [
-            "idmint_snowflake_time_to_exhaustion_seconds{namespace=\"tweets\"} 1234567890.0\n",
-            "idmint_snowflake_workers_held{namespace=\"tweets\"} 2\n",
-            "idmint_snowflake_workers_possible{namespace=\"tweets\"} 1024\n",
-            "idmint_snowflake_worker_pool_used_ratio{namespace=\"tweets\"} 0.001953125\n",
-            "idmint_snowflake_sequence_limit_per_unit{namespace=\"tweets\"} 4096\n",
-            "idmint_snowflake_sequence_peak_per_unit{namespace=\"tweets\"} 1024\n",
-            "idmint_snowflake_sequence_peak_ratio{namespace=\"tweets\"} 0.25\n",
-        ] {
-            assert!(text.contains(sample), "{sample}:\n{text}");
-        }
-        metrics.refresh_snowflake("tweets", &snowflake_state(None));
-        let text = metrics.encode(Format::Prometheus);
-        assert!(!text.contains("idmint_snowflake_workers_held{"), "{text}");
-        assert!(
-            !text.contains("idmint_snowflake_worker_pool_used_ratio{"),
-            "{text}"
-        );
-        assert!(
-            text.contains("idmint_snowflake_time_to_exhaustion_seconds{namespace=\"tweets\"}"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn created_samples_units_and_exemplars_are_dropped() {
-        let openmetrics = "# HELP a_seconds A.\n# TYPE a_seconds gauge\n# UNIT a_seconds seconds\n\
-                           a_seconds 1.5\n# HELP c C.\n# TYPE c counter\nc_total{x=\"y\"} 2 # {t=\"1\"} 1.0\n\
-                           c_created{x=\"y\"} 1700000000.0\n# HELP i I.\n# TYPE i info\ni_info 1\n# EOF\n";
-        assert_eq!(
-            openmetrics_to_prometheus(openmetrics),
-            "# HELP a_seconds A.\n# TYPE a_seconds gauge\na_seconds 1.5\n# HELP c_total C.\n\
-             # TYPE c_total counter\nc_total{x=\"y\"} 2\n# HELP i_info I.\n# TYPE i_info gauge\ni_info 1\n"
-        );
-    }
-}
+mod tests;
