@@ -13,16 +13,25 @@
 //!   is no grant without its entry and no entry without its grant;
 //! - **ordered per subject**: [`AuditEntry::seq`] increases, within one subject (a namespace or a
 //!   lease group), in the order the writes took effect; across subjects it means nothing;
-//! - **append-only**: entries are never changed; [`AuditLog::prune`] removes whole entries older
-//!   than a cut-off (retention), nothing else;
+//! - **append-only**: entries are never changed, except by pruning ([`prune`]): it replaces
+//!   the newest entry of a subject's pruned prefix by a [`AuditEvent::Checkpoint`] that
+//!   stands for the whole prefix (keeping that entry's seq and time), then removes the older
+//!   ones ([`AuditLog::fold`]); a ledger that had entries always keeps at least its checkpoint;
+//! - **the store's clock**: retention is measured by the clock that stamped the entries
+//!   ([`AuditLog::now_unix_ms`]), never the pruning node's;
 //! - **reads change nothing**: [`AuditLog::subjects`] and [`AuditLog::entries`] never write.
 //!
 //! What the verifier proves, per subject, reading entries in `seq` order:
+//! - a checkpoint stands for the pruned entries before it: every id below its `below` was
+//!   granted and is live (not given back), its `token` is the group's highest fencing token;
 //! - no two grants (blocks, rebases, retirements) share an id, unless the ids in between went
 //!   back by a recorded give-back;
 //! - a give-back returns the tail of a live grant (one whose grant was pruned is counted as
 //!   unmatched, not as a violation: retention may have removed its grant);
 //! - every grant lies below the namespace's current watermark;
+//! - every id of a namespace below its watermark is accounted for: the ledger records its
+//!   grant, or a checkpoint covers it. A namespace above its first id with no entry (an
+//!   emptied or never-kept ledger) is a violation: the verifier never passes on nothing;
 //! - per lease group, fencing tokens strictly increase, and a `(worker, token)` is held by one
 //!   holder only: an entry repeating an earlier one's worker, token and holder is that lease
 //!   re-established after it lapsed; another holder under the same token is two nodes on one
@@ -96,6 +105,15 @@ pub enum AuditEvent {
         /// The watermark after: one past the namespace's largest id.
         to: u64,
     },
+    /// Written by pruning in place of the entries it removed ([`prune`]): every id below
+    /// `below` was granted and not given back by then, and `token` was the highest fencing
+    /// token leased (0: none).
+    Checkpoint {
+        /// The watermark after the removed entries.
+        below: u64,
+        /// The highest fencing token among them.
+        token: u64,
+    },
 }
 
 impl AuditEvent {
@@ -107,6 +125,7 @@ impl AuditEvent {
             AuditEvent::Leased { .. } => "leased",
             AuditEvent::Rebased { .. } => "rebased",
             AuditEvent::Retired { .. } => "retired",
+            AuditEvent::Checkpoint { .. } => "checkpoint",
         }
     }
 
@@ -118,6 +137,7 @@ impl AuditEvent {
             }
             AuditEvent::Leased { worker, token } => (worker, token),
             AuditEvent::Rebased { from, to } | AuditEvent::Retired { from, to } => (from, to),
+            AuditEvent::Checkpoint { below, token } => (below, token),
         }
     }
 
@@ -132,6 +152,7 @@ impl AuditEvent {
             },
             "rebased" => AuditEvent::Rebased { from: a, to: b },
             "retired" => AuditEvent::Retired { from: a, to: b },
+            "checkpoint" => AuditEvent::Checkpoint { below: a, token: b },
             _ => return None,
         })
     }
@@ -144,7 +165,9 @@ impl AuditEvent {
             AuditEvent::Rebased { from, to } | AuditEvent::Retired { from, to } => {
                 (from < to).then_some((from, to))
             }
-            AuditEvent::GivenBack { .. } | AuditEvent::Leased { .. } => None,
+            AuditEvent::GivenBack { .. }
+            | AuditEvent::Leased { .. }
+            | AuditEvent::Checkpoint { .. } => None,
         }
     }
 }
@@ -182,9 +205,20 @@ pub trait AuditLog: Send + Sync {
         limit: usize,
     ) -> Result<Vec<AuditEntry>, StoreError>;
 
-    /// Removes every entry written before `before_unix_ms` (by the clock that stamped them);
-    /// returns how many. The verifier counts give-backs whose grant was removed as unmatched.
-    async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError>;
+    /// The current time, ms since the Unix epoch, by the clock that stamps the entries: the
+    /// store's own where it has one. [`prune`] measures retention with it.
+    async fn now_unix_ms(&self) -> Result<u64, StoreError>;
+
+    /// Replaces entry `through` of `subject` by `checkpoint` (keeping its seq and time), then
+    /// removes the subject's entries below it; returns how many were removed. The checkpoint
+    /// is written before or with the removals, never after, so no removal is ever without
+    /// it. If entry `through` is gone (another pruner folded past it), does nothing.
+    async fn fold(
+        &self,
+        subject: &NamespaceName,
+        through: u64,
+        checkpoint: AuditEvent,
+    ) -> Result<u64, StoreError>;
 }
 
 static HOLDER: OnceLock<String> = OnceLock::new();
@@ -286,8 +320,10 @@ pub struct AuditReport {
     pub give_backs: u64,
     /// Of them, worker leases.
     pub leases: u64,
-    /// Give-backs whose grant is not in the ledger (pruned by retention).
+    /// Give-backs whose grant is not in the ledger (pruned without a checkpoint).
     pub unmatched_give_backs: u64,
+    /// Of them, checkpoints left by pruning.
+    pub checkpoints: u64,
     /// Namespaces whose watermark was checked against their grants.
     pub watermarks_checked: u64,
     /// What must never happen, and did.
@@ -308,6 +344,7 @@ impl AuditReport {
         self.give_backs += other.give_backs;
         self.leases += other.leases;
         self.unmatched_give_backs += other.unmatched_give_backs;
+        self.checkpoints += other.checkpoints;
         self.watermarks_checked += other.watermarks_checked;
         self.violations.extend(other.violations);
     }
@@ -324,6 +361,11 @@ pub struct SubjectVerifier {
     /// Live granted ranges, start → end, disjoint and not touching.
     live: BTreeMap<u64, u64>,
     last_token: Option<u64>,
+    /// The highest token a checkpoint stands for: a lease at or below it whose entry was
+    /// pruned may be re-established, so it cannot be told from a repeat.
+    checkpoint_token: u64,
+    /// The lowest id the ledger accounts for (a recorded range's start; 0 after a checkpoint).
+    lowest: Option<u64>,
     /// Per fencing token: the worker id, the holder and the entry that first leased it.
     leases: BTreeMap<u64, (u64, String, u64)>,
     last_seq: Option<u64>,
@@ -337,6 +379,8 @@ impl SubjectVerifier {
             subject,
             live: BTreeMap::new(),
             last_token: None,
+            checkpoint_token: 0,
+            lowest: None,
             leases: BTreeMap::new(),
             last_seq: None,
             report: AuditReport {
@@ -373,7 +417,12 @@ impl SubjectVerifier {
         match entry.event {
             AuditEvent::GivenBack { start, end } => {
                 self.report.give_backs += 1;
+                self.note_lowest(start);
                 self.give_back(entry, start, end);
+            }
+            AuditEvent::Checkpoint { below, token } => {
+                self.report.checkpoints += 1;
+                self.checkpoint(below, token);
             }
             AuditEvent::Leased { worker, token } => {
                 self.report.leases += 1;
@@ -390,7 +439,7 @@ impl SubjectVerifier {
                     return;
                 }
                 if let Some(last) = self.last_token {
-                    if token <= last {
+                    if token <= last && token > self.checkpoint_token {
                         self.violation(format!(
                             "entry {}: worker {worker} leased with fencing token {token}, not \
                              above the group's earlier token {last}",
@@ -406,7 +455,46 @@ impl SubjectVerifier {
         }
     }
 
+    fn note_lowest(&mut self, id: u64) {
+        self.lowest = Some(self.lowest.map_or(id, |l| l.min(id)));
+    }
+
+    /// Everything below `below` is live from here on (the pruned entries granted it); live
+    /// ranges above it stay.
+    fn checkpoint(&mut self, below: u64, token: u64) {
+        self.note_lowest(0);
+        if below > 0 {
+            let mut end = below;
+            let covered: Vec<u64> = self.live.range(..=below).map(|(&s, _)| s).collect();
+            for s in covered {
+                if let Some(e) = self.live.remove(&s) {
+                    end = end.max(e);
+                }
+            }
+            self.live.insert(0, end);
+        }
+        if token > 0 {
+            self.checkpoint_token = self.checkpoint_token.max(token);
+            self.last_token = Some(self.last_token.map_or(token, |t| t.max(token)));
+        }
+    }
+
+    /// The checkpoint that stands for everything read so far: the highest live id's end and
+    /// the highest fencing token.
+    pub fn checkpoint_event(&self) -> AuditEvent {
+        AuditEvent::Checkpoint {
+            below: self.live.iter().next_back().map_or(0, |(_, &e)| e),
+            token: self.last_token.unwrap_or(0),
+        }
+    }
+
+    /// Whether nothing read so far is a violation.
+    pub fn is_clean(&self) -> bool {
+        self.report.is_clean()
+    }
+
     fn take(&mut self, entry: &AuditEntry, start: u64, end: u64) {
+        self.note_lowest(start);
         if start >= end {
             self.violation(format!(
                 "entry {} ({}) records an empty or reversed range [{start}, {end})",
@@ -468,6 +556,17 @@ impl SubjectVerifier {
     pub fn finish(mut self, state: Option<&NamespaceState>) -> AuditReport {
         if let Some(state) = state {
             self.report.watermarks_checked += 1;
+            let bottom = self.lowest.unwrap_or(u64::MAX).min(state.watermark);
+            if let Some(first) = state.spec.align_up(state.spec.first()) {
+                if first < bottom {
+                    self.violation(format!(
+                        "ids [{first}, {bottom}) lie below the watermark {} but the ledger \
+                         records neither their grant nor a checkpoint: it was emptied or not \
+                         kept, and nothing proves they were granted once",
+                        state.watermark
+                    ));
+                }
+            }
             if let Some((&s, &e)) = self.live.iter().next_back() {
                 if e > state.watermark {
                     self.violation(format!(
@@ -497,7 +596,14 @@ pub async fn verify(
     states: &[NamespaceState],
 ) -> Result<AuditReport, StoreError> {
     let mut report = AuditReport::default();
-    for subject in log.subjects().await? {
+    let subjects = log.subjects().await?;
+    let known: std::collections::BTreeSet<&NamespaceName> = subjects.iter().collect();
+    for state in states {
+        if !known.contains(&state.name) {
+            report.merge(SubjectVerifier::new(state.name.clone()).finish(Some(state)));
+        }
+    }
+    for subject in subjects {
         let mut verifier = SubjectVerifier::new(subject.clone());
         let mut after = None;
         loop {
@@ -514,6 +620,67 @@ pub async fn verify(
         report.merge(verifier.finish(state));
     }
     Ok(report)
+}
+
+/// What [`prune`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// Entries removed.
+    pub removed: u64,
+    /// Checkpoints written (one per subject pruned).
+    pub checkpoints: u64,
+    /// Subjects left unpruned because their old entries show a violation: pruning never
+    /// removes the evidence.
+    pub kept: Vec<Violation>,
+}
+
+/// Prunes `log` to `retention`: per subject, the longest prefix (in `seq` order) of entries
+/// stamped more than `retention` before the store's clock ([`AuditLog::now_unix_ms`]) is
+/// folded into one checkpoint ([`AuditLog::fold`]). A prefix that is already one checkpoint
+/// is left alone; a prefix with a violation is kept whole.
+pub async fn prune(
+    log: &dyn AuditLog,
+    retention: std::time::Duration,
+) -> Result<Pruned, StoreError> {
+    let now = log.now_unix_ms().await?;
+    let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
+    let cutoff = now.saturating_sub(retention_ms);
+    let mut pruned = Pruned::default();
+    for subject in log.subjects().await? {
+        let mut verifier = SubjectVerifier::new(subject.clone());
+        let mut through: Option<u64> = None;
+        let mut first_is_checkpoint = false;
+        let mut count = 0u64;
+        'pages: loop {
+            let page = log.entries(&subject, through, PAGE).await?;
+            for entry in &page {
+                if entry.at_unix_ms >= cutoff {
+                    break 'pages;
+                }
+                if count == 0 {
+                    first_is_checkpoint = matches!(entry.event, AuditEvent::Checkpoint { .. });
+                }
+                verifier.add(entry);
+                through = Some(entry.seq);
+                count += 1;
+            }
+            if page.len() < PAGE {
+                break;
+            }
+        }
+        let Some(through) = through else { continue };
+        if count == 1 && first_is_checkpoint {
+            continue;
+        }
+        if !verifier.is_clean() {
+            pruned.kept.extend(verifier.report.violations);
+            continue;
+        }
+        let checkpoint = verifier.checkpoint_event();
+        pruned.removed += log.fold(&subject, through, checkpoint).await?;
+        pruned.checkpoints += 1;
+    }
+    Ok(pruned)
 }
 
 #[cfg(test)]
@@ -621,9 +788,159 @@ mod tests {
 
     #[test]
     fn an_unmatched_give_back_is_counted_not_a_violation() {
-        let r = run(&[GivenBack { start: 5, end: 10 }], 10);
-        assert!(r.is_clean());
-        assert_eq!(r.unmatched_give_backs, 1);
+        let r = run(
+            &[
+                Checkpoint { below: 5, token: 0 },
+                GivenBack { start: 5, end: 10 },
+            ],
+            5,
+        );
+        assert!(r.is_clean(), "{:?}", r.violations);
+        assert_eq!((r.unmatched_give_backs, r.checkpoints), (1, 1));
+    }
+
+    /// The first of two merged grants pruned into a checkpoint: the give-back of the merged
+    /// tail (starting in the pruned grant) and its re-grant are clean; without the checkpoint
+    /// the same entries are not.
+    #[test]
+    fn a_give_back_into_a_checkpoint_is_clean() {
+        let tail = [
+            Granted {
+                start: 1001,
+                end: 2001,
+            },
+            GivenBack {
+                start: 601,
+                end: 2001,
+            },
+            Granted {
+                start: 601,
+                end: 1601,
+            },
+        ];
+        let mut with = vec![Checkpoint {
+            below: 1001,
+            token: 0,
+        }];
+        with.extend(tail);
+        let r = run(&with, 1601);
+        assert!(r.is_clean(), "{:?}", r.violations);
+        assert_eq!((r.give_backs, r.unmatched_give_backs), (1, 0));
+        assert!(!run(&tail, 1601).is_clean());
+    }
+
+    #[test]
+    fn a_checkpoint_covers_ids_below_it() {
+        let r = run(
+            &[
+                Checkpoint {
+                    below: 100,
+                    token: 0,
+                },
+                Granted { start: 50, end: 60 },
+            ],
+            100,
+        );
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        assert!(r.violations[0].message.contains("[50, 60)"));
+        // A checkpoint alone accounts for everything below the watermark.
+        let r = run(
+            &[Checkpoint {
+                below: 100,
+                token: 0,
+            }],
+            100,
+        );
+        assert!(r.is_clean(), "{:?}", r.violations);
+        // A watermark below it is a violation, as below a grant.
+        assert!(!run(
+            &[Checkpoint {
+                below: 100,
+                token: 0
+            }],
+            90
+        )
+        .is_clean());
+    }
+
+    /// A namespace above its first id with no entry, or whose entries start above it with no
+    /// checkpoint, is a violation; a fresh one is clean.
+    #[test]
+    fn nothing_is_not_proof() {
+        let r = run(&[], 101);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        assert!(r.violations[0].message.contains("[1, 101)"));
+        assert!(run(&[], 1).is_clean());
+        let r = run(&[Granted { start: 50, end: 60 }], 60);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        assert!(r.violations[0].message.contains("[1, 50)"));
+    }
+
+    /// The checkpoint that pruning writes stands for what it replaces: verifying the
+    /// checkpoint and the rest is as clean as verifying everything.
+    #[test]
+    fn a_checkpoint_stands_for_its_prefix() {
+        let mut v = SubjectVerifier::new(ns("a"));
+        for (i, e) in [
+            Granted { start: 1, end: 101 },
+            GivenBack {
+                start: 51,
+                end: 101,
+            },
+            Granted { start: 51, end: 80 },
+        ]
+        .iter()
+        .enumerate()
+        {
+            v.add(&entry(i as u64 + 1, *e));
+        }
+        assert_eq!(
+            v.checkpoint_event(),
+            Checkpoint {
+                below: 80,
+                token: 0
+            }
+        );
+        let mut g = SubjectVerifier::new(ns("g"));
+        g.add(&entry(
+            1,
+            Leased {
+                worker: 0,
+                token: 7,
+            },
+        ));
+        assert_eq!(g.checkpoint_event(), Checkpoint { below: 0, token: 7 });
+    }
+
+    /// After a checkpoint, tokens must still increase above its token; a token at or below
+    /// it may be a lapsed lease re-established and cannot be told apart.
+    #[test]
+    fn tokens_continue_above_a_checkpoint() {
+        let mut v = SubjectVerifier::new(ns("g"));
+        v.add(&entry(1, Checkpoint { below: 0, token: 7 }));
+        v.add(&entry(
+            2,
+            Leased {
+                worker: 1,
+                token: 3,
+            },
+        ));
+        v.add(&entry(
+            3,
+            Leased {
+                worker: 2,
+                token: 8,
+            },
+        ));
+        v.add(&entry(
+            4,
+            Leased {
+                worker: 3,
+                token: 8,
+            },
+        ));
+        let r = v.finish(None);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
     }
 
     #[test]
@@ -701,6 +1018,10 @@ mod tests {
                 to: u64::MAX,
             },
             Retired { from: 1, to: 2 },
+            Checkpoint {
+                below: 1001,
+                token: 4,
+            },
         ] {
             let line = encode_record(42, &event, "web-1 pid 7");
             let back = decode_record(ns("a"), 3, line.as_bytes()).unwrap();
