@@ -215,6 +215,7 @@ fn write_entry(
                 idmint_store::AuditEvent::Leased { .. } => ("worker", "token"),
                 idmint_store::AuditEvent::Granted { .. }
                 | idmint_store::AuditEvent::GivenBack { .. } => ("start", "end"),
+                idmint_store::AuditEvent::Checkpoint { .. } => ("below", "token"),
                 _ => ("from", "to"),
             };
             let mut object = serde_json::Map::new();

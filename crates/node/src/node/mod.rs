@@ -186,10 +186,11 @@ impl Node {
         Ok(node)
     }
 
-    /// Prunes the audit ledger to `retention`, measured by the store's clock
-    /// ([`idmint_store::audit::prune`]: old entries fold into a checkpoint), on the authority
-    /// or each connected member of a multi authority; logs what it did.
-    async fn prune_audit(&self, retention: Duration) {
+    /// Prunes the audit ledger to `retention`, measured by the store's clock, never this
+    /// node's ([`idmint_store::audit::prune`]: old entries fold into a checkpoint), on the
+    /// authority or each connected member of a multi authority; logs what it did. What the
+    /// hourly task of `server.audit_retention_days` runs.
+    pub async fn prune_audit(&self, retention: Duration) {
         let authorities = self
             .authority
             .members()
