@@ -590,7 +590,8 @@ impl SubjectVerifier {
 pub const PAGE: usize = 10_000;
 
 /// Reads every subject of `log` and verifies it against `states` (the store's namespaces, from
-/// [`crate::Authority::list`]). Reads only.
+/// [`crate::Authority::list`]); a namespace of `states` with no entry is verified too (with
+/// nothing read: above its first id, that is a violation). Reads only.
 pub async fn verify(
     log: &dyn AuditLog,
     states: &[NamespaceState],

@@ -26,6 +26,8 @@
 //!   it).
 //! - **Time** is the writing process's clock ([`audit::now_unix_ms`]): etcd offers none.
 //!   Compacting etcd's history changes neither: a live key keeps its create revision.
+//!   Pruning's "now" is the pruning process's clock, capped at 1 ms past the newest stamp in
+//!   the ledger.
 //! - `subjects`: range reads of the keys only, 500 at a time, skipping to the next subject
 //!   after each page; `fold` (pruning): a `Txn` that turns the newest pruned entry into the
 //!   checkpoint if its key still has its create revision, then `Txn`s of 64 deletes of the
@@ -43,7 +45,9 @@ use super::EtcdAuthority;
 use crate::audit::{self, AuditEntry, AuditEvent, AuditLog};
 use crate::StoreError;
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+};
 use idmint_core::NamespaceName;
 
 /// How many audit keys one read of [`AuditLog::subjects`] or [`AuditLog::fold`] returns.
@@ -235,11 +239,32 @@ impl AuditLog for EtcdAuthority {
         Ok(entries)
     }
 
-    /// etcd has no clock to offer: entries are stamped by the writing processes' clocks, and
-    /// so is "now" (a known gap: a node whose clock runs ahead prunes early here, though its
-    /// checkpoints keep the ledger verifiable).
+    /// etcd has no clock to offer, and entries carry their writers' clocks: "now" is this
+    /// process's clock, but at most 1 ms past the newest stamp the ledger holds (its latest
+    /// write), so a pruner whose clock runs ahead of the writers prunes no earlier than they
+    /// would.
+    /// One read per subject (its last key).
     async fn now_unix_ms(&self) -> Result<u64, StoreError> {
-        Ok(audit::now_unix_ms())
+        let mut newest: Option<u64> = None;
+        for subject in self.subjects().await? {
+            let dir = self.audit_dir(&subject);
+            let last = self
+                .range(
+                    "reading the audit ledger",
+                    dir.clone(),
+                    GetOptions::new()
+                        .with_range(dir_end(&dir))
+                        .with_sort(SortTarget::Key, SortOrder::Descend)
+                        .with_limit(1),
+                )
+                .await?;
+            for kv in &last {
+                let at = self.audit_entry(kv)?.at_unix_ms;
+                newest = Some(newest.map_or(at, |n| n.max(at)));
+            }
+        }
+        let own = audit::now_unix_ms();
+        Ok(newest.map_or(own, |n| n.saturating_add(1).min(own)))
     }
 
     /// A `Txn` that puts the checkpoint on entry `through`'s key if that key still holds it
