@@ -3,8 +3,9 @@
 //!
 //! `verify` proves, from what the store recorded, that no two grants share an id (give-backs
 //! accounted for) and that every watermark is above every grant; with a multi authority, each
-//! member separately (members own disjoint residue classes). It exits 1 on a violation and
-//! names each one. `export` writes every entry as CSV or JSON lines.
+//! member separately (members own disjoint residue classes). It exits 1 on a violation, naming
+//! each one, and when any ledger (the authority, or any member) cannot be read, naming it: it
+//! never passes on the part it could read. `export` writes every entry as CSV or JSON lines.
 //!
 //! Invariants: both only read (`subjects`, `entries`, `list`); nothing is created, reserved or
 //! pruned. Like `admin reseed`, they open the authority the configuration names: a file
@@ -36,9 +37,12 @@ pub enum Format {
     Json,
 }
 
-/// The authorities whose ledgers to read: the configured one, or a multi authority's members,
-/// each with a label for messages.
-async fn ledgers(source: &Source) -> Result<Vec<(String, Arc<dyn Authority>)>> {
+/// A ledger to read: its label for messages, and its authority or why it cannot be read.
+type Ledger = (String, std::result::Result<Arc<dyn Authority>, String>);
+
+/// The authorities whose ledgers to read: the configured one, or every member of a multi
+/// authority (one that never connected with the reason), each with a label for messages.
+async fn ledgers(source: &Source) -> Result<Vec<Ledger>> {
     let file = crate::serve::load_config(source.config.as_deref())?;
     let data_dir = crate::serve::resolve_data_dir(source.data_dir.clone(), &file)?;
     if !file.authority.is_durable() {
@@ -47,15 +51,15 @@ async fn ledgers(source: &Source) -> Result<Vec<(String, Arc<dyn Authority>)>> {
     let authority = idmint_store::connect(&file.authority, &data_dir)
         .await
         .with_context(|| format!("opening the {} authority", file.authority))?;
-    let out = match authority.members().map(|m| m.audited()) {
+    let out: Vec<Ledger> = match authority.members().map(|m| m.audited()) {
         Some(members) => members
             .into_iter()
-            .enumerate()
-            .map(|(i, a)| (format!("member {} ({})", i + 1, a.kind()), a))
+            .map(|m| (format!("member {} ({})", m.number, m.kind), m.ledger))
             .collect(),
-        None => vec![(format!("the {} authority", authority.kind()), authority)],
+        None => vec![(format!("the {} authority", authority.kind()), Ok(authority))],
     };
     for (label, a) in &out {
+        let Ok(a) = a else { continue };
         if a.audit_log().is_none() {
             if a.kind() == "upstream" {
                 bail!(
@@ -76,39 +80,60 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-/// Runs `verify`: the report (counts and violations) per ledger read.
-pub fn verify(source: &Source) -> Result<Vec<(String, AuditReport)>> {
+/// What `verify` found in one ledger: its report, or why it could not be read.
+pub type Verified = (String, std::result::Result<AuditReport, String>);
+
+/// Runs `verify`: per ledger, the report (counts and violations) or why it could not be read.
+/// A ledger that cannot be read does not stop the others from being read.
+pub fn verify(source: &Source) -> Result<Vec<Verified>> {
     runtime()?.block_on(async {
         let mut reports = Vec::new();
         for (label, a) in ledgers(source).await? {
-            let states = a
-                .list()
-                .await
-                .with_context(|| format!("reading the namespaces of {label}"))?;
-            let log = a.audit_log().context("no ledger")?;
-            let report = audit::verify(log, &states)
-                .await
-                .with_context(|| format!("reading the audit ledger of {label}"))?;
+            let report = match a {
+                Ok(a) => read_report(&*a).await,
+                Err(e) => Err(format!("not connected: {e}")),
+            };
             reports.push((label, report));
         }
         Ok(reports)
     })
 }
 
-/// Prints `verify`'s reports; returns whether every ledger is clean.
-pub fn print_report(out: &mut impl Write, reports: &[(String, AuditReport)]) -> Result<bool> {
+async fn read_report(a: &dyn Authority) -> std::result::Result<AuditReport, String> {
+    let states = a
+        .list()
+        .await
+        .map_err(|e| format!("reading the namespaces: {e}"))?;
+    let log = a.audit_log().ok_or("it keeps no audit ledger")?;
+    audit::verify(log, &states)
+        .await
+        .map_err(|e| format!("reading the audit ledger: {e}"))
+}
+
+/// Prints `verify`'s reports; returns whether every ledger was read and is clean.
+pub fn print_report(out: &mut impl Write, reports: &[Verified]) -> Result<bool> {
     let mut clean = true;
     for (label, r) in reports {
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                clean = false;
+                writeln!(out, "UNREADABLE {label}: {e}")?;
+                continue;
+            }
+        };
         writeln!(
             out,
             "{label}: {} entries of {} namespaces and lease groups: {} grants, {} give-backs \
-             ({} whose grant was pruned), {} worker leases; {} watermarks checked",
+             ({} whose grant was pruned), {} worker leases, {} checkpoints; {} watermarks \
+             checked",
             r.entries,
             r.subjects,
             r.grants,
             r.give_backs,
             r.unmatched_give_backs,
             r.leases,
+            r.checkpoints,
             r.watermarks_checked
         )?;
         for v in &r.violations {
@@ -142,6 +167,7 @@ pub fn export(
         }
         let mut written = 0;
         for (label, a) in ledgers(source).await? {
+            let a = a.map_err(|e| anyhow::anyhow!("{label} cannot be read: {e}"))?;
             let log = a.audit_log().context("no ledger")?;
             let subjects = match &only {
                 Some(name) => vec![name.clone()],
@@ -189,6 +215,7 @@ fn write_entry(
                 idmint_store::AuditEvent::Leased { .. } => ("worker", "token"),
                 idmint_store::AuditEvent::Granted { .. }
                 | idmint_store::AuditEvent::GivenBack { .. } => ("start", "end"),
+                idmint_store::AuditEvent::Checkpoint { .. } => ("below", "token"),
                 _ => ("from", "to"),
             };
             let mut object = serde_json::Map::new();

@@ -549,9 +549,24 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
             let mut text = Vec::new();
             let clean = audit::print_report(&mut text, &reports)?;
             out.bytes(&text)?;
+            let unreadable: Vec<&str> = reports
+                .iter()
+                .filter(|(_, r)| r.is_err())
+                .map(|(label, _)| label.as_str())
+                .collect();
+            if !unreadable.is_empty() {
+                bail!(
+                    "the audit ledger of {} could not be read: nothing is proven about it",
+                    unreadable.join(", ")
+                );
+            }
             if !clean {
-                let n: usize = reports.iter().map(|(_, r)| r.violations.len()).sum();
-                bail!("the audit ledger shows {n} violation(s): ids were granted twice or a watermark went back");
+                let n: usize = reports
+                    .iter()
+                    .filter_map(|(_, r)| r.as_ref().ok())
+                    .map(|r| r.violations.len())
+                    .sum();
+                bail!("the audit ledger shows {n} violation(s): ids were granted twice, a watermark went back, or ids below a watermark are not accounted for");
             }
             Ok(())
         }

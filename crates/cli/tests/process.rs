@@ -1569,6 +1569,43 @@ fn a_lost_member_is_taken_out_then_reseeded_by_the_operator() {
     assert_eq!(classes.len(), 2, "member 1 did not come back");
 }
 
+/// `idmint audit verify` on a multi authority whose member 2 cannot be reached: it reports
+/// member 1, names member 2 as unreadable and exits non-zero; it never says "ok" on the
+/// members it could read.
+#[test]
+fn verify_fails_on_an_unreadable_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let m1 = dir.path().join("m1");
+    // Port 1 on the loopback: nothing listens, the connection is refused at once.
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[defaults]\nstep = 2\n\n[authority]\nkind = \"multi\"\n\n[[authority.members]]\n\
+             kind = \"file\"\npath = \"{}\"\noffset = 1\n\n[[authority.members]]\n\
+             kind = \"postgres\"\nurl = \"postgres://postgres@127.0.0.1:1/idmint\"\n\
+             timeout_ms = 500\noffset = 0\n",
+            m1.display()
+        ),
+    );
+    let out = run(idmint()
+        .current_dir(dir.path())
+        .args(["audit", "verify", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(&data));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("member 1 (file): 0 entries"), "{stdout}");
+    assert!(
+        stdout.contains("UNREADABLE member 2 (postgres)"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("ok: "), "{stdout}");
+    assert!(stderr.contains("member 2 (postgres)"), "{stderr}");
+}
+
 /// `--resp` serves the Redis protocol beside HTTP, from the same namespaces: redis-cli's `INCR`
 /// continues the sequence HTTP started, and a SIGTERM drains both front-ends before the one
 /// hand-back (nothing burned).

@@ -284,9 +284,9 @@ pub struct NodeConfig {
     pub leases: LeaseSettings,
     /// `[auth]`: bearer tokens, scopes and quotas ([`crate::auth`]); `None`: off.
     pub auth: Option<crate::auth::AuthConfig>,
-    /// `server.audit_retention_days`: the node prunes audit-ledger entries older than this
-    /// from its authority once an hour (1 to [`MAX_EXHAUSTION_WARNING_DAYS`] days); `None`
-    /// (the default): the ledger keeps everything.
+    /// `server.audit_retention_days`: the node folds audit-ledger entries older than this, by
+    /// the store's clock, into checkpoints once an hour (1 to [`MAX_EXHAUSTION_WARNING_DAYS`]
+    /// days); `None` (the default): the ledger keeps everything.
     pub audit_retention: Option<Duration>,
 }
 

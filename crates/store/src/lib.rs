@@ -86,7 +86,7 @@ pub use file::{FileAuthority, FILE_NAME};
 pub use incarnation::Incarnation;
 pub use lease::{LeaseError, LeaseRequest, WorkerChoice, WorkerLease, WorkerLeases};
 pub use memory::MemoryAuthority;
-pub use multi::{MemberEvents, MemberHealth, MemberSlot, Members, MultiAuthority};
+pub use multi::{AuditedMember, MemberEvents, MemberHealth, MemberSlot, Members, MultiAuthority};
 pub use node_record::{CheckedAuthority, NodeRecord, NodeRecordError, StoreExpectations};
 pub use source::BlockSource;
 #[cfg(feature = "upstream")]

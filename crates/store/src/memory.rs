@@ -272,11 +272,28 @@ impl AuditLog for MemoryAuthority {
             .collect())
     }
 
-    async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError> {
+    /// The process clock stamps the entries: it is this store's clock.
+    async fn now_unix_ms(&self) -> Result<u64, StoreError> {
+        Ok(audit::now_unix_ms())
+    }
+
+    async fn fold(
+        &self,
+        subject: &NamespaceName,
+        through: u64,
+        checkpoint: AuditEvent,
+    ) -> Result<u64, StoreError> {
         let mut guard = self.audit.lock().unwrap_or_else(PoisonError::into_inner);
         let log = &mut guard.1;
+        let Some(kept) = log
+            .iter_mut()
+            .find(|e| &e.subject == subject && e.seq == through)
+        else {
+            return Ok(0);
+        };
+        kept.event = checkpoint;
         let before = log.len();
-        log.retain(|e| e.at_unix_ms >= before_unix_ms);
+        log.retain(|e| &e.subject != subject || e.seq >= through);
         Ok((before - log.len()) as u64)
     }
 }

@@ -84,10 +84,31 @@ pub trait Members: Send + Sync {
     /// The health of each member, in config order, as last seen (no I/O).
     fn health(&self) -> Vec<MemberHealth>;
 
-    /// The authorities `idmint audit verify` (and the node's pruning of the audit ledger)
-    /// reads instead of the whole: the connected members, each with its own ledger and
-    /// watermarks.
-    fn audited(&self) -> Vec<Arc<dyn Authority>>;
+    /// What `idmint audit verify` (and the node's pruning of the audit ledger) reads instead
+    /// of the whole: every member in config order, each with its own ledger and watermarks,
+    /// or why it cannot be read (a member never connected). A verification that cannot read
+    /// a member fails: it must not pass on the members it could read.
+    fn audited(&self) -> Vec<AuditedMember>;
+}
+
+/// One member's ledger as [`Members::audited`] gives it.
+pub struct AuditedMember {
+    /// The member's place in the config, counted from 1.
+    pub number: usize,
+    /// The member's kind (`postgres`, `mysql`, ...).
+    pub kind: &'static str,
+    /// Its authority, or why there is none to read (the latest connection error).
+    pub ledger: Result<Arc<dyn Authority>, String>,
+}
+
+impl fmt::Debug for AuditedMember {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AuditedMember")
+            .field("number", &self.number)
+            .field("kind", &self.kind)
+            .field("connected", &self.ledger.is_ok())
+            .finish()
+    }
 }
 
 /// Hears each member's transitions: called once when a member goes down (or starts pending) and
@@ -613,12 +634,24 @@ impl Members for MultiAuthority {
         self.members.iter().map(Member::health).collect()
     }
 
-    /// The connected members (a pending one is not connected here: it has no ledger to read
-    /// until it answers).
-    fn audited(&self) -> Vec<Arc<dyn Authority>> {
+    /// Every member; a pending one with the error that kept it from connecting.
+    fn audited(&self) -> Vec<AuditedMember> {
         self.members
             .iter()
-            .filter_map(|m| m.lock().authority.clone())
+            .map(|m| {
+                let state = m.lock();
+                let ledger = state.authority.clone().ok_or_else(|| {
+                    state
+                        .last_error
+                        .clone()
+                        .unwrap_or_else(|| "not connected".to_string())
+                });
+                AuditedMember {
+                    number: m.number,
+                    kind: m.kind,
+                    ledger,
+                }
+            })
             .collect()
     }
 }

@@ -403,7 +403,12 @@ async fn the_ledger_pages_from_any_seq_and_damage_is_corrupt() {
     let key = format!("/idmint/audit/paged/{:020}", all[5].seq);
     raw.put(key.as_str(), "v1 junk", None).await.unwrap();
     corrupt(log.entries(&ns, None, 100).await.map(drop), "entries");
-    corrupt(log.prune(0).await.map(drop), "prune");
+    corrupt(
+        idmint_store::audit::prune(log, std::time::Duration::ZERO)
+            .await
+            .map(drop),
+        "prune",
+    );
     raw.delete(key.as_str(), None).await.unwrap();
     // A key that is no entry's, and one under a subject that is no name.
     raw.put("/idmint/audit/paged/x", "x", None).await.unwrap();

@@ -484,7 +484,12 @@ async fn the_ledger_upgrades_in_place_and_damage_is_corrupt() {
         log.entries(&ns, None, 10).await.map(drop),
         "a name that is no seq",
     );
-    corrupt(log.prune(0).await.map(drop), "prune");
+    corrupt(
+        idmint_store::audit::prune(log, std::time::Duration::ZERO)
+            .await
+            .map(drop),
+        "prune",
+    );
     raw.create("/old/audit/not a name", b"", &persistent)
         .await
         .unwrap();

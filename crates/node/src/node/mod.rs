@@ -239,29 +239,36 @@ impl Node {
         }
     }
 
-    /// Removes audit-ledger entries older than `retention` (by this node's wall clock) from
-    /// the authority, or from each connected member of a multi authority; logs what it did.
-    async fn prune_audit(&self, retention: Duration) {
-        let now = self
-            .now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        let cutoff = u64::try_from(now.saturating_sub(retention).as_millis()).unwrap_or(0);
+    /// Prunes the audit ledger to `retention`, measured by the store's clock, never this
+    /// node's ([`idmint_store::audit::prune`]: old entries fold into a checkpoint), on the
+    /// authority or each connected member of a multi authority; logs what it did. What the
+    /// hourly task of `server.audit_retention_days` runs.
+    pub async fn prune_audit(&self, retention: Duration) {
         let authorities = self
             .authority
             .members()
-            .map(|m| m.audited())
+            .map(|m| {
+                m.audited()
+                    .into_iter()
+                    .filter_map(|m| m.ledger.ok())
+                    .collect()
+            })
             .unwrap_or_else(|| vec![self.authority.clone()]);
         for a in authorities {
             let Some(log) = a.audit_log() else { continue };
-            match log.prune(cutoff).await {
-                Ok(0) => {}
-                Ok(removed) => {
-                    tracing::info!(
-                        authority = a.kind(),
-                        removed,
-                        "audit ledger entries older than the retention pruned"
-                    )
+            match idmint_store::audit::prune(log, retention).await {
+                Ok(pruned) => {
+                    if pruned.removed > 0 {
+                        tracing::info!(
+                            authority = a.kind(),
+                            removed = pruned.removed,
+                            checkpoints = pruned.checkpoints,
+                            "audit ledger entries older than the retention folded into checkpoints"
+                        );
+                    }
+                    for v in &pruned.kept {
+                        tracing::error!(authority = a.kind(), violation = %v, "audit ledger entries kept unpruned: they show a violation");
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(authority = a.kind(), error = %e, "could not prune the audit ledger; trying again in an hour")

@@ -9,15 +9,23 @@
 //!   recorded, a rebase below it changes nothing and records nothing, a retirement moves it to
 //!   the end of the id space so that nothing more is granted;
 //! - [`leases_are_in_the_ledger`]: every worker-lease acquisition is recorded with its token;
-//! - [`pruning_keeps_the_ledger_verifiable`]: retention removes old entries only, later
-//!   entries continue the order, and the ledger still verifies.
+//! - [`pruning_keeps_the_ledger_verifiable`]: retention folds old entries into one
+//!   checkpoint at the newest one's seq, later entries continue the order, and the ledger
+//!   still verifies (it is never emptied);
+//! - [`a_give_back_into_the_pruned_region_verifies`]: a give-back of a tail that starts in a
+//!   pruned grant, and its re-grant, are no false overlap after a checkpoint;
+//! - [`pruning_measures_age_by_the_stores_clock`]: fresh entries survive a day's retention;
+//! - [`an_empty_ledger_does_not_verify`]: a namespace above its first id with no entry is a
+//!   violation.
 //!
-//! A property reads only its own namespaces' subjects, so properties can share storage.
+//! A property reads only its own namespaces' subjects, so properties can share storage, except
+//! the pruning properties: they prune the whole store, so each runs on storage of its own (as
+//! [`cases`] do).
 
 use super::{ensure, reserve, unique_name, watermark, Backend};
 use crate::audit::{self, Advance, AuditEntry, AuditEvent, AuditLog, SubjectVerifier};
 use crate::lease::{LeaseRequest, WorkerChoice};
-use crate::{Authority, GiveBack};
+use crate::{Authority, GiveBack, NamespaceState};
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -273,43 +281,163 @@ pub async fn leases_are_in_the_ledger(a: Arc<dyn Authority>) {
     assert_eq!(report.leases, 4, "[{kind}]");
 }
 
-/// Pruning removes entries older than the cut-off; later entries continue the order; the
-/// ledger still verifies, counting a give-back whose grant was pruned as unmatched.
+/// Waits (polling the store's clock, no sleep) until it reads past every entry of
+/// `subject`, so that a prune with retention zero takes all of them.
+async fn store_clock_passes(a: &Arc<dyn Authority>, subject: &NamespaceName) {
+    let newest = entries(a, subject)
+        .await
+        .iter()
+        .map(|e| e.at_unix_ms)
+        .max()
+        .unwrap_or(0);
+    while log_of(a).now_unix_ms().await.unwrap() <= newest {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Pruning folds old entries into one checkpoint (at the newest pruned entry's seq), later
+/// entries continue the order, pruning again changes nothing, and the ledger still verifies
+/// (never empty: a checkpoint stays).
 pub async fn pruning_keeps_the_ledger_verifiable(a: Arc<dyn Authority>) {
     let kind = a.kind();
     let name = unique_name("pruning_keeps_the_ledger_verifiable");
     ensure(&*a, &name, SequenceSpec::default_64()).await;
     reserve(&*a, &name, 10).await;
-    let held = reserve(&*a, &name, 10).await.block;
+    reserve(&*a, &name, 10).await;
     let before = entries(&a, &name).await;
     assert_eq!(before.len(), 2, "[{kind}]");
-    // A cut-off in the future by the store's clock: every entry so far is older.
-    let cutoff = before.iter().map(|e| e.at_unix_ms).max().unwrap() + 1;
-    let removed = log_of(&a).prune(cutoff).await.unwrap();
-    assert!(removed >= 2, "[{kind}] pruned {removed}");
-    assert!(entries(&a, &name).await.is_empty(), "[{kind}]");
-    // Wait (by the store's own stamps) until a new entry is stamped at or after the cut-off,
-    // so it survives a second prune with the same cut-off.
-    let tail = Block::new(held.start() + 5, held.end(), 1).unwrap();
+    store_clock_passes(&a, &name).await;
+    let pruned = audit::prune(log_of(&a), Duration::ZERO).await.unwrap();
+    assert!(pruned.removed >= 1, "[{kind}] pruned {pruned:?}");
+    assert!(pruned.kept.is_empty(), "[{kind}] {pruned:?}");
+    let folded = entries(&a, &name).await;
+    assert_eq!(folded.len(), 1, "[{kind}] one checkpoint stays: {folded:?}");
+    assert_eq!(
+        (folded[0].seq, folded[0].event),
+        (
+            before[1].seq,
+            AuditEvent::Checkpoint {
+                below: 21,
+                token: 0
+            }
+        ),
+        "[{kind}] the checkpoint takes the newest pruned entry's place"
+    );
+    let report = verify_clean(&a, &name).await;
+    assert_eq!(report.checkpoints, 1, "[{kind}]");
+    // A second prune with nothing new leaves the checkpoint as it is, and so does a fold of
+    // an entry another pruner removed.
+    audit::prune(log_of(&a), Duration::ZERO).await.unwrap();
+    assert_eq!(entries(&a, &name).await, folded, "[{kind}]");
+    let gone = log_of(&a)
+        .fold(
+            &name,
+            before[0].seq,
+            AuditEvent::Checkpoint {
+                below: 11,
+                token: 0,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(gone, 0, "[{kind}]");
+    assert_eq!(
+        entries(&a, &name).await,
+        folded,
+        "[{kind}] nothing re-created"
+    );
+    // Later entries continue the order, and a tail of ids granted before the checkpoint
+    // goes back and is granted again.
+    let tail = Block::new(15, 21, 1).unwrap();
     assert_eq!(a.give_back(&name, tail).await.unwrap(), GiveBack::Returned);
-    let mut after = entries(&a, &name).await;
-    while after.last().is_some_and(|e| e.at_unix_ms < cutoff) {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        reserve(&*a, &name, 1).await;
-        after = entries(&a, &name).await;
-    }
-    let last_before = before.last().unwrap().seq;
+    assert_eq!(reserve(&*a, &name, 3).await.block.start(), 15, "[{kind}]");
+    let after = entries(&a, &name).await;
     assert!(
-        after.iter().all(|e| e.seq > last_before),
+        after.iter().skip(1).all(|e| e.seq > before[1].seq),
         "[{kind}] sequence numbers continue after pruning: {after:?}"
     );
     let report = verify_clean(&a, &name).await;
-    assert_eq!(report.unmatched_give_backs, 1, "[{kind}]");
-    log_of(&a).prune(cutoff).await.unwrap();
+    assert_eq!(report.unmatched_give_backs, 0, "[{kind}]");
+}
+
+/// Pruning the first of two contiguous grants (merged in one buffer) leaves a checkpoint, so
+/// a later give-back of the merged tail, which starts in the pruned grant, and the re-grant
+/// of those ids are no false overlap.
+pub async fn a_give_back_into_the_pruned_region_verifies(a: Arc<dyn Authority>) {
+    let kind = a.kind();
+    let name = unique_name("a_give_back_into_the_pruned_region");
+    ensure(&*a, &name, SequenceSpec::default_64()).await;
+    reserve(&*a, &name, 1000).await; // [1, 1001)
+    reserve(&*a, &name, 1000).await; // [1001, 2001)
+    let first = entries(&a, &name).await[0].clone();
+    // What pruning does with a prefix of one entry: fold it into its checkpoint.
+    let mut prefix = SubjectVerifier::new(name.clone());
+    prefix.add(&first);
+    let removed = log_of(&a)
+        .fold(&name, first.seq, prefix.checkpoint_event())
+        .await
+        .unwrap();
+    assert_eq!(removed, 0, "[{kind}] nothing is below the first entry");
     assert_eq!(
-        entries(&a, &name).await.last(),
-        after.last(),
-        "[{kind}] entries at or after the cut-off stay"
+        entries(&a, &name).await[0].event,
+        AuditEvent::Checkpoint {
+            below: 1001,
+            token: 0
+        },
+        "[{kind}]"
+    );
+    let tail = Block::new(601, 2001, 1).unwrap();
+    assert_eq!(a.give_back(&name, tail).await.unwrap(), GiveBack::Returned);
+    assert_eq!(reserve(&*a, &name, 1000).await.block.start(), 601);
+    verify_clean(&a, &name).await;
+}
+
+/// Retention is measured by the store's clock: entries written just now are kept by a
+/// retention of a day, and the store's clock reads at or after their stamps.
+pub async fn pruning_measures_age_by_the_stores_clock(a: Arc<dyn Authority>) {
+    let kind = a.kind();
+    let name = unique_name("pruning_measures_age_by_the_stores_clock");
+    ensure(&*a, &name, SequenceSpec::default_64()).await;
+    reserve(&*a, &name, 5).await;
+    let before = entries(&a, &name).await;
+    let now = log_of(&a).now_unix_ms().await.unwrap();
+    assert!(
+        now >= before[0].at_unix_ms,
+        "[{kind}] the store's clock {now} is behind its own stamp {:?}",
+        before[0]
+    );
+    let pruned = audit::prune(log_of(&a), Duration::from_secs(86_400))
+        .await
+        .unwrap();
+    assert_eq!(entries(&a, &name).await, before, "[{kind}] {pruned:?}");
+}
+
+/// A namespace above its first id whose ledger holds nothing is a violation: the verifier
+/// never passes on an empty ledger.
+pub async fn an_empty_ledger_does_not_verify(a: Arc<dyn Authority>) {
+    let kind = a.kind();
+    let name = unique_name("an_empty_ledger_does_not_verify");
+    ensure(&*a, &name, SequenceSpec::default_64()).await;
+    reserve(&*a, &name, 5).await;
+    let state = a.state(&name).await.unwrap().unwrap();
+    // The same state under a name the ledger has no entry of.
+    let unrecorded = NamespaceState {
+        name: unique_name("an_empty_ledger_unrecorded"),
+        ..state
+    };
+    let report = audit::verify(log_of(&a), &[state, unrecorded.clone()])
+        .await
+        .unwrap();
+    let flagged: Vec<_> = report
+        .violations
+        .iter()
+        .filter(|v| v.subject == name || v.subject == unrecorded.name)
+        .collect();
+    assert_eq!(flagged.len(), 1, "[{kind}] {:?}", report.violations);
+    assert_eq!(flagged[0].subject, unrecorded.name, "[{kind}]");
+    assert!(
+        flagged[0].message.contains("[1, 6)"),
+        "[{kind}] {flagged:?}"
     );
 }
 
@@ -345,5 +473,23 @@ pub mod cases {
     pub async fn pruning_keeps_the_ledger_verifiable<B: Backend>() {
         let storage = B::create().await;
         super::pruning_keeps_the_ledger_verifiable(storage.open().await).await;
+    }
+
+    /// [`super::a_give_back_into_the_pruned_region_verifies`].
+    pub async fn a_give_back_into_the_pruned_region_verifies<B: Backend>() {
+        let storage = B::create().await;
+        super::a_give_back_into_the_pruned_region_verifies(storage.open().await).await;
+    }
+
+    /// [`super::pruning_measures_age_by_the_stores_clock`].
+    pub async fn pruning_measures_age_by_the_stores_clock<B: Backend>() {
+        let storage = B::create().await;
+        super::pruning_measures_age_by_the_stores_clock(storage.open().await).await;
+    }
+
+    /// [`super::an_empty_ledger_does_not_verify`].
+    pub async fn an_empty_ledger_does_not_verify<B: Backend>() {
+        let storage = B::create().await;
+        super::an_empty_ledger_does_not_verify(storage.open().await).await;
     }
 }

@@ -782,8 +782,9 @@ pub fn run<F: Future<Output = ()>>(test: F) {
 #[cfg(feature = "conformance")]
 pub mod cases {
     pub use super::audit::cases::{
-        advance_is_forward_only_and_recorded, every_grant_is_in_the_ledger,
-        leases_are_in_the_ledger, pruning_keeps_the_ledger_verifiable,
+        a_give_back_into_the_pruned_region_verifies, advance_is_forward_only_and_recorded,
+        an_empty_ledger_does_not_verify, every_grant_is_in_the_ledger, leases_are_in_the_ledger,
+        pruning_keeps_the_ledger_verifiable, pruning_measures_age_by_the_stores_clock,
     };
     pub use super::faults::{
         cut_is_unavailable_and_recovers, lost_reply_never_reissues_the_block,
@@ -933,6 +934,9 @@ macro_rules! conformance_tests {
             advance_is_forward_only_and_recorded,
             leases_are_in_the_ledger,
             pruning_keeps_the_ledger_verifiable,
+            a_give_back_into_the_pruned_region_verifies,
+            pruning_measures_age_by_the_stores_clock,
+            an_empty_ledger_does_not_verify,
         ]);
     };
     ($module:ident => $backend:ty, faults only) => {

@@ -26,10 +26,12 @@
 //!   it).
 //! - **Time** is the writing process's clock ([`audit::now_unix_ms`]): etcd offers none.
 //!   Compacting etcd's history changes neither: a live key keeps its create revision.
+//!   Pruning's "now" is the pruning process's clock, capped at 1 ms past the newest stamp in
+//!   the ledger.
 //! - `subjects`: range reads of the keys only, 500 at a time, skipping to the next subject
-//!   after each page; `prune`: reads the whole ledger 500 entries at a time and deletes those
-//!   older than the cut-off in `Txn`s of 64 deletes (etcd's `--max-txn-ops` is 128 by
-//!   default).
+//!   after each page; `fold` (pruning): a `Txn` that turns the newest pruned entry into the
+//!   checkpoint if its key still has its create revision, then `Txn`s of 64 deletes of the
+//!   keys below it (etcd's `--max-txn-ops` is 128 by default).
 //! - No schema: keys appear with the first write, so a store that holds namespaces but no
 //!   audit keys starts its ledger with its next write.
 //! - Readers validate what they read: a name that is not 20 digits or not below the key's
@@ -43,10 +45,12 @@ use super::EtcdAuthority;
 use crate::audit::{self, AuditEntry, AuditEvent, AuditLog};
 use crate::StoreError;
 use async_trait::async_trait;
-use etcd_client::{GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+};
 use idmint_core::NamespaceName;
 
-/// How many audit keys one read of [`AuditLog::subjects`] or [`AuditLog::prune`] returns.
+/// How many audit keys one read of [`AuditLog::subjects`] or [`AuditLog::fold`] returns.
 const AUDIT_PAGE: i64 = 500;
 /// How many deletes one pruning `Txn` carries (etcd's `--max-txn-ops` is 128 by default).
 const PRUNE_BATCH: usize = 64;
@@ -235,31 +239,98 @@ impl AuditLog for EtcdAuthority {
         Ok(entries)
     }
 
-    async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError> {
-        let end = dir_end(&self.audit_prefix);
-        let mut start = self.audit_prefix.clone();
+    /// etcd has no clock to offer, and entries carry their writers' clocks: "now" is this
+    /// process's clock, but at most 1 ms past the newest stamp the ledger holds (its latest
+    /// write), so a pruner whose clock runs ahead of the writers prunes no earlier than they
+    /// would.
+    /// One read per subject (its last key).
+    async fn now_unix_ms(&self) -> Result<u64, StoreError> {
+        let mut newest: Option<u64> = None;
+        for subject in self.subjects().await? {
+            let dir = self.audit_dir(&subject);
+            let last = self
+                .range(
+                    "reading the audit ledger",
+                    dir.clone(),
+                    GetOptions::new()
+                        .with_range(dir_end(&dir))
+                        .with_sort(SortTarget::Key, SortOrder::Descend)
+                        .with_limit(1),
+                )
+                .await?;
+            for kv in &last {
+                let at = self.audit_entry(kv)?.at_unix_ms;
+                newest = Some(newest.map_or(at, |n| n.max(at)));
+            }
+        }
+        let own = audit::now_unix_ms();
+        Ok(newest.map_or(own, |n| n.saturating_add(1).min(own)))
+    }
+
+    /// A `Txn` that puts the checkpoint on entry `through`'s key if that key still holds it
+    /// (its create revision, which a put keeps), then `Txn`s of deletes of the keys below it
+    /// (key order is seq order).
+    async fn fold(
+        &self,
+        subject: &NamespaceName,
+        through: u64,
+        checkpoint: AuditEvent,
+    ) -> Result<u64, StoreError> {
+        let dir = self.audit_dir(subject);
+        let Ok(revision) = i64::try_from(through) else {
+            return Ok(0);
+        };
+        let found = self
+            .range(
+                "reading the audit ledger",
+                dir.clone(),
+                GetOptions::new()
+                    .with_range(dir_end(&dir))
+                    .with_min_create_revision(revision)
+                    .with_max_create_revision(revision),
+            )
+            .await?;
+        let Some(kv) = found.first() else {
+            return Ok(0);
+        };
+        let kept = self.audit_entry(kv)?;
+        let key = kv.key().to_vec();
+        let value = audit::encode_record(kept.at_unix_ms, &checkpoint, &kept.holder);
+        let txn = Txn::new()
+            .when(vec![Compare::create_revision(
+                key.clone(),
+                CompareOp::Equal,
+                revision,
+            )])
+            .and_then(vec![TxnOp::put(key.clone(), value, None)]);
+        let mut kv = self.kv.clone();
+        if !self
+            .call("pruning the audit ledger", kv.txn(txn))
+            .await?
+            .succeeded()
+        {
+            return Ok(0);
+        }
+        let end = String::from_utf8(key).map_err(|_| StoreError::Corrupt {
+            message: "an etcd audit key is not UTF-8".to_owned(),
+        })?;
         let mut removed = 0u64;
         loop {
             let page = self
                 .range(
                     "reading the audit ledger",
-                    start,
+                    dir.clone(),
                     GetOptions::new()
                         .with_range(end.clone())
-                        .with_limit(AUDIT_PAGE),
+                        .with_limit(AUDIT_PAGE)
+                        .with_keys_only(),
                 )
                 .await?;
-            let mut old = Vec::new();
-            for kv in &page {
-                if self.audit_entry(kv)?.at_unix_ms < before_unix_ms {
-                    old.push(kv.key().to_vec());
-                }
-            }
-            for batch in old.chunks(PRUNE_BATCH) {
+            for batch in page.chunks(PRUNE_BATCH) {
                 let txn = Txn::new().and_then(
                     batch
                         .iter()
-                        .map(|key| TxnOp::delete(key.clone(), None))
+                        .map(|kv| TxnOp::delete(kv.key().to_vec(), None))
                         .collect::<Vec<_>>(),
                 );
                 let mut kv = self.kv.clone();
@@ -270,16 +341,8 @@ impl AuditLog for EtcdAuthority {
                     }
                 }
             }
-            match page.last() {
-                Some(kv) if page.len() as i64 >= AUDIT_PAGE => {
-                    // The next key after the last one read.
-                    let mut next = kv.key().to_vec();
-                    next.push(0);
-                    start = String::from_utf8(next).map_err(|_| StoreError::Corrupt {
-                        message: "an etcd audit key is not UTF-8".to_owned(),
-                    })?;
-                }
-                _ => return Ok(removed),
+            if (page.len() as i64) < AUDIT_PAGE {
+                return Ok(removed);
             }
         }
     }

@@ -116,31 +116,42 @@ impl AuditLog for FileAuthority {
         .await
     }
 
-    async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError> {
+    /// The process clock stamps the entries (one process holds the file): it is this
+    /// store's clock.
+    async fn now_unix_ms(&self) -> Result<u64, StoreError> {
+        Ok(audit::now_unix_ms())
+    }
+
+    async fn fold(
+        &self,
+        subject: &NamespaceName,
+        through: u64,
+        checkpoint: AuditEvent,
+    ) -> Result<u64, StoreError> {
+        let subject = subject.clone();
         self.blocking(move |db| {
             let txn = begin_durable(db)?;
             let removed = {
                 let mut table = txn.open_table(AUDIT).map_err(redb_error)?;
-                let mut old: Vec<(String, u64)> = Vec::new();
-                for item in table.iter().map_err(redb_error)? {
-                    let (key, value) = item.map_err(redb_error)?;
-                    let (subject, seq) = key.value();
-                    let name = NamespaceName::new(subject).map_err(|e| StoreError::Corrupt {
-                        message: format!("audit ledger subject {subject:?} is not a name: {e}"),
-                    })?;
-                    let entry =
-                        audit::decode_record(name, seq, value.value()).map_err(|message| {
-                            StoreError::Corrupt {
-                                message: format!(
-                                    "audit ledger entry ({subject}, {seq}): {message}"
-                                ),
-                            }
-                        })?;
-                    if entry.at_unix_ms < before_unix_ms {
-                        old.push((subject.to_string(), seq));
-                    }
-                }
-                for (subject, seq) in &old {
+                let key = (subject.as_str(), through);
+                let kept = match table.get(key).map_err(redb_error)? {
+                    Some(value) => audit::decode_record(subject.clone(), through, value.value())
+                        .map_err(|message| StoreError::Corrupt {
+                            message: format!(
+                                "audit ledger entry ({subject}, {through}): {message}"
+                            ),
+                        })?,
+                    None => return Ok(0),
+                };
+                let record = audit::encode_record(kept.at_unix_ms, &checkpoint, &kept.holder);
+                table.insert(key, record.as_bytes()).map_err(redb_error)?;
+                let old: Vec<u64> = table
+                    .range((subject.as_str(), 0)..(subject.as_str(), through))
+                    .map_err(redb_error)?
+                    .map(|item| item.map(|(k, _)| k.value().1))
+                    .collect::<Result<_, _>>()
+                    .map_err(redb_error)?;
+                for seq in &old {
                     table.remove((subject.as_str(), *seq)).map_err(redb_error)?;
                 }
                 old.len() as u64

@@ -215,20 +215,60 @@ pub(super) async fn entries(
     Ok(entries)
 }
 
-/// [`AuditLog::prune`] of the ledger `t`: one `DELETE` by the `by_time` index.
-pub(super) async fn prune(
+/// [`AuditLog::now_unix_ms`]: the server's clock, as entries are stamped with it.
+pub(super) async fn now_unix_ms(client: &Client) -> Result<u64, StoreError> {
+    let sql = format!("SELECT {}", super::sql::NOW_MS);
+    let sql = &sql;
+    let rows = client
+        .on_conn("audit_now", async |s: &mut Session| {
+            super::query(&mut s.conn, sql).await
+        })
+        .await?;
+    match rows.first() {
+        Some(row) => col(row, 0, "the server's clock"),
+        None => Err(StoreError::Corrupt {
+            message: "the server's clock came back empty".into(),
+        }),
+    }
+}
+
+/// [`AuditLog::fold`] of the ledger `t`: the `UPDATE` that makes entry `through` the
+/// checkpoint, then, if it is there, the `DELETE` of the older ones (by the primary key).
+pub(super) async fn fold(
     client: &Client,
     t: &AuditTable,
-    before_unix_ms: u64,
+    subject: &NamespaceName,
+    through: u64,
+    checkpoint: AuditEvent,
 ) -> Result<u64, StoreError> {
-    let sql = format!(
-        "DELETE FROM {} WHERE at_unix_ms < {before_unix_ms}",
+    let (a, b) = checkpoint.numbers();
+    let subject = super::literal(subject);
+    let update = format!(
+        "UPDATE {} SET event = '{}', a = {a}, b = {b} WHERE subject = {subject} AND seq = {through}",
+        t.quoted,
+        checkpoint.name()
+    );
+    let present = format!(
+        "SELECT COUNT(*) FROM {} WHERE subject = {subject} AND seq = {through}",
         t.quoted
     );
-    let sql = &sql;
+    let delete = format!(
+        "DELETE FROM {} WHERE subject = {subject} AND seq < {through}",
+        t.quoted
+    );
+    let (update, present, delete) = (&update, &present, &delete);
     client
-        .on_conn("audit_prune", async |s: &mut Session| {
-            execute(&mut s.conn, sql).await.map(|(n, _)| n)
+        .on_conn("audit_fold", async |s: &mut Session| {
+            execute(&mut s.conn, update).await?;
+            let rows = super::query(&mut s.conn, present).await?;
+            let there: u64 = match rows.first() {
+                Some(row) => col(row, 0, "COUNT(*)")?,
+                None => 0,
+            };
+            if there == 0 {
+                return Ok(0);
+            }
+            execute(&mut s.conn, delete).await.map(|(n, _)| n)
         })
         .await
 }

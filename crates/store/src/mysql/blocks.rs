@@ -22,7 +22,7 @@ use super::sql::{
 use super::{
     col, driver_error, execute, invalid_setup, literal, query, unavailable, SpecCache, KIND,
 };
-use crate::audit::{Advance, Advanced, AuditEntry, AuditLog};
+use crate::audit::{Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 use crate::config::MysqlConfig;
 use crate::lease::{GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases, WorkerSlot};
 use crate::ops::{self, GIVE_BACK_RACE_ATTEMPTS};
@@ -506,8 +506,17 @@ impl AuditLog for MysqlAuthority {
         audit::entries(&self.client, &self.audit, subject, after, limit).await
     }
 
-    async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError> {
-        audit::prune(&self.client, &self.audit, before_unix_ms).await
+    async fn now_unix_ms(&self) -> Result<u64, StoreError> {
+        audit::now_unix_ms(&self.client).await
+    }
+
+    async fn fold(
+        &self,
+        subject: &NamespaceName,
+        through: u64,
+        checkpoint: AuditEvent,
+    ) -> Result<u64, StoreError> {
+        audit::fold(&self.client, &self.audit, subject, through, checkpoint).await
     }
 }
 

@@ -138,7 +138,7 @@
 //! of at most 64 characters), created at connect when absent (existing deployments gain it in
 //! place) and printed by [`schema_sql`]: `seq` (`AUTO_INCREMENT`), `subject`, `at_unix_ms`
 //! (the server's `UTC_TIMESTAMP(6)`), `event`, `a`, `b`, `holder`, indexed by `(subject, seq)`
-//! and by time (for `prune`). Every entry is written in the transaction of the change it
+//! and by time. Every entry is written in the transaction of the change it
 //! records (module `audit`):
 //!
 //! - block mode's `reserve` and `give_back`, and ticket mode's `REPLACE`, are each one

@@ -28,7 +28,7 @@ use super::{
     col, driver_error, execute, invalid_setup, literal, query, server_code, unavailable, SpecCache,
     ER_LOCK_DEADLOCK, ER_NO_SUCH_TABLE, KIND,
 };
-use crate::audit::{Advance, Advanced, AuditEntry, AuditLog};
+use crate::audit::{Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 use crate::config::MysqlConfig;
 use crate::lease::{GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases, WorkerSlot};
 use crate::ops;
@@ -622,8 +622,17 @@ impl AuditLog for MysqlTicketAuthority {
         audit::entries(&self.client, &self.audit, subject, after, limit).await
     }
 
-    async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError> {
-        audit::prune(&self.client, &self.audit, before_unix_ms).await
+    async fn now_unix_ms(&self) -> Result<u64, StoreError> {
+        audit::now_unix_ms(&self.client).await
+    }
+
+    async fn fold(
+        &self,
+        subject: &NamespaceName,
+        through: u64,
+        checkpoint: AuditEvent,
+    ) -> Result<u64, StoreError> {
+        audit::fold(&self.client, &self.audit, subject, through, checkpoint).await
     }
 }
 

@@ -92,7 +92,7 @@ pub(super) struct Statements {
     pub(super) advance: Statement,
     pub(super) audit_subjects: Statement,
     pub(super) audit_entries: Statement,
-    pub(super) audit_prune: Statement,
+    pub(super) audit_fold: Statement,
 }
 
 /// The worker-lease statements, prepared on one connection (on first use).
@@ -160,7 +160,7 @@ impl PgConn {
                 c.prepare(&sql.advance),
                 c.prepare(&sql.audit_subjects),
                 c.prepare(&sql.audit_entries),
-                c.prepare(&sql.audit_prune),
+                c.prepare(&sql.audit_fold),
             );
             match prepared {
                 Ok((
@@ -173,7 +173,7 @@ impl PgConn {
                     advance,
                     audit_subjects,
                     audit_entries,
-                    audit_prune,
+                    audit_fold,
                 )) => {
                     self.statements = Some(Statements {
                         insert,
@@ -185,7 +185,7 @@ impl PgConn {
                         advance,
                         audit_subjects,
                         audit_entries,
-                        audit_prune,
+                        audit_fold,
                     });
                 }
                 Err(e) => return Err(self.fail(&e)),
@@ -293,16 +293,6 @@ impl PgConn {
     ) -> Result<Vec<Row>, StoreError> {
         let statement = pick(self.prepare().await?).clone();
         let result = self.client.query(&statement, params).await;
-        result.map_err(|e| self.fail(&e))
-    }
-
-    pub(super) async fn execute(
-        &mut self,
-        pick: fn(&Statements) -> &Statement,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<u64, StoreError> {
-        let statement = pick(self.prepare().await?).clone();
-        let result = self.client.execute(&statement, params).await;
         result.map_err(|e| self.fail(&e))
     }
 

@@ -43,7 +43,8 @@
 //! within a subject it follows the order of the writes; `at_unix_ms` is the server's
 //! `clock_timestamp()`; the holder is [`crate::audit::holder`]. Reads (`subjects`, `entries`,
 //! paged by `seq`) change nothing and validate every row (an unknown event, a bad number or
-//! name is [`StoreError::Corrupt`]); `prune` is one `DELETE … WHERE at_unix_ms < $1`.
+//! name is [`StoreError::Corrupt`]); `fold` (pruning) is one statement, the `UPDATE` of the entry that becomes the checkpoint
+//! and the `DELETE` of the older ones; `now_unix_ms` reads `clock_timestamp()`.
 //!
 //! ## The store's incarnation
 //!
@@ -564,13 +565,48 @@ impl AuditLog for PostgresAuthority {
         Ok(entries)
     }
 
-    async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError> {
-        let before = i64::try_from(before_unix_ms).unwrap_or(i64::MAX);
-        self.pool
-            .on_conn("audit_prune", async |c| {
-                c.execute(|s| &s.audit_prune, &[&before]).await
+    async fn now_unix_ms(&self) -> Result<u64, StoreError> {
+        let rows = self
+            .pool
+            .read_on_conn("audit_now", async |c| {
+                c.query_text(sql::AUDIT_NOW, &[]).await
             })
-            .await
+            .await?;
+        let now: i64 = rows
+            .first()
+            .ok_or_else(|| corrupt("the server's clock came back empty".into()))?
+            .try_get(0)
+            .map_err(|e| corrupt(format!("unreadable server clock: {}", chain(&e))))?;
+        u64::try_from(now).map_err(|_| corrupt(format!("the server's clock reads {now}")))
+    }
+
+    async fn fold(
+        &self,
+        subject: &NamespaceName,
+        through: u64,
+        checkpoint: AuditEvent,
+    ) -> Result<u64, StoreError> {
+        let Ok(seq) = i64::try_from(through) else {
+            return Ok(0);
+        };
+        let (a, b) = checkpoint.numbers();
+        let (a, b) = (a.to_string(), b.to_string());
+        let rows = self
+            .pool
+            .on_conn("audit_fold", async |c| {
+                c.query(
+                    |s| &s.audit_fold,
+                    &[&subject.as_str(), &seq, &checkpoint.name(), &a, &b],
+                )
+                .await
+            })
+            .await?;
+        let removed: i64 = rows
+            .first()
+            .ok_or_else(|| corrupt("pruning answered no count".into()))?
+            .try_get(0)
+            .map_err(|e| corrupt(format!("unreadable count of pruned entries: {}", chain(&e))))?;
+        Ok(u64::try_from(removed).unwrap_or(0))
     }
 }
 

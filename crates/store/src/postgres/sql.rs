@@ -312,6 +312,10 @@ pub(super) fn audit_ddl(audit: &str) -> String {
 /// runs).
 const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
+/// The server's clock as ledger entries are stamped with it ([`crate::AuditLog::now_unix_ms`]).
+pub(super) const AUDIT_NOW: &str =
+    "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
 const MAX_32: u64 = Width::Bits32.max_id();
 const MAX_64: u64 = Width::Bits64.max_id();
 const CEILING_32: u64 = MAX_32 + 1;
@@ -345,8 +349,10 @@ pub(super) struct StatementsSql {
     pub(super) audit_subjects: String,
     /// A page of a subject's entries: `$1` subject, `$2` after (exclusive), `$3` limit.
     pub(super) audit_entries: String,
-    /// Removes entries older than `$1` ms.
-    pub(super) audit_prune: String,
+    /// [`crate::AuditLog::fold`]: turns entry `$2` of subject `$1` into a checkpoint (`$3`
+    /// event, `$4`, `$5` its numbers) and removes the subject's entries below it, in one
+    /// statement; answers how many were removed (none if entry `$2` is gone).
+    pub(super) audit_fold: String,
     /// The worker-lease statements, or why there are none (the table name is too long).
     pub(super) leases: Result<LeaseSql, String>,
 }
@@ -408,7 +414,14 @@ impl StatementsSql {
                 "SELECT seq, at_unix_ms, subject, event, a::text, b::text, holder FROM {audit} \
                  WHERE subject = $1::text AND seq > $2::bigint ORDER BY seq LIMIT $3::bigint"
             ),
-            audit_prune: format!("DELETE FROM {audit} WHERE at_unix_ms < $1::bigint"),
+            audit_fold: format!(
+                "WITH c AS (UPDATE {audit} SET event = $3::text, a = $4::text::numeric, \
+                 b = $5::text::numeric WHERE subject = $1::text AND seq = $2::bigint \
+                 RETURNING seq), \
+                 d AS (DELETE FROM {audit} WHERE subject = $1::text AND seq < $2::bigint \
+                 AND EXISTS (SELECT 1 FROM c) RETURNING seq) \
+                 SELECT count(*) FROM d"
+            ),
             leases: leases.map(|tables| LeaseSql::new(tables, audit)),
         }
     }

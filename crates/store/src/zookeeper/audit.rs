@@ -20,26 +20,28 @@
 //! - **Time** ([`AuditEntry::at_unix_ms`]) is the entry znode's `ctime`, stamped by the
 //!   ZooKeeper leader's clock when the `multi` is applied; it is read back from the znode's
 //!   `Stat` (the time field of the stored line is the writing process's clock, for people
-//!   reading it with `zkCli.sh`, and is not what readers report). `prune` compares `ctime`.
+//!   reading it with `zkCli.sh`, and is not what readers report). Pruning compares `ctime`
+//!   with the server's clock: the `mtime` a `setData` of `<root>/audit` answers.
 //! - **Directories on first use.** `<root>/audit` is created on connect; a subject's directory
 //!   on its first write: a `multi` that fails on the entry's create with `NoNode` (nothing
 //!   written) makes the directory and is sent again. A store without them (one that holds
 //!   namespaces but no audit znodes) starts its ledger with its next write.
 //! - **Reads.** `subjects`: `getChildren(<root>/audit)` and an `exists` per subject (pipelined),
 //!   keeping those with a child. `entries`: `getChildren` of the subject, sorted and cut to the
-//!   page in Rust, then a `getData` per entry of the page (pipelined). `prune`: per subject,
-//!   `getChildren`, an `exists` per entry and a `delete` per old one (pipelined). Names that
+//!   page in Rust, then a `getData` per entry of the page (pipelined). `fold` (pruning): a
+//!   `getData` and a versioned `setData` of the entry that becomes the checkpoint, then
+//!   `getChildren` and a `delete` per older entry (pipelined). Names that
 //!   are not 10 digits, lines [`audit::decode_record`] refuses and subjects that are no
 //!   namespace name are [`StoreError::Corrupt`].
 //! - **Limit: `jute.maxbuffer`.** `getChildren` answers a subject's whole list of names in one
-//!   reply, and every page of `entries` (and `prune`) reads it again. Each name costs 14 bytes
+//!   reply, and every page of `entries` (and pruning) reads it again. Each name costs 14 bytes
 //!   of the reply (10 digits and a 4-byte length), so a subject of more than about 74,000
 //!   entries makes a reply above ZooKeeper's default `jute.maxbuffer` of 1 MiB (0xfffff
 //!   bytes). ZooKeeper 3.8.0 sends it anyway and this module's client reads it (measured: a
 //!   listing of 400,000 entries, 5.6 MB, answered in one reply), but Java clients (`zkCli.sh`,
 //!   Curator, ZooInspector) refuse a reply above their own `jute.maxbuffer`, and each page
 //!   then costs a listing of the whole subject. Keep subjects below that with retention
-//!   ([`AuditLog::prune`]), or raise `jute.maxbuffer` for the Java tools.
+//!   ([`audit::prune`]), or raise `jute.maxbuffer` for the Java tools.
 //! - Cost: none in round trips: a `multi` replaces the `setData` that was sent anyway (one
 //!   more failed `multi` and two creates the first time a subject is written).
 
@@ -209,41 +211,58 @@ impl ZookeeperAuthority {
         Ok(entries)
     }
 
-    /// Removes `subject`'s entries created before `before_unix_ms`; how many.
-    async fn prune_once(
+    /// The server's clock: a `setData` of `<root>/audit` (which holds nothing) answers its
+    /// `mtime`, stamped by the leader as `ctime`s are.
+    async fn now_once(&self, deadline: Deadline) -> Result<u64, Fail> {
+        let client = self.client(deadline).await?;
+        let what = "reading the server's clock";
+        match timed(deadline, what, client.set_data(&self.audit_dir, b"", None)).await? {
+            Ok(stat) => created_ms(stat.mtime).map_err(|e| {
+                Fail::Store(StoreError::Corrupt {
+                    message: format!("ZooKeeper {}: {e}", self.audit_dir),
+                })
+            }),
+            Err(e) => Err(fail(what, e)),
+        }
+    }
+
+    /// [`AuditLog::fold`] once: `setData` of entry `through` (at the version read), then a
+    /// `delete` per older entry (pipelined).
+    async fn fold_once(
         &self,
         subject: &NamespaceName,
-        before_unix_ms: u64,
+        through: u64,
+        checkpoint: AuditEvent,
         deadline: Deadline,
     ) -> Result<u64, Fail> {
         let client = self.client(deadline).await?;
-        let seqs = self.audit_seqs(&client, subject, deadline).await?;
         let dir = self.audit_subject_dir(subject);
         let what = format!("pruning the audit ledger of {subject}");
-        let stats: Vec<_> = seqs
-            .into_iter()
-            .map(|seq| {
-                let path = format!("{dir}/{}", entry_name(seq));
-                let stat = client.check_stat(&path);
-                (path, stat)
+        let path = format!("{dir}/{}", entry_name(through));
+        let (data, stat) = match timed(deadline, &what, client.get_data(&path)).await? {
+            Ok(found) => found,
+            Err(ZkError::NoNode) => return Ok(0),
+            Err(e) => return Err(fail(&what, e)),
+        };
+        let kept = audit::decode_record(subject.clone(), through, &data).map_err(|e| {
+            Fail::Store(StoreError::Corrupt {
+                message: format!("ZooKeeper audit entry {path}: {e}"),
             })
-            .collect();
-        let mut old = Vec::new();
-        for (path, stat) in stats {
-            match timed(deadline, &what, stat).await? {
-                Ok(Some(stat)) => {
-                    let created = created_ms(stat.ctime).map_err(|e| StoreError::Corrupt {
-                        message: format!("ZooKeeper audit entry {path}: {e}"),
-                    })?;
-                    if created < before_unix_ms {
-                        old.push(path);
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => return Err(fail(&what, e)),
-            }
+        })?;
+        let record = audit::encode_record(kept.at_unix_ms, &checkpoint, &kept.holder);
+        let set = client.set_data(&path, record.as_bytes(), Some(stat.version));
+        match timed(deadline, &what, set).await? {
+            Ok(_) => {}
+            // Pruned or folded by another pruner meanwhile.
+            Err(ZkError::NoNode | ZkError::BadVersion) => return Ok(0),
+            Err(e) => return Err(fail(&what, e)),
         }
-        let deletes: Vec<_> = old.iter().map(|path| client.delete(path, None)).collect();
+        let seqs = self.audit_seqs(&client, subject, deadline).await?;
+        let deletes: Vec<_> = seqs
+            .into_iter()
+            .filter(|&seq| seq < through)
+            .map(|seq| client.delete(&format!("{dir}/{}", entry_name(seq)), None))
+            .collect();
         let mut removed = 0;
         for delete in deletes {
             match timed(deadline, &what, delete).await? {
@@ -296,19 +315,20 @@ impl AuditLog for ZookeeperAuthority {
             .await
     }
 
-    async fn prune(&self, before_unix_ms: u64) -> Result<u64, StoreError> {
-        let mut removed = 0;
-        for subject in self
-            .audit_read(|deadline| self.audit_dirs(deadline))
-            .await?
-        {
-            // The subject's directory stays, empty or not: its child counter is the next
-            // entry's sequence number, which must keep growing.
-            removed += self
-                .audit_read(|deadline| self.prune_once(&subject, before_unix_ms, deadline))
-                .await?;
-        }
-        Ok(removed)
+    async fn now_unix_ms(&self) -> Result<u64, StoreError> {
+        self.audit_read(|deadline| self.now_once(deadline)).await
+    }
+
+    /// The subject's directory stays: its child counter is the next entry's sequence number,
+    /// which must keep growing.
+    async fn fold(
+        &self,
+        subject: &NamespaceName,
+        through: u64,
+        checkpoint: AuditEvent,
+    ) -> Result<u64, StoreError> {
+        self.audit_read(|deadline| self.fold_once(subject, through, checkpoint, deadline))
+            .await
     }
 }
 
