@@ -347,16 +347,43 @@ async fn both_formats_pass_promtool_and_carry_every_family() {
     node.stop().await;
 }
 
-/// The alerting rules operators load (deploy/prometheus): `promtool check rules` accepts them,
-/// `promtool test rules` fires each alert where it should and nowhere else, and every family
-/// the rules name is one a live node exports (a rule on a misspelt or removed metric would
-/// never fire). The node runs a multi authority (member series) and a leased snowflake
-/// namespace (lease series), so every family has a series to show.
+/// The metric names (`idmint_*`, `process_*`) a PromQL text refers to.
+fn named_metrics(text: &str) -> Vec<&str> {
+    let mut named: Vec<&str> = ["idmint_", "process_"]
+        .iter()
+        .flat_map(|prefix| text.match_indices(prefix))
+        .filter(|(at, _)| {
+            // A name starts a word (not `foo_idmint_`).
+            text[..*at]
+                .chars()
+                .last()
+                .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'))
+        })
+        .map(|(at, _)| {
+            let rest = &text[at..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .filter(|name| !name.ends_with('_'))
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    named
+}
+
+/// What operators load beside the node: the alerting rules (deploy/prometheus) and the Grafana
+/// dashboard (deploy/grafana). `promtool check rules` accepts the rules and `promtool test
+/// rules` fires each alert where it should and nowhere else; every dashboard query is valid
+/// PromQL (checked by promtool as a recording rule, `$instance` standing for every node); and
+/// every metric either names is one a live node exports (a rule or panel on a misspelt or
+/// removed metric would stay silent or empty). The node runs a multi authority (member series)
+/// and a leased snowflake namespace (lease series), so every family has a series to show.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_alert_rules_pass_promtool_and_name_only_exported_families() {
-    let rules_dir =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/prometheus");
-    let rules = rules_dir.join("idmint.rules.yml");
+async fn alert_rules_and_dashboard_pass_promtool_and_name_only_exported_metrics() {
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+    let rules = deploy.join("prometheus/idmint.rules.yml");
     let checked = promtool(&["check", "rules", rules.to_str().unwrap()], "");
     assert!(
         checked.status.success(),
@@ -365,13 +392,41 @@ async fn the_alert_rules_pass_promtool_and_name_only_exported_families() {
     );
     let tested = Command::new("promtool")
         .args(["test", "rules", "idmint.rules.test.yml"])
-        .current_dir(&rules_dir)
+        .current_dir(deploy.join("prometheus"))
         .output()
         .unwrap();
     assert!(
         tested.status.success(),
         "promtool test rules: {}",
         said(&tested)
+    );
+
+    let dashboard_text =
+        std::fs::read_to_string(deploy.join("grafana/idmint-dashboard.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&dashboard_text).unwrap();
+    let exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().iter())
+        .map(|t| t["expr"].as_str().unwrap().replace("$instance", ".*"))
+        .collect();
+    assert!(exprs.len() >= 20, "{exprs:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let recorded = dir.path().join("dashboard.rules.yml");
+    let mut yaml = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, expr) in exprs.iter().enumerate() {
+        yaml.push_str(&format!(
+            "      - record: dashboard:query_{i}\n        expr: {}\n",
+            serde_json::to_string(expr).unwrap()
+        ));
+    }
+    std::fs::write(&recorded, yaml).unwrap();
+    let checked = promtool(&["check", "rules", recorded.to_str().unwrap()], "");
+    assert!(
+        checked.status.success(),
+        "a dashboard query is not valid PromQL: {}",
+        said(&checked)
     );
 
     let config = FileConfig::parse(
@@ -391,13 +446,27 @@ async fn the_alert_rules_pass_promtool_and_name_only_exported_families() {
         (Arc::new(MemoryAuthority::new()) as Arc<dyn Authority>, 1),
     ])
     .unwrap();
-    let node = TestNode::start(config, Arc::new(multi)).await;
+    let (node, grpc) = TestNode::start_with_grpc(config, Arc::new(multi)).await;
     for ns in ["orders", "tweets"] {
         let (status, body) = node.get(&format!("/v1/ids/{ns}?count=3")).await;
         assert_eq!(status, 200, "{ns}: {body}");
     }
     let (status, body) = node.get("/v1/ids/orders?count=0").await;
     assert_eq!(status, 400, "{body}");
+    // One call on the gRPC door, whose families have no series before one.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let next = idmint_node::grpc::proto::NextRequest {
+        namespace: "orders".into(),
+        count: Some(2),
+    };
+    idmint_node::grpc::proto::idmint_client::IdmintClient::new(channel)
+        .next(next)
+        .await
+        .unwrap();
     let n = &node;
     poll_until("the clock gauge is reported", move || async move {
         scrape(n, None)
@@ -407,32 +476,34 @@ async fn the_alert_rules_pass_promtool_and_name_only_exported_families() {
     })
     .await;
     let (_, text) = scrape(&node, None).await;
-    // The families of the 0.0.4 text (a counter's TYPE line names its `_total` samples there).
+    // The families of the 0.0.4 text (a counter's TYPE line names its `_total` samples there;
+    // a histogram's names the family of its `_bucket`, `_sum` and `_count` samples).
     let families: Vec<&str> = text
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
         .filter_map(|l| l.split(' ').next())
         .collect();
+    let exported = |name: &str| {
+        families.contains(&name)
+            || ["_bucket", "_sum", "_count"]
+                .iter()
+                .any(|s| name.strip_suffix(s).is_some_and(|f| families.contains(&f)))
+    };
     let rules_text = std::fs::read_to_string(&rules).unwrap();
-    let mut named: Vec<&str> = rules_text
-        .match_indices("idmint_")
-        .map(|(at, _)| {
-            let rest = &rules_text[at..];
-            let end = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .unwrap_or(rest.len());
-            &rest[..end]
-        })
-        .filter(|name| !name.ends_with('_'))
-        .collect();
-    named.sort_unstable();
-    named.dedup();
-    assert!(named.len() >= 12, "{named:?}");
-    for name in named {
-        assert!(
-            families.contains(&name),
-            "the alert rules name {name}, which the node does not export:\n{text}"
-        );
+    let in_rules = named_metrics(&rules_text);
+    let in_dashboard = named_metrics(&dashboard_text);
+    assert!(in_rules.len() >= 12, "{in_rules:?}");
+    assert!(in_dashboard.len() >= 25, "{in_dashboard:?}");
+    for (what, names) in [
+        ("the alert rules", in_rules),
+        ("the dashboard", in_dashboard),
+    ] {
+        for name in names {
+            assert!(
+                exported(name),
+                "{what} name {name}, which the node does not export:\n{text}"
+            );
+        }
     }
     node.stop().await;
 }

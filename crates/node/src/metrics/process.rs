@@ -93,8 +93,9 @@ impl Collector for ProcessCollector {
         let r = Reading::now();
         if let Some(v) = r.cpu_seconds {
             let counter = ConstCounter::new(v);
+            // The unit is appended to the name: `process_cpu_seconds_total`.
             counter.encode(encoder.encode_descriptor(
-                "process_cpu_seconds",
+                "process_cpu",
                 "Total user and system CPU time spent in seconds",
                 Some(&Unit::Seconds),
                 counter.metric_type(),

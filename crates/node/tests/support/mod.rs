@@ -28,10 +28,31 @@ pub struct TestNode {
 impl TestNode {
     /// Serves `config` from `authority` on a fresh port and waits until `/healthz` answers.
     pub async fn start(config: NodeConfig, authority: Arc<dyn Authority>) -> TestNode {
+        Self::serve(config, authority, None).await
+    }
+
+    /// [`TestNode::start`], and gRPC on a fresh port too: the node and the gRPC address.
+    pub async fn start_with_grpc(
+        config: NodeConfig,
+        authority: Arc<dyn Authority>,
+    ) -> (TestNode, SocketAddr) {
+        let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = grpc.local_addr().unwrap();
+        (Self::serve(config, authority, Some(grpc)).await, addr)
+    }
+
+    async fn serve(
+        config: NodeConfig,
+        authority: Arc<dyn Authority>,
+        grpc: Option<tokio::net::TcpListener>,
+    ) -> TestNode {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr: SocketAddr = listener.local_addr().unwrap();
         let node = Node::start(config, authority).await.unwrap();
-        let server = Server::new(node).http(listener);
+        let mut server = Server::new(node).http(listener);
+        if let Some(grpc) = grpc {
+            server = server.grpc(grpc);
+        }
         let shutdown = server.shutdown_handle();
         let handle = tokio::spawn(server.serve());
         let node = TestNode {
