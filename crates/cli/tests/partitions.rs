@@ -52,9 +52,11 @@ const SNOW: &str = "events";
 const NAMESPACES: [&str; 2] = [SEQ, SNOW];
 const HTTP_PORT: u16 = 8080;
 const GRPC_PORT: u16 = 7879;
-/// The worker lease TTL, and how long a fault lasts past it.
+/// The worker lease TTL; how long after a node is cut off or frozen another one restarts (its
+/// lease expired by then); how long a fault lasts (past the restart).
 const TTL: Duration = Duration::from_millis(2000);
-const HOLD: Duration = Duration::from_millis(3000);
+const PAST_TTL: Duration = Duration::from_millis(2500);
+const HOLD: Duration = Duration::from_millis(2000);
 /// A writer drops a connection silent this long (a cut link hangs it, no reset).
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -377,7 +379,8 @@ struct Load {
     stop: Arc<AtomicBool>,
     /// Per serving node and namespace (`NAMESPACES` order), ids received so far.
     served: Vec<[Arc<AtomicU64>; 2]>,
-    writers: Vec<(usize, thread::JoinHandle<WriterRun>)>,
+    /// (namespace index, serving node index, writer).
+    writers: Vec<(usize, usize, thread::JoinHandle<WriterRun>)>,
 }
 
 impl Load {
@@ -392,6 +395,7 @@ impl Load {
                     (cluster.nodes[n].http, stop.clone(), counters[k].clone());
                 writers.push((
                     k,
+                    n,
                     thread::spawn(move || writer(addr, namespace, stop, count)),
                 ));
             }
@@ -423,11 +427,11 @@ impl Load {
         );
     }
 
-    fn finish(self) -> Vec<(usize, WriterRun)> {
+    fn finish(self) -> Vec<(usize, usize, WriterRun)> {
         self.stop.store(true, Ordering::SeqCst);
         self.writers
             .into_iter()
-            .map(|(k, w)| (k, w.join().unwrap()))
+            .map(|(k, n, w)| (k, n, w.join().unwrap()))
             .collect()
     }
 }
@@ -467,7 +471,7 @@ fn apply(cluster: &mut Cluster, fault: Fault, counts: &mut Counts) {
                 link.cut();
                 counts.cuts += 1;
             }
-            thread::sleep(HOLD);
+            thread::sleep(PAST_TTL);
             for link in &cluster.authority_links {
                 link.heal();
             }
@@ -475,17 +479,17 @@ fn apply(cluster: &mut Cluster, fault: Fault, counts: &mut Counts) {
         Fault::Isolate { node, restarted } => {
             cluster.nodes[node].back.cut();
             counts.cuts += 1;
-            thread::sleep(TTL);
+            thread::sleep(PAST_TTL);
             crash(cluster, restarted, counts);
-            thread::sleep(HOLD - TTL);
+            thread::sleep(HOLD);
             cluster.nodes[node].back.heal();
         }
         Fault::Freeze { node, restarted } => {
             cluster.nodes[node].freeze();
             counts.freezes += 1;
-            thread::sleep(TTL);
+            thread::sleep(PAST_TTL);
             crash(cluster, restarted, counts);
-            thread::sleep(HOLD - TTL);
+            thread::sleep(HOLD);
             cluster.nodes[node].thaw();
         }
         Fault::CutFront { node } => {
@@ -571,6 +575,24 @@ fn soak() -> Option<Duration> {
     Some(Duration::from_secs(secs))
 }
 
+/// Worker ids of `events` that more than one node issued under over the run: each one a lease
+/// taken over (a node restarted while the holder was cut off or frozen past the TTL).
+fn shared_workers(runs: &[(usize, usize, WriterRun)]) -> Vec<u64> {
+    let layout = idmint_core::Layout::twitter();
+    let mut holders: std::collections::BTreeMap<u64, HashSet<usize>> = Default::default();
+    for (_, node, run) in runs.iter().filter(|(k, _, _)| *k == 1) {
+        for id in run.connections.iter().flatten() {
+            let worker = layout.decode(*id).unwrap().parts.node;
+            holders.entry(worker).or_default().insert(*node);
+        }
+    }
+    holders
+        .into_iter()
+        .filter(|(_, nodes)| nodes.len() > 1)
+        .map(|(worker, _)| worker)
+        .collect()
+}
+
 /// Duplicates among `ids` (every occurrence past the first).
 fn duplicates(ids: impl Iterator<Item = u64>) -> (u64, u64) {
     let mut seen = HashSet::new();
@@ -645,7 +667,7 @@ fn scenario(name: &str, lab: Lab, ops: &Host, backend: &Backend) {
     let mut refused = 0;
     let mut broken = 0;
     let mut connections = 0;
-    for (_, run) in &runs {
+    for (_, _, run) in &runs {
         refused += run.refused;
         broken += run.broken;
         connections += run.connections.len();
@@ -655,11 +677,12 @@ fn scenario(name: &str, lab: Lab, ops: &Host, backend: &Backend) {
     }
     let ids_of = |k: usize| {
         runs.iter()
-            .filter(move |(n, _)| *n == k)
-            .flat_map(|(_, r)| r.connections.iter().flatten().copied())
+            .filter(move |(n, _, _)| *n == k)
+            .flat_map(|(_, _, r)| r.connections.iter().flatten().copied())
     };
     let (seq_total, seq_dups) = duplicates(ids_of(0));
     let (snow_total, snow_dups) = duplicates(ids_of(1));
+    let shared = shared_workers(&runs);
 
     // Clean stops (the tier's regional nodes first), then the authority's ledger.
     for node in cluster.nodes.iter_mut().rev() {
@@ -675,7 +698,7 @@ fn scenario(name: &str, lab: Lab, ops: &Host, backend: &Backend) {
     eprintln!(
         "[{name}] ids served: {} ({SEQ} {seq_total}, {SNOW} {snow_total}); duplicates: {SEQ} \
          {seq_dups}, {SNOW} {snow_dups}; decreases: {decreases} over {connections} connections; \
-         cuts: {}, kills: {}, freezes: {}; refused answers: {refused}, broken connections: \
+         worker ids taken over: {shared:?}; cuts: {}, kills: {}, freezes: {}; refused answers: {refused}, broken connections: \
          {broken}; faults ({} s{}): {applied:?}; ledger: {} entries, {} grants, watermark {}",
         seq_total + snow_total,
         counts.cuts,
