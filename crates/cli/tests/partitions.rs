@@ -427,12 +427,19 @@ impl Load {
         );
     }
 
-    fn finish(self) -> Vec<(usize, usize, WriterRun)> {
+    fn finish(mut self) -> Vec<(usize, usize, WriterRun)> {
         self.stop.store(true, Ordering::SeqCst);
-        self.writers
+        std::mem::take(&mut self.writers)
             .into_iter()
             .map(|(k, n, w)| (k, n, w.join().unwrap()))
             .collect()
+    }
+}
+
+impl Drop for Load {
+    /// Stops the writers also when the run panics.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
     }
 }
 
@@ -634,7 +641,7 @@ fn scenario(name: &str, lab: Lab, ops: &Host, backend: &Backend) {
                 .as_nanos() as u64
                 | 1
         });
-    let mut rng = Rng(seed);
+    let mut rng = Rng(seed.max(1));
     let began = Instant::now();
     let mut applied = Vec::new();
     loop {
