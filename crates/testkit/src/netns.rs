@@ -60,6 +60,34 @@ fn require_root_and_ip() {
     );
 }
 
+/// Deletes the namespaces of labs whose process is gone (a test binary killed before its
+/// labs were dropped), so they do not pile up; those of live processes are left alone.
+fn reap_dead_labs() {
+    let Ok(listed) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&listed.stdout).lines() {
+        let Some(name) = line.split_whitespace().next() else {
+            continue;
+        };
+        // idmint-TAG-PID-N-…
+        let mut parts = name.split('-');
+        if parts.next() != Some("idmint") {
+            continue;
+        }
+        let Some(pid) = parts.nth(1).and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = Command::new("ip")
+                .args(["netns", "delete", name])
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     prefix: String,
@@ -117,13 +145,16 @@ pub struct Link {
 }
 
 impl Lab {
-    /// A fresh lab, its hub namespace made; `tag` (a few letters) names its namespaces
-    /// (`idmint-TAG-PID-N-…`) for whoever lists them meanwhile.
+    /// A fresh lab, its hub namespace made; `tag` (a few letters, no `-`) names its namespaces
+    /// (`idmint-TAG-PID-N-…`) for whoever lists them meanwhile. Namespaces left by labs of
+    /// processes that are gone are deleted first.
     ///
     /// # Panics
     /// Unless running as root with `ip` installed, or when `ip` fails.
     pub fn new(tag: &str) -> Lab {
+        assert!(!tag.contains('-'), "a lab tag has no '-': {tag:?}");
         require_root_and_ip();
+        reap_dead_labs();
         let n = LABS.fetch_add(1, Ordering::SeqCst);
         let prefix = format!("idmint-{tag}-{}-{n}", std::process::id());
         let hub = format!("{prefix}-hub");
