@@ -1,6 +1,7 @@
 //! Real network partitions between real processes: `idmint serve` nodes and their authority,
 //! each in a network namespace of its own ([`idmint_testkit::netns::Lab`]), their links cut and
-//! healed under load, combined with SIGKILL (and restarts) and SIGSTOP/SIGCONT of nodes.
+//! healed under load, combined with SIGKILL (and restarts), clean restarts (SIGTERM: the tail
+//! handed back under contention) and SIGSTOP/SIGCONT of nodes.
 //!
 //! Per authority, one test (etcd with the `etcd` feature, as the test command builds): a private PostgreSQL, etcd or ZooKeeper server in its own host on
 //! the *back* LAN with three nodes; or a global idmint tier (two global nodes on a private
@@ -461,6 +462,9 @@ enum Fault {
     CutFront { node: usize },
     /// `node` killed (SIGKILL) and restarted.
     Crash { node: usize },
+    /// `node` stopped cleanly (SIGTERM: its tail handed back, refused if anyone reserved
+    /// after it) under load, and started again.
+    Restart { node: usize },
 }
 
 #[derive(Default)]
@@ -468,6 +472,7 @@ struct Counts {
     cuts: u64,
     kills: u64,
     freezes: u64,
+    restarts: u64,
 }
 
 fn apply(cluster: &mut Cluster, fault: Fault, counts: &mut Counts) {
@@ -512,6 +517,15 @@ fn apply(cluster: &mut Cluster, fault: Fault, counts: &mut Counts) {
             }
         }
         Fault::Crash { node } => crash(cluster, node, counts),
+        Fault::Restart { node } => {
+            let n = &mut cluster.nodes[node];
+            if let Some(server) = n.server.take() {
+                let (status, rest) = server.terminate();
+                assert!(status.success(), "{} exit {status:?}: {rest:?}", n.label);
+            }
+            counts.restarts += 1;
+            n.start();
+        }
     }
 }
 
@@ -530,6 +544,7 @@ fn short_schedule(cluster: &Cluster) -> Vec<Fault> {
         Fault::AuthorityOutage,
         Fault::CutFront { node: s[1] },
         Fault::Crash { node: s[2] },
+        Fault::Restart { node: s[0] },
     ];
     if s[0] != 0 {
         // The tier: a global node isolated, then one frozen while the other restarts.
@@ -561,14 +576,15 @@ fn random_fault(cluster: &Cluster, rng: &mut Rng) -> Fault {
     let all = cluster.nodes.len();
     let node = rng.below(all);
     let restarted = (node + 1 + rng.below(all - 1)) % all;
-    match rng.below(5) {
+    match rng.below(6) {
         0 => Fault::AuthorityOutage,
         1 => Fault::Isolate { node, restarted },
         2 => Fault::Freeze { node, restarted },
         3 => Fault::CutFront {
             node: cluster.serving[rng.below(cluster.serving.len())],
         },
-        _ => Fault::Crash { node },
+        4 => Fault::Crash { node },
+        _ => Fault::Restart { node },
     }
 }
 
@@ -709,12 +725,13 @@ fn scenario(name: &str, lab: Lab, ops: &Host, backend: &Backend) {
     eprintln!(
         "[{name}] ids served: {} ({SEQ} {seq_total}, {SNOW} {snow_total}); duplicates: {SEQ} \
          {seq_dups}, {SNOW} {snow_dups}; decreases: {decreases} over {connections} connections; \
-         worker ids taken over: {shared:?}; cuts: {}, kills: {}, freezes: {}; refused answers: {refused}, broken connections: \
+         worker ids taken over: {shared:?}; cuts: {}, kills: {}, freezes: {}, clean restarts: {}; refused answers: {refused}, broken connections: \
          {broken}; faults ({} s{}): {applied:?}; ledger: {} entries, {} grants, watermark {}",
         seq_total + snow_total,
         counts.cuts,
         counts.kills,
         counts.freezes,
+        counts.restarts,
         began.elapsed().as_secs(),
         if soak.is_some() {
             format!(", soak seed {seed}")
