@@ -3,9 +3,10 @@
 //! healed under load, combined with SIGKILL (and restarts), clean restarts (SIGTERM: the tail
 //! handed back under contention) and SIGSTOP/SIGCONT of nodes.
 //!
-//! Per authority, one test (etcd with the `etcd` feature, as the test command builds): a private PostgreSQL, etcd or ZooKeeper server in its own host on
-//! the *back* LAN with three nodes; or a global idmint tier (two global nodes on a private
-//! PostgreSQL) serving three regional nodes on the `upstream` authority. Each serving node is on
+//! Per authority, one test (etcd's with the `etcd` feature, which the test command turns on): a
+//! private PostgreSQL, etcd or ZooKeeper server in its own host on the *back* LAN with three
+//! nodes; or a global idmint tier (two global nodes on a private PostgreSQL) serving three
+//! regional nodes on the `upstream` authority. Each serving node is on
 //! two LANs: the back one (its authority) and the *front* one (its clients), so a node can lose
 //! its authority and still be asked for ids. The test itself runs in an *ops* host on both LANs
 //! whose links are never cut; every address is inside the lab.
@@ -27,11 +28,11 @@
 //! every `orders` id received lies in a block its ledger records as granted; and some `events`
 //! worker id was issued under by two nodes over the run (decoded from the ids): a lease did
 //! change hands, so the schedule exercised a takeover. Each run prints ids served, duplicates,
-//! decreases, the worker ids taken over, cuts, kills, freezes and refused requests. (With the
-//! node's lease expiry limit removed, an isolated holder keeps issuing and the short schedule
-//! finds tens to hundreds of duplicate `events` ids; with PostgreSQL's give-back made
-//! unconditional, the clean restart lowers the watermark under other nodes' blocks and
-//! `idmint audit verify` names the overlapping grants.)
+//! decreases, the worker ids taken over, cuts, kills, freezes, clean restarts and refused
+//! requests. (With the node's lease expiry limit removed, an isolated holder keeps issuing and
+//! the short schedule finds tens to hundreds of duplicate `events` ids; with PostgreSQL's
+//! give-back made unconditional, the clean restart lowers the watermark under other nodes'
+//! blocks and `idmint audit verify` names the overlapping grants.)
 //!
 //! Needs root and iproute2 (network namespaces); without them the tests fail, saying so. The
 //! four tests take the machine in turn. Fault durations are lower bounds past the TTL, never
