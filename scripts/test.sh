@@ -159,6 +159,13 @@ if ! command -v faketime >/dev/null 2>&1; then
 fi
 echo "faketime: $(command -v faketime)"
 
+# iproute2's `ip`: crates/cli/tests/partitions.rs puts nodes and servers in network namespaces
+# (as root) and cuts their links.
+if ! command -v ip >/dev/null 2>&1; then
+  apt_install "ip (iproute2: network namespaces for the partition tests)" iproute2
+fi
+echo "ip: $(ip -V 2>/dev/null)"
+
 # promtool lints /metrics in crates/node/tests/metrics.rs; Debian ships it in `prometheus`.
 if ! command -v promtool >/dev/null 2>&1; then
   apt_install "promtool (checks the /metrics exposition)" prometheus

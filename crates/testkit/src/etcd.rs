@@ -8,12 +8,16 @@
 //! A [`PrivateEtcd`] is ready (answers `GET /health` with `"health":"true"`) when
 //! [`PrivateEtcd::start`] and [`PrivateEtcd::restart`] return.
 //!
+//! [`PrivateEtcd::start_in`] runs it in a host of a [`crate::netns::Lab`] instead, listening on
+//! that host's address.
+//!
 //! What it does not do: clusters of several members, TLS or authentication. If the `etcd`
 //! binary is missing it panics with how to install it; it never skips a test.
 
+use crate::netns::Host;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -36,6 +40,9 @@ pub struct PrivateEtcd {
     dir: TempDir,
     client_port: u16,
     peer_port: u16,
+    /// The address it listens on, and the lab host it runs in (none: this namespace).
+    ip: IpAddr,
+    host: Option<Host>,
 }
 
 impl PrivateEtcd {
@@ -45,6 +52,16 @@ impl PrivateEtcd {
     /// Panics, saying how to install it, if the `etcd` binary is not on `PATH`; panics with the
     /// server's log if it does not become healthy within 30 s.
     pub async fn start() -> PrivateEtcd {
+        PrivateEtcd::start_on(None, IpAddr::V4(Ipv4Addr::LOCALHOST)).await
+    }
+
+    /// [`PrivateEtcd::start`] in `host`, listening on `addr` (the host's address on a LAN of
+    /// its lab): reachable from the lab's hosts on that LAN only, and cut off with its link.
+    pub async fn start_in(host: &Host, addr: Ipv4Addr) -> PrivateEtcd {
+        PrivateEtcd::start_on(Some(host.clone()), IpAddr::V4(addr)).await
+    }
+
+    async fn start_on(host: Option<Host>, ip: IpAddr) -> PrivateEtcd {
         let binary = std::env::var(BINARY_ENV).unwrap_or_else(|_| DEFAULT_BINARY.to_owned());
         // Free ports are found by binding port 0 and letting go; another process may grab one
         // in between, so a server that fails to start is tried again on new ports.
@@ -60,6 +77,8 @@ impl PrivateEtcd {
                     .unwrap_or_else(|e| panic!("cannot create etcd's data directory: {e}")),
                 client_port,
                 peer_port,
+                ip,
+                host: host.clone(),
             };
             etcd.spawn();
             match etcd.wait_ready().await {
@@ -70,14 +89,15 @@ impl PrivateEtcd {
         panic!("etcd did not start: {last_failure}");
     }
 
-    /// The client URL, `http://127.0.0.1:PORT`.
+    /// The client URL, `http://127.0.0.1:PORT` (the lab host's address with
+    /// [`PrivateEtcd::start_in`]).
     pub fn client_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        format!("http://{}", self.client_addr())
     }
 
     /// The client address (for a [`crate::proxy::FaultProxy`] in front of it).
     pub fn client_addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.client_port))
+        SocketAddr::new(self.ip, self.client_port)
     }
 
     /// Kills the server with `SIGKILL` (no chance to flush anything) and waits until it is gone.
@@ -126,7 +146,7 @@ impl PrivateEtcd {
 
     fn spawn(&mut self) {
         let client = self.client_url();
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let peer = format!("http://{}", SocketAddr::new(self.ip, self.peer_port));
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -135,7 +155,11 @@ impl PrivateEtcd {
         let log_err = log
             .try_clone()
             .unwrap_or_else(|e| panic!("cannot open etcd's log file: {e}"));
-        let spawned = Command::new(&self.binary)
+        let mut command = match &self.host {
+            Some(host) => host.command(&self.binary),
+            None => Command::new(&self.binary),
+        };
+        let spawned = command
             .arg("--name")
             .arg(MEMBER_NAME)
             .arg("--data-dir")

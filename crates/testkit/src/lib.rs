@@ -7,6 +7,9 @@
 //! - [`postgres_tls::PrivatePostgres`]: a private PostgreSQL that accepts TLS only.
 //! - [`etcd_tls::PrivateEtcdTls`]: a private etcd serving its clients over TLS only.
 //! - [`certs::TestCerts`]: a CA and a server certificate made at test time, for TLS tests.
+//! - [`netns::Lab`]: network namespaces joined by veth pairs and bridges, for real partitions
+//!   between real processes (links cut and healed); needs root.
+//! - [`postgres_lab::LabPostgres`]: a private plain PostgreSQL in a lab host.
 //! - [`wait`]: polling a condition with a deadline ([`wait::until`] and its async and
 //!   value-returning variants), so tests wait for what happened instead of sleeping.
 //!
@@ -17,7 +20,9 @@ pub mod certs;
 pub mod etcd;
 pub mod etcd_tls;
 pub mod mysql;
+pub mod netns;
 pub mod postgres;
+pub mod postgres_lab;
 pub mod postgres_tls;
 pub mod proxy;
 pub mod wait;

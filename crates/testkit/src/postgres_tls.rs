@@ -35,7 +35,7 @@ pub struct PrivatePostgres {
 }
 
 /// The directory of `initdb` and `postgres`.
-fn bin_dir() -> PathBuf {
+pub(crate) fn bin_dir() -> PathBuf {
     if let Ok(dir) = std::env::var(BIN_ENV) {
         return PathBuf::from(dir);
     }
@@ -57,7 +57,7 @@ fn bin_dir() -> PathBuf {
 }
 
 /// The uid and gid of the `postgres` user, when running as root (PostgreSQL refuses root).
-fn run_as() -> Option<(u32, u32)> {
+pub(crate) fn run_as() -> Option<(u32, u32)> {
     let uid = |args: &[&str]| -> Option<u32> {
         let out = Command::new("id").args(args).output().ok()?;
         String::from_utf8_lossy(&out.stdout).trim().parse().ok()
@@ -71,7 +71,8 @@ fn run_as() -> Option<(u32, u32)> {
     }
 }
 
-fn command(program: &Path, user: Option<(u32, u32)>) -> Command {
+/// `program` run as `user` (uid, gid) when given.
+pub(crate) fn command(program: &Path, user: Option<(u32, u32)>) -> Command {
     let mut cmd = Command::new(program);
     if let Some((uid, gid)) = user {
         cmd.uid(uid).gid(gid);

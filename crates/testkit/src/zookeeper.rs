@@ -12,12 +12,16 @@
 //! four-letter word with `imok` and serves `srvr`) when [`PrivateZookeeper::start`] and
 //! [`PrivateZookeeper::restart`] return.
 //!
+//! [`PrivateZookeeper::start_in`] runs it in a host of a [`crate::netns::Lab`] instead,
+//! listening on that host's address.
+//!
 //! What it does not do: ensembles of several servers, TLS, SASL or the admin server. If Java or
 //! the jars are missing it panics with how to install them; it never skips a test.
 
+use crate::netns::Host;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -50,6 +54,9 @@ pub struct PrivateZookeeper {
     classpath: String,
     dir: TempDir,
     port: u16,
+    /// The address it listens on, and the lab host it runs in (none: this namespace).
+    ip: IpAddr,
+    host: Option<Host>,
 }
 
 impl PrivateZookeeper {
@@ -59,6 +66,16 @@ impl PrivateZookeeper {
     /// Panics, saying how to install it, if Java or the ZooKeeper jars are missing; panics with
     /// the server's log if it does not answer within 60 s.
     pub async fn start() -> PrivateZookeeper {
+        PrivateZookeeper::start_on(None, IpAddr::V4(Ipv4Addr::LOCALHOST)).await
+    }
+
+    /// [`PrivateZookeeper::start`] in `host`, listening on `addr` (the host's address on a LAN
+    /// of its lab): reachable from the lab's hosts on that LAN only, and cut off with its link.
+    pub async fn start_in(host: &Host, addr: Ipv4Addr) -> PrivateZookeeper {
+        PrivateZookeeper::start_on(Some(host.clone()), IpAddr::V4(addr)).await
+    }
+
+    async fn start_on(host: Option<Host>, ip: IpAddr) -> PrivateZookeeper {
         let java = std::env::var(JAVA_ENV).unwrap_or_else(|_| "java".to_owned());
         let classpath = classpath();
         // A free port is found by binding port 0 and letting go; another process may grab it
@@ -74,6 +91,8 @@ impl PrivateZookeeper {
                     .tempdir()
                     .unwrap_or_else(|e| panic!("cannot create ZooKeeper's directory: {e}")),
                 port: free_port(),
+                ip,
+                host: host.clone(),
             };
             zk.write_config();
             zk.spawn();
@@ -87,12 +106,12 @@ impl PrivateZookeeper {
 
     /// The connect string, `127.0.0.1:PORT`.
     pub fn connect_string(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        self.client_addr().to_string()
     }
 
     /// The client address (for a [`crate::proxy::FaultProxy`] in front of it).
     pub fn client_addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
+        SocketAddr::new(self.ip, self.port)
     }
 
     /// Kills the server with `SIGKILL` (no chance to flush anything) and waits until it is gone.
@@ -146,7 +165,7 @@ impl PrivateZookeeper {
             "tickTime={TICK_MS}\n\
              dataDir={}\n\
              clientPort={}\n\
-             clientPortAddress=127.0.0.1\n\
+             clientPortAddress={}\n\
              minSessionTimeout={}\n\
              maxSessionTimeout={}\n\
              maxClientCnxns=0\n\
@@ -156,6 +175,7 @@ impl PrivateZookeeper {
              snapCount=10000\n",
             data.display(),
             self.port,
+            self.ip,
             MIN_SESSION_TIMEOUT.as_millis(),
             MAX_SESSION_TIMEOUT.as_millis(),
         );
@@ -172,7 +192,11 @@ impl PrivateZookeeper {
         let log_err = log
             .try_clone()
             .unwrap_or_else(|e| panic!("cannot open ZooKeeper's log file: {e}"));
-        let spawned = Command::new(&self.java)
+        let mut command = match &self.host {
+            Some(host) => host.command(&self.java),
+            None => Command::new(&self.java),
+        };
+        let spawned = command
             // A small, quick-starting JVM: the machines running the tests are small.
             .arg("-Xmx256m")
             .arg("-XX:+UseSerialGC")
