@@ -188,6 +188,12 @@ if ! command -v schemathesis >/dev/null 2>&1; then
 fi
 echo "schemathesis: $(schemathesis --version 2>/dev/null)"
 
+# The Kubernetes manifests (deploy/kubernetes) are validated against the API schemas (PyPI).
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+  step "installing kubernetes-validate (PyPI)"
+  python3 -m pip install --quiet 'kubernetes-validate>=1.30'
+fi
+
 # The status page is checked in headless Chromium through WebDriver (selenium, PyPI).
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
   apt_install "Chromium and its WebDriver (the status page test)" chromium chromium-driver

@@ -62,8 +62,9 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
         /// This is a new deployment: start although the store is empty and the configuration
-        /// declares namespaces (without it, that is refused as a store that moved).
-        #[arg(long)]
+        /// declares namespaces (without it, that is refused as a store that moved). Also set
+        /// by IDMINT_INIT=true (a unit's or a pod's first start).
+        #[arg(long, env = "IDMINT_INIT")]
         init: bool,
         /// HTTP listen address, HOST:PORT with a name or an address (localhost:7878,
         /// 0.0.0.0:7878; an address other than loopback needs an auth section in the configuration, or

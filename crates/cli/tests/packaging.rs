@@ -1,7 +1,9 @@
 //! What an operator installs besides the binary, checked against the binary
 //! and the tools that will read it: the example configuration (deploy/idmint.toml) through the
 //! node's own parser, the systemd unit (deploy/idmint.service) with `systemd-analyze verify`,
-//! the manual pages with `man --warnings`, and the shell completions with `bash -n`.
+//! the manual pages with `man --warnings`, the shell completions with `bash -n`, and the
+//! Kubernetes manifests (deploy/kubernetes) with `kubernetes-validate --strict` and their
+//! configurations through the node's parser.
 //!
 //! The tools come from Debian (`systemd`, `man-db`, `bash`); `scripts/test.sh` installs what is
 //! missing. A missing tool fails the test, saying what to install.
@@ -220,4 +222,75 @@ fn completions_cover_every_subcommand_and_bash_parses_them() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bash"));
+}
+
+/// The configuration in a manifest's Secret (`idmint.toml: |`), unindented.
+fn embedded_config(manifest: &str) -> String {
+    let mut lines = manifest
+        .lines()
+        .skip_while(|l| l.trim() != "idmint.toml: |")
+        .skip(1)
+        .take_while(|l| l.starts_with("    ") || l.trim().is_empty())
+        .map(|l| l.strip_prefix("    ").unwrap_or(""))
+        .collect::<Vec<_>>();
+    while lines.last().is_some_and(|l| l.is_empty()) {
+        lines.pop();
+    }
+    lines.join("\n") + "\n"
+}
+
+/// The Kubernetes manifests (deploy/kubernetes) validate strictly against the Kubernetes API
+/// schemas (`kubernetes-validate`, PyPI; scripts/test.sh installs it), and the configuration
+/// each carries goes through the node's own parser: the global tier on PostgreSQL with its
+/// worker ids from the pods' ordinals, the regional tier on the global pods over TLS; both
+/// probe readiness on /readyz and liveness on /healthz.
+#[test]
+fn the_kubernetes_manifests_validate_and_their_configs_parse() {
+    let dir = root().join("deploy/kubernetes");
+    for tier in ["global", "regional"] {
+        let path = dir.join(format!("{tier}.yaml"));
+        let out = Command::new("kubernetes-validate")
+            .args(["--strict", "--quiet"])
+            .arg(&path)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run kubernetes-validate ({e}): python3 -m pip install \
+                     kubernetes-validate (scripts/test.sh does)"
+                )
+            });
+        assert!(
+            out.status.success(),
+            "{tier}.yaml: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let manifest = std::fs::read_to_string(&path).unwrap();
+        for kind in ["Secret", "Service", "StatefulSet", "PodDisruptionBudget"] {
+            assert!(manifest.contains(&format!("kind: {kind}\n")), "{tier}: no {kind}");
+        }
+        assert!(manifest.contains("path: /readyz") && manifest.contains("path: /healthz"));
+        let text = embedded_config(&manifest);
+        let config = FileConfig::parse(&text)
+            .unwrap_or_else(|e| panic!("the configuration of {tier}.yaml: {e}\n{text}"));
+        assert!(!config.node.auto_create, "{tier}");
+        assert!(config.node.auth.is_some(), "{tier}: [auth] off loopback");
+        assert!(config.tls.is_some(), "{tier}: TLS on the listeners");
+        let events = &config.node.namespaces[&idmint_core::NamespaceName::new("events").unwrap()];
+        assert!(
+            format!("{events:?}").contains("Ordinal"),
+            "{tier}: the worker id is the pod's ordinal: {events:?}"
+        );
+        match (&config.authority, tier) {
+            (AuthorityConfig::Postgres(pg), "global") => {
+                assert!(format!("{pg:?}").contains("VerifyFull"))
+            }
+            (AuthorityConfig::Upstream(up), "regional") => {
+                assert_eq!(up.urls.len(), 3, "{up:?}");
+                assert!(up.urls.iter().all(|u| u.starts_with("https://idmint-global-")));
+                assert!(up.ca_file.is_some() && up.token.is_some(), "{up:?}");
+            }
+            (other, _) => panic!("{tier}: {other:?}"),
+        }
+    }
 }
