@@ -267,7 +267,10 @@ fn the_kubernetes_manifests_validate_and_their_configs_parse() {
         );
         let manifest = std::fs::read_to_string(&path).unwrap();
         for kind in ["Secret", "Service", "StatefulSet", "PodDisruptionBudget"] {
-            assert!(manifest.contains(&format!("kind: {kind}\n")), "{tier}: no {kind}");
+            assert!(
+                manifest.contains(&format!("kind: {kind}\n")),
+                "{tier}: no {kind}"
+            );
         }
         assert!(manifest.contains("path: /readyz") && manifest.contains("path: /healthz"));
         let text = embedded_config(&manifest);
@@ -287,7 +290,10 @@ fn the_kubernetes_manifests_validate_and_their_configs_parse() {
             }
             (AuthorityConfig::Upstream(up), "regional") => {
                 assert_eq!(up.urls.len(), 3, "{up:?}");
-                assert!(up.urls.iter().all(|u| u.starts_with("https://idmint-global-")));
+                assert!(up
+                    .urls
+                    .iter()
+                    .all(|u| u.starts_with("https://idmint-global-")));
                 assert!(up.ca_file.is_some() && up.token.is_some(), "{up:?}");
             }
             (other, _) => panic!("{tier}: {other:?}"),

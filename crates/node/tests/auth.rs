@@ -759,3 +759,93 @@ async fn a_tokens_max_block_32_raises_the_cap_for_it_alone() {
     assert!(sizes[1] <= default_cap, "another token's block: {sizes:?}");
     node.stop().await;
 }
+
+/// The status page behind `[auth]` in a browser's terms: a browser without a token is sent to
+/// the sign-in form, an API client gets the JSON 401; a refused token sets no cookie and goes
+/// back to the form; a `read` token on `*` is kept in an HttpOnly, SameSite=Strict cookie
+/// (not Secure on plain HTTP) that opens the page, and only the page: with the cookie alone an
+/// id request is still 401. `POST /logout` clears it. (Chromium runs the same steps in
+/// status_page/run.sh.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_page_signs_a_browser_in_with_a_cookie() {
+    let node = AuthNode::start(config()).await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(DEADLINE)
+        .build()
+        .unwrap();
+    let browser = |path: &str| {
+        client
+            .get(format!("{}{path}", node.http))
+            .header("accept", "text/html,application/xhtml+xml")
+    };
+    let got = browser("/").send().await.unwrap();
+    assert_eq!(got.status(), 303);
+    assert_eq!(got.headers()["location"], "/login");
+    let got = client.get(format!("{}/", node.http)).send().await.unwrap();
+    assert_eq!(got.status(), 401);
+    let body: Value = serde_json::from_str(&got.text().await.unwrap()).unwrap();
+    assert_eq!(body["error"]["code"], "unauthorized");
+    let form = browser("/login").send().await.unwrap();
+    assert_eq!(form.status(), 200);
+    assert!(form.text().await.unwrap().contains("name=\"token\""));
+
+    // What a browser sends for the form (the tokens here need no escaping).
+    let sign_in = |token: &str| {
+        client
+            .post(format!("{}/login", node.http))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("token={token}"))
+            .send()
+    };
+    for refused in ["idmint_nobody", ORDERS_TOKEN] {
+        let got = sign_in(refused).await.unwrap();
+        assert_eq!(got.status(), 303, "{refused}");
+        assert_eq!(got.headers()["location"], "/login?refused", "{refused}");
+        assert!(got.headers().get("set-cookie").is_none(), "{refused}");
+    }
+    let page = browser("/login?refused").send().await.unwrap();
+    assert!(page.text().await.unwrap().contains("id=\"refused\""));
+    let got = client
+        .post(format!("{}/login", node.http))
+        .header("content-type", "application/json")
+        .body("{\"token\": \"x\"}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), 400);
+
+    let got = sign_in(READER_TOKEN).await.unwrap();
+    assert_eq!(got.status(), 303);
+    assert_eq!(got.headers()["location"], "/");
+    let cookie = got.headers()["set-cookie"].to_str().unwrap().to_owned();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/", "Max-Age="] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    assert!(!cookie.contains("Secure"), "plain HTTP: {cookie}");
+    let pair = cookie.split(';').next().unwrap().to_owned();
+    let page = browser("/").header("cookie", &pair).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("idmint status"));
+    // The cookie opens the page only.
+    let got = client
+        .get(format!("{}/v1/ids/orders.a", node.http))
+        .header("cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), 401);
+
+    let got = client
+        .post(format!("{}/logout", node.http))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), 303);
+    assert_eq!(got.headers()["location"], "/login");
+    assert!(got.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .contains("Max-Age=0"));
+    node.stop().await;
+}

@@ -26,8 +26,12 @@ pub(crate) async fn serve_connection(node: Arc<Node>, conn: Connection, shutdown
     let limits = node.config().listen;
     let app = super::router(node);
     let activity = conn.activity().clone();
-    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+    let transport = super::Transport {
+        tls: matches!(conn.get_ref(), crate::tls::MaybeTls::Tls(_)),
+    };
+    let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
         let in_flight = activity.begin();
+        request.extensions_mut().insert(transport);
         let app = app.clone();
         async move {
             let _in_flight = in_flight;

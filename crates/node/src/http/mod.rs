@@ -31,6 +31,7 @@
 pub(crate) mod connection;
 pub mod encode;
 pub mod error;
+pub mod login;
 pub mod openapi;
 pub mod status_page;
 
@@ -123,6 +124,33 @@ pub(crate) fn routes() -> Routes {
     .route(OPENAPI, READ, get(openapi::serve))
     .route("/", READ, get(status_page))
     .route("/ui", READ, get(status_page))
+    .route(
+        "/login",
+        "GET, HEAD, POST",
+        get(login::form).post(login_form),
+    )
+    .route("/logout", "POST", post(login::logout))
+}
+
+/// The connection a request came on, as the server accepted it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transport {
+    /// Whether it is TLS (a cookie set on it may be `Secure`).
+    pub tls: bool,
+}
+
+/// `POST /login` ([`login::login`]); a body that is not the form is a 400.
+async fn login_form(
+    state: State<Arc<Node>>,
+    transport: Option<axum::Extension<Transport>>,
+    form: Result<axum::Form<login::LoginForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    match form {
+        Ok(form) => login::login(state, transport, form).await,
+        Err(e) => fail(IdError::InvalidRequest(format!(
+            "POST /login takes a form (application/x-www-form-urlencoded) with a token: {e}"
+        ))),
+    }
 }
 
 /// The request's `Authorization` header, alone: the id routes read nothing else from the
@@ -162,10 +190,16 @@ fn parse_error(node: &Node, e: IdError) -> Response {
     fail(e)
 }
 
-/// `GET /` and `/ui`: the status page, which shows every namespace: `read` on `*`.
-async fn status_page(State(node): State<Arc<Node>>, who: Authorization) -> Response {
-    match node.admit_node_read(who.credentials()) {
+/// `GET /` and `/ui`: the status page, which shows every namespace: `read` on `*`, from the
+/// `Authorization` header or the cookie of `/login`. A browser refused is sent to `/login`;
+/// any other client gets the JSON error.
+async fn status_page(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
+    let credentials = login::credentials(&headers);
+    match node.admit_node_read(Credentials::Header(credentials.as_deref())) {
         Ok(()) => status_page::serve(State(node)).await,
+        Err(IdError::Unauthorized(_) | IdError::Forbidden(_)) if login::from_browser(&headers) => {
+            login::to_form()
+        }
         Err(e) => fail(e),
     }
 }

@@ -58,7 +58,10 @@ use utoipa::OpenApi;
         metrics,
         openapi_json,
         status_page,
-        status_page_ui
+        status_page_ui,
+        login_form,
+        login,
+        logout
     ),
     components(schemas(
         IdsResponse,
@@ -223,7 +226,7 @@ pub fn document(max_count: u64, max_block_request: u64) -> Value {
 }
 
 /// The routes that never need a token.
-const OPEN_PATHS: [&str; 3] = ["/healthz", "/readyz", "/openapi.json"];
+const OPEN_PATHS: [&str; 5] = ["/healthz", "/readyz", "/openapi.json", "/login", "/logout"];
 
 /// `doc` for a node with `[auth]` on: every operation but `OPEN_PATHS` (and `/metrics`
 /// unless `metrics_need_token`) requires the `bearer` scheme, the others none.
@@ -584,6 +587,10 @@ fn openapi_json() {}
     responses(
         (status = 200, description = "The page", content_type = "text/html", body = String,
             headers(("Cache-Control" = String, description = "`no-cache`"))),
+        (status = 303, description = "With `[auth]`: a browser (it accepts `text/html`) without a token that reads every namespace, sent to `/login`",
+            headers(("Location" = String, description = "`/login`"))),
+        (status = 401, description = "`unauthorized` (not a browser)", body = ErrorBody),
+        (status = 403, description = "`forbidden` (not a browser)", body = ErrorBody),
     )
 )]
 #[allow(dead_code)]
@@ -603,6 +610,61 @@ fn status_page() {}
 )]
 #[allow(dead_code)]
 fn status_page_ui() {}
+
+/// The sign-in form of the status page.
+#[utoipa::path(
+    method(get, head),
+    path = "/login",
+    tag = "operations",
+    operation_id = "login_form",
+    summary = "Sign-in form of the status page, for a browser when `[auth]` is on",
+    description = "With `?refused`, it says the token given was refused.",
+    responses(
+        (status = 200, description = "The form", content_type = "text/html", body = String,
+            headers(("Cache-Control" = String, description = "`no-store`"))),
+    )
+)]
+#[allow(dead_code)]
+fn login_form() {}
+
+/// The form's token was submitted.
+#[utoipa::path(
+    post,
+    path = "/login",
+    tag = "operations",
+    operation_id = "login",
+    summary = "Keep a token that reads every namespace in a cookie, for the status page",
+    description = "The cookie (`idmint_token`: HttpOnly, SameSite=Strict, Secure over TLS, \
+                   8 hours) opens `GET /` and `/ui` only; every API route still wants the \
+                   `Authorization` header.",
+    request_body(content = String, content_type = "application/x-www-form-urlencoded",
+        description = "`token=...`"),
+    responses(
+        (status = 303, description = "Accepted: the cookie is set and the browser goes to `/`; \
+            refused (the token cannot read every namespace): no cookie, and the browser goes back \
+            to `/login?refused`, which says so",
+            headers(("Location" = String, description = "`/` or `/login?refused`"),
+                    ("Set-Cookie" = String, description = "`idmint_token=...`, when accepted"))),
+        (status = 400, description = "`invalid_request`: the body is not the form", body = ErrorBody),
+    )
+)]
+#[allow(dead_code)]
+fn login() {}
+
+/// Forget the cookie.
+#[utoipa::path(
+    post,
+    path = "/logout",
+    tag = "operations",
+    operation_id = "logout",
+    summary = "Drop the status page's cookie",
+    responses(
+        (status = 303, description = "The cookie is cleared, the browser goes to `/login`",
+            headers(("Location" = String, description = "`/login`"))),
+    )
+)]
+#[allow(dead_code)]
+fn logout() {}
 
 #[cfg(test)]
 mod tests {
@@ -677,7 +739,7 @@ mod tests {
         for item in doc["paths"].as_object().unwrap().values() {
             for op in item.as_object().unwrap().values() {
                 for (status, answer) in op["responses"].as_object().unwrap() {
-                    if status.starts_with('2') {
+                    if status.starts_with('2') || status.starts_with('3') {
                         continue;
                     }
                     errors += 1;

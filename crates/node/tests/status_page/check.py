@@ -28,19 +28,7 @@ def main() -> int:
     kinds = {ns["namespace"]: ns["kind"] for ns in served}
 
     with tempfile.TemporaryDirectory() as profile:
-        options = webdriver.ChromeOptions()
-        options.binary_location = "/usr/bin/chromium"
-        for flag in [
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--no-first-run",
-            f"--user-data-dir={profile}",
-            "--window-size=1500,900",
-        ]:
-            options.add_argument(flag)
-        driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+        driver = chromium(profile)
         try:
             driver.get(args.base + "/")
             failures = check(driver, kinds)
@@ -66,6 +54,23 @@ def main() -> int:
     passed = 1 if not failures else 0
     print(f"status page: {passed} passed, {1 - passed} failed")
     return 0 if not failures else 1
+
+
+def chromium(profile):
+    """Headless Chromium with a fresh profile in `profile`, through Debian's chromedriver."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        "--window-size=1500,900",
+    ]:
+        options.add_argument(flag)
+    return webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
 
 
 def check(driver, kinds):

@@ -2,7 +2,8 @@
 # The status page in a real browser: starts `idmint serve` (debug build) with idmint.toml beside
 # this script, asks for some ids (25 of photos; a steady trickle of legacy_users until its
 # exhaustion is projected), then check.py loads GET / in headless Chromium through WebDriver and
-# checks what it shows.
+# checks what it shows; then a node with [auth] (idmint-auth.toml), where check_login.py signs in
+# through the form as a person would.
 #
 #   bash crates/node/tests/status_page/run.sh [--screenshot PATH]
 #
@@ -31,4 +32,10 @@ done
 [ -n "$projected" ] || { echo "error: legacy_users never had a projected exhaustion" >&2; exit 1; }
 
 python3 "$here/check.py" "$base" "${screenshot[@]}"
+check_node
+
+# The same page behind [auth]: a browser signs in with a token (check_login.py).
+stop_node_only
+start_node "$here/idmint-auth.toml" auth-data
+python3 "$here/check_login.py" "$base" idmint_status_page_reader
 check_node

@@ -2,15 +2,21 @@
 # status_page/run.sh): builds the debug binary, starts it on a fresh data directory and a free
 # loopback port, and stops it (by its own pid) when the script exits.
 #
-#   start_node CONFIG_FILE   sets $base (http://127.0.0.1:PORT), $work (a temp dir, removed at
-#                            exit) and $server (the pid); the log is $work/stderr.
+#   start_node CONFIG_FILE [DATA]  sets $base (http://127.0.0.1:PORT), $work (a temp dir, removed
+#                            at exit) and $server (the pid), the data directory $work/DATA
+#                            (default data); the log is $work/stderr.
+#   stop_node_only           stops the node (another may be started).
 #   check_node               fails if the server died or panicked.
 
 live_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../../.." && pwd)"
 server=""
 work="$(mktemp -d)"
-stop_node() {
+stop_node_only() {
   if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; fi
+  server=""
+}
+stop_node() {
+  stop_node_only
   rm -rf "$work"
 }
 trap stop_node EXIT
@@ -20,7 +26,7 @@ start_node() {
   local bin="${CARGO_TARGET_DIR:-$live_root/target}/debug/idmint"
   local port
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-  "$bin" serve --config "$1" --data-dir "$work/data" --http "127.0.0.1:$port" --init \
+  "$bin" serve --config "$1" --data-dir "$work/${2:-data}" --http "127.0.0.1:$port" --init \
     >"$work/stdout" 2>"$work/stderr" &
   server=$!
   for _ in $(seq 1 100); do
