@@ -395,13 +395,18 @@ impl Buffer {
 
     /// Raises the floor to `to` (never lowers it): nothing below it will be buffered again, by
     /// any path. If the buffer holds an id below `to`, everything buffered is burned (its
-    /// blocks were all granted before the floor moved, so none is above it). Returns the ids
-    /// burned now.
+    /// blocks were all granted before the floor moved, so none is above it). Every held block
+    /// is compared, not only the front one: blocks of several residue classes (one per multi
+    /// member) are queued in arrival order, so a block far below the floor can wait behind one
+    /// above it. Returns the ids burned now.
     pub fn raise_floor(&mut self, to: u64) -> u64 {
         self.floor = self.floor.max(to);
-        match self.lowest() {
-            Some(lowest) if lowest < self.floor => self.abandon(),
-            _ => 0,
+        let current_below = self.cursor < self.end && self.cursor < self.floor;
+        let ahead_below = self.ahead.iter().any(|b| b.start() < self.floor);
+        if current_below || ahead_below {
+            self.abandon()
+        } else {
+            0
         }
     }
 
@@ -604,7 +609,13 @@ impl Buffer {
         }
         self.stats.served -= n;
         let below_floor = taken.ids().next().is_some_and(|first| first < self.floor);
+        #[cfg(feature = "planted")]
+        let below_floor = below_floor && !crate::planted::on(crate::planted::PUTBACK_BELOW_FLOOR);
         if taken.interleaved || taken.at != Some(self.generation) || below_floor {
+            #[cfg(feature = "planted")]
+            if crate::planted::on(crate::planted::BURN_UNCOUNTED) {
+                return PutBack::Burned(n);
+            }
             self.stats.burned += n;
             return PutBack::Burned(n);
         }
@@ -647,7 +658,13 @@ impl Buffer {
         }
         let n = tail.len();
         self.stats.served = self.stats.served.saturating_sub(n);
-        if lease.interleaved || lease.at != Some(self.generation) || tail.start() < self.floor {
+        let below_floor = tail.start() < self.floor;
+        let taken_since = lease.interleaved || lease.at != Some(self.generation);
+        #[cfg(feature = "planted")]
+        let below_floor = below_floor && !crate::planted::on(crate::planted::TAIL_BELOW_FLOOR);
+        #[cfg(feature = "planted")]
+        let taken_since = taken_since && !crate::planted::on(crate::planted::TAIL_AFTER_TAKE);
+        if taken_since || below_floor {
             self.stats.burned += n;
             return Some(PutBack::Burned(n));
         }
@@ -1431,5 +1448,19 @@ mod tests {
         // Never lowered.
         assert_eq!(b.raise_floor(5), 0);
         assert_eq!(b.floor(), 100);
+    }
+
+    /// Two members' blocks queued in arrival order, the one below the floor behind one above
+    /// it: the floor still reaches it (found by the simulation, crates/sim).
+    #[test]
+    fn a_block_below_the_floor_behind_a_higher_class_is_burned() {
+        let mut b = Buffer::new(fixed(10));
+        b.push(Block::new(960, 1008, 2).unwrap()).unwrap();
+        b.push(Block::new(843, 891, 2).unwrap()).unwrap();
+        assert_eq!(b.lowest(), Some(960));
+        assert_eq!(b.raise_floor(904), 48);
+        let mut out = Vec::new();
+        b.take(100, &mut out);
+        assert!(out.iter().all(|&id| id >= 904), "{out:?}");
     }
 }
