@@ -33,6 +33,11 @@ pub const RESTORE_KEEPS_CACHE: u64 = 1 << 21;
 /// A rebase raises the node's floor in memory but does not record it: a restart forgets it.
 pub const REBASE_NOT_RECORDED: u64 = 1 << 22;
 
+/// A give-back is applied as often as it is delivered (retried after an error, or duplicated):
+/// the watermark's compare-and-swap passes again once a later grant moved it back to the
+/// tail's end (ABA).
+pub const GIVEBACK_RETRIED: u64 = 1 << 23;
+
 /// Every planted bug.
 pub const ALL: &[Bug] = &[
     Bug {
@@ -118,6 +123,12 @@ pub const ALL: &[Bug] = &[
         bit: REBASE_NOT_RECORDED,
         place: "sim node model (node record)",
         what: "a rebase floor not made durable: a restart goes below it",
+    },
+    Bug {
+        name: "giveback-retried",
+        bit: GIVEBACK_RETRIED,
+        place: "sim backend model",
+        what: "a give-back applied twice (retried or duplicated): the compare-and-swap passes again after a later grant (ABA)",
     },
 ];
 

@@ -496,24 +496,32 @@ impl World {
     /// A graceful stop of an upper node: its unused tail back to the store by
     /// compare-and-swap, then a restart.
     fn graceful_stop(&mut self, i: usize) {
-        if !self.nodes[i].upper || self.nodes[i].poisoned || !self.nodes[i].requests.is_empty() {
+        if !self.nodes[i].upper || self.nodes[i].poisoned {
             return;
+        }
+        // Draining: the requests in flight answer first.
+        while !self.nodes[i].requests.is_empty() {
+            let r = self.nodes[i].requests.remove(0);
+            let ids: Vec<u64> = r.taken.ids().collect();
+            self.checker.taken(i, r.seq, &ids, r.floor);
+            self.checker.served(i, &ids);
         }
         if let Some(tail) = self.nodes[i].buffer.take_unused_tail() {
             self.nodes[i].buffer.record_given_back(tail.len());
             let member = class_of(tail.start());
             let incarnation = self.nodes[i].record.incarnations[member];
             let req = self.req();
-            self.send(
-                i,
-                STORE,
-                Msg::GiveBack {
-                    req,
-                    member,
-                    tail,
-                    incarnation,
-                },
-            );
+            let msg = Msg::GiveBack {
+                req,
+                member,
+                tail,
+                incarnation,
+            };
+            if self.bugs.on(GIVEBACK_RETRIED) {
+                // Retried as if its reply had been lost.
+                self.send(i, STORE, msg.clone());
+            }
+            self.send(i, STORE, msg);
         }
         self.release_worker(i);
         self.nodes[i].up = false;
@@ -927,7 +935,7 @@ impl World {
                 // Once per request, and fenced by incarnation: the watermark alone can come
                 // back to the tail's end (a later grant, a restore), so a second delivery of
                 // the same give-back would pass the compare-and-swap again (ABA).
-                let ok = self.given_back.insert(req)
+                let ok = (self.given_back.insert(req) || self.bugs.on(GIVEBACK_RETRIED))
                     && incarnation == self.store.members[member].incarnation
                     && self.store.give_back(member, tail);
                 self.fold(u64::from(ok));
