@@ -370,8 +370,9 @@ impl World {
         if self.nodes[i].upper {
             if let Some((req, member, count, at, tries)) = self.nodes[i].refill {
                 if now - at > TIMEOUT {
-                    if tries >= 3 {
-                        // Commit unknown: whatever the store did, this node never sees it.
+                    // Commit unknown: the block may have been granted; it is never asked for
+                    // again (invariant 1), and a late reply is ignored.
+                    if tries >= 1 || !self.bugs.on(RETRY_TWICE) {
                         self.nodes[i].refill = None;
                         self.nodes[i].buffer.refill_failed();
                     } else {
@@ -436,14 +437,15 @@ impl World {
             return;
         }
         let now = self.now.get();
-        // Retry a request whose reply is overdue, with the same request id.
+        // A request whose reply is overdue fails (commit unknown: its block, if granted, is
+        // never served); the planted bug retries it with the same request id instead.
         let overdue = self.nodes[i]
             .direct
             .iter()
             .find(|(_, d)| now - d.at > TIMEOUT)
             .map(|(k, d)| (*k, *d));
         if let Some((req, d)) = overdue {
-            if d.tries >= 3 {
+            if d.tries >= 3 || !self.bugs.on(RETRY_TWICE) {
                 self.nodes[i].direct.remove(&req);
             } else {
                 self.nodes[i].direct.insert(
