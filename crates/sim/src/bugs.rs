@@ -43,8 +43,8 @@ pub const ALL: &[Bug] = &[
     Bug {
         name: "tail-below-floor",
         bit: core::TAIL_BELOW_FLOOR,
-        place: "core Buffer::take_back_tail",
-        what: "a give-back tail accepted below the rebase floor",
+        place: "core Buffer::take_back_tail and the sim's Supply::advanced",
+        what: "a give-back tail accepted below the rebase floor (the floor check and the lease end at a rebase both removed)",
     },
     Bug {
         name: "putback-below-floor",

@@ -709,6 +709,11 @@ impl World {
             Msg::RaiseFloor { to: floor } => {
                 let n = &mut self.nodes[to];
                 n.buffer.raise_floor(floor);
+                // As `Supply::advanced`: the outstanding lease ends, its tail cannot come back.
+                // The planted tail-below-floor removes this guard too (either alone suffices).
+                if !idmint_core::planted::on(idmint_core::planted::TAIL_BELOW_FLOOR) {
+                    n.lease_out = None;
+                }
                 if !self.bugs.on(REBASE_NOT_RECORDED) {
                     n.record.floor = n.record.floor.max(floor);
                 }
