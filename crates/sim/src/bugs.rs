@@ -1,8 +1,20 @@
-//! The planted bugs, by name. Those of the real crates are switched with
-//! [`idmint_core::planted::set`]; the rest perturb the simulation's model of the node and of
-//! the backends, and are read from [`Bugs`].
+//! The planted bugs, by name. Those of the real crates exist only with the `planted` feature
+//! and are switched with `idmint_core::planted::set`; the rest perturb the simulation's model
+//! of the node and of the backends, and are read from [`Bugs`].
 
-use idmint_core::planted as core;
+/// The real crates' bugs, with the bits of `idmint_core::planted`.
+#[allow(missing_docs)]
+pub(crate) mod real {
+    pub const TAIL_BELOW_FLOOR: u64 = 1 << 0;
+    pub const PUTBACK_BELOW_FLOOR: u64 = 1 << 1;
+    pub const TAIL_AFTER_TAKE: u64 = 1 << 2;
+    pub const BURN_UNCOUNTED: u64 = 1 << 3;
+    pub const WALL_ANCHOR: u64 = 1 << 4;
+    pub const TOKEN_WITHOUT_HOLDER: u64 = 1 << 5;
+    pub const GIVEBACK_NO_CAS: u64 = 1 << 6;
+}
+/// A give-back tail below the rebase floor is accepted (both of its guards removed).
+pub use real::TAIL_BELOW_FLOOR;
 
 /// One planted bug.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,47 +50,50 @@ pub const REBASE_NOT_RECORDED: u64 = 1 << 22;
 /// tail's end (ABA).
 pub const GIVEBACK_RETRIED: u64 = 1 << 23;
 
+/// The bits of the real crates' bugs.
+pub const REAL: u64 = (1 << 16) - 1;
+
 /// Every planted bug.
 pub const ALL: &[Bug] = &[
     Bug {
         name: "tail-below-floor",
-        bit: core::TAIL_BELOW_FLOOR,
+        bit: real::TAIL_BELOW_FLOOR,
         place: "core Buffer::take_back_tail and the sim's Supply::advanced",
         what: "a give-back tail accepted below the rebase floor (the floor check and the lease end at a rebase both removed)",
     },
     Bug {
         name: "putback-below-floor",
-        bit: core::PUTBACK_BELOW_FLOOR,
+        bit: real::PUTBACK_BELOW_FLOOR,
         place: "core Buffer::put_back",
         what: "a failed request's put-back ignores the floor",
     },
     Bug {
         name: "tail-after-take",
-        bit: core::TAIL_AFTER_TAKE,
+        bit: real::TAIL_AFTER_TAKE,
         place: "core Buffer::take_back_tail",
         what: "a give-back accepted after ids were taken after the lease",
     },
     Bug {
         name: "burn-uncounted",
-        bit: core::BURN_UNCOUNTED,
+        bit: real::BURN_UNCOUNTED,
         place: "core Buffer::put_back",
         what: "a refused put-back not counted as burned",
     },
     Bug {
         name: "wall-anchor",
-        bit: core::WALL_ANCHOR,
+        bit: real::WALL_ANCHOR,
         place: "core SnowflakeGenerator::new",
         what: "a new generator anchored to the wall clock, not the last issued timestamp",
     },
     Bug {
         name: "token-without-holder",
-        bit: core::TOKEN_WITHOUT_HOLDER,
+        bit: real::TOKEN_WITHOUT_HOLDER,
         place: "store lease::is_current",
         what: "fencing token compared without holder identity (wiped lease table: tokens restart)",
     },
     Bug {
         name: "giveback-no-cas",
-        bit: core::GIVEBACK_NO_CAS,
+        bit: real::GIVEBACK_NO_CAS,
         place: "store ops::give_back",
         what: "TiDB#46444: a former leader writes its cached maximum back, lowering the watermark",
     },
@@ -147,8 +162,31 @@ impl Bugs {
         self.0 & bit != 0
     }
 
-    /// Switches the real crates' share of them on for this thread.
+    /// Switches the real crates' share of them on for this thread (a no-op without the
+    /// `planted` feature).
     pub fn install(self) {
-        core::set(self.0);
+        #[cfg(feature = "planted")]
+        idmint_core::planted::set(self.0);
+    }
+
+    /// Whether this build can plant them: the real crates' bugs need the `planted` feature.
+    pub fn available(self) -> bool {
+        cfg!(feature = "planted") || self.0 & REAL == 0
+    }
+}
+
+#[cfg(all(test, feature = "planted"))]
+mod tests {
+    use idmint_core::planted as p;
+
+    #[test]
+    fn the_real_crates_bits_are_idmint_cores() {
+        assert_eq!(super::real::TAIL_BELOW_FLOOR, p::TAIL_BELOW_FLOOR);
+        assert_eq!(super::real::PUTBACK_BELOW_FLOOR, p::PUTBACK_BELOW_FLOOR);
+        assert_eq!(super::real::TAIL_AFTER_TAKE, p::TAIL_AFTER_TAKE);
+        assert_eq!(super::real::BURN_UNCOUNTED, p::BURN_UNCOUNTED);
+        assert_eq!(super::real::WALL_ANCHOR, p::WALL_ANCHOR);
+        assert_eq!(super::real::TOKEN_WITHOUT_HOLDER, p::TOKEN_WITHOUT_HOLDER);
+        assert_eq!(super::real::GIVEBACK_NO_CAS, p::GIVEBACK_NO_CAS);
     }
 }

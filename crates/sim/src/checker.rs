@@ -99,7 +99,7 @@ impl Checker {
             let Some(lo) = of_class.next() else {
                 continue;
             };
-            let hi = of_class.last().unwrap_or(lo);
+            let hi = of_class.next_back().unwrap_or(lo);
             let takes = self.order.entry((node, class)).or_default();
             let before = takes.range(..seq).next_back().map(|(_, &(_, h))| h);
             let after = takes.range(seq + 1..).next().map(|(_, &(l, _))| l);

@@ -711,7 +711,7 @@ impl World {
                 n.buffer.raise_floor(floor);
                 // As `Supply::advanced`: the outstanding lease ends, its tail cannot come back.
                 // The planted tail-below-floor removes this guard too (either alone suffices).
-                if !idmint_core::planted::on(idmint_core::planted::TAIL_BELOW_FLOOR) {
+                if !self.bugs.on(TAIL_BELOW_FLOOR) {
                     n.lease_out = None;
                 }
                 if !self.bugs.on(REBASE_NOT_RECORDED) {
