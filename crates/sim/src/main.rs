@@ -3,7 +3,8 @@
 //! `idmint-sim --seeds N [--first S] [--bug NAME|all] [--steps K]`: runs seeds `S..S+N` with
 //! the bug planted (none by default) and stops at the first violation, printing its seed.
 //! `--bug all` finds, for every planted bug, the first seed that catches it. The bugs of the
-//! real crates need `--features planted`:
+//! real crates need `--features planted`. `--bug all --rate` counts, for every bug, the seeds
+//! that catch it:
 //! `cargo run --release -p idmint-sim --features planted -- --bug all --seeds 10000`.
 
 use idmint_sim::{bugs, run, Bugs, STEPS};
@@ -24,7 +25,26 @@ fn main() -> ExitCode {
     let steps = num("--steps", STEPS);
     let bug = get("--bug");
     let started = Instant::now();
+    let rate = args.iter().any(|a| a == "--rate");
     match bug.as_deref() {
+        Some("all") if rate => {
+            // For every bug, how many of the seeds catch it: 1 / rate is the mean number of
+            // seeds to detection.
+            for b in bugs::ALL.iter().filter(|b| Bugs(b.bit).available()) {
+                let caught = (first..first + seeds)
+                    .filter(|&seed| run(seed, Bugs(b.bit), steps).violation.is_some())
+                    .count() as u64;
+                let mean = if caught == 0 {
+                    "never".to_string()
+                } else {
+                    format!("{:.1}", seeds as f64 / caught as f64)
+                };
+                println!(
+                    "{:<22} {caught:>6} of {seeds} seeds; mean seeds to detection {mean}",
+                    b.name
+                );
+            }
+        }
         Some("all") => {
             let mut missed = 0;
             for b in bugs::ALL {
