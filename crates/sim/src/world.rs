@@ -155,6 +155,8 @@ pub struct World {
     given_back: std::collections::BTreeSet<u64>,
     checker: Checker,
     trace: u64,
+    /// `SIM_DEBUG` set: every message and action on stderr.
+    debug: bool,
 }
 
 impl World {
@@ -185,6 +187,7 @@ impl World {
             given_back: std::collections::BTreeSet::new(),
             checker: Checker::default(),
             trace: 0xcbf2_9ce4_8422_2325,
+            debug: std::env::var_os("SIM_DEBUG").is_some(),
         }
     }
 
@@ -247,7 +250,7 @@ impl World {
                     break;
                 }
                 let (from, to, msg) = entry.remove();
-                if std::env::var_os("SIM_DEBUG").is_some() {
+                if self.debug {
                     eprintln!("{step} t={} {from}->{to} {msg:?}", self.now.get() / 1000);
                 }
                 self.fold(msg.code());
@@ -278,7 +281,7 @@ impl World {
         let i = self.rng.below(NODES as u64) as usize;
         let roll = self.rng.below(1000);
         self.fold(roll);
-        if std::env::var_os("SIM_DEBUG").is_some() {
+        if self.debug {
             eprintln!("act node {i} roll {roll} up {}", self.nodes[i].up);
         }
         if !self.nodes[i].up {
