@@ -246,7 +246,8 @@ impl<C: Clock> SnowflakeGenerator<C> {
             });
         }
         #[cfg(feature = "planted")]
-        let resume_after = resume_after.filter(|_| !crate::planted::on(crate::planted::WALL_ANCHOR));
+        let resume_after =
+            resume_after.filter(|_| !crate::planted::on(crate::planted::WALL_ANCHOR));
         let wall = clock.wall_nanos();
         if wall < layout.epoch_nanos() && resume_after.is_none() {
             return Err(GeneratorError::BeforeEpoch {
