@@ -5,8 +5,9 @@
 //! amount, delivers every message now due (in due-time order, ties by send order), then takes
 //! one action chosen by the run's generator: a client request, a completion, a refill check,
 //! a lease, a give-back, a renewal, a snowflake batch, or a fault. Everything random comes from
-//! the seed, nothing reads the host's clock, and every collection iterates in a fixed order, so
-//! a seed replays bit for bit; the trace hash folds every step, message and id.
+//! the seed, no decision reads the host's clock (the in-memory authority stamps its audit
+//! entries with it, which nothing reads back), and every collection iterates in a fixed
+//! order, so a seed replays bit for bit; the trace hash folds every step, message and id.
 
 mod backend;
 mod sequence;
