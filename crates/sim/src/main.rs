@@ -98,11 +98,18 @@ fn main() -> ExitCode {
             for seed in first..first + seeds {
                 let o = run(seed, planted, steps);
                 ids += o.ids;
+                if seeds == 1 {
+                    println!(
+                        "seed {seed}: trace {:016x}, {} steps, {} ids",
+                        o.trace, o.step, o.ids
+                    );
+                }
                 if let Some(v) = o.violation {
                     println!(
-                        "seed {seed}: violation at step {}: {v}\nreplay: idmint-sim --first {seed} --seeds 1{}",
+                        "seed {seed}: violation at step {}: {v}\nreplay: idmint-sim --first {seed} --seeds 1{} (trace {:016x})",
                         o.step,
-                        other.map(|b| format!(" --bug {b}")).unwrap_or_default()
+                        other.map(|b| format!(" --bug {b}")).unwrap_or_default(),
+                        o.trace
                     );
                     return ExitCode::FAILURE;
                 }
