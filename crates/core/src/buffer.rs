@@ -266,7 +266,9 @@ impl Buffer {
         self.buffered
     }
 
-    /// The lowest id held (the next one [`Buffer::next_id`] would hand out), if any.
+    /// The next id [`Buffer::next_id`] would hand out, if any: the lowest held of its residue
+    /// class, not necessarily the lowest held (blocks of several classes queue in arrival
+    /// order).
     pub fn lowest(&self) -> Option<u64> {
         if self.cursor < self.end {
             Some(self.cursor)
