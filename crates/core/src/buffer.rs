@@ -610,7 +610,9 @@ impl Buffer {
             return PutBack::Restored(0);
         }
         self.stats.served -= n;
-        let below_floor = taken.ids().next().is_some_and(|first| first < self.floor);
+        // Every block, not the first id: a request may span blocks of several residue classes,
+        // taken in arrival order, so a later block can start below the first.
+        let below_floor = taken.blocks().iter().any(|b| b.start() < self.floor);
         #[cfg(feature = "planted")]
         let below_floor = below_floor && !crate::planted::on(crate::planted::PUTBACK_BELOW_FLOOR);
         if taken.interleaved || taken.at != Some(self.generation) || below_floor {
@@ -1464,5 +1466,19 @@ mod tests {
         let mut out = Vec::new();
         b.take(100, &mut out);
         assert!(out.iter().all(|&id| id >= 904), "{out:?}");
+    }
+
+    /// A failed request that took blocks of two classes, the second below a floor raised
+    /// meanwhile: its put-back is burned whole, not restored (the first id alone is above).
+    #[test]
+    fn a_put_back_with_a_block_below_the_floor_behind_its_first_is_burned() {
+        let mut b = Buffer::new(fixed(10));
+        b.push(Block::new(960, 1008, 2).unwrap()).unwrap();
+        b.push(Block::new(843, 891, 2).unwrap()).unwrap();
+        let mut request = Taken::new();
+        assert_eq!(b.take_for(&mut request, 100), 48);
+        assert_eq!(b.raise_floor(904), 0);
+        assert_eq!(b.put_back(request), PutBack::Burned(48));
+        assert_eq!(b.next_id(), None);
     }
 }
