@@ -13,7 +13,12 @@ impl World {
             self.refill(i);
             return;
         }
-        let count = self.rng.range(1, 6);
+        // Mostly small; one request in ten large enough to span blocks of both members.
+        let count = if self.rng.chance(100) {
+            self.rng.range(6, 40)
+        } else {
+            self.rng.range(1, 5)
+        };
         let n = &mut self.nodes[i];
         let mut taken = Taken::new();
         n.buffer.take_for(&mut taken, count);
