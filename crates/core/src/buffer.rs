@@ -1455,7 +1455,7 @@ mod tests {
     }
 
     /// Two members' blocks queued in arrival order, the one below the floor behind one above
-    /// it: the floor still reaches it (found by the simulation, crates/sim).
+    /// it: the floor still reaches it.
     #[test]
     fn a_block_below_the_floor_behind_a_higher_class_is_burned() {
         let mut b = Buffer::new(fixed(10));
