@@ -266,7 +266,9 @@ impl Buffer {
         self.buffered
     }
 
-    /// The lowest id held (the next one [`Buffer::next_id`] would hand out), if any.
+    /// The next id [`Buffer::next_id`] would hand out, if any: the lowest held of its residue
+    /// class, not necessarily the lowest held (blocks of several classes queue in arrival
+    /// order).
     pub fn lowest(&self) -> Option<u64> {
         if self.cursor < self.end {
             Some(self.cursor)
@@ -395,13 +397,18 @@ impl Buffer {
 
     /// Raises the floor to `to` (never lowers it): nothing below it will be buffered again, by
     /// any path. If the buffer holds an id below `to`, everything buffered is burned (its
-    /// blocks were all granted before the floor moved, so none is above it). Returns the ids
-    /// burned now.
+    /// blocks were all granted before the floor moved, so none is above it). Every held block
+    /// is compared, not only the front one: blocks of several residue classes (one per multi
+    /// member) are queued in arrival order, so a block far below the floor can wait behind one
+    /// above it. Returns the ids burned now.
     pub fn raise_floor(&mut self, to: u64) -> u64 {
         self.floor = self.floor.max(to);
-        match self.lowest() {
-            Some(lowest) if lowest < self.floor => self.abandon(),
-            _ => 0,
+        let current_below = self.cursor < self.end && self.cursor < self.floor;
+        let ahead_below = self.ahead.iter().any(|b| b.start() < self.floor);
+        if current_below || ahead_below {
+            self.abandon()
+        } else {
+            0
         }
     }
 
@@ -603,8 +610,16 @@ impl Buffer {
             return PutBack::Restored(0);
         }
         self.stats.served -= n;
-        let below_floor = taken.ids().next().is_some_and(|first| first < self.floor);
+        // Every block, not the first id: a request may span blocks of several residue classes,
+        // taken in arrival order, so a later block can start below the first.
+        let below_floor = taken.blocks().iter().any(|b| b.start() < self.floor);
+        #[cfg(feature = "planted")]
+        let below_floor = below_floor && !crate::planted::on(crate::planted::PUTBACK_BELOW_FLOOR);
         if taken.interleaved || taken.at != Some(self.generation) || below_floor {
+            #[cfg(feature = "planted")]
+            if crate::planted::on(crate::planted::BURN_UNCOUNTED) {
+                return PutBack::Burned(n);
+            }
             self.stats.burned += n;
             return PutBack::Burned(n);
         }
@@ -647,7 +662,13 @@ impl Buffer {
         }
         let n = tail.len();
         self.stats.served = self.stats.served.saturating_sub(n);
-        if lease.interleaved || lease.at != Some(self.generation) || tail.start() < self.floor {
+        let below_floor = tail.start() < self.floor;
+        let taken_since = lease.interleaved || lease.at != Some(self.generation);
+        #[cfg(feature = "planted")]
+        let below_floor = below_floor && !crate::planted::on(crate::planted::TAIL_BELOW_FLOOR);
+        #[cfg(feature = "planted")]
+        let taken_since = taken_since && !crate::planted::on(crate::planted::TAIL_AFTER_TAKE);
+        if taken_since || below_floor {
             self.stats.burned += n;
             return Some(PutBack::Burned(n));
         }
@@ -1431,5 +1452,33 @@ mod tests {
         // Never lowered.
         assert_eq!(b.raise_floor(5), 0);
         assert_eq!(b.floor(), 100);
+    }
+
+    /// Two members' blocks queued in arrival order, the one below the floor behind one above
+    /// it: the floor still reaches it.
+    #[test]
+    fn a_block_below_the_floor_behind_a_higher_class_is_burned() {
+        let mut b = Buffer::new(fixed(10));
+        b.push(Block::new(960, 1008, 2).unwrap()).unwrap();
+        b.push(Block::new(843, 891, 2).unwrap()).unwrap();
+        assert_eq!(b.lowest(), Some(960));
+        assert_eq!(b.raise_floor(904), 48);
+        let mut out = Vec::new();
+        b.take(100, &mut out);
+        assert!(out.iter().all(|&id| id >= 904), "{out:?}");
+    }
+
+    /// A failed request that took blocks of two classes, the second below a floor raised
+    /// meanwhile: its put-back is burned whole, not restored (the first id alone is above).
+    #[test]
+    fn a_put_back_with_a_block_below_the_floor_behind_its_first_is_burned() {
+        let mut b = Buffer::new(fixed(10));
+        b.push(Block::new(960, 1008, 2).unwrap()).unwrap();
+        b.push(Block::new(843, 891, 2).unwrap()).unwrap();
+        let mut request = Taken::new();
+        assert_eq!(b.take_for(&mut request, 100), 48);
+        assert_eq!(b.raise_floor(904), 0);
+        assert_eq!(b.put_back(request), PutBack::Burned(48));
+        assert_eq!(b.next_id(), None);
     }
 }

@@ -245,6 +245,9 @@ impl<C: Clock> SnowflakeGenerator<C> {
                 max: layout.max_node(),
             });
         }
+        #[cfg(feature = "planted")]
+        let resume_after =
+            resume_after.filter(|_| !crate::planted::on(crate::planted::WALL_ANCHOR));
         let wall = clock.wall_nanos();
         if wall < layout.epoch_nanos() && resume_after.is_none() {
             return Err(GeneratorError::BeforeEpoch {

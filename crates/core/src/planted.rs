@@ -1,0 +1,39 @@
+//! Bugs planted for the deterministic simulation (`crates/sim`), compiled only with the
+//! `planted` feature and off unless the simulation switches one on for its thread.
+//!
+//! Each constant names one perturbation of real code (here, in `idmint-store`, or in the
+//! simulation's model of the node). [`set`] selects the active set for the calling thread;
+//! [`on`] is what the perturbed code asks. A release build without the feature contains none
+//! of this.
+
+use std::cell::Cell;
+
+/// A give-back tail below the rebase floor is restored ([`crate::Buffer::take_back_tail`]).
+pub const TAIL_BELOW_FLOOR: u64 = 1 << 0;
+/// A failed request's put-back ignores the floor ([`crate::Buffer::put_back`]).
+pub const PUTBACK_BELOW_FLOOR: u64 = 1 << 1;
+/// A give-back tail is restored although ids were taken after its lease.
+pub const TAIL_AFTER_TAKE: u64 = 1 << 2;
+/// A refused put-back is not counted as burned (the accounting loses ids).
+pub const BURN_UNCOUNTED: u64 = 1 << 3;
+/// A new snowflake generator is anchored to the wall clock, ignoring `resume_after`.
+pub const WALL_ANCHOR: u64 = 1 << 4;
+/// The lease fencing check compares the token without the holder.
+pub const TOKEN_WITHOUT_HOLDER: u64 = 1 << 5;
+/// The authority's give-back is a blind write of the tail's start (TiDB#46444).
+pub const GIVEBACK_NO_CAS: u64 = 1 << 6;
+
+thread_local! {
+    static ACTIVE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Switches on exactly the bugs in `mask` for this thread.
+pub fn set(mask: u64) {
+    ACTIVE.with(|a| a.set(mask));
+}
+
+/// Whether `bug` is switched on for this thread.
+#[inline]
+pub fn on(bug: u64) -> bool {
+    ACTIVE.with(|a| a.get() & bug != 0)
+}

@@ -1,0 +1,30 @@
+//! A deterministic simulation of idmint: the real buffer, block gate, snowflake generator and
+//! in-memory authority, driven step by step by one seeded scheduler with simulated time, a
+//! faulty network, crashes, clock steps, slow storage and operator actions, under a checker
+//! of the uniqueness invariants. See docs/simulation.md.
+//!
+//! A seed names a run exactly: [`run`] twice with one seed gives the same trace hash.
+
+#[path = "../../node/src/block_gate.rs"]
+#[allow(dead_code, missing_docs)]
+pub mod block_gate;
+pub mod bugs;
+pub mod checker;
+pub mod clock;
+pub mod node;
+pub mod rng;
+pub mod store;
+pub mod world;
+
+pub use bugs::{Bug, Bugs, ALL};
+pub use world::{run, Outcome};
+
+/// Steps per seed.
+pub const STEPS: u64 = 1500;
+
+/// Runs `seeds` from `first` with `bugs`; the first failing outcome, or `None`.
+pub fn first_failure(first: u64, seeds: u64, bugs: Bugs) -> Option<Outcome> {
+    (first..first + seeds)
+        .map(|seed| run(seed, bugs, STEPS))
+        .find(|o| o.violation.is_some())
+}

@@ -1,0 +1,126 @@
+//! `idmint-sim`: runs seeds of the deterministic simulation.
+//!
+//! `idmint-sim --seeds N [--first S] [--bug NAME|all] [--steps K]`: runs seeds `S..S+N` with
+//! the bug planted (none by default) and stops at the first violation, printing its seed.
+//! `--bug all` finds, for every planted bug, the first seed that catches it. The bugs of the
+//! real crates need `--features planted`. `--bug all --rate` counts, for every bug, the seeds
+//! that catch it:
+//! `cargo run --release -p idmint-sim --features planted -- --bug all --seeds 10000`.
+
+use idmint_sim::{bugs, run, Bugs, STEPS};
+use std::process::ExitCode;
+use std::time::Instant;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let get = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let num = |flag: &str, default: u64| get(flag).and_then(|v| v.parse().ok()).unwrap_or(default);
+    let seeds = num("--seeds", 1000);
+    let first = num("--first", 0);
+    let steps = num("--steps", STEPS);
+    let bug = get("--bug");
+    let started = Instant::now();
+    let rate = args.iter().any(|a| a == "--rate");
+    match bug.as_deref() {
+        Some("all") if rate => {
+            // For every bug, how many of the seeds catch it: 1 / rate is the mean number of
+            // seeds to detection.
+            for b in bugs::ALL.iter().filter(|b| Bugs(b.bit).available()) {
+                let caught = (first..first + seeds)
+                    .filter(|&seed| run(seed, Bugs(b.bit), steps).violation.is_some())
+                    .count() as u64;
+                let mean = if caught == 0 {
+                    "never".to_string()
+                } else {
+                    format!("{:.1}", seeds as f64 / caught as f64)
+                };
+                println!(
+                    "{:<22} {caught:>6} of {seeds} seeds; mean seeds to detection {mean}",
+                    b.name
+                );
+            }
+        }
+        Some("all") => {
+            let mut missed = 0;
+            for b in bugs::ALL {
+                if !Bugs(b.bit).available() {
+                    println!("{:<22} needs --features planted", b.name);
+                    missed += 1;
+                    continue;
+                }
+                let t = Instant::now();
+                let found = (first..first + seeds)
+                    .map(|seed| run(seed, Bugs(b.bit), steps))
+                    .find(|o| o.violation.is_some());
+                match found {
+                    Some(o) => println!(
+                        "{:<22} caught at seed {} ({} seeds, {:.2}s): {}",
+                        b.name,
+                        o.seed,
+                        o.seed - first + 1,
+                        t.elapsed().as_secs_f64(),
+                        o.violation.unwrap_or_default()
+                    ),
+                    None => {
+                        missed += 1;
+                        println!("{:<22} NOT caught in {seeds} seeds", b.name);
+                    }
+                }
+            }
+            if missed > 0 {
+                return ExitCode::FAILURE;
+            }
+        }
+        other => {
+            let planted = match other {
+                None => Bugs::default(),
+                Some(name) => match bugs::by_name(name) {
+                    Some(b) if !Bugs(b.bit).available() => {
+                        eprintln!("{name} is planted in idmint-core or idmint-store: build with --features planted");
+                        return ExitCode::FAILURE;
+                    }
+                    Some(b) => Bugs(b.bit),
+                    None => {
+                        eprintln!("unknown bug {name}; one of:");
+                        for b in bugs::ALL {
+                            eprintln!("  {:<22} {} ({})", b.name, b.what, b.place);
+                        }
+                        return ExitCode::FAILURE;
+                    }
+                },
+            };
+            let mut ids = 0;
+            for seed in first..first + seeds {
+                let o = run(seed, planted, steps);
+                ids += o.ids;
+                if seeds == 1 {
+                    println!(
+                        "seed {seed}: trace {:016x}, {} steps, {} ids",
+                        o.trace, o.step, o.ids
+                    );
+                }
+                if let Some(v) = o.violation {
+                    println!(
+                        "seed {seed}: violation at step {}: {v}\nreplay: idmint-sim --first {seed} --seeds 1{} (trace {:016x})",
+                        o.step,
+                        other.map(|b| format!(" --bug {b}")).unwrap_or_default(),
+                        o.trace
+                    );
+                    return ExitCode::FAILURE;
+                }
+            }
+            let secs = started.elapsed().as_secs_f64();
+            println!(
+                "{seeds} seeds, no violation; {ids} ids; {:.1}s, {:.0} seeds/s",
+                secs,
+                seeds as f64 / secs
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}
