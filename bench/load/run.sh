@@ -4,7 +4,9 @@
 #   1. idmint  GET /v1/ids/bench?count=1    (wrk)
 #   2. idmint  GET /v1/ids/bench?count=100  (wrk)
 #   R. idmint  RESP INCR counter:__rand_int__ (redis-benchmark -t incr, the same settings as Redis)
-#   G. idmint  gRPC Next(count=1) (bench/load/client grpc-load), and NextStream ids/s
+#   G. idmint  gRPC Next(count=1) (bench/load/client grpc-load, for p50/p99), and NextStream ids/s
+#   H. idmint  gRPC Next(count=1) (h2load: a C HTTP/2 load generator, far lighter than a tonic
+#              client, so the server is what is measured), errors read from the node's metrics
 #   3. Redis   INCR                          (redis-benchmark)
 #   4. MariaDB Flickr ticket server          (bench/load/client, Rust + mysql_async)
 #   5. idmint resident memory after the load
@@ -69,6 +71,7 @@ need_pkgs=()
 command -v wrk >/dev/null || need_pkgs+=(wrk)
 command -v redis-benchmark >/dev/null || need_pkgs+=(redis-tools)
 command -v redis-server >/dev/null || need_pkgs+=(redis-server)
+command -v h2load >/dev/null || need_pkgs+=(nghttp2-client)
 command -v mariadb >/dev/null || command -v mysql >/dev/null || need_pkgs+=(mariadb-client)
 if ((${#need_pkgs[@]})); then
     echo "installing: ${need_pkgs[*]}"
@@ -268,6 +271,30 @@ G_CLI=$(awk -v a="$c0" -v b="$c1" -v d="$gsecs" 'BEGIN{printf "%.2f", (b-a)/d}')
 G_OTH=$(others_cores "$m0" "$m1" "$t0" "$t1" "$c0" "$c1" "$gsecs")
 echo "   => $G_RPS req/s, p50 $G_P50 ms, p99 $G_P99 ms, errors $G_ERR; cores used (incl. warm-up): idmint $G_CPU, grpc-load $G_CLI, other processes $G_OTH"
 
+say "H. idmint gRPC Next(count=1) (h2load, $CONNS connections, one stream each)"
+# One gRPC message: no compression, length 9, NextRequest{namespace: "bench", count: 1}.
+printf '\x00\x00\x00\x00\x09\x0a\x05bench\x10\x01' >"$WORK/next.grpc"
+errors_total() { curl -fsS "$BASE/metrics" | awk '/^idmint_errors_total/{s+=$NF} END{printf "%d", s}'; }
+wait_quiet "idmint gRPC Next (h2load)"
+e0=$(errors_total)
+children_secs; c0=$CHILD_SECS; m0=$(machine_ticks); t0=$(cpu_ticks "$SERVER_PID")
+h2load -c "$CONNS" -m 1 -t "$THREADS" -D "$DURATION" --warm-up-time "$WARMUP" \
+    -H 'content-type: application/grpc' -H 'te: trailers' -d "$WORK/next.grpc" \
+    "${GRPC_URL}/idmint.v1.Idmint/Next" >"$WORK/h2load.out" 2>&1
+t1=$(cpu_ticks "$SERVER_PID"); m1=$(machine_ticks); children_secs; c1=$CHILD_SECS
+e1=$(errors_total)
+grep -E '^finished|^requests:|^status codes:|time for request' -A1 "$WORK/h2load.out" | sed 's/^/   /' | head -8
+H_RPS=$(sed -n 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' "$WORK/h2load.out" | awk '{printf "%.0f", $1}')
+H_MEAN=$(awk '/^time for request:/{getline; printf "%s", $4}' "$WORK/h2load.out")
+H_FAILED=$(sed -n 's/^requests:.* \([0-9]*\) failed, \([0-9]*\) errored.*/\1 \2/p' "$WORK/h2load.out" | awk '{print $1 + $2}')
+H_ERR=$((e1 - e0))
+hsecs=$(awk -v d="$DURATION" -v w="$WARMUP" 'BEGIN{print d+w}')
+H_CPU=$(cores_used "$t0" "$t1" "$hsecs")
+H_CLI=$(awk -v a="$c0" -v b="$c1" -v d="$hsecs" 'BEGIN{printf "%.2f", (b-a)/d}')
+H_OTH=$(others_cores "$m0" "$m1" "$t0" "$t1" "$c0" "$c1" "$hsecs")
+echo "   => $H_RPS req/s, mean $H_MEAN; h2load failures $H_FAILED, idmint errors $H_ERR; cores used: idmint $H_CPU, h2load $H_CLI, other processes $H_OTH"
+[[ "$H_FAILED" == 0 && "$H_ERR" == 0 ]] || die "gRPC Next under h2load failed ($H_FAILED failed requests, $H_ERR errors counted by idmint)"
+
 say "G. idmint gRPC NextStream (2 streams of 20M ids, chunks of 10,000)"
 wait_quiet "idmint gRPC NextStream"
 "$GRPC_LOAD" --url "$GRPC_URL" --namespace "$NS" --mode stream --conns 2 --threads "$THREADS" --total 20000000 --chunk 10000 >"$WORK/stream.out"
@@ -351,6 +378,7 @@ printf "$F" "idmint GET count=1 (wrk)" "$I1_RPS" "$I1_P50" "$I1_P99" "$I1_RPS" "
 printf "$F" "idmint GET count=100 (wrk)" "$I100_RPS" "$I100_P50" "$I100_P99" "$I100_IDS" "$I100_CPU" "$I100_CLI" "$(mark "$I100_OTH")"
 printf "$F" "idmint RESP INCR (redis-benchmark)" "$IR_RPS" "$IR_P50" "$IR_P99" "$IR_RPS" "$IR_CPU" "$IR_CLI" "$(mark "$IR_OTH")"
 printf "$F" "idmint gRPC Next count=1" "$G_RPS" "$G_P50" "$G_P99" "$G_RPS" "$G_CPU" "$G_CLI" "$(mark "$G_OTH")"
+printf "$F" "idmint gRPC Next count=1 (h2load)" "$H_RPS" "-" "-" "$H_RPS" "$H_CPU" "$H_CLI" "$(mark "$H_OTH")"
 printf "$F" "idmint gRPC NextStream (2 streams)" "-" "-" "-" "$S_IDS" "-" "-" "-"
 printf "$F" "Redis INCR (redis-benchmark)" "$R_RPS_REDIS" "$R_P50_REDIS" "$R_P99_REDIS" "$R_RPS_REDIS" "$R_CPU_REDIS" "$R_CLI_REDIS" "$(mark "$R_OTH_REDIS")"
 printf "$F" "MariaDB ticket server (flush=$FLUSH)" "$M_RPS" "$M_P50" "$M_P99" "$M_RPS" "$M_CPU" "$M_CLI" "$(mark "$M_OTH")"
@@ -370,7 +398,9 @@ RR=$(ratio "$IR_RPS" "$R_RPS_REDIS")
 printf '%-52s %14s %10s  %s\n' "idmint RESP INCR req/s / Redis INCR req/s" "$RR" ">= 1.0" "$(verdict "$RR" ">=" 1.0)"
 printf '%-52s %14s %10s  %s\n' "idmint RESP INCR p99 ms (Redis: $R_P99_REDIS)" "$IR_P99" "<= Redis" "$(verdict "$IR_P99" "<" "$(awk -v r="$R_P99_REDIS" 'BEGIN{print r+0.0005}')")"
 printf '%-52s %14s %10s  %s\n' "idmint count=1 req/s / Redis INCR req/s" "$R1" ">= 0.5" "$(verdict "$R1" ">=" 0.5)"
-printf '%-52s %14s %10s  %s\n' "(info) idmint gRPC Next req/s / Redis INCR req/s" "$(ratio "$G_RPS" "$R_RPS_REDIS")" "-" "-"
+GR=$(ratio "$H_RPS" "$R_RPS_REDIS")
+printf '%-52s %14s %10s  %s\n' "idmint gRPC Next req/s (h2load) / Redis INCR req/s" "$GR" ">= 0.8" "$(verdict "$GR" ">=" 0.8)"
+printf '%-52s %14s %10s  %s\n' "(info) idmint gRPC Next req/s (grpc-load) / Redis" "$(ratio "$G_RPS" "$R_RPS_REDIS")" "-" "-"
 printf '%-52s %14s %10s  %s\n' "idmint count=1 p99 ms (Redis: $R_P99_REDIS)" "$I1_P99" "<= Redis" "$(verdict "$I1_P99" "<" "$(awk -v r="$R_P99_REDIS" 'BEGIN{print r+0.0005}')")"
 printf '%-52s %14s %10s  %s\n' "idmint count=1 req/s / MariaDB ticket req/s" "$R2" ">= 10" "$(verdict "$R2" ">=" 10)"
 printf '%-52s %14s %10s  %s\n' "idmint count=100 ids/s" "$I100_IDS" ">= 10M" "$(verdict "$I100_IDS" ">=" 10000000)"
