@@ -48,7 +48,6 @@ pub use mono128::ParseIdError;
 pub use ulid::{Ulid, UlidGenerator};
 pub use uuid7::{Uuid7, Uuid7Generator};
 pub mod buffer;
-#[cfg(feature = "planted")]
 pub mod planted;
 pub use buffer::{
     Buffer, BufferConfig, BufferConfigError, BufferError, BufferPolicy, BufferStats, SharedBlock,

@@ -1,11 +1,13 @@
-//! Bugs planted for the deterministic simulation (`crates/sim`), compiled only with the
-//! `planted` feature and off unless the simulation switches one on for its thread.
+//! Bugs planted for the deterministic simulation (`crates/sim`): the perturbations exist only
+//! with the `planted` feature, and are off unless the simulation switches one on for its thread.
 //!
 //! Each constant names one perturbation of real code (here, in `idmint-store`, or in the
-//! simulation's model of the node). [`set`] selects the active set for the calling thread;
-//! [`on`] is what the perturbed code asks. A release build without the feature contains none
-//! of this.
+//! simulation's model of the node); the names are always defined, so the simulation lists them
+//! whatever its features. With the feature, `set` selects the active set for the calling
+//! thread and `on` is what the perturbed code asks. A build without the feature contains no
+//! switch and no perturbed path.
 
+#[cfg(feature = "planted")]
 use std::cell::Cell;
 
 /// A give-back tail below the rebase floor is restored ([`crate::Buffer::take_back_tail`]).
@@ -23,16 +25,19 @@ pub const TOKEN_WITHOUT_HOLDER: u64 = 1 << 5;
 /// The authority's give-back is a blind write of the tail's start (TiDB#46444).
 pub const GIVEBACK_NO_CAS: u64 = 1 << 6;
 
+#[cfg(feature = "planted")]
 thread_local! {
     static ACTIVE: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Switches on exactly the bugs in `mask` for this thread.
+#[cfg(feature = "planted")]
 pub fn set(mask: u64) {
     ACTIVE.with(|a| a.set(mask));
 }
 
 /// Whether `bug` is switched on for this thread.
+#[cfg(feature = "planted")]
 #[inline]
 pub fn on(bug: u64) -> bool {
     ACTIVE.with(|a| a.get() & bug != 0)

@@ -2,17 +2,8 @@
 //! and are switched with `idmint_core::planted::set`; the rest perturb the simulation's model
 //! of the node and of the backends, and are read from [`Bugs`].
 
-/// The real crates' bugs, with the bits of `idmint_core::planted`.
-#[allow(missing_docs)]
-pub(crate) mod real {
-    pub const TAIL_BELOW_FLOOR: u64 = 1 << 0;
-    pub const PUTBACK_BELOW_FLOOR: u64 = 1 << 1;
-    pub const TAIL_AFTER_TAKE: u64 = 1 << 2;
-    pub const BURN_UNCOUNTED: u64 = 1 << 3;
-    pub const WALL_ANCHOR: u64 = 1 << 4;
-    pub const TOKEN_WITHOUT_HOLDER: u64 = 1 << 5;
-    pub const GIVEBACK_NO_CAS: u64 = 1 << 6;
-}
+/// The real crates' bugs: the bits of `idmint_core::planted`.
+pub(crate) use idmint_core::planted as real;
 /// A give-back tail below the rebase floor is accepted (both of its guards removed).
 pub use real::TAIL_BELOW_FLOOR;
 
@@ -172,21 +163,5 @@ impl Bugs {
     /// Whether this build can plant them: the real crates' bugs need the `planted` feature.
     pub fn available(self) -> bool {
         cfg!(feature = "planted") || self.0 & REAL == 0
-    }
-}
-
-#[cfg(all(test, feature = "planted"))]
-mod tests {
-    use idmint_core::planted as p;
-
-    #[test]
-    fn the_real_crates_bits_are_idmint_cores() {
-        assert_eq!(super::real::TAIL_BELOW_FLOOR, p::TAIL_BELOW_FLOOR);
-        assert_eq!(super::real::PUTBACK_BELOW_FLOOR, p::PUTBACK_BELOW_FLOOR);
-        assert_eq!(super::real::TAIL_AFTER_TAKE, p::TAIL_AFTER_TAKE);
-        assert_eq!(super::real::BURN_UNCOUNTED, p::BURN_UNCOUNTED);
-        assert_eq!(super::real::WALL_ANCHOR, p::WALL_ANCHOR);
-        assert_eq!(super::real::TOKEN_WITHOUT_HOLDER, p::TOKEN_WITHOUT_HOLDER);
-        assert_eq!(super::real::GIVEBACK_NO_CAS, p::GIVEBACK_NO_CAS);
     }
 }
