@@ -21,7 +21,9 @@ use std::time::Duration;
 /// How long the readiness probe waits for the authority's answer.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// What the readiness probe found.
+/// What the readiness probe found. A declared namespace can serve while it has ids buffered
+/// (sequence), a worker lease that is not lost (snowflake), needs nothing (UUIDv7, ULID), or the
+/// authority answers; an outage the buffers bridge is degraded, not unready.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Readiness {
     /// The authority answered (with several members: at least one is up).
@@ -67,7 +69,7 @@ impl Readiness {
 }
 
 impl Node {
-    /// Probes the authority and checks every declared namespace ([module docs](self)).
+    /// Probes the authority and checks every declared namespace, as [`Readiness`] describes.
     /// [`IdError::ShuttingDown`] once shutdown began.
     pub async fn readiness(&self) -> Result<Readiness, IdError> {
         if self.is_draining() {
