@@ -30,9 +30,10 @@ pub const COOKIE: &str = "idmint_token";
 /// How long a browser keeps the cookie, in seconds (8 hours: a working day).
 pub const COOKIE_MAX_AGE: u64 = 8 * 3600;
 
-/// The form's one field.
-#[derive(Debug, serde::Deserialize)]
+/// The sign-in form.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 pub struct LoginForm {
+    /// A bearer token that may read every namespace.
     token: String,
 }
 

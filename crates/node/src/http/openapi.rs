@@ -64,6 +64,7 @@ use utoipa::OpenApi;
         logout
     ),
     components(schemas(
+        crate::http::login::LoginForm,
         IdsResponse,
         BlockResponse,
         GiveBackResponse,
@@ -364,10 +365,15 @@ fn post_block() {}
     params(
         ("namespace" = String, Path, description = "1-128 of `[A-Za-z0-9_.:-]`, starting with a letter or digit",
             pattern = "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", example = "photos"),
-        ("lease" = u64, Query, description = "The block's `lease`", example = 4242),
-        ("start" = u64, Query, description = "The tail's first id", example = 500),
-        ("end" = u64, Query, description = "One step past the tail's last id", example = 1001),
-        ("step" = u64, Query, description = "The namespace's step", minimum = 1, example = 1),
+        ("lease" = String, Query, description = "The block's `lease` (decimal, up to 2^64 - 1)",
+            pattern = "^[0-9]{1,20}$", example = "4242"),
+        ("start" = String, Query, description = "The tail's first id (decimal, up to 2^64 - 1)",
+            pattern = "^[0-9]{1,20}$", example = "500"),
+        ("end" = String, Query, description = "One step past the tail's last id (decimal, up to \
+            2^64 - 1: the end of a 64-bit namespace's last block is 2^63, above a signed 64-bit \
+            integer)", pattern = "^[0-9]{1,20}$", example = "1001"),
+        ("step" = String, Query, description = "The namespace's step (decimal, at least 1)",
+            pattern = "^[0-9]{1,20}$", example = "1"),
     ),
     responses(
         (status = 200, description = "What became of the tail", body = GiveBackResponse),
@@ -637,8 +643,8 @@ fn login_form() {}
     description = "The cookie (`idmint_token`: HttpOnly, SameSite=Strict, Secure over TLS, \
                    8 hours) opens `GET /` and `/ui` only; every API route still wants the \
                    `Authorization` header.",
-    request_body(content = String, content_type = "application/x-www-form-urlencoded",
-        description = "`token=...`"),
+    request_body(content = crate::http::login::LoginForm,
+        content_type = "application/x-www-form-urlencoded", description = "`token=...`"),
     responses(
         (status = 303, description = "Accepted: the cookie is set and the browser goes to `/`; \
             refused (the token cannot read every namespace): no cookie, and the browser goes back \
