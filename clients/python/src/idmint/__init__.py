@@ -1,0 +1,31 @@
+"""idmint: the Python client of the idmint id service.
+
+`Client` (sync, thread-safe) and `AsyncClient` (asyncio) keep ids in the process: a buffer of
+blocks leased from nodes for sequence namespaces, batches for snowflake, UUIDv7 and ULID ones;
+unused ids go back on `close()` and at interpreter exit. `decode` reads ids offline. Every
+error is an `IdmintError` subclass named after its code.
+"""
+
+import atexit
+
+from .aio import AsyncClient, AsyncNamespace, close_all_at_exit
+from .buffer import BufferPolicy
+from .client import Client, Namespace, close_all
+from .config import ClientConfig, Tls
+from .decode import Decoded, decode
+from .errors import *  # noqa: F401,F403
+from .errors import IdmintError, error_class, error_for
+from .layouts import Layout
+from .local import LocalIds
+from .sequence import Stats
+from .types import Id, NamespaceInfo
+
+atexit.register(close_all_at_exit)
+atexit.register(close_all)
+
+__all__ = [
+    "AsyncClient", "AsyncNamespace", "BufferPolicy", "Client", "ClientConfig", "Decoded",
+    "Id", "IdmintError", "Layout", "LocalIds", "Namespace", "NamespaceInfo", "Stats", "Tls",
+    "decode", "error_class", "error_for",
+]
+__version__ = "0.1.0"
