@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-import weakref
 from typing import Any, Awaitable, Callable, Optional, Sequence, TypeVar, Union
 
 from .buffer import Block
@@ -24,7 +23,8 @@ from .timed import TimedCore
 from .types import AsyncTransport, Id, NamespaceInfo
 
 T = TypeVar("T")
-_OPEN: "weakref.WeakSet[AsyncClient]" = weakref.WeakSet()
+#: Clients not closed yet, held until `close()` so that interpreter exit can close them.
+_OPEN: "set[AsyncClient]" = set()
 
 
 class _Sequence:

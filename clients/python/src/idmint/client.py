@@ -10,7 +10,6 @@ import itertools
 import random
 import threading
 import time
-import weakref
 from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar, Union
 
 from .buffer import Block
@@ -24,7 +23,8 @@ from .timed import TimedCore
 from .types import Id, NamespaceInfo, Transport
 
 T = TypeVar("T")
-_OPEN: "weakref.WeakSet[Client]" = weakref.WeakSet()
+#: Clients not closed yet, held until `close()` so that interpreter exit can close them.
+_OPEN: "set[Client]" = set()
 
 
 def first_block_size(config: ClientConfig) -> int:

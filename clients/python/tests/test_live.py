@@ -1,0 +1,123 @@
+"""Behaviour beyond the shared scenarios, against a live node: `LocalIds`, the give-back at
+interpreter exit, the HTTP fallback after the gRPC urls fail, remote decoding."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import threading
+from typing import Iterator
+
+import pytest
+
+import idmint
+from topology import Topology, free_port
+
+FIXED = idmint.ClientConfig(buffer=idmint.BufferPolicy(fixed_block=1000))
+
+
+@pytest.fixture
+def node() -> Iterator[Topology]:
+    topology = Topology("single")
+    try:
+        yield topology
+    finally:
+        topology.close()
+
+
+def test_local_handles_give_their_tail_back(node: Topology) -> None:
+    client = idmint.Client(node.urls("grpc"), config=FIXED)
+    with client.local("seq_fixed") as ids:
+        taken = [next(ids) for _ in range(10)]
+    assert taken == list(range(1, 11))
+    client.close()
+    state = node.node_state("a", "seq_fixed")["state"]
+    assert (state["ids_served"], state["ids_burned"]) == (10, 0), state
+
+
+def test_local_handles_on_threads_never_share_an_id(node: Topology) -> None:
+    with idmint.Client(node.urls("grpc")) as client:
+        seen: list[list[int]] = [[] for _ in range(4)]
+
+        def work(i: int) -> None:
+            with client.local("seq") as ids:
+                seen[i] = [next(ids) for _ in range(30_000)]
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        shared = [client.next("seq") for _ in range(1000)]
+        stats = client.stats("seq")
+    everything = [x for ids in seen for x in ids] + shared
+    assert len(set(everything)) == len(everything) == 121_000
+    for ids in seen + [shared]:
+        assert ids == sorted(ids)
+    assert stats.served + stats.burned + stats.given_back + stats.buffered >= 121_000
+
+
+@pytest.mark.parametrize("flavor", ["sync", "async"])
+def test_interpreter_exit_gives_the_tail_back(node: Topology, flavor: str) -> None:
+    url = node.urls("grpc")[0]
+    body = {
+        "sync": f"""
+            client = idmint.Client([{url!r}], config=config)
+            print([client.next("seq_fixed") for _ in range(7)][-1])
+        """,
+        "async": f"""
+            async def main():
+                client = idmint.AsyncClient([{url!r}], config=config)
+                print([await client.next("seq_fixed") for _ in range(7)][-1])
+            asyncio.run(main())
+        """,
+    }[flavor]
+    script = textwrap.dedent("""
+        import asyncio, idmint
+        config = idmint.ClientConfig(buffer=idmint.BufferPolicy(fixed_block=1000))
+    """) + textwrap.dedent(body)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["7"]
+    state = node.node_state("a", "seq_fixed")["state"]
+    assert (state["ids_served"], state["ids_burned"]) == (7, 0), state
+    with idmint.Client([url]) as client:
+        assert client.next("seq_fixed") == 8
+
+
+def test_http_is_the_fallback_when_no_grpc_node_answers(node: Topology) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    with idmint.Client([dead], http_urls=node.urls("http"), config=FIXED) as client:
+        assert client.next("seq") == 1
+        uuids = client.next_batch("uuids", 3)
+        assert uuids == sorted(uuids) and all(u.version == 7 for u in uuids)
+
+
+def test_nodes_decode_what_they_issued(node: Topology) -> None:
+    with idmint.Client(node.urls("grpc")) as grpc_client, \
+            idmint.Client(http_urls=node.urls("http")) as http_client:
+        flake = grpc_client.next("flake")
+        assert grpc_client.decode("flake", flake) == http_client.decode("flake", flake)
+        offline = idmint.decode(flake, "twitter").as_dict()
+        online = grpc_client.decode("flake", flake)
+        assert online["unix_ms"] == offline["unix_ms"]
+        assert online["worker"] == offline["worker"]
+        ulid = grpc_client.next("ulids")
+        assert grpc_client.decode("ulids", ulid) == http_client.decode("ulids", ulid)
+        assert http_client.decode("seq", 5) == {"namespace": "seq", "kind": "sequence",
+                                                "id": "5", "in_namespace": True,
+                                                "issued": True}
+
+
+def test_the_async_client_takes_batches_and_local_tries(node: Topology) -> None:
+    async def run() -> None:
+        async with idmint.AsyncClient(node.urls("grpc"), config=FIXED) as client:
+            handle = await client.namespace("seq")
+            first = await handle.next()
+            batch = await client.next_batch("seq", 2500)
+            assert batch == list(range(first + 1, first + 2501))
+            assert handle.try_next() == first + 2501
+    asyncio.run(run())
