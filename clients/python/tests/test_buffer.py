@@ -86,7 +86,8 @@ def test_close_gives_back_the_newest_blocks_tail_only() -> None:
     for _ in range(10):
         assert core.try_next() is not None
     tail = core.begin_close()
-    assert tail is not None and (tail.block, tail.lease, tail.node) == (Block(1001, 2001, 1), 12, 12)
+    assert tail is not None
+    assert (tail.block, tail.lease, tail.node) == (Block(1001, 2001, 1), 12, 12)
     core.give_back_done(tail, True)
     s = core.stats()
     assert (s.served, s.burned, s.given_back, s.buffered) == (10, 990, 1000, 0)

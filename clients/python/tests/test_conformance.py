@@ -32,7 +32,9 @@ def _cases() -> list[Any]:
         flavors = ["sync", "async"] if s["kind"] in BOTH else ["sync"]
         for transport in transports:
             for flavor in flavors:
-                name = f"{s['kind']}: {s['name']}" + (f" [{transport}, {flavor}]" if transport else "")
+                name = f"{s['kind']}: {s['name']}"
+                if transport:
+                    name += f" [{transport}, {flavor}]"
                 cases.append(pytest.param(s, transport, flavor, id=name))
     return cases
 
@@ -127,7 +129,8 @@ def failover(s: dict[str, Any], topo: Topology, mode: tuple[str, str]) -> None:
     ns, workers = s["namespace"], s["workers"]
     if flavor == "sync":
         with make_client(topo, s, transport) as client:
-            before = in_threads(workers, lambda i: [client.next(ns) for _ in range(s["ids_before"])])
+            n = s["ids_before"]
+            before = in_threads(workers, lambda i: [client.next(ns) for _ in range(n)])
             topo.nodes[s["kill"]].kill()
             after = in_threads(workers, lambda i: [client.next(ns) for _ in range(s["ids_after"])])
     else:
@@ -141,7 +144,7 @@ def failover(s: dict[str, Any], topo: Topology, mode: tuple[str, str]) -> None:
                 topo.nodes[s["kill"]].kill()
                 return first, await take(s["ids_after"])
         before, after = asyncio.run(run())
-    per_worker = [b + a for b, a in zip(before, after)]
+    per_worker = [b + a for b, a in zip(before, after, strict=True)]
     check_unique(ns, per_worker, workers * (s["ids_before"] + s["ids_after"]))
 
 

@@ -20,7 +20,7 @@ from .names import check_count, check_name
 from .nodes import AsyncNodes
 from .sequence import SequenceCore, Stats, Tail
 from .timed import TimedCore
-from .types import AsyncTransport, Id, NamespaceInfo
+from .types import AsyncTransport, Id, Leased, NamespaceInfo
 
 T = TypeVar("T")
 #: Clients not closed yet, held until `close()` so that interpreter exit can close them.
@@ -53,8 +53,11 @@ class _Sequence:
             if count is None:
                 continue
             failed = False
+            def block(t: AsyncTransport, n: int = count) -> Awaitable[Leased]:
+                return t.block(self.name, n)
+
             try:
-                node, leased = await self.nodes.call(lambda t: t.block(self.name, count))
+                node, leased = await self.nodes.call(block)
             except IdmintError as e:
                 self.core.refill_failed(e)
                 failed = True
@@ -101,7 +104,7 @@ class _Sequence:
         need = count
         try:
             while need > 0:
-                def attempt() -> Optional[tuple[list[Block], Optional[int]]]:
+                def attempt(need: int = need) -> Optional[tuple[list[Block], Optional[int]]]:
                     got = self.core.take_batch(need)
                     return got if got[0] else None
                 got, generation = await self.wait_for(attempt)
@@ -272,9 +275,12 @@ class AsyncClient:
             tail = await impl.close()
             if tail is None:
                 continue
+            def give(t: AsyncTransport, ns: str = impl.name, b: Block = tail.block,
+                     lease: int = tail.lease) -> Awaitable[bool]:
+                return t.give_back(ns, b.start, b.end, b.step, lease)
+
             try:
-                given = await self._nodes.call_one(tail.node, lambda t: t.give_back(
-                    impl.name, tail.block.start, tail.block.end, tail.block.step, tail.lease))
+                given = await self._nodes.call_one(tail.node, give)
             except IdmintError:
                 given = False
             impl.core.give_back_done(tail, given)

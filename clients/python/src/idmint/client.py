@@ -20,7 +20,7 @@ from .names import check_count, check_name
 from .nodes import Nodes
 from .sequence import SequenceCore, Stats, Tail
 from .timed import TimedCore
-from .types import Id, NamespaceInfo, Transport
+from .types import Id, Leased, NamespaceInfo, Transport
 
 T = TypeVar("T")
 #: Clients not closed yet, held until `close()` so that interpreter exit can close them.
@@ -63,8 +63,11 @@ class _Sequence:
             if count is None:
                 continue
             failed = False
+            def block(t: Transport, n: int = count) -> Leased:
+                return t.block(self.name, n)
+
             try:
-                node, leased = self.nodes.call(lambda t: t.block(self.name, count))
+                node, leased = self.nodes.call(block)
             except IdmintError as e:
                 self.core.refill_failed(e)
                 failed = True
@@ -113,7 +116,7 @@ class _Sequence:
         need = count
         try:
             while need > 0:
-                def attempt() -> Optional[tuple[list[Block], Optional[int]]]:
+                def attempt(need: int = need) -> Optional[tuple[list[Block], Optional[int]]]:
                     got = self.core.take_batch(need)
                     return got if got[0] else None
                 got, generation = self.wait_for(attempt)
@@ -301,9 +304,12 @@ class Client:
             tail = impl.close()
             if tail is None:
                 continue
+            def give(t: Transport, ns: str = impl.name, b: Block = tail.block,
+                     lease: int = tail.lease) -> bool:
+                return t.give_back(ns, b.start, b.end, b.step, lease)
+
             try:
-                given = self._nodes.call_one(tail.node, lambda t: t.give_back(
-                    impl.name, tail.block.start, tail.block.end, tail.block.step, tail.lease))
+                given = self._nodes.call_one(tail.node, give)
             except IdmintError:
                 given = False
             impl.core.give_back_done(tail, given)

@@ -68,7 +68,8 @@ def _snowflake(text: str, layout: Layout) -> Decoded:
                  "snowflake": "worker", "js53": "worker"}.get(layout.name, "node")
         fields = ((label, node),)
     stamp = rfc3339_millis(unix_ms) or f"{unix_ms} ms after 1970 (past year 9999)"
-    return Decoded("snowflake", str(n), stamp, unix_ms, layout.name, fields + (("sequence", sequence),))
+    fields += (("sequence", sequence),)
+    return Decoded("snowflake", str(n), stamp, unix_ms, layout.name, fields)
 
 
 def parse_uuid7(text: str) -> uuid.UUID:

@@ -135,7 +135,8 @@ class GrpcTransport(_Base):
         return info_of(self._call(self.stub.Namespace, pb.NamespaceRequest(namespace=namespace)))
 
     def decode(self, namespace: str, id: str) -> dict[str, Any]:
-        return decoded_of(self._call(self.stub.Decode, pb.DecodeRequest(namespace=namespace, id=id)))
+        request = pb.DecodeRequest(namespace=namespace, id=id)
+        return decoded_of(self._call(self.stub.Decode, request))
 
     def close(self) -> None:
         self.channel.close()

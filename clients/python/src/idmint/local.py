@@ -71,7 +71,7 @@ class LocalIds(itertools.chain):  # type: ignore[type-arg]
     @classmethod
     def create(cls, core: SequenceCore, wait_chunk: Callable[[], tuple[Block, int]]) -> "LocalIds":
         state = _State(core)
-        ids = cls.from_iterable(_chunks(state, wait_chunk))
+        ids: LocalIds = cls.from_iterable(_chunks(state, wait_chunk))  # type: ignore[assignment]
         ids._state = state
         return ids
 

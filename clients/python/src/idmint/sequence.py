@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from .buffer import Block, Buffer, BufferPolicy
 from .errors import Closed, IdmintError, NodeError
@@ -32,6 +32,10 @@ from .types import Leased, SequenceSpec
 #: Whether next() on a shared iterator is atomic (the GIL).
 GIL = getattr(sys, "_is_gil_enabled", lambda: True)()
 _EMPTY: Iterator[int] = iter(range(0))
+
+
+def _nothing() -> None:
+    pass
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,8 @@ class SequenceCore:
         self.last_error: Optional[IdmintError] = None
         self.waits = 0
         self.late_burned = 0
-        self.wake = lambda: None
+        #: Called when the refill should look now; set by the client that runs the refills.
+        self.wake: Callable[[], None] = _nothing
 
     def window_len(self) -> int:
         return max(1, min(65_536, self.buffer.target_block() // 8))
