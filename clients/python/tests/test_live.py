@@ -121,3 +121,27 @@ def test_the_async_client_takes_batches_and_local_tries(node: Topology) -> None:
             assert batch == list(range(first + 1, first + 2501))
             assert handle.try_next() == first + 2501
     asyncio.run(run())
+
+
+def test_an_async_client_made_outside_the_loop_works_inside_it(node: Topology) -> None:
+    client = idmint.AsyncClient(node.urls("grpc"))
+
+    async def run() -> list[idmint.Id]:
+        try:
+            return [await client.next("uuids"), await client.next("seq")]
+        finally:
+            await client.close()
+
+    got = asyncio.run(run())
+    assert got[1] == 1
+
+
+def test_bad_settings_are_refused_at_once() -> None:
+    for make in (lambda: idmint.Client([]), lambda: idmint.Client(["127.0.0.1:7879"]),
+                 lambda: idmint.AsyncClient(["ftp://x"]),
+                 lambda: idmint.Tls(ca_file="/nonexistent/ca.pem"),
+                 lambda: idmint.Tls(cert_file="c.pem"),
+                 lambda: idmint.BufferPolicy(fixed_block=0),
+                 lambda: idmint.ClientConfig(max_time_batch=5000)):
+        with pytest.raises(ValueError):
+            make()

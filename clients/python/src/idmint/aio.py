@@ -53,6 +53,7 @@ class _Sequence:
             if count is None:
                 continue
             failed = False
+
             def block(t: AsyncTransport, n: int = count) -> Awaitable[Leased]:
                 return t.block(self.name, n)
 
@@ -195,12 +196,22 @@ class AsyncClient:
         self.config = config or ClientConfig()
         self._urls = [urls] if isinstance(urls, str) else list(urls)
         self._token, self._tls = token, tls
-        self._nodes = AsyncNodes.connect(self._urls, list(http_urls), token, tls,
-                                         self.config.op_timeout)
+        self._http_urls = list(http_urls)
+        AsyncNodes.check(self._urls, self._http_urls)
+        self._connected: Optional[AsyncNodes] = None
         self._lock = asyncio.Lock()
         self._namespaces: dict[str, AsyncNamespace] = {}
         self._closed = False
         _OPEN.add(self)
+
+    @property
+    def _nodes(self) -> AsyncNodes:
+        """The nodes, connected on first use, inside the running loop (grpc.aio channels
+        belong to the loop that creates them)."""
+        if self._connected is None:
+            self._connected = AsyncNodes.connect(self._urls, self._http_urls, self._token,
+                                                 self._tls, self.config.op_timeout)
+        return self._connected
 
     async def namespace(self, name: str) -> AsyncNamespace:
         handle = self._namespaces.get(name)
@@ -284,7 +295,8 @@ class AsyncClient:
             except IdmintError:
                 given = False
             impl.core.give_back_done(tail, given)
-        await self._nodes.close()
+        if self._connected is not None:
+            await self._connected.close()
         _OPEN.discard(self)
 
     async def __aenter__(self) -> "AsyncClient":

@@ -63,6 +63,7 @@ class _Sequence:
             if count is None:
                 continue
             failed = False
+
             def block(t: Transport, n: int = count) -> Leased:
                 return t.block(self.name, n)
 

@@ -80,6 +80,14 @@ class AsyncNodes(_Order[AsyncTransport]):
     """Asyncio nodes; create inside the event loop that uses them."""
 
     @staticmethod
+    def check(urls: Sequence[str], http_urls: Sequence[str]) -> None:
+        """Raises `ValueError` for urls `connect` would refuse, without connecting."""
+        for url, _, is_http in _labels(urls, http_urls):
+            if not url.startswith(("http://", "https://")):
+                kind = "an HTTP" if is_http else "a gRPC"
+                raise ValueError(f"{url!r}: {kind} url is http://HOST:PORT or https://HOST:PORT")
+
+    @staticmethod
     def connect(urls: Sequence[str], http_urls: Sequence[str], token: Optional[str],
                 tls: Optional[Tls], timeout: float) -> "AsyncNodes":
         transports: list[AsyncTransport] = [
