@@ -90,7 +90,8 @@ def main() -> None:
                     best["handle"] = max(best["handle"], timed_rate(handle.next, args.seconds))
                     best["client"] = max(best["client"], timed_rate(
                         lambda: client.next("bench"), args.seconds))
-                    best["incr"] = max(best["incr"], timed_rate(lambda: r.incr(key), args.seconds / 4))
+                    best["incr"] = max(best["incr"],
+                                       timed_rate(lambda: r.incr(key), args.seconds / 4))
                 local.close()
                 stats = handle.stats()
         finally:

@@ -139,6 +139,8 @@ def test_an_async_client_made_outside_the_loop_works_inside_it(node: Topology) -
 def test_bad_settings_are_refused_at_once() -> None:
     for make in (lambda: idmint.Client([]), lambda: idmint.Client(["127.0.0.1:7879"]),
                  lambda: idmint.AsyncClient(["ftp://x"]),
+                 lambda: idmint.Client(["http://127.0.0.1:1"], token="a b"),
+                 lambda: idmint.AsyncClient(["http://127.0.0.1:1"], token=""),
                  lambda: idmint.Tls(ca_file="/nonexistent/ca.pem"),
                  lambda: idmint.Tls(cert_file="c.pem"),
                  lambda: idmint.BufferPolicy(fixed_block=0),

@@ -17,7 +17,7 @@ from .config import ClientConfig, Tls
 from .errors import Closed, IdmintError, NodeError, Unavailable, UnknownNamespace
 from .grpc_transport import GrpcTransport
 from .names import check_count, check_name
-from .nodes import AsyncNodes
+from .nodes import AsyncNodes, check_token
 from .sequence import SequenceCore, Stats, Tail
 from .timed import TimedCore
 from .types import AsyncTransport, Id, Leased, NamespaceInfo
@@ -198,6 +198,7 @@ class AsyncClient:
         self._token, self._tls = token, tls
         self._http_urls = list(http_urls)
         AsyncNodes.check(self._urls, self._http_urls)
+        check_token(token)
         self._connected: Optional[AsyncNodes] = None
         self._lock = asyncio.Lock()
         self._namespaces: dict[str, AsyncNamespace] = {}

@@ -23,6 +23,13 @@ FAILOVER_CODES = frozenset(
     {"unavailable", "authority_unavailable", "shutting_down", "internal_error", "node_error"})
 
 
+def check_token(token: Optional[str]) -> None:
+    """A token must be printable ASCII without spaces (it travels in a header)."""
+    if token is not None and not (token and token.isascii() and token.isprintable()
+                                  and " " not in token):
+        raise ValueError("the token is empty or not printable ASCII")
+
+
 def _labels(urls: Sequence[str], http_urls: Sequence[str]) -> list[tuple[str, str, bool]]:
     """(url, label, is_http) of every node: the gRPC urls, then the HTTP ones."""
     nodes = [(u, f"node #{i + 1}", False) for i, u in enumerate(urls)]
@@ -49,6 +56,7 @@ class Nodes(_Order[Transport]):
     @staticmethod
     def connect(urls: Sequence[str], http_urls: Sequence[str], token: Optional[str],
                 tls: Optional[Tls], timeout: float) -> "Nodes":
+        check_token(token)
         transports: list[Transport] = [
             (HttpTransport if is_http else GrpcTransport)(url, label, token, tls, timeout)
             for url, label, is_http in _labels(urls, http_urls)]
@@ -90,6 +98,7 @@ class AsyncNodes(_Order[AsyncTransport]):
     @staticmethod
     def connect(urls: Sequence[str], http_urls: Sequence[str], token: Optional[str],
                 tls: Optional[Tls], timeout: float) -> "AsyncNodes":
+        check_token(token)
         transports: list[AsyncTransport] = [
             (AsyncHttpTransport if is_http else AsyncGrpcTransport)(url, label, token, tls, timeout)
             for url, label, is_http in _labels(urls, http_urls)]
