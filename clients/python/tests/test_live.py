@@ -147,3 +147,19 @@ def test_bad_settings_are_refused_at_once() -> None:
                  lambda: idmint.ClientConfig(max_time_batch=5000)):
         with pytest.raises(ValueError):
             make()
+
+
+def test_after_a_failover_no_id_is_burned_over_grpc() -> None:
+    """The refill asks with `min_start` (the highest end granted): the surviving regional node,
+    whose buffer holds older, lower ids, grants a fresh block above them instead."""
+    tiers = Topology("tiers")
+    try:
+        with idmint.Client(tiers.urls("grpc"), config=FIXED) as client:
+            before = [client.next("seq") for _ in range(600)]
+            tiers.nodes["r1"].kill()
+            after = [client.next("seq") for _ in range(3000)]
+            stats = client.stats("seq")
+        assert before + after == sorted(set(before + after))
+        assert stats.burned == 0, stats
+    finally:
+        tiers.close()

@@ -54,8 +54,9 @@ class _Sequence:
                 continue
             failed = False
 
-            def block(t: AsyncTransport, n: int = count) -> Awaitable[Leased]:
-                return t.block(self.name, n)
+            def block(t: AsyncTransport, n: int = count,
+                      floor: Optional[int] = self.core.floor) -> Awaitable[Leased]:
+                return t.block(self.name, n, floor)
 
             try:
                 node, leased = await self.nodes.call(block)

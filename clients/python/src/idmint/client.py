@@ -64,8 +64,9 @@ class _Sequence:
                 continue
             failed = False
 
-            def block(t: Transport, n: int = count) -> Leased:
-                return t.block(self.name, n)
+            def block(t: Transport, n: int = count,
+                      floor: Optional[int] = self.core.floor) -> Leased:
+                return t.block(self.name, n, floor)
 
             try:
                 node, leased = self.nodes.call(block)

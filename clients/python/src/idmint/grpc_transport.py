@@ -122,8 +122,9 @@ class GrpcTransport(_Base):
     def next(self, namespace: str, count: int, kind: str) -> list[Id]:
         return ids_of(self._call(self.stub.Next, pb.NextRequest(namespace=namespace, count=count)))
 
-    def block(self, namespace: str, count: int) -> Leased:
-        b = self._call(self.stub.Block, pb.BlockRequest(namespace=namespace, count=count))
+    def block(self, namespace: str, count: int, min_start: Optional[int] = None) -> Leased:
+        b = self._call(self.stub.Block, pb.BlockRequest(namespace=namespace, count=count,
+                                                        min_start=min_start))
         return Leased(b.start, b.end, b.step, b.lease)
 
     def give_back(self, namespace: str, start: int, end: int, step: int, lease: int) -> bool:
@@ -164,8 +165,9 @@ class AsyncGrpcTransport(_Base):
         return ids_of(await self._call(self.stub.Next,
                                        pb.NextRequest(namespace=namespace, count=count)))
 
-    async def block(self, namespace: str, count: int) -> Leased:
-        b = await self._call(self.stub.Block, pb.BlockRequest(namespace=namespace, count=count))
+    async def block(self, namespace: str, count: int, min_start: Optional[int] = None) -> Leased:
+        b = await self._call(self.stub.Block, pb.BlockRequest(namespace=namespace, count=count,
+                                                              min_start=min_start))
         return Leased(b.start, b.end, b.step, b.lease)
 
     async def give_back(self, namespace: str, start: int, end: int, step: int,

@@ -102,7 +102,8 @@ class HttpTransport:
         answer = self._request("GET", f"/v1/ids/{namespace}?count={count}")
         return [_id_of(text, kind) for text in answer["ids"]]
 
-    def block(self, namespace: str, count: int) -> Leased:
+    def block(self, namespace: str, count: int, min_start: Optional[int] = None) -> Leased:
+        # min_start is gRPC's: over HTTP a block below the ids held is cut by the client.
         b = self._request("POST", f"/v1/blocks/{namespace}?count={count}")
         return Leased(int(b["start"]), int(b["end"]), int(b["step"]), 0)
 
@@ -143,7 +144,7 @@ class AsyncHttpTransport:
     async def next(self, namespace: str, count: int, kind: str) -> list[Id]:
         return await asyncio.to_thread(self.sync.next, namespace, count, kind)
 
-    async def block(self, namespace: str, count: int) -> Leased:
+    async def block(self, namespace: str, count: int, min_start: Optional[int] = None) -> Leased:
         return await asyncio.to_thread(self.sync.block, namespace, count)
 
     async def give_back(self, namespace: str, start: int, end: int, step: int,

@@ -87,6 +87,10 @@ class SequenceCore:
         self.window: Iterator[int] = _EMPTY
         self.window_generation: Optional[int] = None
         self.newest: Optional[Tail] = None
+        #: The highest end of a block granted, sent as `min_start`: a node whose buffer holds
+        #: ids below it (another node's older buffer, after a failover) grants a fresh block
+        #: above instead, so nothing is burned here.
+        self.floor: Optional[int] = None
         self.closed = False
         self.shortfall = False
         #: Refills ended (either way), and how many failed: waiters watch them.
@@ -206,6 +210,7 @@ class SequenceCore:
                 self.buffer.burned += len(block)
                 self.events += 1
                 return
+            self.floor = max(self.floor or 0, block.end)
             kept = self.buffer.push(block)
             self.newest = Tail(kept, leased.lease, node) if kept is not None else None
             self.events += 1
