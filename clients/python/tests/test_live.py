@@ -154,12 +154,15 @@ def test_after_a_failover_no_id_is_burned_over_grpc() -> None:
     whose buffer holds older, lower ids, grants a fresh block above them instead."""
     tiers = Topology("tiers")
     try:
-        with idmint.Client(tiers.urls("grpc"), config=FIXED) as client:
+        r1, r2 = tiers.urls("grpc")
+        # r2 started last: its block lies above r1's, which the client meets after the kill.
+        with idmint.Client([r2, r1], config=FIXED) as client:
             before = [client.next("seq") for _ in range(600)]
-            tiers.nodes["r1"].kill()
+            tiers.nodes["r2"].kill()
             after = [client.next("seq") for _ in range(3000)]
             stats = client.stats("seq")
         assert before + after == sorted(set(before + after))
+        assert before[0] > 1000, "r1's first block must lie below the ids held"
         assert stats.burned == 0, stats
     finally:
         tiers.close()
