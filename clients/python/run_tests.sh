@@ -19,9 +19,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$python" -m venv "$work/venv"
 venv="$work/venv/bin"
-"$venv/pip" install --quiet --upgrade pip build pytest
+"$venv/pip" install --quiet --upgrade pip build pytest mypy
 "$venv/python" -m build --outdir "$work/dist" "$here"
 "$venv/pip" install --quiet "$work"/dist/idmint-*.whl
+# The package is typed: its sources pass mypy --strict (settings in pyproject.toml).
+(cd "$here" && "$venv/python" -m mypy --cache-dir "$work/mypy-cache")
 # From the temporary directory, so `import idmint` can only be the installed wheel.
 cd "$work"
 IDMINT_TEST_INSTALLED=1 "$venv/python" -m pytest -p no:cacheprovider -q "$here/tests" "$@"
