@@ -4,9 +4,10 @@ carries its own copy under `proto/`, so a wheel builds from the sdist alone."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
@@ -15,6 +16,7 @@ PROTO = Path("idmint") / "v1" / "idmint.proto"
 
 class ProtoBuildHook(BuildHookInterface):  # type: ignore[type-arg]
     PLUGIN_NAME = "custom"
+    generated: Optional[Path] = None
 
     def _proto_root(self) -> Path:
         root = Path(self.root)
@@ -31,7 +33,7 @@ class ProtoBuildHook(BuildHookInterface):  # type: ignore[type-arg]
         import grpc_tools
         from grpc_tools import protoc
 
-        out = Path(tempfile.mkdtemp(prefix="idmint-proto-"))
+        out = self.generated = Path(tempfile.mkdtemp(prefix="idmint-proto-"))
         include = Path(grpc_tools.__file__).parent / "_proto"
         status = protoc.main(["grpc_tools.protoc", f"-I{proto_root}", f"-I{include}",
                               f"--python_out={out}", f"--grpc_python_out={out}",
@@ -40,3 +42,7 @@ class ProtoBuildHook(BuildHookInterface):  # type: ignore[type-arg]
             raise RuntimeError(f"protoc failed ({status}) on {proto_root / PROTO}")
         for generated in sorted((out / "idmint" / "v1").glob("idmint_pb2*")):
             build_data["force_include"][str(generated)] = f"idmint/v1/{generated.name}"
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        if self.generated is not None:
+            shutil.rmtree(self.generated, ignore_errors=True)

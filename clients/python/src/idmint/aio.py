@@ -122,7 +122,8 @@ class _Sequence:
     async def close(self) -> Optional[Tail]:
         self.stopping = True
         self.woken.set()
-        await self.task
+        if not self.task.done():  # a task of a loop that ended was cancelled with it
+            await self.task
         return self.core.begin_close()
 
 
