@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Writes decode.json: known ids and what `idmint decode --json` answers for each, so every
+client's offline decoder is checked against the real one.
+
+Usage: gen_decode.py IDMINT_BIN > decode.json
+Each case names the layout as the CLI takes it (`layout`, or `bits`/`unit`/`epoch` for a custom
+one, and `epoch` alone to replace a preset's), the `id` text, and either `expect` (the CLI's JSON
+object for it) or `"error": true` (the CLI refused the id: exit 1).
+"""
+import json
+import subprocess
+import sys
+
+PRESET_IDS = {
+    "twitter": ["1212161076890996736", "1858339354775154688", "0", "1", "4096",
+                "9223372036854775807", "9223372036854775808", "18446744073709551616",
+                "abc", "-1", "", "1.5"],
+    "snowflake": ["1212161076890996736"],
+    "instagram": ["1387263000001003521", "8388608", "9223372036854775807", "9223372036854775808"],
+    "sonyflake": ["420979706838032640", "65537", "9223372036854775807", "9223372036854775808"],
+    "discord": ["175928847299117063", "1196614342393413753", "9223372036854775807"],
+    "js53": ["123456789012345", "9007199254740991", "9007199254740992"],
+    "uuid7": ["01938f4e-2b5c-7d2a-9c3e-4f5a6b7c8d9e", "01938F4E-2B5C-7D2A-9C3E-4F5A6B7C8D9E",
+              "01938f4e2b5c7d2a9c3e4f5a6b7c8d9e", "00000000-0000-7000-8000-000000000000",
+              "ffffffff-ffff-7fff-bfff-ffffffffffff", "e6a5f8c4-1a2b-7c3d-8e4f-5a6b7c8d9e0f",
+              "01938f4e-2b5c-4d2a-9c3e-4f5a6b7c8d9e", "01938f4e-2b5c-7d2a-cc3e-4f5a6b7c8d9e",
+              "01938f4e-2b5c-7d2a-9c3e-4f5a6b7c8d9", "01938f4e+2b5c-7d2a-9c3e-4f5a6b7c8d9e",
+              "01938f4e-2b5c-7d2a-9c3e-4f5a6b7c8d9g"],
+    "ulid": ["01ARZ3NDEKTSV4RRFFQ69G5FAV", "01arz3ndektsv4rrffq69g5fav", "00000000000000000000000000",
+             "7ZZZZZZZZZZZZZZZZZZZZZZZZZ", "01JDQ3X5ZP8M4V2K9N6R7T3W1Y", "8ZZZZZZZZZZZZZZZZZZZZZZZZZ",
+             "01ARZ3NDEKTSV4RRFFQ69G5FAU", "01ARZ3NDEKTSV4RRFFQ69G5FAI", "01ARZ3NDEKTSV4RRFFQ69G5FA"],
+}
+
+CUSTOM = [
+    # (bits, unit, epoch, ids)
+    ("41,10,12", "1ms", 1288834974657, ["1212161076890996736", "9223372036854775807"]),
+    ("39,8,16", "10ms", 1409529600000, ["420979706838032640", "1"]),
+    ("30,5,5", "1s", 0, ["1700000000123", "1152921504606846975", "1152921504606846976"]),
+    ("40,10,10", "us", 1700000000000, ["123456789012345678"]),
+    ("41,10,12", "1ms", 0, ["1212161076890996736"]),
+]
+
+EPOCHS = [("instagram", 1314220021721, "1387263000001003521"), ("twitter", 0, "1212161076890996736")]
+
+
+def run(binary: str, options: list[str], id_: str) -> dict[str, object]:
+    command = [binary, "decode", *options, "--json", "--", id_]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode == 1:
+        return {"error": True}
+    if result.returncode != 0:
+        raise SystemExit(f"{command}: exit {result.returncode}: {result.stderr}")
+    return {"expect": json.loads(result.stdout)}
+
+
+def main() -> None:
+    binary = sys.argv[1]
+    cases: list[dict[str, object]] = []
+    for layout, ids in PRESET_IDS.items():
+        for id_ in ids:
+            cases.append({"layout": layout, "id": id_, **run(binary, ["--layout", layout], id_)})
+    for layout, epoch, id_ in EPOCHS:
+        cases.append({"layout": layout, "epoch": epoch, "id": id_,
+                      **run(binary, ["--layout", layout, "--epoch", str(epoch)], id_)})
+    for bits, unit, epoch, ids in CUSTOM:
+        for id_ in ids:
+            cases.append({"bits": [int(b) for b in bits.split(",")], "unit": unit, "epoch": epoch,
+                          "id": id_, **run(binary, ["--bits", bits, "--unit", unit,
+                                                    "--epoch", str(epoch)], id_)})
+    json.dump({"generated_by": "python3 clients/conformance/gen_decode.py target/debug/idmint "
+                               "> clients/conformance/decode.json",
+               "cases": cases}, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
