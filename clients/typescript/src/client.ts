@@ -97,6 +97,7 @@ export class Client {
   private readonly states = new Map<string, Promise<State>>();
   private readonly opened: State[] = [];
   private closed = false;
+  private closing: Promise<CloseReport> | undefined;
   private readonly policy: BufferPolicy;
   private readonly timeoutMs: number;
   private readonly refillWaitMs: number;
@@ -208,8 +209,13 @@ export class Client {
     return state;
   }
 
-  /** Stops every namespace and hands the unused tails back. Idempotent. */
-  async close(): Promise<CloseReport> {
+  /** Stops every namespace and hands the unused tails back. Idempotent: later calls answer the first's report. */
+  close(): Promise<CloseReport> {
+    this.closing ??= this.shutDown();
+    return this.closing;
+  }
+
+  private async shutDown(): Promise<CloseReport> {
     this.closed = true;
     // Set-ups in flight finish (or fail) first, so their namespaces are closed too.
     await Promise.allSettled([...this.states.values()]);

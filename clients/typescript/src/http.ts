@@ -147,7 +147,7 @@ export class HttpTransport implements Transport {
   }
 
   close(): void {
-    void this.agent.close();
+    this.agent.close().catch(() => undefined);
   }
 }
 

@@ -20,3 +20,6 @@ export {
   type DecodedSnowflake,
   type DecodedTime,
 } from "./decode.js";
+export { fromGrpc, fromHttp, grpcStatusNumber, type GrpcFailure } from "./wire_errors.js";
+export type { NodeUrl, TransportKind } from "./nodes.js";
+export type { NamespaceInfo, RemoteDecoded } from "./transport.js";
