@@ -57,14 +57,21 @@ test("a node unreachable over gRPC is served over its HTTP/JSON API", () =>
   withTopology("single", async (t) => {
     const closed = await freePort();
     const http = t.urls("http")[0];
-    const client = new idmint.Client([`http://127.0.0.1:${closed}`, { url: http, transport: "http" }]);
+    const client = new idmint.Client([`http://127.0.0.1:${closed}`, { url: http, transport: "http" }], {
+      buffer: { minBlock: 5000, maxBlock: 5000 },
+    });
+    const seq = await client.namespace("seq");
     try {
-      const ids = await client.nextBatch("seq", 2000);
+      const ids = await seq.nextBatch(2000);
       assert.equal(new Set(ids).size, 2000);
       assert.equal(typeof (await client.next("uuids")), "string");
     } finally {
+      // Within its newest block (no refill below half of it): the tail goes back whole.
       const report = await client.close();
       assert.equal(report.burned, 0);
+      const s = seq.stats();
+      assert.deepEqual([s.served, s.burned, s.buffered, s.givenBack], [2000, 0, 0, report.givenBack]);
+      assert.ok(report.givenBack >= 3000);
     }
   }));
 
