@@ -9,8 +9,10 @@
 //!   node's, after a failover) is cut away and counted burned;
 //! - every id received is served, buffered, burned or given back:
 //!   `received == served + buffered + burned + givenBack` (`stats()`);
-//! - the hot path (`take`) does one comparison, one `bigint` add and one decrement per id; the
-//!   low-water check is a number comparison against a threshold recomputed when blocks change.
+//! - the hot path (`take`) does number arithmetic only (a comparison, an add, a decrement) and
+//!   makes the `bigint` id with `BigInt(n)` while the block's ids are safe integers, a `bigint`
+//!   add beyond; the low-water check is a number comparison against a threshold recomputed when
+//!   blocks change.
 
 export interface Block {
   start: bigint;
@@ -41,6 +43,9 @@ export const DEFAULT_POLICY: Readonly<BufferPolicy> = Object.freeze({
   demandWindow: 5,
 });
 
+/** Blocks ending at or below this hold only safe integers (and so does every step between them). */
+const SAFE_END = BigInt(Number.MAX_SAFE_INTEGER);
+
 /** Shortest interval whose rate counts as the recent demand, ms. */
 const RECENT_MIN_MS = 10;
 
@@ -54,7 +59,14 @@ export interface BufferStats {
 }
 
 export class BlockBuffer {
-  /** The current block: next id, ids left in it, its step. */
+  /**
+   * The current block: the next id, ids left in it, its step. While every id of the block is a
+   * safe integer (`small`) the cursor is the number `curN` (a number add is much cheaper than a
+   * bigint add, and `BigInt(n)` makes the id); otherwise the bigint `cur`.
+   */
+  private small = true;
+  private curN = 0;
+  private stepN = 1;
   private cur = 0n;
   private left = 0;
   private step = 1n;
@@ -76,9 +88,14 @@ export class BlockBuffer {
   private servedAtObserve = 0;
   private lastObserveMs: number | undefined;
 
+  /**
+   * `onLow` is called when a take brings the buffer below its low-water mark (armed), `onEmpty`
+   * when a take finds it empty.
+   */
   constructor(
     readonly policy: BufferPolicy,
     private readonly onLow: () => void,
+    private readonly onEmpty: () => void,
   ) {
     // Start as if demand filled a minimum block per buffer period.
     this.rate = policy.minBlock / policy.bufferSeconds;
@@ -87,12 +104,25 @@ export class BlockBuffer {
   /** The next id, or `undefined` when the buffer is empty. */
   take(): bigint | undefined {
     if (this.left > 0) {
+      if (this.small) {
+        const n = this.curN;
+        this.curN = n + this.stepN;
+        if (--this.left < this.wakeBelow) this.onLow();
+        return BigInt(n);
+      }
       const id = this.cur;
-      this.cur += this.step;
+      this.cur = id + this.step;
       if (--this.left < this.wakeBelow) this.onLow();
       return id;
     }
-    return this.advance() ? this.take() : undefined;
+    if (this.advance()) return this.take();
+    this.onEmpty();
+    return undefined;
+  }
+
+  /** The next id of the current block (`left` > 0 or not). */
+  private get cursor(): bigint {
+    return this.small ? BigInt(this.curN) : this.cur;
   }
 
   /** Up to `max` ids into `out`, in order; how many. */
@@ -117,8 +147,11 @@ export class BlockBuffer {
     const len = blockLen(next);
     this.aheadIds -= len;
     this.current = next;
+    this.small = next.end <= SAFE_END;
     this.cur = next.start;
     this.step = next.step;
+    this.curN = Number(next.start);
+    this.stepN = Number(next.step);
     this.left = len;
     this.rearm();
     return true;
@@ -232,7 +265,7 @@ export class BlockBuffer {
   drain(newest: Block | undefined): Block | undefined {
     let tail: Block | undefined;
     if (newest !== undefined && this.current === newest && this.left > 0) {
-      tail = { start: this.cur, end: newest.end, step: newest.step };
+      tail = { start: this.cursor, end: newest.end, step: newest.step };
     } else if (newest !== undefined && this.ahead.includes(newest)) {
       tail = newest;
     }

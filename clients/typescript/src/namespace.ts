@@ -68,10 +68,8 @@ export function statsOf(ids: SequenceIds | TimedIds): NamespaceStats {
   };
 }
 
-function converter(type: IdType): (id: bigint | string) => bigint | string | number {
+function converter(type: "string" | "number"): (id: bigint | string) => bigint | string | number {
   switch (type) {
-    case "bigint":
-      return (id) => id;
     case "string":
       return (id) => (typeof id === "bigint" ? id.toString() : id);
     case "number":
@@ -81,9 +79,10 @@ function converter(type: IdType): (id: bigint | string) => bigint | string | num
 
 export class Namespace<T extends IdType = "bigint"> {
   readonly kind: "sequence" | TimedKind;
-  /** The next id without waiting, or `undefined` when the cache is empty. */
-  readonly tryNext: () => IdOf<T> | undefined;
-  private readonly convert: (id: bigint | string) => bigint | string | number;
+  /** Where `tryNext` takes from: the block buffer itself for a sequence (the hot path). */
+  private readonly source: { take(): bigint | string | undefined };
+  /** How an id is given: `undefined` for bigint, as it comes. */
+  private readonly convert: ((id: bigint | string) => bigint | string | number) | undefined;
 
   constructor(
     readonly name: string,
@@ -91,22 +90,20 @@ export class Namespace<T extends IdType = "bigint"> {
     private readonly ids: SequenceIds | TimedIds,
   ) {
     this.kind = ids instanceof SequenceIds ? "sequence" : ids.kind;
-    this.convert = converter(idType);
-    if (idType === "bigint") {
-      // The hot path: the buffer's own method, no wrapper per id.
-      this.tryNext = ids.tryNext.bind(ids) as () => IdOf<T> | undefined;
-    } else {
-      const convert = this.convert;
-      this.tryNext = () => {
-        const id = ids.tryNext();
-        return (id === undefined ? undefined : convert(id)) as IdOf<T> | undefined;
-      };
-    }
+    this.source = ids instanceof SequenceIds ? ids.buffer : ids;
+    this.convert = idType === "bigint" ? undefined : converter(idType);
+  }
+
+  /** The next id without waiting (no network), or `undefined` when the cache is empty. */
+  tryNext(): IdOf<T> | undefined {
+    const id = this.source.take();
+    return (this.convert === undefined || id === undefined ? id : this.convert(id)) as IdOf<T> | undefined;
   }
 
   /** The next id, waiting for a refill when the cache is empty. */
   async next(): Promise<IdOf<T>> {
-    return this.convert(await this.ids.next()) as IdOf<T>;
+    const id = await this.ids.next();
+    return (this.convert === undefined ? id : this.convert(id)) as IdOf<T>;
   }
 
   /** `count` increasing ids. */
@@ -115,7 +112,8 @@ export class Namespace<T extends IdType = "bigint"> {
       throw new InvalidCountError("invalid_count", `count must be a whole number from 1, got ${count}`);
     }
     const ids = await this.ids.nextBatch(count);
-    return ids.map(this.convert) as IdOf<T>[];
+    const convert = this.convert;
+    return (convert === undefined ? ids : ids.map(convert)) as IdOf<T>[];
   }
 
   stats(): NamespaceStats {

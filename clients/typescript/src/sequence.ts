@@ -82,7 +82,11 @@ export class SequenceIds {
     private readonly check: SpecCheck,
     private readonly settings: SequenceSettings,
   ) {
-    this.buffer = new BlockBuffer(settings.policy, () => this.refill(false));
+    this.buffer = new BlockBuffer(
+      settings.policy,
+      () => this.refill(false),
+      () => this.refill(true),
+    );
   }
 
   /** A block got while setting the namespace up (the `Block` that created it). */
@@ -150,11 +154,9 @@ export class SequenceIds {
     this.retry.unref();
   }
 
-  /** The next id without waiting; `undefined` when the buffer is empty or closed. */
+  /** The next id without waiting; `undefined` when the buffer is empty (a refill is then due) or closed. */
   tryNext(): bigint | undefined {
-    const id = this.buffer.take();
-    if (id === undefined && !this.closed) this.refill(true);
-    return id;
+    return this.buffer.take();
   }
 
   /** The next id, waiting (at most `refillWaitMs`) for a refill when the buffer is empty. */

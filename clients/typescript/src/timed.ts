@@ -92,6 +92,11 @@ export class TimedIds {
     return id;
   }
 
+  /** `tryNext`, by the name the block buffer's hot path has. */
+  take(): TimedId | undefined {
+    return this.tryNext();
+  }
+
   async next(): Promise<TimedId> {
     const id = this.tryNext();
     if (id !== undefined) return id;

@@ -53,6 +53,28 @@ test("ids are numbers only by opt-in and only where every id is a safe integer",
     }
   }));
 
+test("ids above 2^53 are exact bigints, consecutive, on both wires", () =>
+  withTopology("single", async (t) => {
+    const above = 2n ** 60n;
+    await t.requestJson("POST", `/v1/admin/rebase/seq?above=${above}`);
+    for (const transport of ["grpc", "http"]) {
+      const client = new idmint.Client(t.urls(transport), { transport, buffer: { minBlock: 1000, maxBlock: 1000 } });
+      try {
+        const ns = await client.namespace("seq");
+        const ids = [await ns.next()];
+        for (let i = 0; i < 2500; i++) ids.push(ns.tryNext() ?? (await ns.next()));
+        assert.ok(ids[0] > above, `${ids[0]} above ${above}`);
+        for (let i = 1; i < ids.length; i++) assert.ok(ids[i] > ids[i - 1], `${ids[i - 1]} then ${ids[i]}`);
+        // Within a block ids are consecutive: no precision lost to a double.
+        assert.equal(ids[1] - ids[0], 1n);
+        const text = await (await client.namespace("seq", { ids: "string" })).next();
+        assert.ok(BigInt(text) > ids[ids.length - 1]);
+      } finally {
+        await client.close();
+      }
+    }
+  }));
+
 test("a node unreachable over gRPC is served over its HTTP/JSON API", () =>
   withTopology("single", async (t) => {
     const closed = await freePort();

@@ -150,16 +150,21 @@ export class Topology {
 
   /** GET `path` from the HTTP port of the client's first node, with the scenario's credentials. */
   getJson(path, creds) {
+    return this.requestJson("GET", path, creds);
+  }
+
+  /** `method` `path` on the HTTP port of the client's first node; its JSON answer (200 only). */
+  requestJson(method, path, creds = {}) {
     const n = this.nodes.get(this.spec.client[0]);
     const headers = creds.token ? { authorization: `Bearer ${creds.token}` } : {};
-    const options = { host: "127.0.0.1", port: n.http, path, headers };
+    const options = { method, host: "127.0.0.1", port: n.http, path, headers };
     const send = this.spec.certs ? request : plainRequest;
     if (this.spec.certs) Object.assign(options, { ca: creds.ca, cert: creds.cert, key: creds.key });
     return new Promise((ok, fail) => {
       const req = send(options, (res) => {
         let body = "";
         res.on("data", (d) => (body += d));
-        res.on("end", () => (res.statusCode === 200 ? ok(JSON.parse(body)) : fail(new Error(`GET ${path}: ${res.statusCode} ${body}`))));
+        res.on("end", () => (res.statusCode === 200 ? ok(JSON.parse(body)) : fail(new Error(`${method} ${path}: ${res.statusCode} ${body}`))));
       });
       req.on("error", fail);
       req.end();
