@@ -96,6 +96,8 @@ export class Client {
   private readonly nodes: Nodes;
   private readonly states = new Map<string, Promise<State>>();
   private readonly opened: State[] = [];
+  /** The bigint handles `next` and `nextBatch` use, by name. */
+  private readonly handles = new Map<string, Namespace<"bigint">>();
   private closed = false;
   private closing: Promise<CloseReport> | undefined;
   private readonly policy: BufferPolicy;
@@ -147,14 +149,27 @@ export class Client {
     return new Namespace(name, type, state.ids);
   }
 
+  /** The bigint handle of `name`, made once. */
+  private async handle(name: string): Promise<Namespace<"bigint">> {
+    let h = this.handles.get(name);
+    if (h === undefined) {
+      h = await this.namespace(name);
+      this.handles.set(name, h);
+    }
+    return h;
+  }
+
   /** One id of `name` (bigint for 64-bit kinds, text for UUIDv7 and ULID). */
   async next(name: string): Promise<bigint | string> {
-    return (await this.namespace(name)).next();
+    if (this.closed) throw new ClosedError();
+    const h = this.handles.get(name) ?? (await this.handle(name));
+    return h.tryNext() ?? h.next();
   }
 
   /** `count` increasing ids of `name`. */
   async nextBatch(name: string, count: number): Promise<(bigint | string)[]> {
-    return (await this.namespace(name)).nextBatch(count);
+    if (this.closed) throw new ClosedError();
+    return (this.handles.get(name) ?? (await this.handle(name))).nextBatch(count);
   }
 
   /** The namespace's settings and state, read from a node (creates nothing). */
