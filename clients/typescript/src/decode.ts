@@ -64,37 +64,34 @@ export function decodeSnowflake(id: string | bigint, layout: string | Layout, na
   const n = typeof id === "bigint" ? id : parseU64(id.trim());
   const parts = resolved.decode(n);
   const unixMs = Number(parts.unixNanos / 1_000_000n);
-  const out: DecodedSnowflake = {
+  return {
     kind: "snowflake",
     layout: label,
     id: n.toString(),
     timestamp: rfc3339Millis(unixMs) ?? `${unixMs} ms after 1970 (past year 9999)`,
     unix_ms: unixMs,
-    sequence: 0,
+    ...nodeField(label, parts.node),
+    sequence: parts.sequence,
   };
-  switch (label) {
+}
+
+/** The node field as the layout names it (the CLI's names). */
+function nodeField(layout: string, node: number): Partial<DecodedSnowflake> {
+  switch (layout) {
     case "discord":
       // Discord's 10-bit node field is a 5-bit worker above a 5-bit process.
-      out.worker = parts.node >> 5;
-      out.process = parts.node & 0x1f;
-      break;
+      return { worker: node >> 5, process: node & 0x1f };
     case "instagram":
-      out.shard = parts.node;
-      break;
+      return { shard: node };
     case "sonyflake":
-      out.machine = parts.node;
-      break;
+      return { machine: node };
     case "twitter":
     case "snowflake":
     case "js53":
-      out.worker = parts.node;
-      break;
+      return { worker: node };
     default:
-      out.node = parts.node;
+      return { node };
   }
-  // Key order as the CLI prints it: the node field before the sequence.
-  const { sequence: _, ...rest } = out;
-  return { ...rest, sequence: parts.sequence };
 }
 
 const HEX = /^[0-9a-fA-F]$/;
