@@ -41,6 +41,12 @@ export function freePort() {
   });
 }
 
+/** Every node process still running: killed if this process exits before stopping them. */
+const live = new Set();
+process.on("exit", () => {
+  for (const proc of live) proc.kill("SIGKILL");
+});
+
 /** One started node. */
 class Node {
   constructor(name, proc, http, grpc, dir) {
@@ -69,6 +75,8 @@ function startNode(bin, name, config, dir) {
   const file = join(dir, "node.toml");
   writeFileSync(file, config);
   const proc = spawn(bin, ["serve", "--config", file, "--init"], { stdio: ["ignore", "pipe", "pipe"] });
+  live.add(proc);
+  proc.once("exit", () => live.delete(proc));
   let stderr = "";
   proc.stderr.on("data", (d) => (stderr = (stderr + d).slice(-8000)));
   return new Promise((ok, fail) => {
