@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds @idmint/client, packs it with `npm pack`, installs the tarball into a fresh temporary
+# directory's node_modules and runs the tests (node --test: the client conformance suite of
+# clients/conformance and the client's own tests) against that installed package, so what is
+# tested is what would be published.
+#
+# Needs node >= 20, npm, openssl (TLS scenarios) and the idmint binary: $IDMINT_BIN, else
+# <repo>/target/debug/idmint; a missing binary fails the run.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+bin=${IDMINT_BIN:-$repo/target/debug/idmint}
+[[ -x $bin ]] || { echo "run_tests.sh: the idmint binary $bin is missing: build it (cargo build -p idmint-cli) or set IDMINT_BIN" >&2; exit 1; }
+command -v openssl >/dev/null || { echo "run_tests.sh: openssl is missing (TLS scenarios need it)" >&2; exit 1; }
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+cd "$here"
+npm ci --no-audit --no-fund --loglevel=error
+tarball=$(npm pack --silent --pack-destination "$work" | tail -n 1)
+
+cd "$work"
+printf '{"name":"idmint-client-tests","private":true,"type":"module"}\n' > package.json
+npm install --no-audit --no-fund --prefer-offline --loglevel=error "./$tarball"
+cp "$here"/test/*.mjs .
+# The package must not reach back into the source tree: only what the tarball holds.
+test -f node_modules/@idmint/client/proto/idmint/v1/idmint.proto
+test -f node_modules/@idmint/client/dist/index.d.ts
+IDMINT_BIN=$bin IDMINT_REPO=$repo node --test --test-reporter=spec ./*.test.mjs

@@ -1,0 +1,25 @@
+//! `@idmint/client`: ids from idmint nodes, cached in the process, and offline decoding.
+
+export { Client, type ClientOptions, type CloseReport, type TlsOptions } from "./client.js";
+export { Namespace, type IdType, type IdOf, type NamespaceStats } from "./namespace.js";
+export { type BufferPolicy, DEFAULT_POLICY } from "./buffer.js";
+export * from "./errors.js";
+export { Layout, PRESETS, parseUnit, type FieldOrder, type LayoutSpec, type Parts, type PresetName } from "./layout.js";
+export {
+  decode,
+  decodeSnowflake,
+  decodeUlid,
+  decodeUuid7,
+  parseU64,
+  parseUlid,
+  parseUuid7,
+  rfc3339Millis,
+  ulidText,
+  uuidText,
+  type Decoded,
+  type DecodedSnowflake,
+  type DecodedTime,
+} from "./decode.js";
+export { fromGrpc, fromHttp, grpcStatusNumber, type GrpcFailure } from "./wire_errors.js";
+export type { NodeUrl, TransportKind } from "./nodes.js";
+export type { NamespaceInfo, RemoteDecoded } from "./transport.js";

@@ -1,0 +1,198 @@
+// @idmint/client beyond the shared conformance suite: ids as number only where safe, HTTP/JSON
+// as the fallback of a gRPC node, the background refill below the low-water mark, exact
+// counts on close, the validity window of time-ordered batches, TLS material from files.
+// Each test starts its own nodes (clients/conformance topologies) and stops them.
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { setImmediate as tick } from "node:timers/promises";
+import * as idmint from "@idmint/client";
+import { Topology, freePort, loadScenarios } from "./harness.mjs";
+
+const suite = loadScenarios();
+
+async function withTopology(name, body) {
+  const t = await Topology.start(suite.topologies[name]);
+  try {
+    await body(t);
+  } finally {
+    await t.stop();
+  }
+}
+
+/** Yields to the event loop until `condition()` holds (at most `limit` turns). */
+async function until(condition, what, limit = 200_000) {
+  for (let i = 0; i < limit; i++) {
+    if (condition()) return;
+    await tick();
+  }
+  assert.fail(`never: ${what}`);
+}
+
+test("ids are numbers only by opt-in and only where every id is a safe integer", () =>
+  withTopology("single", async (t) => {
+    const client = new idmint.Client(t.urls("grpc"));
+    try {
+      const js = await client.namespace("js", { ids: "number" });
+      const ids = await js.nextBatch(500);
+      for (const id of ids) assert.ok(Number.isSafeInteger(id) && id > 0, `${id} is a safe integer`);
+      for (let i = 1; i < ids.length; i++) assert.ok(ids[i - 1] < ids[i]);
+      // The default is bigint, and decimal text on request.
+      assert.equal(typeof (await client.next("js")), "bigint");
+      const text = await (await client.namespace("flake", { ids: "string" })).next();
+      assert.match(text, /^[0-9]{1,19}$/);
+      assert.ok(BigInt(text) > 2n ** 53n, "a twitter id of today is above 2^53");
+      for (const name of ["flake", "seq"]) {
+        await assert.rejects(client.namespace(name, { ids: "number" }), idmint.UnsafeIdError);
+      }
+      // A 32-bit sequence never exceeds 2^31 - 1.
+      assert.equal(typeof (await (await client.namespace("tiny", { ids: "number" })).next()), "number");
+    } finally {
+      await client.close();
+    }
+  }));
+
+test("ids above 2^53 are exact bigints, consecutive, on both wires", () =>
+  withTopology("single", async (t) => {
+    const above = 2n ** 60n;
+    await t.requestJson("POST", `/v1/admin/rebase/seq?above=${above}`);
+    for (const transport of ["grpc", "http"]) {
+      const client = new idmint.Client(t.urls(transport), { transport, buffer: { minBlock: 1000, maxBlock: 1000 } });
+      try {
+        const ns = await client.namespace("seq");
+        const ids = [await ns.next()];
+        for (let i = 0; i < 2500; i++) ids.push(ns.tryNext() ?? (await ns.next()));
+        assert.ok(ids[0] > above, `${ids[0]} above ${above}`);
+        for (let i = 1; i < ids.length; i++) assert.ok(ids[i] > ids[i - 1], `${ids[i - 1]} then ${ids[i]}`);
+        // Within a block ids are consecutive: no precision lost to a double.
+        assert.equal(ids[1] - ids[0], 1n);
+        const text = await (await client.namespace("seq", { ids: "string" })).next();
+        assert.ok(BigInt(text) > ids[ids.length - 1]);
+      } finally {
+        await client.close();
+      }
+    }
+  }));
+
+test("after a failover no id below those held is served: gRPC asks for blocks above them (min_start), HTTP cuts them away", async () => {
+  for (const transport of ["grpc", "http"]) {
+    const t = await Topology.start(suite.topologies.tiers);
+    try {
+      const client = new idmint.Client(t.urls(transport), { transport, buffer: { minBlock: 1000, maxBlock: 1000 } });
+      const ns = await client.namespace("seq");
+      const before = await ns.nextBatch(3000);
+      await t.nodes.get("r1").kill();
+      const after = await ns.nextBatch(3000);
+      const ids = [...before, ...after];
+      for (let i = 1; i < ids.length; i++) assert.ok(ids[i] > ids[i - 1], `${transport}: ${ids[i - 1]} then ${ids[i]}`);
+      const s = ns.stats();
+      assert.equal(s.served, 6000);
+      // r2 set the namespace up at its start, buffering ids of the global node below the ones
+      // r1 handed out since. Asked with the client's floor, it grants from its source instead;
+      // over HTTP (no floor) its block lies below and is burned whole, never served.
+      if (transport === "grpc") assert.equal(s.burned, 0, "grpc: nothing cut");
+      else assert.ok(s.burned >= 1000, `http: the block below was cut away (burned ${s.burned})`);
+      await client.close();
+    } finally {
+      await t.stop();
+    }
+  }
+});
+
+test("a node unreachable over gRPC is served over its HTTP/JSON API", () =>
+  withTopology("single", async (t) => {
+    const closed = await freePort();
+    const http = t.urls("http")[0];
+    const client = new idmint.Client([`http://127.0.0.1:${closed}`, { url: http, transport: "http" }], {
+      buffer: { minBlock: 5000, maxBlock: 5000 },
+    });
+    const seq = await client.namespace("seq");
+    try {
+      const ids = await seq.nextBatch(2000);
+      assert.equal(new Set(ids).size, 2000);
+      assert.equal(typeof (await client.next("uuids")), "string");
+    } finally {
+      // Within its newest block (no refill below half of it): the tail goes back whole.
+      const report = await client.close();
+      assert.equal(report.burned, 0);
+      const s = seq.stats();
+      assert.deepEqual([s.served, s.burned, s.buffered, s.givenBack], [2000, 0, 0, report.givenBack]);
+      assert.ok(report.givenBack >= 3000);
+    }
+  }));
+
+test("the buffer refills in the background below the low-water mark, and counts are exact", () =>
+  withTopology("single", async (t) => {
+    const block = 1000;
+    const client = new idmint.Client(t.urls("grpc"), { buffer: { minBlock: block, maxBlock: block, lowWater: 0.5 } });
+    const ns = await client.namespace("seq_fixed");
+    const first = await ns.next(); // the first block
+    let last = first;
+    // Below half a block: a refill starts without anyone waiting.
+    for (let i = 0; i < block / 2; i++) {
+      const id = ns.tryNext();
+      assert.ok(id !== undefined && id > last);
+      last = id;
+    }
+    await until(() => ns.stats().refills === 2, "the second block arrives");
+    const s = ns.stats();
+    assert.equal(s.waits, 1, "only the first call waited");
+    assert.equal(s.served, block / 2 + 1);
+    assert.equal(s.buffered, 2 * block - s.served);
+    const report = await client.close();
+    // The second block is the newest: its whole tail goes back; what is left of the first
+    // cannot (the node's give-back takes the newest lease only), so it is burned.
+    assert.equal(report.givenBack, block);
+    assert.equal(report.burned, block - s.served);
+    const after = ns.stats();
+    assert.equal(after.served + after.burned + after.givenBack, 2 * block);
+    assert.equal(ns.tryNext(), undefined, "nothing is handed out after close");
+    await assert.rejects(ns.next(), idmint.ClosedError);
+  }));
+
+test("time-ordered ids older than the validity window are dropped, never handed out", () =>
+  withTopology("single", async (t) => {
+    let now = 0;
+    const client = new idmint.Client(t.urls("grpc"), { validityMs: 1000, now: () => now });
+    try {
+      const ns = await client.namespace("flake");
+      const first = await ns.next(); // a batch of 16, stamped at 0
+      now = 1001;
+      const second = await ns.next();
+      assert.ok(second > first);
+      const s = ns.stats();
+      assert.equal(s.expired, 15, "the rest of the first batch expired");
+      assert.equal(s.served, 2);
+    } finally {
+      await client.close();
+    }
+  }));
+
+test("TLS material is read from files; a missing file is an InvalidConfigError naming it", () =>
+  withTopology("mtls", async (t) => {
+    const certs = t.certs;
+    const client = new idmint.Client(t.urls("grpc"), {
+      tls: { caFile: join(certs, "ca.pem"), certFile: join(certs, "client.pem"), keyFile: join(certs, "client.key") },
+    });
+    try {
+      assert.equal((await client.nextBatch("seq", 10)).length, 10);
+    } finally {
+      await client.close();
+    }
+    assert.throws(
+      () => new idmint.Client(t.urls("grpc"), { tls: { caFile: join(certs, "missing.pem") } }),
+      (e) => e instanceof idmint.InvalidConfigError && e.message.includes("missing.pem"),
+    );
+  }));
+
+test("offline decoding takes bigints and gives the node field its layout's name", () => {
+  const d = idmint.decode(175928847299117063n, "discord");
+  assert.equal(d.timestamp, "2016-04-30T11:18:25.796Z");
+  assert.equal(d.worker, 1);
+  assert.equal(d.process, 0);
+  assert.equal(d.sequence, 7);
+  assert.equal(idmint.decode("01ARZ3NDEKTSV4RRFFQ69G5FAV", "ulid").unix_ms, 1469922850259);
+  assert.throws(() => idmint.decode("9007199254740992", "js53"), idmint.DecodeError);
+  assert.ok(idmint.Layout.preset("js53").jsSafe && !idmint.Layout.preset("twitter").jsSafe);
+});
