@@ -288,10 +288,17 @@ pub fn serve(
         tls,
     } = listeners;
     init_logs(log_format)?;
-    let file = load_config(config.as_deref())?;
+    let mut file = load_config(config.as_deref())?;
     let tls = server_tls(tls, &file)?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let data_dir = resolve_data_dir(data_dir, &file)?;
+    // Unused blocks that cannot go back at a clean stop are kept beside the node record.
+    if file.authority.is_durable() {
+        file.node.keep_blocks = Some(idmint_node::KeepBlocks {
+            dir: data_dir.clone(),
+            authority: file.authority.to_string(),
+        });
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -372,8 +379,8 @@ pub fn serve(
         reloads.abort();
         let report = served?;
         say(format_args!(
-            "idmint stopped: {} ids handed back, {} burned",
-            report.given_back, report.burned
+            "idmint stopped: {} ids handed back, {} kept in the data directory, {} burned",
+            report.given_back, report.kept, report.burned
         ));
         Ok(())
     })

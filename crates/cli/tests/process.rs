@@ -386,9 +386,9 @@ fn a_second_sigterm_stops_at_once_and_still_hands_back() {
     });
     let (status, rest) = server.terminate();
     assert!(status.success(), "exit {status:?}: {rest:?}");
-    let (given_back, burned) = stop_counts(&rest);
-    assert!(given_back > 0, "{rest:?}");
-    assert_eq!(burned, 0, "{rest:?}");
+    let counts = stop_counts(&rest);
+    assert!(counts.given_back > 0, "{rest:?}");
+    assert_eq!(counts.burned, 0, "{rest:?}");
     drop(slow);
 }
 

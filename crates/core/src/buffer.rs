@@ -701,21 +701,24 @@ impl Buffer {
     /// (to hand back to the source by compare-and-swap); older unused blocks are counted as
     /// burned. Call [`Buffer::record_given_back`] or [`Buffer::record_burned`] with the outcome.
     pub fn take_unused_tail(&mut self) -> Option<Block> {
-        let newest = match self.ahead.pop_back() {
-            Some(b) => b,
-            None => {
-                let b = Block::new(self.cursor, self.end, self.step);
-                self.cursor = self.end;
-                b?
-            }
-        };
-        let older = self.buffered - newest.len();
-        self.stats.burned += older;
+        let mut unused = self.take_unused();
+        let newest = unused.pop()?;
+        self.stats.burned += unused.iter().map(Block::len).sum::<u64>();
+        Some(newest)
+    }
+
+    /// Empties the buffer for a graceful shutdown and returns every unused block, in
+    /// increasing order (the current block's remainder first, the newest block last), counting
+    /// none of them: call [`Buffer::record_given_back`] or [`Buffer::record_burned`] for those
+    /// that went back or were lost, and nothing for those the caller keeps to serve later.
+    pub fn take_unused(&mut self) -> Vec<Block> {
+        let mut unused = Vec::with_capacity(self.ahead.len() + 1);
+        unused.extend(Block::new(self.cursor, self.end, self.step));
+        unused.extend(self.ahead.drain(..));
         self.generation += 1;
-        self.ahead.clear();
         self.cursor = self.end;
         self.buffered = 0;
-        Some(newest)
+        unused
     }
 
     /// The tail from [`Buffer::take_unused_tail`] was handed back.
@@ -1091,6 +1094,29 @@ mod tests {
         let tail = b.take_unused_tail().unwrap();
         assert_eq!((tail.start(), tail.end(), tail.len()), (2, 21, 19));
         assert_eq!(b.stats().burned, 0);
+    }
+
+    #[test]
+    fn every_unused_block_comes_out_in_order_and_uncounted() {
+        let mut b = Buffer::new(fixed(10));
+        b.push(Block::new(1, 11, 1).unwrap()).unwrap();
+        b.push(Block::new(31, 41, 1).unwrap()).unwrap();
+        b.push(Block::new(51, 61, 1).unwrap()).unwrap();
+        assert_eq!(b.next_id(), Some(1));
+        assert_eq!(b.next_id(), Some(2));
+        let unused: Vec<(u64, u64)> = b
+            .take_unused()
+            .iter()
+            .map(|k| (k.start(), k.end()))
+            .collect();
+        assert_eq!(unused, [(3, 11), (31, 41), (51, 61)]);
+        assert_eq!(b.buffered(), 0);
+        assert_eq!(b.next_id(), None);
+        let s = b.stats();
+        assert_eq!((s.burned, s.given_back), (0, 0));
+        // Nothing left: a second call has nothing, and the buffer takes only higher blocks.
+        assert!(b.take_unused().is_empty());
+        assert!(b.push(Block::new(41, 51, 1).unwrap()).is_err());
     }
 
     #[test]

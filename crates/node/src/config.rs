@@ -288,6 +288,19 @@ pub struct NodeConfig {
     /// the store's clock, into checkpoints once an hour (1 to [`MAX_EXHAUSTION_WARNING_DAYS`]
     /// days); `None` (the default): the ledger keeps everything.
     pub audit_retention: Option<Duration>,
+    /// Where unused blocks that do not go back at a clean stop are kept, to be served first
+    /// after the restart ([`idmint_store::kept`]); `None`: they are burned. The binary sets it
+    /// to the data directory for every durable authority.
+    pub keep_blocks: Option<KeepBlocks>,
+}
+
+/// The data directory and the authority of [`NodeConfig::keep_blocks`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeepBlocks {
+    /// The data directory (`kept-blocks.json` lives there).
+    pub dir: PathBuf,
+    /// The configured authority's text: kept blocks are served only on the same authority.
+    pub authority: String,
 }
 
 impl Default for NodeConfig {
@@ -311,6 +324,7 @@ impl Default for NodeConfig {
             leases: LeaseSettings::default(),
             auth: None,
             audit_retention: None,
+            keep_blocks: None,
         }
     }
 }

@@ -93,12 +93,15 @@ struct RefillOutcome {
 }
 
 /// What a graceful hand-back did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HandBack {
     /// Ids returned to the source.
     pub given_back: u64,
-    /// Ids burned at shutdown (buffered, neither served nor returnable).
+    /// Ids burned at shutdown (buffered, neither served, returned nor kept).
     pub burned: u64,
+    /// Unused blocks neither returned nor burned, in increasing order: the caller keeps them
+    /// to serve after a restart.
+    pub kept: Vec<Block>,
 }
 
 /// A point-in-time view of a supply, for status pages and metrics.
@@ -783,46 +786,75 @@ impl Supply {
         }
     }
 
-    /// Hands the unused tail of the newest block back to the source (graceful shutdown).
-    /// Must run after the refill task stopped.
-    pub async fn give_back(&self) -> HandBack {
-        let before = self.with_buffer(|b| b.stats().burned);
-        let Some(tail) = self.with_buffer(|b| b.take_unused_tail()) else {
-            return HandBack {
-                given_back: 0,
-                burned: self.with_buffer(|b| b.stats().burned) - before,
-            };
+    /// Empties the buffer at a graceful shutdown (after the refill task stopped). The newest
+    /// block's unused tail goes back to the source. With `keep`, every unused id that does not
+    /// go back (older blocks, and whatever of the tail the source does not take) is handed to
+    /// the caller in [`HandBack::kept`], to keep durably and serve after a restart
+    /// ([`idmint_store::kept`]); without, those ids are burned. Kept ids were granted to this
+    /// node and none of them was served, so nobody else holds them.
+    pub async fn give_back(&self, keep: bool) -> HandBack {
+        let mut unused = self.with_buffer(|b| b.take_unused());
+        let Some(tail) = unused.pop() else {
+            return HandBack::default();
         };
+        let mut kept = unused;
         let n = tail.len();
-        let given_back = match self.source.give_back(&self.name, tail).await {
-            Ok(GiveBack::Returned) => {
-                self.with_buffer(|b| b.record_given_back(n));
-                n
-            }
+        let (given_back, not_returned) = match self.source.give_back(&self.name, tail).await {
+            Ok(GiveBack::Returned) => (n, None),
             Ok(GiveBack::Partly { ids }) => {
+                // The source took the tail's last `ids`; its first ones are still this node's.
                 let ids = ids.min(n);
-                tracing::info!(namespace = %self.name, given_back = ids, burned = n - ids, "only the newest block's part of the tail was returned");
-                self.with_buffer(|b| {
-                    b.record_given_back(ids);
-                    b.record_burned(n - ids);
-                });
-                ids
+                tracing::info!(namespace = %self.name, given_back = ids, not_returned = n - ids, "only the newest block's part of the tail was returned");
+                let rest_end = tail.start() + (n - ids) * tail.step();
+                (ids, Block::new(tail.start(), rest_end, tail.step()))
             }
             Ok(GiveBack::Refused { watermark }) => {
                 tracing::info!(namespace = %self.name, watermark, ids = n, "tail not returned: ids were reserved after it");
-                self.with_buffer(|b| b.record_burned(n));
-                0
+                (0, Some(tail))
             }
             Err(e) => {
                 tracing::warn!(namespace = %self.name, error = %e, ids = n, "could not hand back the unused tail");
-                self.with_buffer(|b| b.record_burned(n));
-                0
+                (0, Some(tail))
             }
         };
+        kept.extend(not_returned);
+        let mut burned = 0;
+        if !keep {
+            burned = kept.iter().map(Block::len).sum();
+            kept.clear();
+        }
+        self.with_buffer(|b| {
+            b.record_given_back(given_back);
+            b.record_burned(burned);
+        });
         HandBack {
             given_back,
-            burned: self.with_buffer(|b| b.stats().burned) - before,
+            burned,
+            kept,
         }
+    }
+
+    /// Puts blocks kept at the previous clean stop ([`Supply::give_back`]) into the empty
+    /// buffer, before anything is served: each passes the gate like a refill's block. Returns
+    /// the ids taken in; a block refused (not of this namespace, or out of order) is burned.
+    pub fn adopt(&self, blocks: &[Block]) -> u64 {
+        let mut adopted = 0;
+        for block in blocks {
+            if self.admit(block, true).is_err() {
+                continue;
+            }
+            match self.with_buffer(|b| b.push(*block)) {
+                Ok(()) => {
+                    self.note_watermark(block.end());
+                    adopted += block.len();
+                }
+                Err(e) => {
+                    tracing::warn!(namespace = %self.name, error = %e, "a kept block is not above what the buffer holds; burned");
+                    self.with_buffer(|b| b.record_burned(block.len()));
+                }
+            }
+        }
+        adopted
     }
 }
 
@@ -1051,7 +1083,7 @@ mod tests {
         assert_eq!(all.len(), 1400);
         assert_increasing(&all);
         running.stop().await;
-        let done = s.give_back().await;
+        let done = s.give_back(false).await;
         let snap = s.snapshot();
         let reserved = Authority::state(&source.inner, s.name())
             .await

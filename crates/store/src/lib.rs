@@ -61,6 +61,7 @@ pub mod etcd;
 #[cfg(feature = "file")]
 mod file;
 pub mod incarnation;
+pub mod kept;
 pub mod lease;
 mod memory;
 mod multi;

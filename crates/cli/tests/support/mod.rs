@@ -296,9 +296,20 @@ pub fn wait_with_deadline(child: &mut Child) -> ExitStatus {
     })
 }
 
-/// The `(ids handed back, ids burned)` of a node's last stdout line, `idmint stopped: N ids handed
-/// back, M burned`, among the `lines` [`Server::terminate`] returned.
-pub fn stop_counts(lines: &[String]) -> (u64, u64) {
+/// What a node's stop line said: `idmint stopped: N ids handed back, K kept in the data
+/// directory, M burned`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StopCounts {
+    /// Handed back to the authority (or the tier above).
+    pub given_back: u64,
+    /// Kept in the data directory, to be served first after a restart.
+    pub kept: u64,
+    /// Burned.
+    pub burned: u64,
+}
+
+/// The counts of a node's stop line among the `lines` [`Server::terminate`] returned.
+pub fn stop_counts(lines: &[String]) -> StopCounts {
     let stopped = lines
         .iter()
         .find_map(|l| l.strip_prefix("idmint stopped: "))
@@ -308,8 +319,12 @@ pub fn stop_counts(lines: &[String]) -> (u64, u64) {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().unwrap())
         .collect();
-    assert_eq!(numbers.len(), 2, "{stopped}");
-    (numbers[0], numbers[1])
+    assert_eq!(numbers.len(), 3, "{stopped}");
+    StopCounts {
+        given_back: numbers[0],
+        kept: numbers[1],
+        burned: numbers[2],
+    }
 }
 
 /// Panics, naming `who`, unless `ids` strictly increase.

@@ -31,7 +31,7 @@ pub mod requests;
 mod scrape;
 
 use crate::auth::{Auth, Buckets};
-use crate::config::{KindConfig, NodeConfig};
+use crate::config::{KeepBlocks, KindConfig, NodeConfig};
 use crate::error::{IdError, NodeError};
 use crate::metrics::Metrics;
 use crate::namespace::Namespace;
@@ -39,6 +39,7 @@ use crate::server::shutdown::{Shutdown, Stage};
 use crate::time::{SharedClock, TokioClock};
 use crate::worker::LeasedWorker;
 use idmint_core::{Backoff, Clock, NamespaceName};
+use idmint_store::kept::{self, KeptNamespace};
 use idmint_store::{Authority, BlockSource, StoreError};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
@@ -68,8 +69,11 @@ pub(crate) struct Served {
 pub struct ShutdownReport {
     /// Ids handed back to the authority.
     pub given_back: u64,
-    /// Ids burned (buffered but neither served nor returnable).
+    /// Ids burned (buffered but neither served, returned nor kept).
     pub burned: u64,
+    /// Ids kept in the data directory, to be served first after the restart
+    /// ([`NodeConfig::keep_blocks`]).
+    pub kept: u64,
 }
 
 /// A running node. Create with [`Node::start`], serve with [`crate::Server`].
@@ -150,8 +154,14 @@ impl Node {
             .iter()
             .map(|(n, k)| (n.clone(), k.clone()))
             .collect();
+        if let Some(keep) = node.config.keep_blocks.clone() {
+            node.take_kept(keep).await?;
+        }
         let mut pending = Vec::new();
         for (name, kind) in declared {
+            if node.lookup(&name).is_some() {
+                continue;
+            }
             match node.install(&name, &kind, false).await {
                 Ok(_) => {}
                 Err(e @ IdError::Unavailable { .. }) => {
@@ -210,6 +220,28 @@ impl Node {
             node.lock_tasks().push(pruner);
         }
         Ok(node)
+    }
+
+    /// Reads (and durably removes) the blocks kept at the previous clean stop and serves them
+    /// first ([`Node::adopt_kept`]). An unreadable data directory is an error: the node would
+    /// otherwise start without the ids it kept, and write over them at its next stop.
+    async fn take_kept(&self, keep: KeepBlocks) -> Result<(), NodeError> {
+        let dir = keep.dir.clone();
+        let taken =
+            tokio::task::spawn_blocking(move || kept::take(&keep.dir, &keep.authority)).await;
+        let taken = match taken {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => return Err(NodeError::Kept(format!("{}: {e}", dir.display()))),
+            Err(e) => return Err(NodeError::Kept(e.to_string())),
+        };
+        if let Some((aside, reason)) = taken.set_aside {
+            tracing::warn!(file = %aside.display(), reason, "kept blocks not served (set aside)");
+        }
+        if !taken.namespaces.is_empty() {
+            let (adopted, burned) = self.adopt_kept(taken.namespaces);
+            tracing::info!(ids = adopted, burned, "blocks kept at the last clean stop");
+        }
+        Ok(())
     }
 
     /// Sets up the declared namespaces the authority could not set up at start, retrying with
@@ -471,11 +503,37 @@ impl Node {
             w.release().await;
         }
         let mut report = ShutdownReport::default();
+        let keep = self.config.keep_blocks.clone();
+        let mut kept = Vec::new();
         for ns in self.all() {
             if let Namespace::Sequence(s) = &*ns {
-                let done = s.supply().give_back().await;
+                let done = s.supply().give_back(keep.is_some()).await;
                 report.given_back += done.given_back;
                 report.burned += done.burned;
+                if !done.kept.is_empty() {
+                    kept.push(KeptNamespace {
+                        name: s.supply().name().clone(),
+                        spec: s.spec(),
+                        blocks: done.kept,
+                    });
+                }
+            }
+        }
+        if let Some(keep) = keep.filter(|_| !kept.is_empty()) {
+            let ids: u64 = kept.iter().map(KeptNamespace::ids).sum();
+            let written =
+                tokio::task::spawn_blocking(move || kept::write(&keep.dir, &keep.authority, &kept))
+                    .await;
+            match written {
+                Ok(Ok(())) => report.kept += ids,
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, ids, "could not keep the unused blocks; burned");
+                    report.burned += ids;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, ids, "could not keep the unused blocks; burned");
+                    report.burned += ids;
+                }
             }
         }
         if let Err(e) = self.authority.flush().await {
@@ -504,6 +562,7 @@ fn authority_error(name: &str, e: StoreError) -> IdError {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::namespace::Ids;
     use idmint_api::NamespaceInfo;
     use idmint_core::SequenceSpec;
     use idmint_store::MemoryAuthority;
@@ -590,6 +649,131 @@ mod tests {
             .watermark
             - small.first();
         assert!(reserved <= 2 * cap, "reserved {reserved}, cap {cap}");
+        node.shutdown().await;
+    }
+
+    /// A clean stop keeps in the data directory what the authority does not take back (here:
+    /// another node reserved after this one, so its tail is refused), and the next start
+    /// serves the kept ids first, then continues from the authority: every id once, in order
+    /// per node, none burned.
+    #[tokio::test(start_paused = true)]
+    async fn unused_blocks_are_kept_over_a_restart_and_served_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let authority: Arc<dyn Authority> = Arc::new(MemoryAuthority::new());
+        let config = |keep: bool| {
+            let mut config = crate::FileConfig::parse(
+                "[server]\nauto_create = false\n[namespaces.orders]\nkind = \"sequence\"\n\
+                 cache = \"fixed\"\nblock_size = 100\n",
+            )
+            .unwrap()
+            .node;
+            config.keep_blocks = keep.then(|| KeepBlocks {
+                dir: dir.path().to_owned(),
+                authority: "memory (test)".into(),
+            });
+            config
+        };
+        let ids = |ids: Ids| match ids {
+            Ids::U64(v) => v,
+            other => panic!("{other:?}"),
+        };
+        let a = Node::start(config(true), authority.clone()).await.unwrap();
+        let a_ns = a.namespace("orders").await.unwrap().ns;
+        assert_eq!(
+            ids(a_ns.ids(10).await.unwrap()),
+            (1..=10).collect::<Vec<_>>()
+        );
+        let Namespace::Sequence(a_seq) = &*a_ns else {
+            panic!("not a sequence")
+        };
+        let held = a_seq.supply().snapshot().buffered;
+        let b = Node::start(config(false), authority.clone()).await.unwrap();
+        let b_first = ids(b
+            .namespace("orders")
+            .await
+            .unwrap()
+            .ns
+            .ids(1)
+            .await
+            .unwrap())[0];
+        assert_eq!(b_first, 11 + held, "B's block follows A's");
+
+        let report = a.shutdown().await;
+        assert_eq!(
+            (report.given_back, report.kept, report.burned),
+            (0, held, 0),
+            "{report:?}"
+        );
+        assert!(dir.path().join(kept::KEPT_FILE).exists());
+
+        let watermark = authority
+            .state(&name("orders"))
+            .await
+            .unwrap()
+            .unwrap()
+            .watermark;
+        let a = Node::start(config(true), authority.clone()).await.unwrap();
+        // Read (and removed) before anything was served.
+        assert!(!dir.path().join(kept::KEPT_FILE).exists());
+        let ns = a.namespace("orders").await.unwrap().ns;
+        assert_eq!(
+            ids(ns.ids(held).await.unwrap()),
+            (11..11 + held).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            ids(ns.ids(5).await.unwrap()),
+            (watermark..watermark + 5).collect::<Vec<_>>()
+        );
+        a.shutdown().await;
+        b.shutdown().await;
+    }
+
+    /// Kept blocks of a namespace the node no longer serves with the same settings are not
+    /// served (burned), and the file is still consumed.
+    #[tokio::test(start_paused = true)]
+    async fn kept_blocks_of_a_changed_namespace_are_not_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = SequenceSpec::default_64();
+        kept::write(
+            dir.path(),
+            "a",
+            &[KeptNamespace {
+                name: name("orders"),
+                spec,
+                blocks: vec![idmint_core::Block::new(1, 101, 1).unwrap()],
+            }],
+        )
+        .unwrap();
+        let mut config = NodeConfig {
+            auto_create: false,
+            ..NodeConfig::default()
+        };
+        let (_, cache) = config.default_sequence;
+        let other = SequenceSpec::new(idmint_core::Width::Bits64, 1, 2, 1).unwrap();
+        config
+            .namespaces
+            .insert(name("orders"), KindConfig::Sequence { spec: other, cache });
+        config.keep_blocks = Some(KeepBlocks {
+            dir: dir.path().to_owned(),
+            authority: "a".into(),
+        });
+        let node = Node::start(config, Arc::new(MemoryAuthority::new()))
+            .await
+            .unwrap();
+        assert!(!dir.path().join(kept::KEPT_FILE).exists());
+        let ids = node
+            .namespace("orders")
+            .await
+            .unwrap()
+            .ns
+            .ids(3)
+            .await
+            .unwrap();
+        assert_eq!(
+            ids,
+            Ids::U64(vec![1, 3, 5]),
+            "from the authority, with the configured spec"
+        );
         node.shutdown().await;
     }
 

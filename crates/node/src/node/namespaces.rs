@@ -18,6 +18,7 @@ use crate::namespace::{
 use crate::supply::{Supply, SupplyConfig};
 use crate::worker::{LeasedWorker, WorkerError};
 use idmint_core::{NamespaceName, SequenceSpec, UlidGenerator, Uuid7Generator};
+use idmint_store::kept::KeptNamespace;
 use idmint_store::{BlockSource, StoreError};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -160,13 +161,7 @@ impl Node {
                     .sequence(name, *spec, *cache)
                     .await?
                     .auto_created(auto_created);
-                let task = tokio::spawn(
-                    seq.supply()
-                        .clone()
-                        .refill_loop(self.config.refill_tick, self.stop.subscribe()),
-                );
-                self.lock_tasks().push(task);
-                Namespace::Sequence(seq)
+                return Ok(self.serve_sequence(name, seq, auto_created));
             }
             KindConfig::Snowflake {
                 layout,
@@ -192,16 +187,7 @@ impl Node {
                 self.served_counter(name),
             ),
         };
-        let served = Served {
-            ns: Arc::new(ns),
-            buckets: Arc::new(Buckets::default()),
-        };
-        self.namespaces
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.clone(), served.clone());
-        tracing::info!(namespace = %name, kind = served.ns.kind(), auto_created, "serving namespace");
-        Ok(served)
+        Ok(self.publish(name, ns, auto_created))
     }
 
     /// The worker lease of `group`, taken (and kept renewed by a background task) on first use.
@@ -272,19 +258,104 @@ impl Node {
                 }
                 other => authority_error(name.as_str(), other),
             })?;
+        Ok(self.sequence_on(name, spec, cache, state.watermark))
+    }
+
+    /// A sequence namespace on the authority, known to exist there at `watermark` or above.
+    fn sequence_on(
+        &self,
+        name: &NamespaceName,
+        spec: SequenceSpec,
+        cache: CacheMode,
+        watermark: u64,
+    ) -> SequenceNamespace {
         let source: Arc<dyn BlockSource> = Arc::new(self.authority.clone());
         let supply = Supply::new(
             name.clone(),
             SupplyConfig {
                 cache,
                 refill_wait: self.config.refill_wait,
-                watermark: state.watermark,
+                watermark,
                 space: IdSpace::new(spec, self.authority.residues(&spec)),
             },
             source,
             self.clock.0.clone(),
             Arc::new(SupplyMetrics::new(&self.metrics, name.as_str())),
         );
-        Ok(SequenceNamespace::new(spec, supply))
+        SequenceNamespace::new(spec, supply)
+    }
+
+    /// Serves the blocks kept at the previous clean stop ([`idmint_store::kept`]) first: each
+    /// namespace with kept blocks is set up from them, without asking the authority (which
+    /// granted them, and may be unreachable now); its refills go to the authority as usual. A
+    /// namespace whose configuration changed (another kind or spec, or no longer served) does
+    /// not take them: they are burned. Runs at start, before anything is served. Returns the
+    /// ids taken in and the ids burned.
+    pub(super) fn adopt_kept(&self, kept: Vec<KeptNamespace>) -> (u64, u64) {
+        let (mut adopted, mut burned) = (0, 0);
+        for k in kept {
+            let ids = k.ids();
+            let cache = match self.config.namespaces.get(&k.name) {
+                Some(KindConfig::Sequence { spec, cache }) if *spec == k.spec => Some(*cache),
+                Some(_) => None,
+                None if self.config.auto_create
+                    && self.auto_created.load(Ordering::Relaxed) < self.config.max_namespaces =>
+                {
+                    Some(crate::config::fit_cache(
+                        self.config.default_sequence.1,
+                        &k.spec,
+                    ))
+                }
+                None => None,
+            };
+            let Some(cache) = cache else {
+                tracing::warn!(namespace = %k.name, ids, "kept blocks of a namespace this node no longer serves with the same settings; burned");
+                burned += ids;
+                continue;
+            };
+            let auto_created = !self.config.namespaces.contains_key(&k.name);
+            let watermark = k.blocks.last().map_or(0, |b| b.end());
+            let seq = self
+                .sequence_on(&k.name, k.spec, cache, watermark)
+                .auto_created(auto_created);
+            let took = seq.supply().adopt(&k.blocks);
+            adopted += took;
+            burned += ids - took;
+            if auto_created {
+                self.auto_created.fetch_add(1, Ordering::Relaxed);
+            }
+            tracing::info!(namespace = %k.name, ids = took, "serving the blocks kept at the last clean stop first");
+            self.serve_sequence(&k.name, seq, auto_created);
+        }
+        (adopted, burned)
+    }
+
+    /// Starts `seq`'s refill task and serves it.
+    fn serve_sequence(
+        &self,
+        name: &NamespaceName,
+        seq: SequenceNamespace,
+        auto_created: bool,
+    ) -> Served {
+        let task = tokio::spawn(
+            seq.supply()
+                .clone()
+                .refill_loop(self.config.refill_tick, self.stop.subscribe()),
+        );
+        self.lock_tasks().push(task);
+        self.publish(name, Namespace::Sequence(seq), auto_created)
+    }
+
+    fn publish(&self, name: &NamespaceName, ns: Namespace, auto_created: bool) -> Served {
+        let served = Served {
+            ns: Arc::new(ns),
+            buckets: Arc::new(Buckets::default()),
+        };
+        self.namespaces
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone(), served.clone());
+        tracing::info!(namespace = %name, kind = served.ns.kind(), auto_created, "serving namespace");
+        served
     }
 }
