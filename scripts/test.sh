@@ -219,6 +219,20 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quie
 step "cargo test --workspace"
 cargo test --workspace --all-features
 
+# The client packages, built and installed as a user would (a wheel in a fresh virtualenv, an
+# npm tarball in a fresh node_modules), each running the shared conformance suite
+# (clients/conformance) against nodes it starts with the binary cargo test just built.
+step "the Python client: build, install, conformance suite"
+IDMINT_BIN="$PWD/target/debug/idmint" bash clients/python/run_tests.sh
+
+step "the TypeScript client: pack, install, conformance suite"
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1 \
+  || ! node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 18) ? 0 : 1)'; then
+  echo "error: the TypeScript client needs Node.js 20.18 or later with npm (https://nodejs.org)" >&2
+  exit 1
+fi
+IDMINT_BIN="$PWD/target/debug/idmint" bash clients/typescript/run_tests.sh
+
 step "schemathesis: every operation of GET /openapi.json against a live node"
 bash crates/node/tests/schemathesis/run.sh
 
