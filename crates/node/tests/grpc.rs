@@ -1025,3 +1025,81 @@ async fn a_python_grpcio_client_drives_the_server() {
     );
     node.stop().await;
 }
+
+/// The standard health service (`grpc.health.v1`) answers the node's readiness, with no token
+/// even under `[auth]`: `NOT_SERVING` while a declared namespace cannot be set up (its
+/// authority down at start), `SERVING` once it is; an unknown service is `NOT_FOUND`; a
+/// `Watch` sends the status, then the change, and a last `NOT_SERVING` when the node drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_service_answers_readiness() {
+    use idmint_store::conformance::SwitchedAuthority;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+
+    let authority = Arc::new(SwitchedAuthority::default());
+    authority.set_down(true);
+    // `[auth]` on: a probe carries no token, and gets its answer.
+    let cfg = config(
+        r#"
+        [server]
+        auto_create = false
+        [namespaces.orders]
+        kind = "sequence"
+        [auth]
+        [[auth.tokens]]
+        hash = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+        scopes = { "*" = ["read"] }
+        "#,
+    );
+    let node = Node::start(cfg, authority.clone()).await.unwrap();
+    let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = grpc.local_addr().unwrap();
+    let server = idmint_node::Server::new(node).grpc(grpc);
+    let shutdown = server.shutdown_handle();
+    let served = tokio::spawn(server.serve());
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel);
+    let check = |service: &str| HealthCheckRequest {
+        service: service.into(),
+    };
+    let status_of =
+        |r: tonic_health::pb::HealthCheckResponse| ServingStatus::try_from(r.status).unwrap();
+
+    for service in ["", "idmint.v1.Idmint"] {
+        let answer = health.check(check(service)).await.unwrap().into_inner();
+        assert_eq!(status_of(answer), ServingStatus::NotServing, "{service:?}");
+    }
+    let unknown = health.check(check("idmint.v1.Other")).await.unwrap_err();
+    assert_eq!(unknown.code(), Code::NotFound);
+
+    let mut watch = health.watch(check("")).await.unwrap().into_inner();
+    let first = watch.message().await.unwrap().unwrap();
+    assert_eq!(status_of(first), ServingStatus::NotServing);
+    authority.set_down(false);
+    let turned = tokio::time::timeout(DEADLINE, watch.message())
+        .await
+        .expect("the watch reports the change")
+        .unwrap()
+        .unwrap();
+    assert_eq!(status_of(turned), ServingStatus::Serving);
+    let answer = health.check(check("")).await.unwrap().into_inner();
+    assert_eq!(status_of(answer), ServingStatus::Serving);
+
+    shutdown.drain();
+    let last = tokio::time::timeout(DEADLINE, watch.message())
+        .await
+        .expect("the watch ends when the node drains")
+        .unwrap()
+        .unwrap();
+    assert_eq!(status_of(last), ServingStatus::NotServing);
+    tokio::time::timeout(DEADLINE, served)
+        .await
+        .expect("the node stops")
+        .unwrap()
+        .unwrap();
+}

@@ -23,9 +23,13 @@
 //!   node's operation (`UNAUTHENTICATED`, `PERMISSION_DENIED`, `RESOURCE_EXHAUSTED` with the
 //!   idmint codes `unauthorized`, `forbidden`, `rate_limited`).
 //!
+//! Beside `idmint.v1`, every gRPC listener answers the standard health service
+//! (`grpc.health.v1`, [`health`]) with the node's readiness.
+//!
 //! What it does not do: reflection, or gRPC-Web.
 
 pub mod convert;
+pub mod health;
 mod leases;
 pub mod status;
 
@@ -426,7 +430,10 @@ fn chunks(node: Arc<Node>, stream: IdStream, in_flight: Option<InFlight>) -> Chu
 /// draining lets its requests finish (GOAWAY first).
 pub(crate) async fn serve_connection(node: Arc<Node>, conn: Connection, shutdown: Shutdown) {
     let activity = conn.activity().clone();
-    let grpc = IdmintService::new(node.clone()).into_server();
+    // The idmint API and the standard health service, routed by path.
+    let grpc = tonic::service::Routes::new(IdmintService::new(node.clone()).into_server())
+        .add_service(health::HealthService::new(node.clone()).into_server())
+        .prepare();
     let service = tower::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
         // Every request marks the connection busy while it runs, and passes the connection's
         // activity on (a stream keeps the connection busy for as long as it is open).
