@@ -329,7 +329,7 @@ pub fn serve(
         )?;
         tracing::info!(data_dir = %data_dir.display(), "data directory");
         // The store, checked against this node's record (docs/uniqueness.md).
-        let authority = idmint_node::open_store(&file, &data_dir, init).await?;
+        let authority = idmint_node::open_store_or_later(&file, &data_dir, init).await?;
         let listener = match http {
             Some((http, addrs)) => bind_first("HTTP", &http, &addrs).await?,
             None => {

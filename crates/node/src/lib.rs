@@ -73,4 +73,4 @@ pub use node::requests::{Credentials, GivenBack, IdStream, Limit, Taken, MAX_STR
 pub use node::{Node, ShutdownReport};
 pub use server::shutdown::{Shutdown, Stage};
 pub use server::{Protocol, Server};
-pub use store::{open_store, OpenStoreError};
+pub use store::{open_store, open_store_or_later, OpenStoreError};

@@ -8,15 +8,29 @@
 //! declares, `[authority] incarnation`). A multi authority's member transitions are logged
 //! once each way.
 //!
+//! A store that does not answer at start, on a node that ran on it before (its node record, or
+//! the configuration, names the store's incarnation), does not stop the node:
+//! [`open_store_or_later`] hands it a [`DeferredAuthority`] that answers "unavailable" until a
+//! background task has connected and checked the store exactly as at a normal start. The node
+//! starts unready and serves what needs no store (blocks kept at its last clean stop, UUIDv7,
+//! ULID). A first start still needs its store (only it can say whether the deployment is new).
+//!
 //! What it does not do: choose the data directory (the binary resolves it), or serve anything.
 
 use crate::config::{FileConfig, KindConfig};
+use idmint_core::Backoff;
 use idmint_store::{
-    Authority, CheckedAuthority, ConnectError, NodeRecord, NodeRecordError, StoreError,
-    StoreExpectations,
+    Authority, CheckedAuthority, ConnectError, DeferredAuthority, NodeRecord, NodeRecordError,
+    StoreError, StoreExpectations,
 };
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// The first pause between tries to open a store that did not answer at start.
+pub const OPEN_RETRY_FIRST: Duration = Duration::from_secs(1);
+/// The longest pause between those tries.
+pub const OPEN_RETRY_CAP: Duration = Duration::from_secs(30);
 
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +83,78 @@ pub async fn open_store(
         tracing::info!(%incarnation, "store incarnation");
     }
     Ok(Arc::new(checked))
+}
+
+impl OpenStoreError {
+    /// Whether the store did not answer (as opposed to refusing, or a configuration mistake).
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            OpenStoreError::Connect(ConnectError::Connect { source, .. }) => {
+                source.is_unavailable()
+            }
+            OpenStoreError::Check { source, .. } => source.is_unavailable(),
+            _ => false,
+        }
+    }
+}
+
+/// [`open_store`], or, when the store does not answer and the node ran on it before (its node
+/// record or the configuration names the store's incarnation), a [`DeferredAuthority`] at once
+/// and a task (on the current runtime) that retries [`open_store`] with a backoff until it
+/// succeeds. Any other failure is returned, as from [`open_store`].
+pub async fn open_store_or_later(
+    config: &FileConfig,
+    data_dir: &Path,
+    init: bool,
+) -> Result<Arc<dyn Authority>, OpenStoreError> {
+    let error = match open_store(config, data_dir, init).await {
+        Ok(authority) => return Ok(authority),
+        Err(e) => e,
+    };
+    if !error.is_unavailable() || !knows_its_store(config, data_dir)? {
+        return Err(error);
+    }
+    tracing::warn!(error = %error, "the authority does not answer: starting unready, retrying");
+    let deferred = Arc::new(DeferredAuthority::new(
+        config.authority.kind(),
+        error.to_string(),
+    ));
+    let retry = {
+        let (deferred, config, data_dir) = (deferred.clone(), config.clone(), data_dir.to_owned());
+        async move {
+            let mut backoff = Backoff::new(OPEN_RETRY_FIRST, OPEN_RETRY_CAP);
+            loop {
+                tokio::time::sleep(backoff.delay()).await;
+                match open_store(&config, &data_dir, init).await {
+                    Ok(authority) => {
+                        deferred.connected(authority);
+                        tracing::info!("the authority answers: connected and checked");
+                        return;
+                    }
+                    Err(e) => {
+                        if e.is_unavailable() {
+                            tracing::debug!(error = %e, "the authority still does not answer");
+                        } else {
+                            tracing::error!(error = %e, "the authority answers, and cannot be used; retrying");
+                        }
+                        deferred.failed(e.to_string());
+                    }
+                }
+            }
+        }
+    };
+    tokio::spawn(retry);
+    Ok(deferred)
+}
+
+/// Whether this node ran on its store before: the node record or the configuration names the
+/// store's incarnation.
+fn knows_its_store(config: &FileConfig, data_dir: &Path) -> Result<bool, OpenStoreError> {
+    if config.incarnation.is_some() {
+        return Ok(true);
+    }
+    let record = NodeRecord::open(data_dir, config.authority.to_string())?;
+    Ok(record.incarnation()?.is_some())
 }
 
 /// What the configuration declares that lives in the store, and what `init` and

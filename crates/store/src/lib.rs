@@ -56,6 +56,7 @@ pub mod config;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 mod connect;
+pub mod deferred;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "file")]
@@ -82,6 +83,7 @@ pub mod zookeeper;
 pub use audit::{Advance, Advanced, AuditEntry, AuditEvent, AuditLog, AuditReport};
 pub use config::AuthorityConfig;
 pub use connect::{connect, connect_observed, ConnectError};
+pub use deferred::DeferredAuthority;
 #[cfg(feature = "file")]
 pub use file::{FileAuthority, FILE_NAME};
 pub use incarnation::Incarnation;
