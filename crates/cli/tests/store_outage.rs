@@ -20,16 +20,7 @@ use idmint_testkit::postgres::TempDatabase;
 use idmint_testkit::proxy::{Fault, FaultProxy};
 use idmint_testkit::wait;
 use std::path::Path;
-use support::{http_get, serve_command, stop_counts, toml_string, Server, DEADLINE};
-
-fn ids_of(body: &str) -> Vec<u64> {
-    serde_json::from_str::<serde_json::Value>(body).unwrap()["ids"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no ids in {body}"))
-        .iter()
-        .map(|id| id.as_str().unwrap().parse().unwrap())
-        .collect()
-}
+use support::{http_get, ids_of, serve_command, stop_counts, toml_string, Server, DEADLINE};
 
 fn write_config(dir: &Path, url: &str) -> std::path::PathBuf {
     let path = dir.join("idmint.toml");

@@ -57,7 +57,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
-use support::{http_get, stop_counts, Server, DEADLINE};
+use support::{http_get, ids_of, stop_counts, Server, DEADLINE};
 
 const NAMESPACE: &str = "orders";
 /// Phases of the run, as the clients tag their calls' latencies.
@@ -182,16 +182,6 @@ fn number(v: &serde_json::Value) -> u64 {
 }
 
 /// p50 and p99 of `latencies`, in milliseconds.
-/// The ids of a `GET /v1/ids` answer.
-fn ids_of(body: &str) -> Vec<u64> {
-    serde_json::from_str::<serde_json::Value>(body).unwrap()["ids"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no ids in {body}"))
-        .iter()
-        .map(|id| id.as_str().unwrap().parse().unwrap())
-        .collect()
-}
-
 fn percentiles(latencies: &mut [Duration]) -> (f64, f64) {
     if latencies.is_empty() {
         return (0.0, 0.0);

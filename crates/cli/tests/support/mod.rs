@@ -327,6 +327,16 @@ pub fn stop_counts(lines: &[String]) -> StopCounts {
     }
 }
 
+/// The ids of a `GET /v1/ids` answer.
+pub fn ids_of(body: &str) -> Vec<u64> {
+    serde_json::from_str::<serde_json::Value>(body).unwrap()["ids"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no ids in {body}"))
+        .iter()
+        .map(|id| id.as_str().unwrap().parse().unwrap())
+        .collect()
+}
+
 /// Panics, naming `who`, unless `ids` strictly increase.
 pub fn assert_strictly_increasing(ids: &[u64], who: &str) {
     if let Some(pair) = ids.windows(2).find(|p| p[0] >= p[1]) {
