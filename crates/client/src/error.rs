@@ -9,11 +9,9 @@
 //! position in the list given to `Client::connect`.
 
 use idmint_core::NamespaceNameError;
+use idmint_proto::nodes::error_code;
 use thiserror::Error;
 use tonic::{Code, Status};
-
-/// The metadata key holding the idmint error code of a status (the node's `grpc::status`).
-const ERROR_CODE_KEY: &str = "idmint-error-code";
 
 /// Why a client call failed.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -191,15 +189,6 @@ impl ClientError {
     }
 }
 
-/// The idmint code of `status`, from its trailer.
-pub(crate) fn idmint_code(status: &Status) -> Option<String> {
-    status
-        .metadata()
-        .get(ERROR_CODE_KEY)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-}
-
 /// The client error of a status a node answered about `namespace` (`node`: its index in the
 /// configured urls; messages number nodes from 1, as docs/client.md does).
 pub(crate) fn from_status(namespace: &str, node: usize, status: &Status) -> ClientError {
@@ -208,13 +197,14 @@ pub(crate) fn from_status(namespace: &str, node: usize, status: &Status) -> Clie
         namespace,
         status.code(),
         message,
-        idmint_code(status).as_deref(),
+        error_code(status).as_deref(),
     )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use idmint_proto::nodes::ERROR_CODE_KEY;
 
     #[test]
     fn statuses_map_to_their_variants_with_the_idmint_code() {
