@@ -262,14 +262,22 @@ mod tests {
             assert_eq!(newer.code(), Some("brand_new"));
         }
         // Statuses of several codes keep the node's, known or not.
-        assert_eq!(e(Code::PermissionDenied, Some("forbidden")).code(), Some("forbidden"));
-        assert_eq!(e(Code::ResourceExhausted, Some("brand_new")).code(), Some("brand_new"));
+        assert_eq!(
+            e(Code::PermissionDenied, Some("forbidden")).code(),
+            Some("forbidden")
+        );
+        assert_eq!(
+            e(Code::ResourceExhausted, Some("brand_new")).code(),
+            Some("brand_new")
+        );
         // Without a code from a node: the client's own.
         assert_eq!(e(Code::Unavailable, None).code(), Some("unavailable"));
         assert_eq!(ClientError::Closed.code(), Some("closed"));
         let count = ClientError::InvalidCount { count: 0, max: 1 };
         assert_eq!(count.code(), Some("invalid_count"));
-        let config = ClientError::InvalidConfig { message: "x".into() };
+        let config = ClientError::InvalidConfig {
+            message: "x".into(),
+        };
         assert_eq!(config.code(), None);
     }
 }

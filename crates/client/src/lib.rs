@@ -81,7 +81,7 @@ pub use error::ClientError;
 pub use id::{Id, Kind};
 pub use idmint_core::{BufferConfig, BufferPolicy, Clock, ManualClock, Sizing, SystemClock};
 pub use idmint_proto::nodes::BearerToken;
-/// The gRPC status codes, as [`ClientError::from_grpc`] takes them.
-pub use tonic::Code as GrpcCode;
 pub use local::LocalIds;
 pub use namespace::{Namespace, NamespaceStats};
+/// The gRPC status codes, as [`ClientError::from_grpc`] takes them.
+pub use tonic::Code as GrpcCode;

@@ -13,9 +13,7 @@
 
 mod conformance_support;
 
-use conformance_support::client::{
-    config, distinct, ensure, increasing, of_kind, runtime, Under,
-};
+use conformance_support::client::{config, distinct, ensure, increasing, of_kind, runtime, Under};
 use conformance_support::suite::{self, Flavor, Keys, Run};
 use conformance_support::topology::Topology;
 use idmint_client::{ClientError, GrpcCode, Id};
@@ -90,15 +88,16 @@ fn run_one(data: &Value, run: &Run<'_>) -> Result<(), String> {
         return match kind {
             "error_table" => error_table(data),
             "decode_offline" => conformance_support::decode::run_file(s.str_at("file")?),
-            other => Err(format!("kind {other} needs nodes and was given no transport")),
+            other => Err(format!(
+                "kind {other} needs nodes and was given no transport"
+            )),
         };
     };
     // Dropped at the end of this function, also on an error or a panic: the nodes stop.
     let mut topology = Topology::start(data, s.str_at("topology")?)?;
     let config = config(data, s, &topology, transport)?;
-    let connect = || {
-        Under::connect(run.flavor, config.clone()).map_err(|e| format!("connecting: {e}"))
-    };
+    let connect =
+        || Under::connect(run.flavor, config.clone()).map_err(|e| format!("connecting: {e}"));
     match kind {
         "unique_concurrent" => unique_concurrent(data, s, &connect()?),
         "batches" => batches(data, s, &connect()?),
@@ -207,7 +206,10 @@ fn give_back(
     let connect = || Under::connect(flavor, config.clone()).map_err(|e| format!("connect: {e}"));
     let a = connect()?;
     let taken: Result<Vec<Id>, String> = (0..take)
-        .map(|i| a.next(ns).map_err(|e| format!("client A, call {}: {e}", i + 1)))
+        .map(|i| {
+            a.next(ns)
+                .map_err(|e| format!("client A, call {}: {e}", i + 1))
+        })
         .collect();
     let report = a.close().map_err(|e| format!("close: {e}"))?;
     let taken = taken?;
@@ -225,7 +227,10 @@ fn give_back(
     b.close().map_err(|e| format!("close B: {e}"))?;
     let first = first?.as_u128();
     ensure(first == last + 1, || {
-        format!("client B's first id is {first}, want {} (A's last + 1)", last + 1)
+        format!(
+            "client B's first id is {first}, want {} (A's last + 1)",
+            last + 1
+        )
     })
 }
 
@@ -441,7 +446,10 @@ fn not_applicable_runs_are_listed() {
         absent.extend(plan.not_applicable);
         if s.get("kind").and_then(Value::as_str) == Some("error_table") {
             absent.push((
-                format!("{} [error_table, http]", s.str_at("name").unwrap_or_default()),
+                format!(
+                    "{} [error_table, http]",
+                    s.str_at("name").unwrap_or_default()
+                ),
                 "the Rust client has no HTTP/JSON transport (gRPC only)",
             ));
         }

@@ -270,10 +270,7 @@ impl Nodes {
             Ok(Err(status)) if moves_on(&status) => Err(moved_on(label, &status)),
             Ok(Err(status)) => Err(CallError::Status(index, status)),
             Err(_) => Err(CallError::Unavailable {
-                message: format!(
-                    "{label}: no answer within {} ms",
-                    self.timeout.as_millis()
-                ),
+                message: format!("{label}: no answer within {} ms", self.timeout.as_millis()),
                 code: None,
             }),
         }
@@ -432,7 +429,10 @@ mod tests {
             .unwrap_err();
         match err {
             CallError::Unavailable { message, code } => {
-                assert!(message.contains("first") && message.contains("second"), "{message}");
+                assert!(
+                    message.contains("first") && message.contains("second"),
+                    "{message}"
+                );
                 assert_eq!(code, None, "no node answered with a code");
             }
             CallError::Status(..) => panic!("no node answered"),
@@ -448,7 +448,10 @@ mod tests {
         match moved_on("node #1", &status) {
             CallError::Unavailable { message, code } => {
                 assert_eq!(code.as_deref(), Some("authority_unavailable"));
-                assert_eq!(message, "node #1: authority_unavailable: no ids (UNAVAILABLE)");
+                assert_eq!(
+                    message,
+                    "node #1: authority_unavailable: no ids (UNAVAILABLE)"
+                );
             }
             CallError::Status(..) => panic!("UNAVAILABLE moves on"),
         }

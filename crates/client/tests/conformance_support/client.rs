@@ -93,9 +93,8 @@ impl Under {
         let clock = Arc::new(SystemClock::new());
         match flavor {
             Flavor::Async => {
-                let runtime = Arc::new(runtime().map_err(|message| ClientError::Runtime {
-                    message,
-                })?);
+                let runtime =
+                    Arc::new(runtime().map_err(|message| ClientError::Runtime { message })?);
                 let client = runtime.block_on(Client::connect_with(config, clock))?;
                 Ok(Under::Async { client, runtime })
             }
@@ -223,7 +222,10 @@ pub fn of_kind(data: &Value, ns: &str, id: Id) -> Result<(), String> {
     let bad = || format!("{ns} ({kind}): {id:?} is not an id of its kind");
     match (kind, id) {
         ("sequence", Id::Sequence(v)) | ("snowflake", Id::Snowflake(v)) => {
-            let max = spec.get("max").and_then(Value::as_u64).unwrap_or(i64::MAX as u64);
+            let max = spec
+                .get("max")
+                .and_then(Value::as_u64)
+                .unwrap_or(i64::MAX as u64);
             ensure((1..=max.min(i64::MAX as u64)).contains(&v), bad)
         }
         ("uuid7", Id::Uuid7(u)) => {

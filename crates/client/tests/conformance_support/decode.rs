@@ -73,7 +73,10 @@ fn layout(case: &Value) -> Result<(String, Layout), String> {
 /// The node field's names of a layout (Discord's 10-bit node is a worker above a process).
 fn node_fields(layout: &str, node: u64) -> Vec<(&'static str, Value)> {
     match layout {
-        "discord" => vec![("worker", json!(node >> 5)), ("process", json!(node & 0x1f))],
+        "discord" => vec![
+            ("worker", json!(node >> 5)),
+            ("process", json!(node & 0x1f)),
+        ],
         "instagram" => vec![("shard", json!(node))],
         "sonyflake" => vec![("machine", json!(node))],
         "twitter" | "snowflake" | "js53" => vec![("worker", json!(node))],

@@ -169,9 +169,12 @@ pub fn plan(s: &Value) -> Result<Plan<'_>, String> {
             .map(|l| l.iter().filter_map(Value::as_str).collect())
             .ok_or_else(|| format!("{}: transports is not a list", label(s, None, None)))?,
     };
-    let absent_op = ops(s)
-        .into_iter()
-        .find_map(|op| ABSENT_OPS.iter().find(|(o, _)| *o == op).map(|(_, why)| *why));
+    let absent_op = ops(s).into_iter().find_map(|op| {
+        ABSENT_OPS
+            .iter()
+            .find(|(o, _)| *o == op)
+            .map(|(_, why)| *why)
+    });
     for transport in transports {
         let absent_transport = ABSENT_TRANSPORTS
             .iter()
