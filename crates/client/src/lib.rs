@@ -83,3 +83,5 @@ pub use idmint_core::{BufferConfig, BufferPolicy, Clock, ManualClock, Sizing, Sy
 pub use idmint_proto::nodes::BearerToken;
 pub use local::LocalIds;
 pub use namespace::{Namespace, NamespaceStats};
+/// The gRPC status codes, as [`ClientError::from_grpc`] takes them.
+pub use tonic::Code as GrpcCode;

@@ -45,7 +45,7 @@ pub(crate) trait IntoClientError {
 impl IntoClientError for CallError {
     fn into_client_error(self, namespace: &str) -> ClientError {
         match self {
-            CallError::Unavailable(message) => ClientError::unavailable(message),
+            CallError::Unavailable { message, code } => ClientError::Unavailable { code, message },
             CallError::Status(node, status) => from_status(namespace, node, &status),
         }
     }

@@ -92,11 +92,30 @@ pub struct Nodes {
     timeout: Duration,
 }
 
+/// The metadata key of a node's stable error code (docs/grpc.md, "Status codes"): a trailer,
+/// or a header of a trailers-only answer.
+pub const ERROR_CODE_KEY: &str = "idmint-error-code";
+
+/// The idmint code of `status` (its [`ERROR_CODE_KEY`] metadata), if it has one.
+pub fn error_code(status: &Status) -> Option<String> {
+    status
+        .metadata()
+        .get(ERROR_CODE_KEY)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
 /// How a call to the nodes failed.
 #[derive(Debug)]
 pub enum CallError {
-    /// No node answered: every failure, described, in the order tried.
-    Unavailable(String),
+    /// No node could serve the call.
+    Unavailable {
+        /// Every failure, described, in the order tried.
+        message: String,
+        /// The idmint code of the last node that answered with one (`authority_unavailable`,
+        /// `shutting_down`); `None` when none did (connections refused, no answer in time).
+        code: Option<String>,
+    },
     /// Node `.0` answered with this status (not one that moves on to the next node).
     Status(usize, Status),
 }
@@ -211,6 +230,7 @@ impl Nodes {
         let n = self.nodes.len();
         let first = self.current.load(Ordering::Relaxed) % n;
         let mut failures = Vec::new();
+        let mut last_code = None;
         for i in 0..n {
             let index = (first + i) % n;
             match self.call_one(index, &op).await {
@@ -218,11 +238,17 @@ impl Nodes {
                     self.current.store(index, Ordering::Relaxed);
                     return Ok((index, answer));
                 }
-                Err(CallError::Unavailable(why)) => failures.push(why),
+                Err(CallError::Unavailable { message, code }) => {
+                    failures.push(message);
+                    last_code = code.or(last_code);
+                }
                 Err(answer) => return Err(answer),
             }
         }
-        Err(CallError::Unavailable(failures.join("; ")))
+        Err(CallError::Unavailable {
+            message: failures.join("; "),
+            code: last_code,
+        })
     }
 
     /// Runs `op` on node `index` alone, under the timeout (a give-back goes to the node that
@@ -233,25 +259,37 @@ impl Nodes {
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let Some((label, channel)) = self.nodes.get(index) else {
-            return Err(CallError::Unavailable(format!("no node #{index}")));
+            return Err(CallError::Unavailable {
+                message: format!("no node #{index}"),
+                code: None,
+            });
         };
         let client = IdmintClient::with_interceptor(channel.clone(), self.bearer.clone());
         match tokio::time::timeout(self.timeout, op(client)).await {
             Ok(Ok(answer)) => Ok(answer.into_inner()),
-            Ok(Err(status)) if moves_on(&status) => Err(CallError::Unavailable(format!(
-                "{label}: {} ({})",
-                describe(
-                    status.message().to_owned(),
-                    std::error::Error::source(&status)
-                ),
-                code_name(status.code())
-            ))),
+            Ok(Err(status)) if moves_on(&status) => Err(moved_on(label, &status)),
             Ok(Err(status)) => Err(CallError::Status(index, status)),
-            Err(_) => Err(CallError::Unavailable(format!(
-                "{label}: no answer within {} ms",
-                self.timeout.as_millis()
-            ))),
+            Err(_) => Err(CallError::Unavailable {
+                message: format!("{label}: no answer within {} ms", self.timeout.as_millis()),
+                code: None,
+            }),
         }
+    }
+}
+
+/// The failure of node `label` answering `status`, one that moves on: described, its idmint code
+/// kept.
+fn moved_on(label: &str, status: &Status) -> CallError {
+    CallError::Unavailable {
+        message: format!(
+            "{label}: {} ({})",
+            describe(
+                status.message().to_owned(),
+                std::error::Error::source(status)
+            ),
+            code_name(status.code())
+        ),
+        code: error_code(status),
     }
 }
 
@@ -390,10 +428,36 @@ mod tests {
             .await
             .unwrap_err();
         match err {
-            CallError::Unavailable(why) => {
-                assert!(why.contains("first") && why.contains("second"), "{why}")
+            CallError::Unavailable { message, code } => {
+                assert!(
+                    message.contains("first") && message.contains("second"),
+                    "{message}"
+                );
+                assert_eq!(code, None, "no node answered with a code");
             }
             CallError::Status(..) => panic!("no node answered"),
+        }
+    }
+
+    #[test]
+    fn a_node_that_cannot_serve_keeps_its_idmint_code() {
+        let mut status = Status::new(Code::Unavailable, "authority_unavailable: no ids");
+        status
+            .metadata_mut()
+            .insert(ERROR_CODE_KEY, "authority_unavailable".parse().unwrap());
+        match moved_on("node #1", &status) {
+            CallError::Unavailable { message, code } => {
+                assert_eq!(code.as_deref(), Some("authority_unavailable"));
+                assert_eq!(
+                    message,
+                    "node #1: authority_unavailable: no ids (UNAVAILABLE)"
+                );
+            }
+            CallError::Status(..) => panic!("UNAVAILABLE moves on"),
+        }
+        match moved_on("node #1", &Status::new(Code::Unavailable, "refused")) {
+            CallError::Unavailable { code, .. } => assert_eq!(code, None),
+            CallError::Status(..) => panic!("UNAVAILABLE moves on"),
         }
     }
 }

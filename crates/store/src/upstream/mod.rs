@@ -70,15 +70,12 @@ use crate::config::{redact_url, UpstreamConfig};
 use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
-use idmint_proto::nodes::{BearerToken, CallError, NodeClient, Nodes, NodesError};
+use idmint_proto::nodes::{error_code, BearerToken, CallError, NodeClient, Nodes, NodesError};
 use idmint_proto::tls::ClientTls;
 use idmint_proto::v1 as proto;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use tonic::Code;
-
-/// The metadata key holding the idmint error code of a status (the node's `grpc::status`).
-const ERROR_CODE_KEY: &str = "idmint-error-code";
 
 /// An authority whose blocks come from other idmint nodes over gRPC. See the module docs.
 #[derive(Debug)]
@@ -214,7 +211,7 @@ impl UpstreamAuthority {
     /// The store error of a failed call about `name`.
     fn error(&self, name: &NamespaceName, e: CallError) -> StoreError {
         let status = match e {
-            CallError::Unavailable(message) => {
+            CallError::Unavailable { message, .. } => {
                 return StoreError::Unavailable {
                     backend: "upstream",
                     message,
@@ -222,11 +219,8 @@ impl UpstreamAuthority {
             }
             CallError::Status(_, status) => status,
         };
-        let idmint_code = status
-            .metadata()
-            .get(ERROR_CODE_KEY)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
+        let idmint_code = error_code(&status);
+        let idmint_code = idmint_code.as_deref().unwrap_or("");
         let message = format!("the upper tier answered: {}", status.message());
         match status.code() {
             Code::NotFound => StoreError::UnknownNamespace { name: name.clone() },
@@ -504,7 +498,7 @@ impl Authority for UpstreamAuthority {
             .call(|mut c| async move { c.namespaces(proto::NamespacesRequest {}).await })
             .await
             .map_err(|e| match e {
-                CallError::Unavailable(message) => StoreError::Unavailable {
+                CallError::Unavailable { message, .. } => StoreError::Unavailable {
                     backend: "upstream",
                     message,
                 },
