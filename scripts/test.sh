@@ -110,6 +110,8 @@ if [ "$quick" -eq 1 ]; then
   step "cargo doc (warnings denied)"
   RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quiet
   step "tests that need no server"
+  # The client's conformance runner starts the idmint binary: build it first.
+  cargo build --all-features --bin idmint
   cargo test --all-features -p idmint-core -p idmint-api -p idmint-client
   cargo test --all-features -p idmint-store --lib --test authorities
   cargo test --all-features -p idmint-node --lib --test api --test resp
