@@ -148,7 +148,10 @@ impl Namespace {
                 return Ok(id);
             }
             self.closed()?;
-            self.wait(arrived, deadline, seen).await?;
+            if let Err(e) = self.wait(arrived, deadline, seen).await {
+                // A round may have brought ids before a later one failed: those come first.
+                return self.try_next().ok_or(e);
+            }
         }
     }
 
@@ -192,8 +195,17 @@ impl Namespace {
                 waited = true;
                 state.waits.fetch_add(1, Ordering::Relaxed);
             }
-            // On an error the guard puts the ids back.
-            self.wait(arrived, deadline, seen).await?;
+            if let Err(e) = self.wait(arrived, deadline, seen).await {
+                // A round may have brought ids before a later one failed: take them first;
+                // still short, the guard puts the ids back.
+                let taken = guard.taken.get_or_insert_with(Taken::new);
+                let want = count - taken.len();
+                if !s.take_into(taken, want, || state.wake.notify_one()) && taken.len() == count {
+                    let taken = guard.taken.take().unwrap_or_default();
+                    return Ok(taken.ids().map(Id::Sequence).collect());
+                }
+                return Err(e);
+            }
         }
     }
 
@@ -227,8 +239,18 @@ impl Namespace {
                 waited = true;
                 state.waits.fetch_add(1, Ordering::Relaxed);
             }
-            if self.wait(arrived, deadline, seen).await.is_err() && out.is_empty() {
-                return Err(self.error());
+            if self.wait(arrived, deadline, seen).await.is_err() {
+                // A round may have brought ids before a later one failed: take them first.
+                let now = state.clock.monotonic_nanos();
+                t.take(count - out.len() as u64, now, &mut out, || {
+                    state.wake.notify_one()
+                });
+                if out.len() as u64 == count {
+                    return Ok(out.into_iter().map(|(id, _)| id).collect());
+                }
+                if out.is_empty() {
+                    return Err(self.error());
+                }
             }
             // Progress was made: a fresh deadline for the rest.
             if tokio::time::Instant::now() >= deadline {
