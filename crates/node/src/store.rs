@@ -149,7 +149,7 @@ pub async fn open_store_or_later(
 
 /// Whether this node ran on its store before: the node record or the configuration names the
 /// store's incarnation.
-fn knows_its_store(config: &FileConfig, data_dir: &Path) -> Result<bool, OpenStoreError> {
+fn knows_its_store(config: &FileConfig, data_dir: &Path) -> Result<bool, NodeRecordError> {
     if config.incarnation.is_some() {
         return Ok(true);
     }

@@ -73,12 +73,12 @@ impl DeferredAuthority {
 
     fn leases(&self) -> Result<&dyn WorkerLeases, LeaseError> {
         let inner = self.get()?;
-        inner.worker_leases().ok_or_else(|| {
-            LeaseError::Store(StoreError::NotSupported {
+        inner
+            .worker_leases()
+            .ok_or(LeaseError::Store(StoreError::NotSupported {
                 backend: self.kind,
                 what: "worker leases",
-            })
-        })
+            }))
     }
 
     fn audit(&self) -> Result<&dyn AuditLog, StoreError> {
