@@ -1,7 +1,10 @@
 """Loads the status page of a live node in headless Chromium (WebDriver, through selenium and
 Debian's chromedriver) and checks what a person sees: every namespace with its kind, the
-numbers of one that served ids, the version, the authority, the self-refresh. With
---screenshot PATH it also saves what the browser shows.
+numbers of one that served ids, the version, the authority, the self-refresh; the graphics as
+drawn: each sequence namespace's bar of id space used laid out with a width (the used part of
+the one near its end nearly full and red), its sparklines with points, each snowflake's worker
+pool, the block run.sh asked of tickets_odd under "to nodes below"; and no message on the browser's
+console. With --screenshot PATH it also saves what the browser shows.
 
     python3 check.py http://127.0.0.1:PORT [--screenshot docs/status-page.png]
 """
@@ -60,6 +63,7 @@ def chromium(profile):
     """Headless Chromium with a fresh profile in `profile`, through Debian's chromedriver."""
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     for flag in [
         "--headless",
         "--no-sandbox",
@@ -107,6 +111,53 @@ def check(driver, kinds):
         failures.append("legacy_users (32-bit, warning horizon 100 years) is not shown in red")
     if driver.find_elements(By.CSS_SELECTOR, "#ns-photos .warn"):
         failures.append("photos (64-bit) is shown in red")
+    failures += check_graphics(driver, kinds)
+    return failures
+
+
+def check_graphics(driver, kinds):
+    """The SVG as Chromium lays it out, not only as the HTML says."""
+    failures = []
+    for name, kind in kinds.items():
+        cards = driver.find_elements(By.ID, f"card-{name}")
+        if not cards:
+            failures.append(f"namespace {name} has no card")
+            continue
+        card = cards[0]
+        if kind == "sequence":
+            bars = card.find_elements(By.CSS_SELECTOR, ".space svg.bar")
+            if not bars or bars[0].size["width"] < 100 or bars[0].size["height"] < 5:
+                failures.append(f"{name}: no bar of id space laid out: {[b.size for b in bars]}")
+            sparks = card.find_elements(By.CSS_SELECTOR, "svg.spark")
+            if len(sparks) != 2:
+                failures.append(f"{name}: {len(sparks)} sparklines, want served and refills")
+            for spark in sparks:
+                if spark.size["width"] < 100:
+                    failures.append(f"{name}: a sparkline is not laid out: {spark.size}")
+                dots = spark.find_elements(By.TAG_NAME, "circle")
+                lines = spark.find_elements(By.TAG_NAME, "polyline")
+                if not dots or not lines or not lines[0].get_attribute("points").strip():
+                    failures.append(f"{name}: a sparkline has no points (the node samples once a second)")
+            if "latest " not in card.text or "peak " not in card.text:
+                failures.append(f"{name}: the sparklines' numbers are not written: {card.text!r}")
+        elif kind == "snowflake":
+            if "worker pool" not in card.text:
+                failures.append(f"{name}: no worker pool: {card.text!r}")
+    used = driver.find_elements(By.CSS_SELECTOR, "#card-legacy_users rect.used")
+    if not used or used[0].size["width"] < 200:
+        failures.append(f"legacy_users (nearly used up) has no nearly full bar: {[u.size for u in used]}")
+    elif "warn" not in used[0].get_attribute("class"):
+        failures.append("legacy_users' bar is not red")
+    color = driver.execute_script(
+        "return getComputedStyle(document.querySelector('#card-legacy_users rect.used')).fill")
+    if color != "rgb(192, 48, 43)":
+        failures.append(f"legacy_users' bar is drawn in {color}, want the red of the style sheet")
+    below = driver.find_elements(By.CSS_SELECTOR, "#below tr")
+    if not any(r.text.startswith("tickets_odd 1 10 ") for r in below):
+        failures.append(f"the block run.sh asked of tickets_odd is not under nodes below: {[r.text for r in below]}")
+    logs = driver.get_log("browser")
+    if logs:
+        failures.append(f"the browser's console says: {logs}")
     return failures
 
 

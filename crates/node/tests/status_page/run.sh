@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The status page in a real browser: starts `idmint serve` (debug build) with idmint.toml beside
-# this script, asks for some ids (25 of photos; a steady trickle of legacy_users until its
-# exhaustion is projected), then check.py loads GET / in headless Chromium through WebDriver and
-# checks what it shows; then a node with [auth] (idmint-auth.toml), where check_login.py signs in
-# through the form as a person would.
+# this script, asks for some ids (25 of photos; a block of 10 of tickets_odd, as a lower tier
+# would; a steady trickle of legacy_users until its exhaustion is projected), then check.py
+# loads GET / in headless Chromium through WebDriver and checks what it shows; then a node with
+# [auth] (idmint-auth.toml), where check_login.py signs in through the form as a person would.
 #
 #   bash crates/node/tests/status_page/run.sh [--screenshot PATH]
 #
@@ -22,6 +22,9 @@ get() { # URL: the body (fails on an error status)
 }
 get "$base/v1/ids/photos?count=25" >/dev/null
 for ns in tickets_odd tweets sessions uploads; do get "$base/v1/ids/$ns?count=3" >/dev/null; done
+# A block, as a lower tier asks for one: the page lists it under the nodes below.
+python3 -c 'import sys, urllib.request; urllib.request.urlopen(urllib.request.Request(sys.argv[1], method="POST")).read()' \
+  "$base/v1/blocks/tickets_odd?count=10"
 projected=""
 for _ in $(seq 1 60); do
   get "$base/v1/ids/legacy_users?count=5" >/dev/null
