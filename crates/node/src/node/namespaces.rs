@@ -285,6 +285,10 @@ impl Node {
             self.clock.0.clone(),
             Arc::new(SupplyMetrics::new(&self.metrics, name.as_str())),
         );
-        Ok(SequenceNamespace::new(spec, supply))
+        let ns = SequenceNamespace::new(spec, supply);
+        // Nothing served yet: the history and the projection start here, not at the first
+        // once-a-second sample (which would miss what was served before it).
+        ns.sample_served(self.clock.monotonic_nanos());
+        Ok(ns)
     }
 }

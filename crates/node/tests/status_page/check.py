@@ -29,12 +29,15 @@ def main() -> int:
 
     served = json.load(urllib.request.urlopen(args.base + "/v1/namespaces"))["namespaces"]
     kinds = {ns["namespace"]: ns["kind"] for ns in served}
+    fractions = {
+        ns["namespace"]: ns["state"]["used_fraction"] for ns in served if ns["kind"] == "sequence"
+    }
 
     with tempfile.TemporaryDirectory() as profile:
         driver = chromium(profile)
         try:
             driver.get(args.base + "/")
-            failures = check(driver, kinds)
+            failures = check(driver, kinds, fractions)
             driver.get(args.base + "/ui")
             if driver.find_element(By.TAG_NAME, "h1").text != "idmint status":
                 failures.append("/ui is not the status page")
@@ -77,7 +80,7 @@ def chromium(profile):
     return webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
 
 
-def check(driver, kinds):
+def check(driver, kinds, fractions):
     failures = []
     if driver.title != "idmint status":
         failures.append(f"title is {driver.title!r}")
@@ -111,11 +114,11 @@ def check(driver, kinds):
         failures.append("legacy_users (32-bit, warning horizon 100 years) is not shown in red")
     if driver.find_elements(By.CSS_SELECTOR, "#ns-photos .warn"):
         failures.append("photos (64-bit) is shown in red")
-    failures += check_graphics(driver, kinds)
+    failures += check_graphics(driver, kinds, fractions)
     return failures
 
 
-def check_graphics(driver, kinds):
+def check_graphics(driver, kinds, fractions):
     """The SVG as Chromium lays it out, not only as the HTML says."""
     failures = []
     for name, kind in kinds.items():
@@ -143,11 +146,19 @@ def check_graphics(driver, kinds):
         elif kind == "snowflake":
             if "worker pool" not in card.text:
                 failures.append(f"{name}: no worker pool: {card.text!r}")
+    # legacy_users' bar: as wide as the share of its id space used, in red.
+    fraction = fractions["legacy_users"]
+    track = driver.find_elements(By.CSS_SELECTOR, "#card-legacy_users svg.bar")
     used = driver.find_elements(By.CSS_SELECTOR, "#card-legacy_users rect.used")
-    if not used or used[0].size["width"] < 200:
-        failures.append(f"legacy_users (nearly used up) has no nearly full bar: {[u.size for u in used]}")
-    elif "warn" not in used[0].get_attribute("class"):
-        failures.append("legacy_users' bar is not red")
+    if not track or not used:
+        failures.append("legacy_users has no bar")
+    else:
+        want = fraction * track[0].size["width"]
+        got = used[0].size["width"]
+        if fraction <= 0 or abs(got - want) > 1.5:
+            failures.append(f"legacy_users' bar is {got} px wide, want {want} ({fraction} used)")
+        if "warn" not in used[0].get_attribute("class"):
+            failures.append("legacy_users' bar is not red")
     color = driver.execute_script(
         "return getComputedStyle(document.querySelector('#card-legacy_users rect.used')).fill")
     if color != "rgb(192, 48, 43)":

@@ -34,6 +34,20 @@ for _ in $(seq 1 60); do
 done
 [ -n "$projected" ] || { echo "error: legacy_users never had a projected exhaustion" >&2; exit 1; }
 
+if [ ${#screenshot[@]} -gt 0 ]; then
+  # For the picture only: minutes of a demand that rises and falls on orders, so the sparklines
+  # have minutes to draw (SCREENSHOT_MINUTES, default 4). Pacing, not ordering: nothing waits on it.
+  python3 - "$base" "${SCREENSHOT_MINUTES:-4}" <<'PY'
+import math, sys, time, urllib.request
+base, minutes = sys.argv[1], float(sys.argv[2])
+end, i = time.monotonic() + minutes * 60, 0
+while time.monotonic() < end:
+    count = int(60 + 50 * math.sin(i / 40))
+    urllib.request.urlopen(f"{base}/v1/ids/orders?count={count}").read()
+    i += 1
+    time.sleep(0.25)
+PY
+fi
 python3 "$here/check.py" "$base" "${screenshot[@]}"
 check_node
 

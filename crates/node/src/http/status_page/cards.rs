@@ -58,7 +58,8 @@ fn sequence(name: &str, st: &SequenceState, row: &Row, warning: Duration) -> Mar
             div .metric .below {
                 span .label { "to lower tiers" }
                 span .value {
-                    (b.blocks) " blocks, " (b.ids) " ids answered"
+                    (b.blocks) (if b.blocks == 1 { " block, " } else { " blocks, " })
+                    (b.ids) " ids answered"
                     @if let Some(lease) = b.open_lease {
                         "; lease open: " (lease.start()) "–" (lease.last())
                     }

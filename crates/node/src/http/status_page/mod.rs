@@ -160,6 +160,8 @@ pub fn render(s: &Snapshot) -> Markup {
                 meta charset="utf-8";
                 meta http-equiv="refresh" content=(REFRESH_SECONDS);
                 meta name="viewport" content="width=device-width, initial-scale=1";
+                // No icon: the browser asks for none (a /favicon.ico would be a 404).
+                link rel="icon" href="data:,";
                 title { "idmint status" }
                 style { (STYLE) }
             }
