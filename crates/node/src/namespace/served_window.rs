@@ -63,6 +63,14 @@ pub struct Delta {
     pub refills: u64,
 }
 
+impl Delta {
+    /// Whether it is the minute in progress (the only interval shorter than [`SAMPLE_EVERY`]:
+    /// a reading that far from the newest kept sample is kept).
+    pub fn in_progress(&self) -> bool {
+        self.length < SAMPLE_EVERY
+    }
+}
+
 /// One reading: monotonic nanoseconds, ids served, refills completed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Sample {
@@ -226,9 +234,11 @@ mod tests {
         assert_eq!(h.len(), HISTORY_POINTS);
         // The minute in progress: kept samples fall on whole minutes, the latest is 30 s past.
         assert_eq!(h[59], delta(0, 30 * SECOND, 1500, 3));
+        assert!(h[59].in_progress());
         for (i, d) in h[..59].iter().enumerate() {
             let ago = (59 - i as u64) * MINUTE - 30 * SECOND;
             assert_eq!(*d, delta(ago, MINUTE, 3000, 6), "minute {i}");
+            assert!(!d.in_progress());
         }
         assert!(h.iter().all(|d| d.ended_ago < WINDOW));
     }

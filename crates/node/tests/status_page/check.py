@@ -37,7 +37,7 @@ def main() -> int:
         driver = chromium(profile)
         try:
             driver.get(args.base + "/")
-            failures = check(driver, kinds, fractions)
+            failures = check(driver, kinds, fractions, loaded=bool(args.screenshot))
             driver.get(args.base + "/ui")
             if driver.find_element(By.TAG_NAME, "h1").text != "idmint status":
                 failures.append("/ui is not the status page")
@@ -80,7 +80,7 @@ def chromium(profile):
     return webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
 
 
-def check(driver, kinds, fractions):
+def check(driver, kinds, fractions, loaded):
     failures = []
     if driver.title != "idmint status":
         failures.append(f"title is {driver.title!r}")
@@ -114,13 +114,15 @@ def check(driver, kinds, fractions):
         failures.append("legacy_users (32-bit, warning horizon 100 years) is not shown in red")
     if driver.find_elements(By.CSS_SELECTOR, "#ns-photos .warn"):
         failures.append("photos (64-bit) is shown in red")
-    failures += check_graphics(driver, kinds, fractions)
+    failures += check_graphics(driver, kinds, fractions, loaded)
     return failures
 
 
-def check_graphics(driver, kinds, fractions):
-    """The SVG as Chromium lays it out, not only as the HTML says."""
+def check_graphics(driver, kinds, fractions, loaded):
+    """The SVG as Chromium lays it out, not only as the HTML says. `loaded`: run.sh drove
+    minutes of load on orders (--screenshot), so its sparklines have whole minutes."""
     failures = []
+    points_of = {}
     for name, kind in kinds.items():
         cards = driver.find_elements(By.ID, f"card-{name}")
         if not cards:
@@ -137,15 +139,28 @@ def check_graphics(driver, kinds, fractions):
             for spark in sparks:
                 if spark.size["width"] < 100:
                     failures.append(f"{name}: a sparkline is not laid out: {spark.size}")
-                dots = spark.find_elements(By.TAG_NAME, "circle")
+                parent = spark.find_element(By.XPATH, "..")
+                text = parent.text
                 lines = spark.find_elements(By.TAG_NAME, "polyline")
-                if not dots or not lines or not lines[0].get_attribute("points").strip():
-                    failures.append(f"{name}: a sparkline has no points (the node samples once a second)")
-            if "latest " not in card.text or "peak " not in card.text:
-                failures.append(f"{name}: the sparklines' numbers are not written: {card.text!r}")
+                points = lines[0].get_attribute("points").split() if lines else []
+                if "no whole minute yet; this minute so far " in text:
+                    # A node younger than a minute: nothing drawn yet, the count written.
+                    if points:
+                        failures.append(f"{name}: a sparkline draws the minute in progress: {points}")
+                elif not points or not spark.find_elements(By.TAG_NAME, "circle"):
+                    failures.append(f"{name}: a sparkline has no points: {text!r}")
+                elif "latest " not in text or "peak " not in text:
+                    failures.append(f"{name}: a sparkline's numbers are not written: {text!r}")
+                points_of[(name, parent.get_attribute("class"))] = points
         elif kind == "snowflake":
             if "worker pool" not in card.text:
                 failures.append(f"{name}: no worker pool: {card.text!r}")
+    # photos' 25 ids (all in the node's first minute): the minute in progress on a young node.
+    photos = driver.find_element(By.CSS_SELECTOR, "#card-photos .metric.served").text
+    if not points_of.get(("photos", "metric served")) and "this minute so far 25" not in photos:
+        failures.append(f"photos' 25 ids are not this minute's count: {photos!r}")
+    if loaded and len(points_of.get(("orders", "metric served"), [])) < 3:
+        failures.append(f"orders, loaded for minutes, has under 3 points: {points_of.get(('orders', 'metric served'))}")
     # legacy_users' bar: as wide as the share of its id space used, in red.
     fraction = fractions["legacy_users"]
     track = driver.find_elements(By.CSS_SELECTOR, "#card-legacy_users svg.bar")

@@ -36,14 +36,19 @@ done
 
 if [ ${#screenshot[@]} -gt 0 ]; then
   # For the picture only: minutes of a demand that rises and falls on orders, so the sparklines
-  # have minutes to draw (SCREENSHOT_MINUTES, default 4). Pacing, not ordering: nothing waits on it.
-  python3 - "$base" "${SCREENSHOT_MINUTES:-4}" <<'PY'
+  # have whole minutes to draw (SCREENSHOT_MINUTES, default 5), and a trickle on legacy_users,
+  # whose red needs a current demand. Pacing, not ordering: nothing waits on it.
+  python3 - "$base" "${SCREENSHOT_MINUTES:-5}" <<'PY'
 import math, sys, time, urllib.request
 base, minutes = sys.argv[1], float(sys.argv[2])
-end, i = time.monotonic() + minutes * 60, 0
+start = time.monotonic()
+end, i = start + minutes * 60, 0
 while time.monotonic() < end:
-    count = int(60 + 50 * math.sin(i / 40))
+    phase = (time.monotonic() - start) / (end - start)
+    count = int(10 + 190 * math.sin(math.pi * phase) ** 2)
     urllib.request.urlopen(f"{base}/v1/ids/orders?count={count}").read()
+    if i % 20 == 0:
+        urllib.request.urlopen(f"{base}/v1/ids/legacy_users?count=2").read()
     i += 1
     time.sleep(0.25)
 PY

@@ -69,21 +69,27 @@ fn sequence(name: &str, st: &SequenceState, row: &Row, warning: Duration) -> Mar
     }
 }
 
-/// A sparkline with its numbers: the latest and the peak rate, over how long.
+/// A sparkline with its numbers: the newest whole minute's rate and the peak, over how long,
+/// and what the minute in progress counted so far.
 fn spark(class: &str, what: &str, name: &str, rates: &Rates) -> Markup {
-    let numbers = match (rates.latest(), rates.peak()) {
+    let span = humantime::format_duration(Duration::from_secs(rates.span.as_secs()));
+    let whole = match (rates.latest(), rates.peak()) {
         (Some(latest), Some(peak)) => format!(
-            "latest {}, peak {} (over {})",
+            "latest {}, peak {} (over {span})",
             svg::rate(latest),
-            svg::rate(peak),
-            humantime::format_duration(Duration::from_secs(rates.span.as_secs()))
+            svg::rate(peak)
         ),
-        _ => "no history yet (sampled once a second, kept once a minute)".into(),
+        _ => "no whole minute yet".into(),
+    };
+    let numbers = match rates.so_far {
+        Some(n) => format!("{whole}; this minute so far {n}"),
+        None if rates.points.is_empty() => "no history yet (sampled once a second)".into(),
+        None => whole,
     };
     html! {
         div class={ "metric " (class) } {
             span .label { (what) }
-            (svg::sparkline(rates, &format!("{name}: {what} over the last hour: {numbers}")))
+            (svg::sparkline(rates, &format!("{name}: {what}: {numbers}")))
             span .value { (numbers) }
         }
     }

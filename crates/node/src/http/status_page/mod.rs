@@ -188,8 +188,8 @@ pub fn render(s: &Snapshot) -> Markup {
                     "Red, marked (!): runs out within " (warning_days) " days at the current demand, "
                     "or a snowflake layout's time does (server.exhaustion_warning_days); a worker "
                     "pool is full; a time unit's sequence ran full; a node above did not answer. "
-                    "Sparklines: per minute over the last hour, the newest point (dot) being the "
-                    "minute in progress. JSON: "
+                    "Sparklines: per whole minute over the last hour (at least five minutes wide), "
+                    "the dot the newest; the minute in progress is written beside them. JSON: "
                     a href="/v1/namespaces" { "/v1/namespaces" } ", "
                     a href="/readyz" { "/readyz" } ", "
                     a href="/metrics" { "/metrics" } ", "
@@ -712,8 +712,9 @@ mod tests {
     fn a_sequence_card_shows_its_bar_sparklines_and_numbers() {
         let mut s = snapshot(vec![sequence("photos", 0.0, 250, None)]);
         s.namespaces[0].history = vec![
-            minute(120, 60, 600, 2),
-            minute(60, 60, 1200, 3),
+            minute(150, 60, 0, 0),
+            minute(90, 60, 600, 2),
+            minute(30, 60, 1200, 3),
             minute(0, 30, 300, 1),
         ];
         s.namespaces[0].below = Some(Below {
@@ -728,9 +729,10 @@ mod tests {
             // 250 of 1000: a quarter of 240 px.
             r#"<rect class="used" x="0" y="0" width="60.0" height="12""#,
             "25.0000 % of 1000 used; runs out: not at this demand",
-            "<title>photos: ids served per minute over the last hour: latest 300, peak 1200 (over 2m 30s)</title>",
-            r#"<polyline points="232.0,14.0 236.0,3.0 240.0,19.5">"#,
-            "latest 1.0, peak 3.0 (over 2m 30s)",
+            "<title>photos: ids served per minute: latest 1200, peak 1200 (over 3m 30s); this minute so far 300</title>",
+            // 3m 30s of history on a five-minute axis: 240 * (1 - 150/300) = 120, ...
+            r#"<polyline points="120.0,25.0 168.0,14.0 216.0,3.0">"#,
+            "latest 3.0, peak 3.0 (over 3m 30s); this minute so far 1",
             "3 blocks, 300 ids answered; lease open: 201–300",
             "<td>201–300 (100 ids)</td>",
         ] {
@@ -751,7 +753,7 @@ mod tests {
         for want in [
             r#"class="used warn""#,
             r#"runs out: <span class="warn">(!) 2027-01-15T08:16:30.000Z</span>"#,
-            "no history yet",
+            "no history yet (sampled once a second)",
             "no block or lease was asked of this node since it started",
         ] {
             assert!(page.contains(want), "{want} missing from {page}");

@@ -5,9 +5,11 @@
 //!
 //! - [`bar`]: a share as a horizontal bar (id space used, a worker pool's leases), exact to
 //!   the fraction: a share too small for a pixel draws nothing, and its text says how much.
-//! - [`sparkline`]: a rate per minute over the last hour ([`Rates`]), one point per interval
-//!   of the served window's history at the time it ended, the newest marked with a dot (also
-//!   when it is the only one, on a node younger than a minute).
+//! - [`sparkline`]: a rate per minute over the last hour ([`Rates`]), one point per whole
+//!   minute of the served window's history at the time it ended, the newest marked with a dot
+//!   (also when it is the only one). The minute in progress is not drawn (its count so far
+//!   would read as a drop); the page writes it as text. The axis spans the history, at least
+//!   [`MIN_AXIS`], at most an hour.
 
 use crate::namespace::served_window::{Delta, WINDOW};
 use maud::{html, Markup};
@@ -47,54 +49,74 @@ pub fn bar(fraction: Option<f64>, warn: bool, title: &str) -> Markup {
     }
 }
 
-/// A rate per minute at the end of each interval of a served window's history.
+/// The least time a sparkline's axis spans: a young node's few minutes are drawn across a
+/// readable width, not squeezed into the right edge of an hour.
+pub const MIN_AXIS: Duration = Duration::from_secs(5 * 60);
+
+/// A rate per minute at the end of each whole minute of a served window's history, and what
+/// the minute in progress counted so far.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rates {
-    /// `(how long before the latest reading the interval ended, per minute)`, oldest first.
+    /// `(how long before the latest reading the interval ended, per minute)`, oldest first;
+    /// whole minutes only (a gap in sampling is one point, averaged over it).
     pub points: Vec<(Duration, f64)>,
-    /// How long the intervals span together.
+    /// What the minute in progress counted so far (not a rate: the minute is not over).
+    pub so_far: Option<u64>,
+    /// How long the history spans, the minute in progress included.
     pub span: Duration,
 }
 
 impl Rates {
-    /// The rate of `count` in each interval of `history`: what it counted divided by its
-    /// length, but by at least a minute (the minute in progress counts what it has so far,
-    /// never an extrapolation; a gap in sampling averages over the gap).
+    /// The rate of `count` in each whole minute of `history`: what it counted divided by its
+    /// length in minutes (a gap in sampling averages over the gap); the minute in progress is
+    /// kept apart, as a count, never extrapolated.
     pub fn of(history: &[Delta], count: impl Fn(&Delta) -> u64) -> Rates {
-        let minute = Duration::from_secs(60);
+        let (done, now): (Vec<&Delta>, Vec<&Delta>) =
+            history.iter().partition(|d| !d.in_progress());
         Rates {
-            points: history
+            points: done
                 .iter()
                 .map(|d| {
-                    let per = d.length.max(minute).as_secs_f64() / 60.0;
-                    (d.ended_ago, count(d) as f64 / per)
+                    (
+                        d.ended_ago,
+                        count(d) as f64 / (d.length.as_secs_f64() / 60.0),
+                    )
                 })
                 .collect(),
-            span: history.iter().map(|d| d.length).sum(),
+            so_far: now.last().map(|d| count(d)),
+            span: history
+                .first()
+                .map_or(Duration::ZERO, |d| d.ended_ago + d.length),
         }
     }
 
-    /// The newest rate.
+    /// The newest whole minute's rate.
     pub fn latest(&self) -> Option<f64> {
         self.points.last().map(|(_, r)| *r)
     }
 
-    /// The highest rate.
+    /// The highest rate of a whole minute.
     pub fn peak(&self) -> Option<f64> {
         self.points.iter().map(|(_, r)| *r).reduce(f64::max)
     }
 
-    /// Where each point lies in a sparkline: `x` by when it ended within the hour (the right
-    /// edge is the latest reading), `y` by its rate against the peak (the top is the peak, the
+    /// How long the sparkline's axis spans: the history's span, at least [`MIN_AXIS`], at most
+    /// [`WINDOW`].
+    pub fn axis(&self) -> Duration {
+        self.span.clamp(MIN_AXIS, WINDOW)
+    }
+
+    /// Where each point lies in a sparkline: `x` by when it ended on the axis (the right edge
+    /// is the latest reading), `y` by its rate against the peak (the top is the peak, the
     /// bottom zero).
     pub fn coordinates(&self) -> Vec<(f64, f64)> {
         let peak = self.peak().unwrap_or(0.0);
-        let window = WINDOW.as_secs_f64();
+        let axis = self.axis().as_secs_f64();
         let bottom = SPARK_HEIGHT - SPARK_PAD;
         self.points
             .iter()
             .map(|(ago, rate)| {
-                let x = WIDTH * (1.0 - (ago.as_secs_f64() / window).min(1.0));
+                let x = WIDTH * (1.0 - (ago.as_secs_f64() / axis).min(1.0));
                 let y = if peak > 0.0 {
                     bottom - (rate / peak) * (bottom - SPARK_PAD)
                 } else {
@@ -106,7 +128,7 @@ impl Rates {
     }
 }
 
-/// A sparkline of `rates` over the last hour; `title` says what it counts.
+/// A sparkline of `rates` over its axis (up to the last hour); `title` says what it counts.
 pub fn sparkline(rates: &Rates, title: &str) -> Markup {
     let points = rates.coordinates();
     let line = points
@@ -176,8 +198,7 @@ mod tests {
         assert!(!unknown.contains("used"), "{unknown}");
     }
 
-    /// Rates are per minute, divided by at least a minute: a gap averages, the minute in
-    /// progress counts what it has.
+    /// Rates are per whole minute: a gap averages; the minute in progress is a count apart.
     #[test]
     fn rates_per_minute_of_known_deltas() {
         let history = [
@@ -193,52 +214,72 @@ mod tests {
                 (Duration::from_secs(600), 120.0),
                 (Duration::from_secs(300), 300.0),
                 (Duration::from_secs(240), 0.0),
-                (Duration::from_secs(0), 30.0),
             ]
         );
-        assert_eq!(served.latest(), Some(30.0));
+        assert_eq!(served.so_far, Some(30));
+        assert_eq!(served.latest(), Some(0.0));
         assert_eq!(served.peak(), Some(300.0));
-        assert_eq!(served.span, Duration::from_secs(435));
+        assert_eq!(served.span, Duration::from_secs(660));
+        assert_eq!(served.axis(), Duration::from_secs(660));
         let refills = Rates::of(&history, |d| d.refills);
-        assert_eq!(refills.peak(), Some(2.0));
-        assert_eq!(Rates::of(&[], |d| d.served).latest(), None);
+        assert_eq!((refills.peak(), refills.so_far), (Some(2.0), Some(1)));
+        // A node younger than a minute: its minute in progress only.
+        let young = Rates::of(&[delta(0, 12, 25, 1)], |d| d.served);
+        assert_eq!((young.latest(), young.so_far), (None, Some(25)));
+        assert_eq!(young.axis(), MIN_AXIS);
+        let none = Rates::of(&[], |d| d.served);
+        assert_eq!(
+            (none.latest(), none.so_far, none.span),
+            (None, None, Duration::ZERO)
+        );
     }
 
     #[test]
     fn a_sparklines_points_for_known_deltas() {
-        // Ten minutes ago, 100/min (the peak); five minutes ago, 50/min; now, 0.
+        // An hour of history: ten minutes ago, 100/min (the peak); five minutes ago, 50/min;
+        // the newest whole minute, 0; the minute in progress is not drawn.
         let history = [
+            delta(3000, 600, 0, 0),
             delta(600, 60, 100, 0),
             delta(300, 60, 50, 0),
             delta(0, 60, 0, 0),
         ];
         let rates = Rates::of(&history, |d| d.served);
-        // x: 240 * (1 - 600/3600) = 200, 240 * (1 - 300/3600) = 220, 240.
-        // y: the peak at the top (3), half way (14), zero at the bottom (25).
+        assert_eq!(rates.axis(), WINDOW);
+        // x: 240 * (1 - 3000/3600) = 40, 240 * (1 - 600/3600) = 200, 220, 240.
+        // y: zero at the bottom (25), the peak at the top (3), half way (14).
+        let rounded: Vec<_> = rates
+            .coordinates()
+            .iter()
+            .map(|(x, y)| (x.round(), y.round()))
+            .collect();
         assert_eq!(
-            rates.coordinates(),
-            vec![(200.0, 3.0), (220.0, 14.0), (240.0, 25.0)]
+            rounded,
+            vec![(40.0, 25.0), (200.0, 3.0), (220.0, 14.0), (240.0, 25.0)]
         );
         let svg = sparkline(&rates, "served").into_string();
         assert!(
-            svg.contains(r#"<polyline points="200.0,3.0 220.0,14.0 240.0,25.0">"#),
+            svg.contains(r#"<polyline points="40.0,25.0 200.0,3.0 220.0,14.0 240.0,25.0">"#),
             "{svg}"
         );
         assert!(svg.contains(r#"<circle cx="240.0" cy="25.0""#), "{svg}");
     }
 
-    /// Counters that never moved draw a flat line on the bottom; no history draws the axis
-    /// alone; a point older than the hour sits on the left edge.
+    /// Counters that never moved draw a flat line on the bottom; no whole minute draws the
+    /// axis alone; a short history spans [`MIN_AXIS`]; a point older than the hour sits on the
+    /// left edge.
     #[test]
-    fn flat_empty_and_old_sparklines() {
+    fn flat_empty_short_and_old_sparklines() {
         let flat = Rates::of(&[delta(60, 60, 0, 0), delta(0, 60, 0, 0)], |d| d.served);
-        assert_eq!(flat.coordinates(), vec![(236.0, 25.0), (240.0, 25.0)]);
-        let empty = sparkline(&Rates::of(&[], |d| d.served), "nothing").into_string();
+        // Two minutes on a five-minute axis: 240 * (1 - 60/300) = 192.
+        assert_eq!(flat.coordinates(), vec![(192.0, 25.0), (240.0, 25.0)]);
+        let young = sparkline(&Rates::of(&[delta(0, 12, 25, 1)], |d| d.served), "young");
+        let young = young.into_string();
         assert!(
-            !empty.contains("polyline") && !empty.contains("circle"),
-            "{empty}"
+            !young.contains("polyline") && !young.contains("circle"),
+            "{young}"
         );
-        let old = Rates::of(&[delta(4000, 600, 10, 0)], |d| d.served);
+        let old = Rates::of(&[delta(3700, 600, 10, 0), delta(0, 60, 1, 0)], |d| d.served);
         assert_eq!(old.coordinates()[0].0, 0.0);
     }
 
