@@ -7,6 +7,9 @@
 #
 #   bash crates/node/tests/status_page/run.sh [--screenshot PATH]
 #
+# With --screenshot it first drives SCREENSHOT_MINUTES (default 5) of load, so the picture's
+# sparklines have whole minutes; check.py then also checks them.
+#
 # Needs Debian's `chromium` and `chromium-driver` and PyPI's `selenium`; scripts/test.sh
 # installs them. Honours CARGO_TARGET_DIR.
 set -euo pipefail

@@ -4,11 +4,11 @@
 //! It shows the version and uptime; the authority: its members' health (multi), the nodes above
 //! (upstream: each url and whether its latest call answered) and what this node handed to the
 //! nodes below (blocks and ids answered per namespace, the lease still open); then a card per
-//! namespace to scan ([`cards`]): the id space used as a bar with the projected exhaustion date,
+//! namespace to scan (`cards.rs`): the id space used as a bar with the projected exhaustion date,
 //! ids served and refills per minute over the last hour as sparklines, a snowflake namespace's
-//! worker pool as used and free; and below them the detail table, every namespace with its
-//! kind, settings and live state: watermark, ids buffered, demand, block size, ids served,
-//! burned and given back, the share of the id space used and the projected exhaustion date, in
+//! worker pool as used and free; and below them the detail table (`table.rs`), every namespace
+//! with its kind, settings and live state: watermark, ids buffered, demand, block size, ids
+//! served, burned and given back, the share of the id space used and the projected exhaustion date, in
 //! red (and marked `(!)` for text browsers) when it is nearer than
 //! `server.exhaustion_warning_days`. A snowflake namespace shows its exhaustion foresight: the
 //! date its layout's timestamp bits run out and the time left (red within the same warning),
@@ -26,13 +26,14 @@
 //!   supply's counters); the upper nodes' health is what their latest calls found (no call).
 //! - Every value is escaped (maud escapes by default; nothing here uses `PreEscaped`), so a
 //!   namespace name or an authority's error message cannot inject markup; the graphics are
-//!   maud elements too ([`svg`]).
+//!   maud elements too (`svg.rs`).
 //! - Every graphic has its numbers written as text beside it.
 //! - It maps nothing to protocol errors: it always answers 200 with the page, the authority's
 //!   failure shown on it.
 
 mod cards;
 mod svg;
+mod table;
 
 use crate::namespace::served_window::Delta;
 use crate::namespace::Namespace;
@@ -41,9 +42,7 @@ use crate::supply::Below;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use idmint_api::{
-    CacheSettings, MemberState, NamespaceInfo, SequenceHeadroom, SequenceState, WorkerPool,
-};
+use idmint_api::{MemberState, NamespaceInfo, SequenceState, WorkerPool};
 use idmint_store::UpperNode;
 use maud::{html, Markup, DOCTYPE};
 use std::sync::Arc;
@@ -182,7 +181,7 @@ pub fn render(s: &Snapshot) -> Markup {
                 } @else {
                     (cards::cards(s))
                     h3 { "Detail" }
-                    (namespaces(s))
+                    (table::namespaces(s))
                 }
                 p .legend {
                     "Red, marked (!): runs out within " (warning_days) " days at the current demand, "
@@ -253,78 +252,6 @@ fn authority(a: &AuthorityHealth) -> Markup {
     }
 }
 
-fn namespaces(s: &Snapshot) -> Markup {
-    html! {
-        table #namespaces {
-            tr {
-                th { "namespace" } th { "kind" } th { "settings" } th { "watermark" }
-                th { "buffered" } th { "demand/s" } th { "block size" } th { "served" }
-                th { "burned" } th { "given back" } th { "id space used" } th { "runs out" }
-            }
-            @for ns in s.namespaces.iter().map(|r| &r.info) {
-                tr id={ "ns-" (ns.name()) } {
-                    td { b { (ns.name()) } }
-                    td { (ns.kind()) }
-                    @match ns {
-                        NamespaceInfo::Sequence { settings, state, auto_created, .. } => {
-                            td {
-                                "width " (settings.width) ", start " (settings.start)
-                                ", step " (settings.step) ", offset " (settings.offset)
-                                ", cache " (cache(&settings.cache))
-                                @if *auto_created { ", auto-created" }
-                            }
-                            (sequence_state(state, s.warning))
-                        }
-                        NamespaceInfo::Snowflake { settings, state, .. } => {
-                            @let l = &settings.layout;
-                            td {
-                                "worker " (settings.worker) ", " (l.timestamp_bits) "/"
-                                (l.node_bits) "/" (l.sequence_bits) " bits, unit " (l.time_unit)
-                                ", epoch " (l.epoch)
-                                @if let Some(lease) = &state.worker_lease {
-                                    br;
-                                    @let held = lease.status == idmint_api::LeaseStatus::Held;
-                                    @if held {
-                                        "lease: group " (lease.group) ", token " (lease.token)
-                                        ", floor " (lease.floor)
-                                    } @else {
-                                        span .warn {
-                                            "(!) lease " (format!("{:?}", lease.status).to_lowercase())
-                                            ": group " (lease.group) ", token " (lease.token)
-                                            @if let Some(e) = &lease.last_error { ", " (e) }
-                                        }
-                                    }
-                                } @else {
-                                    br; "no lease (fixed worker id)"
-                                }
-                            }
-                            td {} td {}
-                            td .sequence { (headroom(state.sequence_headroom.as_ref(), &l.time_unit)) }
-                            td {}
-                            td .n { (state.ids_served) }
-                            td {} td {}
-                            td .pool { (pool(state.worker_pool.as_ref())) }
-                            td .t {
-                                @if within(&state.time_runs_out, s.now, s.warning) {
-                                    span .warn { "(!) " (state.time_runs_out) }
-                                } @else {
-                                    (state.time_runs_out)
-                                }
-                                br;
-                                "in " (time_left(state.seconds_to_exhaustion))
-                            }
-                        }
-                        _ => {
-                            td { "-" }
-                            td {} td {} td {} td {} td {} td {} td {} td {} td { "never" }
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// A snowflake namespace's worker pool: leases held of worker ids possible.
 fn pool(pool: Option<&WorkerPool>) -> Markup {
     html! {
@@ -347,29 +274,6 @@ fn pool(pool: Option<&WorkerPool>) -> Markup {
     }
 }
 
-/// A snowflake namespace's sequence headroom: the peak ids per unit against the limit.
-fn headroom(h: Option<&SequenceHeadroom>, unit: &str) -> Markup {
-    html! {
-        @if let Some(h) = h {
-            @let text = format!(
-                "peak {} of {} per {} ({:.0} %)",
-                h.peak_per_unit,
-                h.limit_per_unit,
-                unit,
-                h.peak_fraction * 100.0
-            );
-            @if h.headroom_per_unit == 0 {
-                span .warn { "(!) " (text) }
-            } @else {
-                (text)
-            }
-            @if h.units_exhausted > 0 {
-                br; (h.units_exhausted) " waits for the next unit"
-            }
-        }
-    }
-}
-
 /// Whole seconds as years and days (or less, when less).
 fn time_left(seconds: u64) -> String {
     const YEAR: u64 = 365 * 86_400;
@@ -387,53 +291,6 @@ fn time_left(seconds: u64) -> String {
 fn runs_out_soon(st: &SequenceState, warning: Duration) -> bool {
     let left = st.capacity.saturating_sub(st.ids_used);
     st.demand_per_second > 1e-3 && (left as f64 / st.demand_per_second) < warning.as_secs_f64()
-}
-
-fn sequence_state(st: &SequenceState, warning: Duration) -> Markup {
-    let soon = runs_out_soon(st, warning);
-    html! {
-        td .n { (st.watermark) }
-        td .n { (st.ids_buffered) }
-        td .n { (format!("{:.1}", st.demand_per_second)) }
-        td .n { (st.block_size) }
-        td .n { (st.ids_served) }
-        td .n { (st.ids_burned) }
-        td .n { (st.ids_given_back) }
-        td .n { (percent(st.used_fraction)) " of " (st.capacity) }
-        @let date = st.projected_exhaustion.as_deref();
-        td .t {
-            @if soon {
-                span .warn { "(!) " (date.unwrap_or("now")) }
-            } @else {
-                (date.unwrap_or("not at this demand"))
-            }
-            @if let Some(e) = &st.last_error {
-                br;
-                span .warn { "(!) last refill failed: " (e) }
-            }
-        }
-    }
-}
-
-fn cache(c: &CacheSettings) -> String {
-    match c {
-        CacheSettings::Off => "off".into(),
-        CacheSettings::Fixed {
-            block_size,
-            low_water,
-        } => format!("fixed {block_size} (low water {low_water})"),
-        CacheSettings::Adaptive {
-            buffer_seconds,
-            min_block,
-            max_block,
-            low_water,
-        } => format!(
-            "adaptive {buffer_seconds} s, blocks {min_block}..{max_block} (low water {low_water})"
-        ),
-        // A mode added to the wire types shows by its debug name until it is written here.
-        #[allow(unreachable_patterns)]
-        other => format!("{other:?}"),
-    }
 }
 
 /// A share as a percentage: enough digits to see a namespace move off 0 %.
@@ -464,7 +321,7 @@ fn uptime(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use idmint_api::SequenceSettings;
+    use idmint_api::{CacheSettings, SequenceHeadroom, SequenceSettings};
 
     fn sequence(name: &str, demand: f64, used: u64, exhaustion: Option<&str>) -> NamespaceInfo {
         NamespaceInfo::Sequence {
