@@ -400,10 +400,17 @@ impl SequenceNamespace {
         }
     }
 
-    /// Samples the ids served so far at `now_nanos` (monotonic), for the projection
-    /// ([`served_window`]); the node calls it once a second.
+    /// Samples the ids served and refills made so far at `now_nanos` (monotonic), for the
+    /// projection and the history ([`served_window`]); the node calls it once a second.
     pub fn sample_served(&self, now_nanos: u64) {
-        self.served.record(now_nanos, self.supply.snapshot().served);
+        let snapshot = self.supply.snapshot();
+        self.served
+            .record(now_nanos, snapshot.served, snapshot.stats.refills);
+    }
+
+    /// Ids served and refills per kept minute of the last hour ([`ServedWindow::history`]).
+    pub fn history(&self) -> Vec<served_window::Delta> {
+        self.served.history()
     }
 
     /// How long until the namespace runs out at the rate of the last hour, and that window.

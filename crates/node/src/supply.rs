@@ -128,6 +128,19 @@ pub struct SupplySnapshot {
     pub block_requests_peak: u64,
 }
 
+/// What a supply handed to lower tiers ([`Supply::below`]): counted since the node started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Below {
+    /// Block and lease requests answered with a block.
+    pub blocks: u64,
+    /// Ids in those blocks (some may have come back since, as a leased tail).
+    pub ids: u64,
+    /// The most block or lease requests ever answered at once.
+    pub requests_peak: u64,
+    /// The newest leased block whose tail may still come back ([`Supply::take_back`]).
+    pub open_lease: Option<Block>,
+}
+
 /// A count of operations in flight and its peak ([`InFlight::enter`]).
 #[derive(Debug, Default)]
 struct InFlight {
@@ -196,6 +209,9 @@ pub struct Supply {
     /// guessed from the ones seen before.
     tokens: std::collections::hash_map::RandomState,
     leases: AtomicU64,
+    /// Blocks answered to lower tiers ([`Supply::block`], [`Supply::lease`]), and their ids.
+    blocks_below: AtomicU64,
+    ids_below: AtomicU64,
 }
 
 /// A block leased to a lower tier ([`Supply::lease`]).
@@ -269,6 +285,8 @@ impl Supply {
             lease: Mutex::new(None),
             tokens: std::collections::hash_map::RandomState::new(),
             leases: AtomicU64::new(0),
+            blocks_below: AtomicU64::new(0),
+            ids_below: AtomicU64::new(0),
         })
     }
 
@@ -311,6 +329,25 @@ impl Supply {
             source_requests_peak: self.to_source.peak(),
             block_requests_peak: self.from_below.peak(),
         }
+    }
+
+    /// What it handed to lower tiers so far, and the lease still open.
+    pub fn below(&self) -> Below {
+        Below {
+            blocks: self.blocks_below.load(Ordering::Relaxed),
+            ids: self.ids_below.load(Ordering::Relaxed),
+            requests_peak: self.from_below.peak(),
+            open_lease: self
+                .lock_lease()
+                .as_ref()
+                .and_then(|(_, taken)| taken.blocks().first().copied()),
+        }
+    }
+
+    /// Counts `block` as answered to a lower tier.
+    fn count_below(&self, block: &Block) {
+        self.blocks_below.fetch_add(1, Ordering::Relaxed);
+        self.ids_below.fetch_add(block.len(), Ordering::Relaxed);
     }
 
     /// The latest refill's error, if the latest refill failed.
@@ -490,11 +527,13 @@ impl Supply {
                 buf.take_block_for(taken, want).map_or(0, |_| want)
             })
             .await?;
-        taken
+        let block = taken
             .blocks()
             .first()
             .copied()
-            .ok_or_else(|| self.exhausted(bits))
+            .ok_or_else(|| self.exhausted(bits))?;
+        self.count_below(&block);
+        Ok(block)
     }
 
     /// Exactly `count` consecutive ids as one block (RESP `INCRBY`), or `None` when the
@@ -556,6 +595,7 @@ impl Supply {
                 .map_err(|e| self.map_store_error(&e))?;
             self.note_watermark(r.watermark);
             self.count_served(r.block.len());
+            self.count_below(&r.block);
             return Ok(Lease {
                 block: r.block,
                 token: None,
@@ -572,6 +612,7 @@ impl Supply {
         let nth = self.leases.fetch_add(1, Ordering::Relaxed);
         let token = std::hash::BuildHasher::hash_one(&self.tokens, nth).max(1);
         *self.lock_lease() = Some((token, taken));
+        self.count_below(&block);
         Ok(Lease {
             block,
             token: Some(token),
@@ -1290,6 +1331,45 @@ mod tests {
         assert!(matches!(err, IdError::Unavailable { .. }), "{err:?}");
         assert_eq!(s.snapshot().served, 38);
         assert_accounted(&s, &source).await;
+    }
+
+    /// What went below is counted per block answered; the open lease is the newest leased
+    /// block until its tail comes back; a failed request counts nothing.
+    #[tokio::test(start_paused = true)]
+    async fn below_counts_blocks_and_shows_the_open_lease() {
+        let (s, source, running) = supply(100).await;
+        let nothing = Below {
+            blocks: 0,
+            ids: 0,
+            requests_peak: 0,
+            open_lease: None,
+        };
+        assert_eq!(s.below(), nothing);
+        s.ids(3, 64).await.unwrap();
+        assert_eq!(s.below(), nothing, "ids are not blocks");
+        let block = s.block(10, 64).await.unwrap();
+        let lease = s.lease(20, 64, 0).await.unwrap();
+        let below = s.below();
+        assert_eq!(
+            (below.blocks, below.ids),
+            (2, block.len() + lease.block.len())
+        );
+        assert_eq!(below.requests_peak, 1);
+        assert_eq!(below.open_lease, Some(lease.block));
+        let tail = Block::new(lease.block.end() - 5, lease.block.end(), 1).unwrap();
+        assert!(matches!(
+            s.take_back(lease.token.unwrap(), tail),
+            TakeBack::Restored(_)
+        ));
+        assert_eq!(s.below().open_lease, None);
+        source.down.store(true, Ordering::Relaxed);
+        let before = s.below();
+        while s.snapshot().buffered > 0 {
+            s.ids(s.snapshot().buffered, 64).await.unwrap();
+        }
+        assert!(s.block(10, 64).await.is_err());
+        assert_eq!(s.below(), before);
+        running.stop().await;
     }
 
     /// Counts requests that waited for a refill.

@@ -11,7 +11,9 @@
 //! a lower node dropped without a stop (a kill) burns only what it held; the upper node
 //! stopped, the lower node serves its buffer, then answers `authority_unavailable`, and
 //! recovers on its own once an upper node answers at its second url (failover), above every id
-//! served before.
+//! served before; the status pages show the tiers: the lower node's, each url above and whether
+//! its latest call answered; the upper node's, the blocks it answered below and the lease open
+//! until the lower node's clean stop hands its tail back.
 //!
 //! No test sleeps to order events: every wait polls a condition against a generous deadline.
 
@@ -34,6 +36,7 @@ const DEADLINE: Duration = Duration::from_secs(30);
 
 /// An upper node serving gRPC on `listener`, on `store`.
 struct Upper {
+    node: Arc<Node>,
     addr: SocketAddr,
     shutdown: Shutdown,
     served: tokio::task::JoinHandle<Result<ShutdownReport, idmint_node::NodeError>>,
@@ -50,10 +53,11 @@ impl Upper {
         let config = config(&format!("[defaults]\ncache = \"fixed\"\n{defaults}"));
         let node = Node::start(config, store).await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let server = idmint_node::Server::new(node).grpc(listener);
+        let server = idmint_node::Server::new(node.clone()).grpc(listener);
         let shutdown = server.shutdown_handle();
         let served = tokio::spawn(server.serve());
         Upper {
+            node,
             addr,
             shutdown,
             served,
@@ -223,6 +227,65 @@ async fn tiers_serve_unique_ids_and_a_clean_stop_hands_the_tail_up() {
         highest + 2 + burned,
         "the upper node burned nothing: {before:?}"
     );
+}
+
+/// Both status pages, as their snapshots read the tiers: below a url nothing listens on and a
+/// live upper node, the lower node shows the first as not answering and the second as the one
+/// calls go to; the upper node shows the blocks it leased below, the newest lease open until
+/// the lower node's clean stop hands its tail back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_pages_show_the_nodes_above_and_below() {
+    use idmint_node::http::status_page;
+    let store = Arc::new(MemoryAuthority::new());
+    let upper = Upper::start(store, TcpListener::bind("127.0.0.1:0").await.unwrap()).await;
+    let closed = {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let node = lower(&[closed.clone(), upper.url()]).await;
+    assert_eq!(take(&node, 30).await.unwrap().len(), 30);
+
+    let page = status_page::snapshot(&node).await;
+    assert_eq!(page.authority.kind, "upstream");
+    let above: Vec<_> = page
+        .authority
+        .upper
+        .iter()
+        .map(|n| (n.url.clone(), n.current, n.answered))
+        .collect();
+    assert_eq!(
+        above,
+        [
+            (closed.clone(), false, Some(false)),
+            (upper.url(), true, Some(true))
+        ]
+    );
+    assert!(page.authority.upper[0].last_error.is_some());
+    let html = status_page::render(&page).into_string();
+    assert!(
+        html.contains(&format!("{} (calls go here first)</td>", upper.url())),
+        "{html}"
+    );
+    assert!(html.contains("(!) did not answer: "), "{html}");
+
+    let below = |page: &status_page::Snapshot| {
+        page.namespaces
+            .iter()
+            .find(|r| r.info.name() == "photos")
+            .and_then(|r| r.below)
+            .expect("the upper node serves photos")
+    };
+    let leased = below(&status_page::snapshot(&upper.node).await);
+    assert!(leased.blocks >= 1 && leased.ids >= 100, "{leased:?}");
+    let open = leased
+        .open_lease
+        .expect("the lower node's newest block is leased");
+    assert!(open.len() >= 100, "{open:?}");
+
+    node.shutdown().await;
+    let after = below(&status_page::snapshot(&upper.node).await);
+    assert_eq!(after.open_lease, None, "the tail came back: {after:?}");
+    upper.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

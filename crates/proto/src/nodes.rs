@@ -21,13 +21,16 @@
 //! required).
 //!
 //! Channels connect lazily: building [`Nodes`] contacts nothing. Every call is bounded by the
-//! timeout; nothing is held across `.await` but the call's own state.
+//! timeout; nothing is held across `.await` but the call's own state. Each node's latest call
+//! is remembered ([`Nodes::health`]: answered, or why not) under a `std::sync::Mutex` held for
+//! one store, for an operator's view.
 
 use crate::tls::ClientTls;
 use crate::v1::idmint_client::IdmintClient;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
@@ -90,6 +93,30 @@ pub struct Nodes {
     /// The index of the node that answered last: calls start there.
     current: AtomicUsize,
     timeout: Duration,
+    /// Per node, what its latest call found.
+    last_calls: Mutex<Vec<LastCall>>,
+}
+
+/// What the latest call to one node found ([`Nodes::health`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LastCall {
+    /// No call went to it yet.
+    NotYet,
+    /// It answered: with what was asked, or a status of its own (one that does not move on).
+    Answered,
+    /// It did not answer, or answered with a failure another node may not have: why.
+    Failed(String),
+}
+
+/// One node as its caller sees it ([`Nodes::health`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeHealth {
+    /// Its label (a url without secrets).
+    pub label: String,
+    /// Whether calls start at it (it answered last, or no other did yet).
+    pub current: bool,
+    /// What its latest call found.
+    pub last_call: LastCall,
 }
 
 /// The metadata key of a node's stable error code (docs/grpc.md, "Status codes"): a trailer,
@@ -183,11 +210,13 @@ impl Nodes {
                 .connect_lazy();
             nodes.push((label, channel));
         }
+        let last_calls = Mutex::new(vec![LastCall::NotYet; nodes.len()]);
         Ok(Nodes {
             nodes,
             bearer,
             current: AtomicUsize::new(0),
             timeout,
+            last_calls,
         })
     }
 
@@ -218,6 +247,29 @@ impl Nodes {
     /// The timeout of every call.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// Each node, in order, with what its latest call found.
+    pub fn health(&self) -> Vec<NodeHealth> {
+        let current = self.current.load(Ordering::Relaxed) % self.nodes.len().max(1);
+        let last_calls = self.last_calls.lock().unwrap_or_else(|p| p.into_inner());
+        self.nodes
+            .iter()
+            .zip(last_calls.iter())
+            .enumerate()
+            .map(|(i, ((label, _), last_call))| NodeHealth {
+                label: label.clone(),
+                current: i == current,
+                last_call: last_call.clone(),
+            })
+            .collect()
+    }
+
+    fn note(&self, index: usize, last_call: LastCall) {
+        let mut last_calls = self.last_calls.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = last_calls.get_mut(index) {
+            *slot = last_call;
+        }
     }
 
     /// Runs `op` on the nodes from the current one on, each at most once, moving on after a
@@ -265,7 +317,7 @@ impl Nodes {
             });
         };
         let client = IdmintClient::with_interceptor(channel.clone(), self.bearer.clone());
-        match tokio::time::timeout(self.timeout, op(client)).await {
+        let outcome = match tokio::time::timeout(self.timeout, op(client)).await {
             Ok(Ok(answer)) => Ok(answer.into_inner()),
             Ok(Err(status)) if moves_on(&status) => Err(moved_on(label, &status)),
             Ok(Err(status)) => Err(CallError::Status(index, status)),
@@ -273,7 +325,15 @@ impl Nodes {
                 message: format!("{label}: no answer within {} ms", self.timeout.as_millis()),
                 code: None,
             }),
-        }
+        };
+        self.note(
+            index,
+            match &outcome {
+                Err(CallError::Unavailable { message, .. }) => LastCall::Failed(message.clone()),
+                Ok(_) | Err(CallError::Status(..)) => LastCall::Answered,
+            },
+        );
+        outcome
     }
 }
 
@@ -423,10 +483,27 @@ mod tests {
             .unwrap_err(),
             NodesError::InvalidToken
         );
+        let health = nodes.health();
+        assert_eq!(
+            health
+                .iter()
+                .map(|h| (h.label.as_str(), h.current, h.last_call.clone()))
+                .collect::<Vec<_>>(),
+            [
+                ("first", true, LastCall::NotYet),
+                ("second", false, LastCall::NotYet)
+            ]
+        );
         let err = nodes
             .call(|mut c| async move { c.namespaces(crate::v1::NamespacesRequest {}).await })
             .await
             .unwrap_err();
+        for h in nodes.health() {
+            match h.last_call {
+                LastCall::Failed(why) => assert!(why.starts_with(&h.label), "{why}"),
+                other => panic!("{}: {other:?}", h.label),
+            }
+        }
         match err {
             CallError::Unavailable { message, code } => {
                 assert!(

@@ -95,6 +95,19 @@ pub use source::BlockSource;
 #[cfg(feature = "upstream")]
 pub use upstream::UpstreamAuthority;
 
+/// One upper node of an upstream authority as this node sees it ([`Authority::upper_nodes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpperNode {
+    /// Its url, without secrets.
+    pub url: String,
+    /// Whether calls go to it first (it answered last, or no other did yet).
+    pub current: bool,
+    /// Whether its latest call answered; `None` before the first call.
+    pub answered: Option<bool>,
+    /// Why its latest call failed, when it did.
+    pub last_error: Option<String>,
+}
+
 /// The durable home of sequence namespaces' watermarks.
 ///
 /// Every method is atomic: it either happens entirely and durably, or not at all (an `Err` leaves
@@ -110,6 +123,13 @@ pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
     /// of its operations.
     fn members(&self) -> Option<&dyn Members> {
         None
+    }
+
+    /// The upper nodes of an authority whose blocks come from other idmint nodes
+    /// ([`UpstreamAuthority`]), in config order, with what each one's latest call found (no
+    /// I/O); empty for every other authority.
+    fn upper_nodes(&self) -> Vec<UpperNode> {
+        Vec::new()
     }
 
     /// The residue classes (ids modulo `spec.step()`) of the ids this authority may grant for a

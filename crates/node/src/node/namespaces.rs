@@ -282,7 +282,11 @@ impl Node {
             self.clock.0.clone(),
             Arc::new(SupplyMetrics::new(&self.metrics, name.as_str())),
         );
-        SequenceNamespace::new(spec, supply)
+        let ns = SequenceNamespace::new(spec, supply);
+        // Nothing served yet: the history and the projection start here, not at the first
+        // once-a-second sample (which would miss what was served before it).
+        ns.sample_served(self.clock.monotonic_nanos());
+        ns
     }
 
     /// Serves the blocks kept at the previous clean stop ([`idmint_store::kept`]) first: each

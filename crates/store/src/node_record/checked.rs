@@ -283,6 +283,10 @@ impl Authority for CheckedAuthority {
         self.inner.members()
     }
 
+    fn upper_nodes(&self) -> Vec<crate::UpperNode> {
+        self.inner.upper_nodes()
+    }
+
     fn residues(&self, spec: &SequenceSpec) -> Vec<u64> {
         self.inner.residues(spec)
     }

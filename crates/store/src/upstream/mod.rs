@@ -70,7 +70,9 @@ use crate::config::{redact_url, UpstreamConfig};
 use crate::{Authority, GiveBack, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
-use idmint_proto::nodes::{error_code, BearerToken, CallError, NodeClient, Nodes, NodesError};
+use idmint_proto::nodes::{
+    error_code, BearerToken, CallError, LastCall, NodeClient, Nodes, NodesError,
+};
 use idmint_proto::tls::ClientTls;
 use idmint_proto::v1 as proto;
 use std::collections::HashMap;
@@ -329,6 +331,26 @@ fn upper(name: &NamespaceName, info: proto::NamespaceInfo) -> Result<Upper, Stor
 impl Authority for UpstreamAuthority {
     fn kind(&self) -> &'static str {
         "upstream"
+    }
+
+    fn upper_nodes(&self) -> Vec<crate::UpperNode> {
+        self.nodes
+            .health()
+            .into_iter()
+            .map(|h| {
+                let (answered, last_error) = match h.last_call {
+                    LastCall::NotYet => (None, None),
+                    LastCall::Answered => (Some(true), None),
+                    LastCall::Failed(why) => (Some(false), Some(why)),
+                };
+                crate::UpperNode {
+                    url: h.label,
+                    current: h.current,
+                    answered,
+                    last_error,
+                }
+            })
+            .collect()
     }
 
     /// The upper tier's classes for `spec`, once `ensure_namespace` learned them; the spec's

@@ -1,10 +1,15 @@
 //! `GET /` and `GET /ui`: the status page, server-rendered HTML for a person, in a browser or a
 //! terminal's text browser. No JavaScript: it refreshes itself with `<meta http-equiv="refresh">`.
 //!
-//! It shows the version and uptime, the authority and its members' health, and every namespace
-//! this node serves with its kind, settings and live state: watermark, ids buffered, demand,
-//! block size, ids served, burned and given back, the share of the id space used and the
-//! projected exhaustion date, in red (and marked `(!)` for text browsers) when it is nearer than
+//! It shows the version and uptime; the authority: its members' health (multi), the nodes above
+//! (upstream: each url and whether its latest call answered) and what this node handed to the
+//! nodes below (blocks and ids answered per namespace, the lease still open); then a card per
+//! namespace to scan (`cards.rs`): the id space used as a bar with the projected exhaustion date,
+//! ids served and refills per minute over the last hour as sparklines, a snowflake namespace's
+//! worker pool as used and free; and below them the detail table (`table.rs`), every namespace
+//! with its kind, settings and live state: watermark, ids buffered, demand, block size, ids
+//! served, burned and given back, the share of the id space used and the projected exhaustion date, in
+//! red (and marked `(!)` for text browsers) when it is nearer than
 //! `server.exhaustion_warning_days`. A snowflake namespace shows its exhaustion foresight: the
 //! date its layout's timestamp bits run out and the time left (red within the same warning),
 //! its worker pool (leases held of the worker ids possible; red when full, as no further node
@@ -16,19 +21,29 @@
 //!   and the members from [`Node::members`]; it never creates a namespace, reserves an id or
 //!   writes anything. It asks the authority `list` (as `/readyz` does), bounded by
 //!   [`PROBE_TIMEOUT`], and reads each snowflake group's leases for its pool
-//!   ([`crate::namespace::Namespace::info_live`], bounded by its own timeout).
+//!   ([`crate::namespace::Namespace::info_live`], bounded by its own timeout). The history and
+//!   what went below are in-memory reads of each sequence namespace (its served window, its
+//!   supply's counters); the upper nodes' health is what their latest calls found (no call).
 //! - Every value is escaped (maud escapes by default; nothing here uses `PreEscaped`), so a
-//!   namespace name or an authority's error message cannot inject markup.
+//!   namespace name or an authority's error message cannot inject markup; the graphics are
+//!   maud elements too (`svg.rs`).
+//! - Every graphic has its numbers written as text beside it.
 //! - It maps nothing to protocol errors: it always answers 200 with the page, the authority's
 //!   failure shown on it.
 
+mod cards;
+mod svg;
+mod table;
+
+use crate::namespace::served_window::Delta;
+use crate::namespace::Namespace;
 use crate::node::Node;
+use crate::supply::Below;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use idmint_api::{
-    CacheSettings, MemberState, NamespaceInfo, SequenceHeadroom, SequenceState, WorkerPool,
-};
+use idmint_api::{MemberState, NamespaceInfo, SequenceState, WorkerPool};
+use idmint_store::UpperNode;
 use maud::{html, Markup, DOCTYPE};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -48,6 +63,20 @@ pub struct AuthorityHealth {
     pub error: Option<String>,
     /// With a `multi` authority, each member; empty otherwise.
     pub members: Vec<MemberState>,
+    /// With an `upstream` authority, each upper node; empty otherwise.
+    pub upper: Vec<UpperNode>,
+}
+
+/// One namespace as the page shows it.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Its settings and state (what `GET /v1/namespaces/{name}` answers).
+    pub info: NamespaceInfo,
+    /// A sequence namespace's ids served and refills per minute over the last hour
+    /// ([`crate::namespace::served_window`]); empty for other kinds.
+    pub history: Vec<Delta>,
+    /// What a sequence namespace handed to lower tiers; `None` for other kinds.
+    pub below: Option<Below>,
 }
 
 /// Everything the page shows, gathered before rendering (so rendering is a pure function).
@@ -64,7 +93,7 @@ pub struct Snapshot {
     /// The authority.
     pub authority: AuthorityHealth,
     /// Every namespace served, sorted by name.
-    pub namespaces: Vec<NamespaceInfo>,
+    pub namespaces: Vec<Row>,
 }
 
 /// `GET /`, `GET /ui`.
@@ -94,7 +123,16 @@ pub async fn snapshot(node: &Node) -> Snapshot {
     let now = node.now();
     let mut namespaces = Vec::new();
     for ns in node.all() {
-        namespaces.push(node.describe(ns.info_live(now, &*authority).await));
+        let info = node.describe(ns.info_live(now, &*authority).await);
+        let (history, below) = match &*ns {
+            Namespace::Sequence(s) => (s.history(), Some(s.supply().below())),
+            _ => (Vec::new(), None),
+        };
+        namespaces.push(Row {
+            info,
+            history,
+            below,
+        });
     }
     Snapshot {
         version: env!("CARGO_PKG_VERSION"),
@@ -105,6 +143,7 @@ pub async fn snapshot(node: &Node) -> Snapshot {
             kind: authority.kind().to_owned(),
             error,
             members: node.members(),
+            upper: authority.upper_nodes(),
         },
         namespaces,
     }
@@ -120,6 +159,8 @@ pub fn render(s: &Snapshot) -> Markup {
                 meta charset="utf-8";
                 meta http-equiv="refresh" content=(REFRESH_SECONDS);
                 meta name="viewport" content="width=device-width, initial-scale=1";
+                // No icon: the browser asks for none (a /favicon.ico would be a 404).
+                link rel="icon" href="data:,";
                 title { "idmint status" }
                 style { (STYLE) }
             }
@@ -133,16 +174,21 @@ pub fn render(s: &Snapshot) -> Markup {
                 }
                 h2 { "Authority" }
                 (authority(&s.authority))
+                (cards::below(&s.namespaces))
                 h2 { "Namespaces (" (s.namespaces.len()) ")" }
                 @if s.namespaces.is_empty() {
                     p { "No namespace is served yet: declared ones appear at start, others on first use." }
                 } @else {
-                    (namespaces(s))
+                    (cards::cards(s))
+                    h3 { "Detail" }
+                    (table::namespaces(s))
                 }
                 p .legend {
                     "Red, marked (!): runs out within " (warning_days) " days at the current demand, "
                     "or a snowflake layout's time does (server.exhaustion_warning_days); a worker "
-                    "pool is full; a time unit's sequence ran full. JSON: "
+                    "pool is full; a time unit's sequence ran full; a node above did not answer. "
+                    "Sparklines: per whole minute over the last hour (at least five minutes wide), "
+                    "the dot the newest; the minute in progress is written beside them. JSON: "
                     a href="/v1/namespaces" { "/v1/namespaces" } ", "
                     a href="/readyz" { "/readyz" } ", "
                     a href="/metrics" { "/metrics" } ", "
@@ -154,11 +200,23 @@ pub fn render(s: &Snapshot) -> Markup {
 }
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}\
-table{border-collapse:collapse;font-size:.9em}\
+table{border-collapse:collapse;font-size:.9em;margin:.4em 0}\
 th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}\
 td.n{text-align:right;font-variant-numeric:tabular-nums}td.t{white-space:nowrap}\
 th{background:#f0f0f0}.warn{color:#b00;font-weight:bold}.ok{color:#070}\
-.legend{color:#555;font-size:.85em}";
+.legend{color:#555;font-size:.85em}\
+.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(21em,1fr));gap:.8em;margin:.6em 0 1.2em}\
+.card{border:1px solid #ccc;border-radius:6px;padding:.5em .8em;background:#fcfcfc}\
+.card h3{margin:0 0 .3em;font-size:1.05em}.card h3 .kind{color:#666;font-weight:normal;font-size:.85em}\
+.metric{margin:.35em 0}.metric .label{display:block;color:#555;font-size:.8em}\
+.metric .value{display:block;font-size:.85em;font-variant-numeric:tabular-nums}\
+svg{display:block;margin:.15em 0}\
+svg .free{fill:#e4e4e4}svg .used{fill:#2a6fb0}svg .used.warn{fill:#c0302b}\
+svg .axis{stroke:#ccc;stroke-width:1}\
+svg polyline{fill:none;stroke:#2a6fb0;stroke-width:1.5;stroke-linejoin:round}\
+svg circle{fill:#2a6fb0}.refills polyline{stroke:#8a5a00}.refills circle{fill:#8a5a00}\
+svg.dot{display:inline;vertical-align:middle;margin:0 .3em 0 0}svg.dot .up{fill:#2a9a3a}\
+svg.dot .down{fill:#c0302b}svg.dot .unknown{fill:#aaa}";
 
 fn authority(a: &AuthorityHealth) -> Markup {
     html! {
@@ -188,77 +246,8 @@ fn authority(a: &AuthorityHealth) -> Markup {
                 }
             }
         }
-    }
-}
-
-fn namespaces(s: &Snapshot) -> Markup {
-    html! {
-        table #namespaces {
-            tr {
-                th { "namespace" } th { "kind" } th { "settings" } th { "watermark" }
-                th { "buffered" } th { "demand/s" } th { "block size" } th { "served" }
-                th { "burned" } th { "given back" } th { "id space used" } th { "runs out" }
-            }
-            @for ns in &s.namespaces {
-                tr id={ "ns-" (ns.name()) } {
-                    td { b { (ns.name()) } }
-                    td { (ns.kind()) }
-                    @match ns {
-                        NamespaceInfo::Sequence { settings, state, auto_created, .. } => {
-                            td {
-                                "width " (settings.width) ", start " (settings.start)
-                                ", step " (settings.step) ", offset " (settings.offset)
-                                ", cache " (cache(&settings.cache))
-                                @if *auto_created { ", auto-created" }
-                            }
-                            (sequence_state(state, s.warning))
-                        }
-                        NamespaceInfo::Snowflake { settings, state, .. } => {
-                            @let l = &settings.layout;
-                            td {
-                                "worker " (settings.worker) ", " (l.timestamp_bits) "/"
-                                (l.node_bits) "/" (l.sequence_bits) " bits, unit " (l.time_unit)
-                                ", epoch " (l.epoch)
-                                @if let Some(lease) = &state.worker_lease {
-                                    br;
-                                    @let held = lease.status == idmint_api::LeaseStatus::Held;
-                                    @if held {
-                                        "lease: group " (lease.group) ", token " (lease.token)
-                                        ", floor " (lease.floor)
-                                    } @else {
-                                        span .warn {
-                                            "(!) lease " (format!("{:?}", lease.status).to_lowercase())
-                                            ": group " (lease.group) ", token " (lease.token)
-                                            @if let Some(e) = &lease.last_error { ", " (e) }
-                                        }
-                                    }
-                                } @else {
-                                    br; "no lease (fixed worker id)"
-                                }
-                            }
-                            td {} td {}
-                            td .sequence { (headroom(state.sequence_headroom.as_ref(), &l.time_unit)) }
-                            td {}
-                            td .n { (state.ids_served) }
-                            td {} td {}
-                            td .pool { (pool(state.worker_pool.as_ref())) }
-                            td .t {
-                                @if within(&state.time_runs_out, s.now, s.warning) {
-                                    span .warn { "(!) " (state.time_runs_out) }
-                                } @else {
-                                    (state.time_runs_out)
-                                }
-                                br;
-                                "in " (time_left(state.seconds_to_exhaustion))
-                            }
-                        }
-                        _ => {
-                            td { "-" }
-                            td {} td {} td {} td {} td {} td {} td {} td {} td { "never" }
-                        }
-                    }
-                }
-            }
+        @if !a.upper.is_empty() {
+            (cards::upper(&a.upper))
         }
     }
 }
@@ -285,29 +274,6 @@ fn pool(pool: Option<&WorkerPool>) -> Markup {
     }
 }
 
-/// A snowflake namespace's sequence headroom: the peak ids per unit against the limit.
-fn headroom(h: Option<&SequenceHeadroom>, unit: &str) -> Markup {
-    html! {
-        @if let Some(h) = h {
-            @let text = format!(
-                "peak {} of {} per {} ({:.0} %)",
-                h.peak_per_unit,
-                h.limit_per_unit,
-                unit,
-                h.peak_fraction * 100.0
-            );
-            @if h.headroom_per_unit == 0 {
-                span .warn { "(!) " (text) }
-            } @else {
-                (text)
-            }
-            @if h.units_exhausted > 0 {
-                br; (h.units_exhausted) " waits for the next unit"
-            }
-        }
-    }
-}
-
 /// Whole seconds as years and days (or less, when less).
 fn time_left(seconds: u64) -> String {
     const YEAR: u64 = 365 * 86_400;
@@ -321,53 +287,10 @@ fn time_left(seconds: u64) -> String {
     }
 }
 
-fn sequence_state(st: &SequenceState, warning: Duration) -> Markup {
+/// Whether a sequence namespace runs out within `warning` at its current demand.
+fn runs_out_soon(st: &SequenceState, warning: Duration) -> bool {
     let left = st.capacity.saturating_sub(st.ids_used);
-    let soon =
-        st.demand_per_second > 1e-3 && (left as f64 / st.demand_per_second) < warning.as_secs_f64();
-    html! {
-        td .n { (st.watermark) }
-        td .n { (st.ids_buffered) }
-        td .n { (format!("{:.1}", st.demand_per_second)) }
-        td .n { (st.block_size) }
-        td .n { (st.ids_served) }
-        td .n { (st.ids_burned) }
-        td .n { (st.ids_given_back) }
-        td .n { (percent(st.used_fraction)) " of " (st.capacity) }
-        @let date = st.projected_exhaustion.as_deref();
-        td .t {
-            @if soon {
-                span .warn { "(!) " (date.unwrap_or("now")) }
-            } @else {
-                (date.unwrap_or("not at this demand"))
-            }
-            @if let Some(e) = &st.last_error {
-                br;
-                span .warn { "(!) last refill failed: " (e) }
-            }
-        }
-    }
-}
-
-fn cache(c: &CacheSettings) -> String {
-    match c {
-        CacheSettings::Off => "off".into(),
-        CacheSettings::Fixed {
-            block_size,
-            low_water,
-        } => format!("fixed {block_size} (low water {low_water})"),
-        CacheSettings::Adaptive {
-            buffer_seconds,
-            min_block,
-            max_block,
-            low_water,
-        } => format!(
-            "adaptive {buffer_seconds} s, blocks {min_block}..{max_block} (low water {low_water})"
-        ),
-        // A mode added to the wire types shows by its debug name until it is written here.
-        #[allow(unreachable_patterns)]
-        other => format!("{other:?}"),
-    }
+    st.demand_per_second > 1e-3 && (left as f64 / st.demand_per_second) < warning.as_secs_f64()
 }
 
 /// A share as a percentage: enough digits to see a namespace move off 0 %.
@@ -398,7 +321,7 @@ fn uptime(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use idmint_api::SequenceSettings;
+    use idmint_api::{CacheSettings, SequenceHeadroom, SequenceSettings};
 
     fn sequence(name: &str, demand: f64, used: u64, exhaustion: Option<&str>) -> NamespaceInfo {
         NamespaceInfo::Sequence {
@@ -434,6 +357,14 @@ mod tests {
     }
 
     fn snapshot(namespaces: Vec<NamespaceInfo>) -> Snapshot {
+        let namespaces = namespaces
+            .into_iter()
+            .map(|info| Row {
+                info,
+                history: Vec::new(),
+                below: None,
+            })
+            .collect();
         Snapshot {
             version: "9.9.9",
             uptime: Duration::from_secs(3723),
@@ -443,6 +374,7 @@ mod tests {
                 kind: "file".into(),
                 error: None,
                 members: Vec::new(),
+                upper: Vec::new(),
             },
             namespaces,
         }
@@ -620,5 +552,148 @@ mod tests {
         assert!(within("2027-06-01T00:00:00.000Z", now, year));
         assert!(!within("2029-01-01T00:00:00.000Z", now, year));
         assert!(!within("not a date", now, year));
+    }
+
+    fn minute(ended_ago: u64, length: u64, served: u64, refills: u64) -> Delta {
+        Delta {
+            ended_ago: Duration::from_secs(ended_ago),
+            length: Duration::from_secs(length),
+            served,
+            refills,
+        }
+    }
+
+    /// A sequence card: its bar as wide as its share, the sparklines of its history with
+    /// their numbers as text, what went below.
+    #[test]
+    fn a_sequence_card_shows_its_bar_sparklines_and_numbers() {
+        let mut s = snapshot(vec![sequence("photos", 0.0, 250, None)]);
+        s.namespaces[0].history = vec![
+            minute(150, 60, 0, 0),
+            minute(90, 60, 600, 2),
+            minute(30, 60, 1200, 3),
+            minute(0, 30, 300, 1),
+        ];
+        s.namespaces[0].below = Some(Below {
+            blocks: 3,
+            ids: 300,
+            requests_peak: 2,
+            open_lease: idmint_core::Block::new(201, 301, 1),
+        });
+        let page = render(&s).into_string();
+        for want in [
+            r#"<div class="card" id="card-photos">"#,
+            // 250 of 1000: a quarter of 240 px.
+            r#"<rect class="used" x="0" y="0" width="60.0" height="12""#,
+            "25.0000 % of 1000 used; runs out: not at this demand",
+            "<title>photos: ids served per minute: latest 1200, peak 1200 (over 3m 30s); this minute so far 300</title>",
+            // 3m 30s of history on a five-minute axis: 240 * (1 - 150/300) = 120, ...
+            r#"<polyline points="120.0,25.0 168.0,14.0 216.0,3.0">"#,
+            "latest 3.0, peak 3.0 (over 3m 30s); this minute so far 1",
+            "3 blocks, 300 ids answered; lease open: 201–300",
+            "<td>201–300 (100 ids)</td>",
+        ] {
+            assert!(page.contains(want), "{want} missing from {page}");
+        }
+        assert!(!page.contains("class=\"warn\""), "{page}");
+    }
+
+    #[test]
+    fn a_card_near_exhaustion_is_red_and_one_without_history_says_so() {
+        let page = render(&snapshot(vec![sequence(
+            "tickets",
+            1.0,
+            10,
+            Some("2027-01-15T08:16:30.000Z"),
+        )]))
+        .into_string();
+        for want in [
+            r#"class="used warn""#,
+            r#"runs out: <span class="warn">(!) 2027-01-15T08:16:30.000Z</span>"#,
+            "no history yet (sampled once a second)",
+            "no block or lease was asked of this node since it started",
+        ] {
+            assert!(page.contains(want), "{want} missing from {page}");
+        }
+    }
+
+    #[test]
+    fn a_snowflake_card_shows_its_pool_as_used_and_free() {
+        let page = render(&snapshot(vec![snowflake(
+            "2079-09-07T15:47:35.551Z",
+            1_662_000_000,
+            Some(256),
+            1024,
+        )]))
+        .into_string();
+        // 256 of 1024 leased: a quarter.
+        assert!(
+            page.contains(r#"<rect class="used" x="0" y="0" width="60.0" height="12""#),
+            "{page}"
+        );
+        assert!(
+            page.contains("workers 256 of 1024 leased (25.0000 %)"),
+            "{page}"
+        );
+    }
+
+    #[test]
+    fn upper_nodes_show_whether_their_latest_call_answered() {
+        let mut s = snapshot(vec![]);
+        s.authority.kind = "upstream".into();
+        s.authority.upper = vec![
+            UpperNode {
+                url: "http://a:7070".into(),
+                current: false,
+                answered: Some(false),
+                last_error: Some("connection refused".into()),
+            },
+            UpperNode {
+                url: "http://b:7070".into(),
+                current: true,
+                answered: Some(true),
+                last_error: None,
+            },
+            UpperNode {
+                url: "http://c:7070".into(),
+                current: false,
+                answered: None,
+                last_error: None,
+            },
+        ];
+        let page = render(&s).into_string();
+        for want in [
+            "(!) did not answer: connection refused</td>",
+            "http://b:7070 (calls go here first)</td>",
+            "answered</td>",
+            "not called yet</td>",
+        ] {
+            assert!(page.contains(want), "{want} missing from {page}");
+        }
+    }
+
+    /// A hostile name (the info of a namespace is text) stays text in the cards, the SVG
+    /// titles and the ids.
+    #[test]
+    fn a_hostile_namespace_name_is_escaped_everywhere() {
+        let mut s = snapshot(vec![
+            sequence("\"><script>alert(1)</script>", 0.0, 10, None),
+            snowflake("2079-09-07T15:47:35.551Z", 1_662_000_000, Some(2), 1),
+        ]);
+        if let NamespaceInfo::Snowflake { namespace, .. } = &mut s.namespaces[1].info {
+            *namespace = "<svg onload=alert(1)>".into();
+        }
+        s.namespaces[0].history = vec![minute(0, 60, 5, 1)];
+        let page = render(&s).into_string();
+        assert!(!page.contains("<script>"), "{page}");
+        assert!(!page.contains("<svg onload"), "{page}");
+        assert!(
+            page.contains(r#"id="card-&quot;&gt;&lt;script&gt;"#),
+            "{page}"
+        );
+        assert!(
+            page.contains("<title>&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;: ids served"),
+            "{page}"
+        );
     }
 }
