@@ -85,8 +85,9 @@ impl Connection {
         if let Some((n, conn)) = current.as_ref() {
             return Ok((*n, conn.clone()));
         }
+        // The operation timeout around the whole call bounds connecting too.
         let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.op_timeout))
+            .set_connection_timeout(None)
             .set_response_timeout(None);
         let conn = self
             .client
@@ -127,8 +128,8 @@ impl Connection {
         let failure = match outcome {
             Ok(Ok(value)) => return Ok(Ok(value)),
             Ok(Err(e)) if is_answer(&e) => return Ok(Err(e)),
-            Ok(Err(e)) => format!("{what}: {}: {e}", self.shown),
-            Err(_) => format!("{what}: no answer within {:?}", self.op_timeout),
+            Ok(Err(e)) if !e.is_timeout() => format!("{what}: {}: {e}", self.shown),
+            Ok(Err(_)) | Err(_) => format!("{what}: no answer within {:?}", self.op_timeout),
         };
         if let Some(n) = used {
             self.drop_connection(n).await;
