@@ -1510,7 +1510,7 @@ mod tests {
             "unknown variant",
         );
         assert_names(
-            "[authority]\nkind = \"redis\"\n",
+            "[authority]\nkind = \"cassandra\"\n",
             "authority.kind",
             "unknown authority",
         );
@@ -1856,13 +1856,22 @@ mod tests {
             ("", "authority.url: a redis authority needs url"),
             ("url = \"http://h:6379\"\n", "authority.url"),
             ("url = \"redis://h\"\nprefix = \"\"\n", "authority.prefix"),
-            ("url = \"redis://h\"\nprefix = \"a{b}\"\n", "authority.prefix"),
+            (
+                "url = \"redis://h\"\nprefix = \"a{b}\"\n",
+                "authority.prefix",
+            ),
             (
                 "url = \"redis://h\"\nwait_replicas = 1\nwait_timeout_ms = 5000\n",
                 "authority.wait_timeout_ms",
             ),
-            ("url = \"redis://h\"\ntimeout_ms = 0\n", "authority.timeout_ms"),
-            ("url = \"redis://h\"\nappendfsync = \"always\"\n", "appendfsync"),
+            (
+                "url = \"redis://h\"\ntimeout_ms = 0\n",
+                "authority.timeout_ms",
+            ),
+            (
+                "url = \"redis://h\"\nappendfsync = \"always\"\n",
+                "appendfsync",
+            ),
         ];
         for (keys, expected) in bad {
             let text = format!("[authority]\nkind = \"redis\"\n{keys}");

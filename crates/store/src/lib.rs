@@ -71,10 +71,10 @@ pub mod node_record;
 mod pool;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-mod source;
-pub mod tls;
 #[cfg(feature = "redis")]
 pub mod redis;
+mod source;
+pub mod tls;
 #[cfg(feature = "upstream")]
 pub mod upstream;
 #[cfg(feature = "zookeeper")]

@@ -209,7 +209,11 @@ async fn a_write_without_its_replicas_is_unavailable_and_burned() {
         other => panic!("expected Unavailable, got {other:?}"),
     }
     let next = plain.reserve(&ns, 10).await.unwrap();
-    assert_eq!(next.block.start(), 11, "the unreplicated block [1, 11) was reused");
+    assert_eq!(
+        next.block.start(),
+        11,
+        "the unreplicated block [1, 11) was reused"
+    );
 }
 
 /// Keys of another type than idmint writes, or a hash with other fields, are `Corrupt` for

@@ -75,9 +75,8 @@ impl AuditLog for RedisAuthority {
         let mut subjects = names
             .iter()
             .map(|n| {
-                NamespaceName::new(n).map_err(|e| {
-                    corrupt(format!("the audit subjects set names {n:?}: {e}"))
-                })
+                NamespaceName::new(n)
+                    .map_err(|e| corrupt(format!("the audit subjects set names {n:?}: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
         subjects.sort();
@@ -191,10 +190,25 @@ mod tests {
         ]);
         let e = entry(&subject, 4, &good).unwrap();
         assert_eq!(e.event, AuditEvent::Granted { start: 1, end: 11 });
-        assert_eq!((e.seq, e.at_unix_ms, e.holder.as_str()), (4, 1_700_000_005_000, "web-1 pid 7"));
-        let bad = fields(&[("at", "x"), ("event", "granted"), ("a", "1"), ("b", "2"), ("holder", "h")]);
+        assert_eq!(
+            (e.seq, e.at_unix_ms, e.holder.as_str()),
+            (4, 1_700_000_005_000, "web-1 pid 7")
+        );
+        let bad = fields(&[
+            ("at", "x"),
+            ("event", "granted"),
+            ("a", "1"),
+            ("b", "2"),
+            ("holder", "h"),
+        ]);
         assert!(entry(&subject, 4, &bad).is_err());
-        let bad = fields(&[("at", "1"), ("event", "stolen"), ("a", "1"), ("b", "2"), ("holder", "h")]);
+        let bad = fields(&[
+            ("at", "1"),
+            ("event", "stolen"),
+            ("a", "1"),
+            ("b", "2"),
+            ("holder", "h"),
+        ]);
         assert!(entry(&subject, 4, &bad).is_err());
         assert_eq!(stream_seq("12-0"), Some(12));
         for id in ["12-1", "012-0", "12", "x-0"] {

@@ -109,11 +109,7 @@ impl Connection {
     /// Runs `call` on the connection (opened first if need be) within the operation timeout:
     /// `Ok(Err(e))` if the server answered with an error, `Err` if the connection failed or
     /// the timeout passed.
-    async fn run<T, F, Fut>(
-        &self,
-        what: &str,
-        call: F,
-    ) -> Result<Result<T, RedisError>, StoreError>
+    async fn run<T, F, Fut>(&self, what: &str, call: F) -> Result<Result<T, RedisError>, StoreError>
     where
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: std::future::Future<Output = Result<T, RedisError>>,
@@ -158,8 +154,11 @@ impl Connection {
         what: &str,
         cmd: &Cmd,
     ) -> Result<Result<T, RedisError>, StoreError> {
-        self.run(what, |mut conn| async move { cmd.query_async(&mut conn).await })
-            .await
+        self.run(
+            what,
+            |mut conn| async move { cmd.query_async(&mut conn).await },
+        )
+        .await
     }
 
     /// One command.
@@ -168,8 +167,11 @@ impl Connection {
         what: &str,
         cmd: &Cmd,
     ) -> Result<T, StoreError> {
-        self.run_flat(what, |mut conn| async move { cmd.query_async(&mut conn).await })
-            .await
+        self.run_flat(
+            what,
+            |mut conn| async move { cmd.query_async(&mut conn).await },
+        )
+        .await
     }
 
     /// One script (by SHA; loaded first if the server does not know it).
@@ -178,10 +180,9 @@ impl Connection {
         what: &str,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
-        self.run_flat(
-            what,
-            |mut conn| async move { invocation.invoke_async(&mut conn).await },
-        )
+        self.run_flat(what, |mut conn| async move {
+            invocation.invoke_async(&mut conn).await
+        })
         .await
     }
 }
@@ -203,7 +204,10 @@ impl RedisAuthority {
     pub(super) async fn check_server(&self) -> Result<(), StoreError> {
         let info: String = self
             .conn
-            .query("reading the server's version", redis::cmd("INFO").arg("server"))
+            .query(
+                "reading the server's version",
+                redis::cmd("INFO").arg("server"),
+            )
             .await?;
         let version = info_field(&info, "redis_version").unwrap_or_default();
         let major = version

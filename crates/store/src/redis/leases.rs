@@ -180,7 +180,11 @@ impl RedisAuthority {
             let new_floor = floor(slot.floor_unix_ms);
             let what = format!(
                 "{} worker {} of lease group {group}",
-                if renew.is_some() { "renewing" } else { "releasing" },
+                if renew.is_some() {
+                    "renewing"
+                } else {
+                    "releasing"
+                },
                 lease.worker
             );
             let mut call = self.scripts.worker.prepare_invoke();
@@ -348,7 +352,11 @@ fn decode_group(
             // 0: expiring this very millisecond; -1: a live key without a TTL, never written
             // by idmint.
             0 => None,
-            other => return Err(bad(format!("the live key of worker {worker} has TTL {other}"))),
+            other => {
+                return Err(bad(format!(
+                    "the live key of worker {worker} has TTL {other}"
+                )))
+            }
         };
         remaining.insert(worker, left);
     }
@@ -356,8 +364,7 @@ fn decode_group(
     for (worker, left) in remaining {
         let w = format!("w:{worker}:");
         let field = |name: &str| {
-            get(&format!("{w}{name}"))
-                .ok_or_else(|| bad(format!("worker {worker} has no {name}")))
+            get(&format!("{w}{name}")).ok_or_else(|| bad(format!("worker {worker} has no {name}")))
         };
         slots.push(worker_slot(
             group,

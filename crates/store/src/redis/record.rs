@@ -87,7 +87,8 @@ pub(super) fn namespace(
             .find(|(k, _)| k == field)
             .map(|(_, v)| v.as_str())
             .ok_or_else(|| bad(format!("field {field} is missing")))?;
-        *value = number(raw).ok_or_else(|| bad(format!("field {field}={raw:?} is not a number")))?;
+        *value =
+            number(raw).ok_or_else(|| bad(format!("field {field}={raw:?} is not a number")))?;
     }
     let [bits, first, step, offset, watermark] = values;
     let width = u32::try_from(bits)
@@ -126,8 +127,7 @@ pub(super) fn namespace_fields(state: &NamespaceState) -> [String; 5] {
 }
 
 pub(super) fn incarnation(text: &str) -> Result<Incarnation, StoreError> {
-    Incarnation::parse(text)
-        .map_err(|e| corrupt(format!("the store's incarnation: {e}")))
+    Incarnation::parse(text).map_err(|e| corrupt(format!("the store's incarnation: {e}")))
 }
 
 /// A reply that is not what the script returns: a different version of the script, or a
@@ -163,17 +163,62 @@ mod tests {
             .collect();
         assert_eq!(namespace(&name, &written).unwrap(), state);
         let bad = [
-            [("bits", "16"), ("first", "1"), ("step", "1"), ("offset", "0"), ("watermark", "1")],
-            [("bits", "64"), ("first", "1"), ("step", "0"), ("offset", "0"), ("watermark", "1")],
-            [("bits", "64"), ("first", "1"), ("step", "1"), ("offset", "0"), ("watermark", "0")],
-            [("bits", "64"), ("first", "1"), ("step", "1"), ("offset", "0"), ("watermark", "05")],
-            [("bits", "64"), ("first", "1"), ("step", "1"), ("offset", "0"), ("watermark", "+5")],
-            [("bits", "64"), ("first", "1"), ("step", "1"), ("offset", "0"), ("extra", "5")],
-            [("bits", "32"), ("first", "1"), ("step", "1"), ("offset", "0"), ("watermark", "2147483649")],
+            [
+                ("bits", "16"),
+                ("first", "1"),
+                ("step", "1"),
+                ("offset", "0"),
+                ("watermark", "1"),
+            ],
+            [
+                ("bits", "64"),
+                ("first", "1"),
+                ("step", "0"),
+                ("offset", "0"),
+                ("watermark", "1"),
+            ],
+            [
+                ("bits", "64"),
+                ("first", "1"),
+                ("step", "1"),
+                ("offset", "0"),
+                ("watermark", "0"),
+            ],
+            [
+                ("bits", "64"),
+                ("first", "1"),
+                ("step", "1"),
+                ("offset", "0"),
+                ("watermark", "05"),
+            ],
+            [
+                ("bits", "64"),
+                ("first", "1"),
+                ("step", "1"),
+                ("offset", "0"),
+                ("watermark", "+5"),
+            ],
+            [
+                ("bits", "64"),
+                ("first", "1"),
+                ("step", "1"),
+                ("offset", "0"),
+                ("extra", "5"),
+            ],
+            [
+                ("bits", "32"),
+                ("first", "1"),
+                ("step", "1"),
+                ("offset", "0"),
+                ("watermark", "2147483649"),
+            ],
         ];
         for record in bad {
             assert!(
-                matches!(namespace(&name, &fields(record)), Err(StoreError::Corrupt { .. })),
+                matches!(
+                    namespace(&name, &fields(record)),
+                    Err(StoreError::Corrupt { .. })
+                ),
                 "{record:?} was accepted"
             );
         }
