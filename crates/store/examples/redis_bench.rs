@@ -39,9 +39,7 @@ fn args() -> Args {
     while let Some(flag) = it.next() {
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
         match flag.as_str() {
-            "--clients" => {
-                parsed.clients = value.split(',').map(|c| c.parse().unwrap()).collect()
-            }
+            "--clients" => parsed.clients = value.split(',').map(|c| c.parse().unwrap()).collect(),
             "--duration" => parsed.duration = Duration::from_secs(value.parse().unwrap()),
             "--count" => parsed.count = value.parse().unwrap(),
             other => panic!("unknown flag {other}; flags: --clients 1,8 --duration 5 --count 1000"),
@@ -146,5 +144,8 @@ async fn main() {
             reserve_rate / incr_rate
         );
     }
-    println!("compare-and-set conflicts retried: {}", authority.conflicts_retried());
+    println!(
+        "compare-and-set conflicts retried: {}",
+        authority.conflicts_retried()
+    );
 }

@@ -326,7 +326,7 @@ fn decode_group(
     let last_token =
         record::number(last).ok_or_else(|| bad(format!("last_token {last:?} is not a number")))?;
     let mut remaining: BTreeMap<u64, Option<Duration>> = BTreeMap::new();
-    if live.len() % 3 != 0 {
+    if !live.len().is_multiple_of(3) {
         return Err(bad("the read script answered an odd live list".into()));
     }
     for triple in live.chunks(3) {
@@ -389,4 +389,65 @@ fn decode_group(
         }),
         slots,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn fields(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn live(worker: &str, pttl: i64, value: &str) -> Vec<Value> {
+        vec![
+            Value::BulkString(worker.into()),
+            Value::Int(pttl),
+            Value::BulkString(value.into()),
+        ]
+    }
+
+    #[test]
+    fn groups_decode_with_liveness_and_damage_is_corrupt() {
+        let group = NamespaceName::new("events").unwrap();
+        let hash = fields(&[
+            ("layout", "L"),
+            ("last_token", "7"),
+            ("w:1:token", "7"),
+            ("w:1:holder", "web-1 lease a"),
+            ("w:1:floor", "1700000005000"),
+            ("w:0:token", "3"),
+            ("w:0:holder", "web-2 lease b"),
+            ("w:0:floor", "0"),
+        ]);
+        let mut lives = live("1", 4_000, "7 web-1 lease a");
+        lives.extend(live("0", -2, ""));
+        let read = decode_group(&group, &hash, &lives).unwrap();
+        let record = read.record.unwrap();
+        assert_eq!((record.layout.as_str(), record.last_token), ("L", 7));
+        assert_eq!(read.slots.len(), 2);
+        assert_eq!((read.slots[0].worker, read.slots[0].is_live()), (0, false));
+        assert_eq!(read.slots[1].expires_in, Some(Duration::from_millis(4_000)));
+        assert_eq!(read.slots[1].floor_unix_ms, 1_700_000_005_000);
+
+        assert!(decode_group(&group, &[], &[]).unwrap().record.is_none());
+        // A live key naming another lease than the record.
+        let mut wrong = live("1", 4_000, "6 web-9 lease z");
+        wrong.extend(live("0", -2, ""));
+        assert!(decode_group(&group, &hash, &wrong).is_err());
+        // A live key without a TTL, which idmint never writes.
+        let mut forever = live("1", -1, "7 web-1 lease a");
+        forever.extend(live("0", -2, ""));
+        assert!(decode_group(&group, &hash, &forever).is_err());
+        // A token that is no number; a stray field.
+        let mut bad = hash.clone();
+        bad[2].1 = "07".into();
+        assert!(decode_group(&group, &bad, &lives).is_err());
+        let mut stray = hash.clone();
+        stray.push(("w:1:extra".into(), "x".into()));
+        assert!(decode_group(&group, &stray, &lives).is_err());
+    }
 }

@@ -59,7 +59,7 @@ pub(super) fn items(value: &Value) -> Option<&[Value]> {
 /// A flat `field value …` reply (`HGETALL`, a stream entry's fields) as text pairs.
 pub(super) fn pairs(value: &Value) -> Option<Vec<(String, String)>> {
     let items = items(value)?;
-    if items.len() % 2 != 0 {
+    if !items.len().is_multiple_of(2) {
         return None;
     }
     items
