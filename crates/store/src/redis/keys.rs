@@ -10,7 +10,7 @@
 //! | `{p}:audit-subjects` | set | every subject with a ledger |
 //! | `{p}:audit:<subject>` | stream | entries `<seq>-0`: `at event a b holder` |
 //! | `{p}:audit-checkpoint:<subject>` | hash | the checkpoint that stands for pruned entries |
-//! | `{p}:lease:<group>` | hash | `layout last_token`, per worker `w:<n>:token|floor|holder` |
+//! | `{p}:lease:<group>` | hash | `layout last_token`, per worker `w:<n>:token`, `w:<n>:holder`, `w:<n>:floor` |
 //! | `{p}:live:<group>:<n>` | string, `PX` TTL | `<token> <holder>` while worker `n` is leased |
 //!
 //! Names are [`NamespaceName`]s (no braces, no spaces), so no two of these keys collide.
