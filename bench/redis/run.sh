@@ -10,12 +10,12 @@
 #
 # Every server is private (a free port, a temporary directory) and stopped at the end; the
 # shared Redis on 6379 is never used. Settings (defaults shown):
-#   CLIENTS=1,8 DURATION=5 COUNT=1000 (part A); CONNS=50 THREADS=2 WARMUP=5 WINDOW=20
+#   CLIENTS=1,8 DURATION=2 ROUNDS=5 COUNT=1000 (part A); CONNS=50 THREADS=2 WARMUP=5 WINDOW=20
 #   IDS_PER_REQUEST=100 (part B). IDMINT=path/to/idmint skips building the binary (it must
 #   have the redis feature, on by default).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-CLIENTS=${CLIENTS:-1,8} DURATION=${DURATION:-5} COUNT=${COUNT:-1000}
+CLIENTS=${CLIENTS:-1,8} DURATION=${DURATION:-2} ROUNDS=${ROUNDS:-5} COUNT=${COUNT:-1000}
 CONNS=${CONNS:-50} THREADS=${THREADS:-2} WARMUP=${WARMUP:-5} WINDOW=${WINDOW:-20}
 IDS_PER_REQUEST=${IDS_PER_REQUEST:-100}
 die() { printf '\n%s: ERROR: %s\n' "$(basename "$0")" "$*" >&2; exit 1; }
@@ -40,7 +40,7 @@ if [[ -z "${IDMINT:-}" ]]; then
 fi
 
 echo "== A. reservations/s: the Redis authority next to INCRBY"
-target/release/examples/redis_bench --clients "$CLIENTS" --duration "$DURATION" --count "$COUNT"
+target/release/examples/redis_bench --clients "$CLIENTS" --duration "$DURATION" --rounds "$ROUNDS" --count "$COUNT"
 
 echo "== B. ids per authority round trip: an idmint node on Redis, adaptive cache"
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
