@@ -5,8 +5,9 @@
 //! prefixes on one server), its worker-lease properties (`redis_leases::…`) and its ledger
 //! properties (`redis_audit::…`). What is specific to Redis stays here: a server that does not
 //! fsync every write (or evicts keys) is refused unless `accept_unsafe_durability`; kill -9 of
-//! the server under load, restarted on its append-only file, hands out no id twice; `WAIT` for
-//! replicas that do not exist fails the write and burns its block; keys of another type are
+//! the server under load, restarted on its append-only file, hands out no id twice; `WAIT`
+//! succeeds once a real replica holds the write, and fails the write (burning its block) when
+//! the replica is gone or never existed; keys of another type are
 //! `Corrupt`; TLS (`rediss://`) with the server's CA, and refused without it.
 //!
 //! Every test starts its own private `redis-server` (`idmint_testkit::redis::PrivateRedis`, from
@@ -213,6 +214,82 @@ async fn a_write_without_its_replicas_is_unavailable_and_burned() {
         next.block.start(),
         11,
         "the unreplicated block [1, 11) was reused"
+    );
+}
+
+/// `WAIT` with a real replica: a write the replica acknowledged succeeds and the replica holds
+/// its watermark; once the replica is gone, the next write is `Unavailable` and its block is
+/// burned.
+#[tokio::test]
+async fn a_write_waits_for_its_replica() {
+    let primary = PrivateRedis::start().await;
+    let mut replica = PrivateRedis::start().await;
+    let replica_client = ::redis::Client::open(replica.url()).unwrap();
+    let mut replica_conn = replica_client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = ::redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(primary.addr().port())
+        .query_async(&mut replica_conn)
+        .await
+        .unwrap();
+    let primary_client = ::redis::Client::open(primary.url()).unwrap();
+    let mut primary_conn = primary_client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    wait::until_async(
+        "the replica to connect",
+        Duration::from_secs(30),
+        async || {
+            let info: String = ::redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut primary_conn)
+                .await
+                .unwrap();
+            info.contains("connected_slaves:1") && info.contains("state=online")
+        },
+    )
+    .await;
+    let waiting = connect(RedisConfig {
+        wait_replicas: 1,
+        wait_timeout: Duration::from_millis(500),
+        ..RedisConfig::new(primary.url())
+    })
+    .await;
+    let ns = name("replicated");
+    waiting
+        .ensure_namespace(&ns, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    let r = waiting.reserve(&ns, 10).await.unwrap();
+    assert_eq!(r.block.start(), 1);
+    let on_replica: Option<String> = ::redis::cmd("HGET")
+        .arg("{idmint}:ns:replicated")
+        .arg("watermark")
+        .query_async(&mut replica_conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        on_replica.as_deref(),
+        Some("11"),
+        "WAIT returned before the replica had it"
+    );
+
+    replica.kill();
+    match waiting.reserve(&ns, 10).await {
+        Err(StoreError::Unavailable { message, .. }) => {
+            assert!(message.contains("0 of 1 replicas"), "{message}")
+        }
+        other => panic!("without its replica: expected Unavailable, got {other:?}"),
+    }
+    let plain = connect(RedisConfig::new(primary.url())).await;
+    assert_eq!(
+        plain.reserve(&ns, 10).await.unwrap().block.start(),
+        21,
+        "the unreplicated block [11, 21) was reused"
     );
 }
 
