@@ -149,6 +149,12 @@ if ! command -v etcd >/dev/null 2>&1; then
 fi
 echo "etcd: $(etcd --version 2>/dev/null | head -n1) (tests start private instances)"
 
+# Redis: the tests start private redis-server processes (never the one on 6379).
+if ! command -v redis-server >/dev/null 2>&1; then
+  apt_install "Redis" redis-server
+fi
+echo "Redis: $(redis-server --version | head -n1) (tests start private instances)"
+
 # ZooKeeper: the tests start private standalone servers from the package's jars (and Java).
 if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null 2>&1; then
   apt_install "ZooKeeper" zookeeper

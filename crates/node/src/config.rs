@@ -1659,7 +1659,7 @@ mod tests {
             err("[authority]\nkind = \"mysql\"\nurl = \"x\"\nmode = \"fast\"\n")
                 .contains("authority.mode")
         );
-        assert!(err("[authority]\nkind = \"redis\"\n").contains("unknown authority"));
+        assert!(err("[authority]\nkind = \"cassandra\"\n").contains("unknown authority"));
     }
 
     #[test]

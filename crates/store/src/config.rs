@@ -57,6 +57,8 @@ pub enum AuthorityConfig {
     Etcd(EtcdConfig),
     /// ZooKeeper (cargo feature `zookeeper`).
     Zookeeper(ZookeeperConfig),
+    /// Redis 7 or Valkey (cargo feature `redis`).
+    Redis(RedisConfig),
     /// Several authorities, each owning one residue class of every namespace.
     Multi(MultiConfig),
     /// Other idmint nodes, over gRPC: blocks come from the tier above (cargo feature
@@ -82,6 +84,7 @@ impl AuthorityConfig {
             AuthorityConfig::Mysql(_) => "mysql",
             AuthorityConfig::Etcd(_) => "etcd",
             AuthorityConfig::Zookeeper(_) => "zookeeper",
+            AuthorityConfig::Redis(_) => "redis",
             AuthorityConfig::Multi(_) => "multi",
             AuthorityConfig::Upstream(_) => "upstream",
         }
@@ -175,6 +178,11 @@ impl AuthorityConfig {
                 config.validate(key)?;
                 AuthorityConfig::Zookeeper(config)
             }
+            "redis" => {
+                let config: RedisConfig = typed(key, table)?;
+                config.validate(key)?;
+                AuthorityConfig::Redis(config)
+            }
             "multi" => AuthorityConfig::Multi(MultiConfig::from_table(key, table)?),
             "upstream" => {
                 let config: UpstreamConfig = typed(key, table)?;
@@ -248,6 +256,14 @@ impl fmt::Display for AuthorityConfig {
                     c.root
                 )
             }
+            AuthorityConfig::Redis(c) => {
+                write!(
+                    f,
+                    "Redis authority at {}, keys {{{}}}:*",
+                    redact_url(&c.url),
+                    c.prefix
+                )
+            }
             AuthorityConfig::Upstream(c) => {
                 let urls: Vec<String> = c.urls.iter().map(|u| redact_url(u)).collect();
                 write!(f, "upstream authority: idmint nodes at {}", urls.join(","))
@@ -277,12 +293,13 @@ enum Position {
 }
 
 /// The kinds, as the config names them.
-const KINDS: [&str; 8] = [
+const KINDS: [&str; 9] = [
     "file",
     "postgres",
     "mysql",
     "etcd",
     "zookeeper",
+    "redis",
     "multi",
     "upstream",
     "memory",
@@ -316,6 +333,7 @@ fn needs(key: &str, kind: &str, field: &str) -> AuthorityConfigError {
         "urls" => ", e.g. [\"http://global-a:7879\", \"http://global-b:7879\"]",
         "url" if kind == "postgres" => ", e.g. \"postgres://user:password@host:5432/db\"",
         "url" if kind == "mysql" => ", e.g. \"mysql://user:password@host:3306/db\"",
+        "url" if kind == "redis" => ", e.g. \"redis://:password@host:6379/0\"",
         _ => "",
     };
     invalid(
@@ -864,6 +882,152 @@ pub(crate) fn check_root(root: &str) -> Result<(), &'static str> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Redis
+
+/// Configuration of the Redis authority (`redis::RedisAuthority`, Redis 7 or Valkey). Parsed in
+/// every build; only connecting needs the cargo feature `redis`.
+///
+/// Keys: `url` (required), `prefix`, `timeout_ms` (into [`RedisConfig::op_timeout`]),
+/// `accept_unsafe_durability`, `wait_replicas`, `wait_timeout_ms` (into
+/// [`RedisConfig::wait_timeout`]), `tls`, `ca_file`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host:port[/db]`, or `rediss://…` with `tls = "verify-full"`.
+    /// One server (a primary); Sentinel and Cluster discovery are not used (docs/backends.md).
+    pub url: String,
+    /// Every key idmint writes is `{<prefix>}:…`: the braces make it a Redis Cluster hash tag,
+    /// so one store's keys share one slot and each Lua script touches one shard. Default
+    /// `idmint`. Letters, digits, `_`, `-`, `.` and `:`, at most 64.
+    #[serde(default = "RedisConfig::default_prefix")]
+    pub prefix: String,
+    /// Bound on every call to Redis, connecting included. Default 5 s.
+    #[serde(
+        rename = "timeout_ms",
+        default = "default_timeout",
+        with = "timeout_ms"
+    )]
+    pub op_timeout: Duration,
+    /// Serve from a server that does not fsync every write (`appendonly` not `yes`, or
+    /// `appendfsync` not `always`), or whose settings cannot be read (`CONFIG` renamed or
+    /// denied). Default `false`: connecting to such a server is refused, since a crash of it
+    /// could forget reservations already handed out, and ids would repeat. `true` accepts it
+    /// with a warning in the log.
+    #[serde(default)]
+    pub accept_unsafe_durability: bool,
+    /// After every write, `WAIT <wait_replicas> <wait_timeout_ms>`: the write counts only once
+    /// that many replicas acknowledged it; fewer is `Unavailable` (the block is burned, never
+    /// handed out). Default 0: no `WAIT`.
+    #[serde(default)]
+    pub wait_replicas: u32,
+    /// The `WAIT` timeout. Default 1 s; must be below `timeout_ms`.
+    #[serde(
+        rename = "wait_timeout_ms",
+        default = "RedisConfig::default_wait_timeout",
+        with = "timeout_ms"
+    )]
+    pub wait_timeout: Duration,
+    /// `tls`: `"off"` (the default) or `"verify-full"` (a `rediss://` url; the server's
+    /// certificate checked against `ca_file` and the host name). `"require"` is refused.
+    #[serde(default)]
+    pub tls: crate::tls::TlsMode,
+    /// `ca_file`: the PEM file of the CA of the server's certificate; needed by, and only by,
+    /// `tls = "verify-full"`.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+}
+
+impl RedisConfig {
+    /// The default key prefix.
+    pub const DEFAULT_PREFIX: &'static str = "idmint";
+    /// The default `WAIT` timeout.
+    pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(1);
+
+    /// A config for `url` with the default prefix and timeouts, durability checked, no `WAIT`,
+    /// no TLS.
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisConfig {
+            url: url.into(),
+            prefix: Self::DEFAULT_PREFIX.to_owned(),
+            op_timeout: DEFAULT_TIMEOUT,
+            accept_unsafe_durability: false,
+            wait_replicas: 0,
+            wait_timeout: Self::DEFAULT_WAIT_TIMEOUT,
+            tls: crate::tls::TlsMode::Off,
+            ca_file: None,
+        }
+    }
+
+    fn default_prefix() -> String {
+        Self::DEFAULT_PREFIX.to_owned()
+    }
+
+    fn default_wait_timeout() -> Duration {
+        Self::DEFAULT_WAIT_TIMEOUT
+    }
+
+    /// A `redis://` or `rediss://` url, a prefix usable inside a hash tag, a `WAIT` timeout
+    /// below the operation timeout.
+    pub(crate) fn validate(&self, key: &str) -> Result<(), AuthorityConfigError> {
+        if !(self.url.starts_with("redis://") || self.url.starts_with("rediss://")) {
+            return Err(invalid(
+                format!("{key}.url"),
+                format!(
+                    "{}: expected redis://host:port or rediss://host:port",
+                    redact_url(&self.url)
+                ),
+            ));
+        }
+        if let Err(why) = check_redis_prefix(&self.prefix) {
+            return Err(invalid(
+                format!("{key}.prefix"),
+                format!("{:?}: {why}", self.prefix),
+            ));
+        }
+        if self.wait_replicas > 0 && self.wait_timeout >= self.op_timeout {
+            return Err(invalid(
+                format!("{key}.wait_timeout_ms"),
+                "must be below timeout_ms: a write waits for its replicas within its timeout",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why `prefix` cannot be a Redis authority's key prefix (it goes inside `{…}`).
+pub(crate) fn check_redis_prefix(prefix: &str) -> Result<(), &'static str> {
+    if prefix.is_empty() || prefix.len() > 64 {
+        return Err("must be 1 to 64 characters");
+    }
+    if !prefix
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
+    {
+        return Err("only letters, digits, _, -, . and : are allowed");
+    }
+    Ok(())
+}
+
+impl Named for RedisConfig {
+    const KIND: &'static str = "redis";
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redact_url(&self.url))
+            .field("prefix", &self.prefix)
+            .field("op_timeout", &self.op_timeout)
+            .field("accept_unsafe_durability", &self.accept_unsafe_durability)
+            .field("wait_replicas", &self.wait_replicas)
+            .field("wait_timeout", &self.wait_timeout)
+            .field("tls", &self.tls)
+            .field("ca_file", &self.ca_file)
+            .finish()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Upstream
 
 /// Configuration of the upstream authority (`upstream::UpstreamAuthority`): other idmint nodes'
@@ -1346,7 +1510,7 @@ mod tests {
             "unknown variant",
         );
         assert_names(
-            "[authority]\nkind = \"redis\"\n",
+            "[authority]\nkind = \"cassandra\"\n",
             "authority.kind",
             "unknown authority",
         );
@@ -1650,6 +1814,67 @@ mod tests {
         ];
         for (keys, expected) in bad {
             let text = format!("[authority]\nkind = \"zookeeper\"\n{keys}");
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(err.contains(expected), "{keys:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn redis_parses_with_clear_errors() {
+        let c = parse("[authority]\nkind = \"redis\"\nurl = \"redis://:pw@10.0.0.1:6379/2\"\n")
+            .unwrap();
+        assert_eq!(c.kind(), "redis");
+        assert_eq!(
+            c,
+            AuthorityConfig::Redis(RedisConfig::new("redis://:pw@10.0.0.1:6379/2"))
+        );
+        assert_eq!(
+            c.to_string(),
+            "Redis authority at redis://:***@10.0.0.1:6379/2, keys {idmint}:*"
+        );
+        assert!(!format!("{c:?}").contains("pw"), "{c:?}");
+        let c = parse(
+            "[authority]\nkind = \"redis\"\nurl = \"rediss://h:6380\"\nprefix = \"ids.eu\"\n\
+             timeout_ms = 3000\naccept_unsafe_durability = true\nwait_replicas = 1\n\
+             wait_timeout_ms = 500\ntls = \"verify-full\"\nca_file = \"/ca.pem\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c,
+            AuthorityConfig::Redis(RedisConfig {
+                prefix: "ids.eu".into(),
+                op_timeout: Duration::from_secs(3),
+                accept_unsafe_durability: true,
+                wait_replicas: 1,
+                wait_timeout: Duration::from_millis(500),
+                tls: crate::tls::TlsMode::VerifyFull,
+                ca_file: Some(PathBuf::from("/ca.pem")),
+                ..RedisConfig::new("rediss://h:6380")
+            })
+        );
+        let bad = [
+            ("", "authority.url: a redis authority needs url"),
+            ("url = \"http://h:6379\"\n", "authority.url"),
+            ("url = \"redis://h\"\nprefix = \"\"\n", "authority.prefix"),
+            (
+                "url = \"redis://h\"\nprefix = \"a{b}\"\n",
+                "authority.prefix",
+            ),
+            (
+                "url = \"redis://h\"\nwait_replicas = 1\nwait_timeout_ms = 5000\n",
+                "authority.wait_timeout_ms",
+            ),
+            (
+                "url = \"redis://h\"\ntimeout_ms = 0\n",
+                "authority.timeout_ms",
+            ),
+            (
+                "url = \"redis://h\"\nappendfsync = \"always\"\n",
+                "appendfsync",
+            ),
+        ];
+        for (keys, expected) in bad {
+            let text = format!("[authority]\nkind = \"redis\"\n{keys}");
             let err = parse(&text).unwrap_err().to_string();
             assert!(err.contains(expected), "{keys:?}: {err}");
         }

@@ -136,6 +136,7 @@ async fn connect_single(
         AuthorityConfig::Mysql(c) => connect_mysql(c).await,
         AuthorityConfig::Etcd(c) => connect_etcd(c).await,
         AuthorityConfig::Zookeeper(c) => connect_zookeeper(c).await,
+        AuthorityConfig::Redis(c) => connect_redis(c).await,
         AuthorityConfig::Upstream(c) => connect_upstream(c).await,
         AuthorityConfig::Multi(_) => Err(ConnectError::Setup(StoreError::InvalidSetup {
             message: "a multi authority cannot be a member of another".into(),
@@ -318,6 +319,22 @@ async fn connect_zookeeper(
     Err(not_built("zookeeper", "zookeeper", ""))
 }
 
+#[cfg(feature = "redis")]
+async fn connect_redis(c: &crate::config::RedisConfig) -> Result<Arc<dyn Authority>, ConnectError> {
+    match crate::redis::RedisAuthority::connect(c.clone()).await {
+        Ok(a) => Ok(Arc::new(a)),
+        Err(source) => Err(ConnectError::Connect {
+            kind: "redis",
+            source,
+        }),
+    }
+}
+
+#[cfg(not(feature = "redis"))]
+async fn connect_redis(_: &crate::config::RedisConfig) -> Result<Arc<dyn Authority>, ConnectError> {
+    Err(not_built("redis", "redis", ""))
+}
+
 #[cfg(feature = "upstream")]
 async fn connect_upstream(
     c: &crate::config::UpstreamConfig,
@@ -345,6 +362,7 @@ async fn connect_upstream(
     not(feature = "mysql"),
     not(feature = "etcd"),
     not(feature = "zookeeper"),
+    not(feature = "redis"),
     not(feature = "upstream")
 ))]
 fn not_built(kind: &'static str, feature: &'static str, needs: &'static str) -> ConnectError {

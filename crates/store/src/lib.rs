@@ -9,8 +9,8 @@
 //! - [`MemoryAuthority`]: in memory, for tests; nothing survives the process.
 //! - `FileAuthority` (cargo feature `file`, on by default): an embedded redb file, the default
 //!   backend of `idmint serve`; one process per data directory.
-//! - `postgres`, `mysql`, `etcd`, `zookeeper` (cargo features of the same names): networked
-//!   backends.
+//! - `postgres`, `mysql`, `etcd`, `zookeeper`, `redis` (cargo features of the same names):
+//!   networked backends.
 //! - [`MultiAuthority`]: several authorities, each owning one residue class; their health and
 //!   the ones to audit through [`Authority::members`] ([`Members`]).
 //! - `upstream` (cargo feature `upstream`): other idmint nodes over gRPC, the tier above
@@ -73,6 +73,8 @@ pub mod node_record;
 mod pool;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod source;
 pub mod tls;
 #[cfg(feature = "upstream")]
@@ -547,17 +549,17 @@ pub(crate) mod ops {
 
     /// How many compare-and-swap conflicts one operation of a compare-and-swap backend (etcd,
     /// ZooKeeper) accepts before giving up with [`StoreError::Unavailable`].
-    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    #[cfg(any(feature = "etcd", feature = "zookeeper", feature = "redis"))]
     pub const MAX_CONFLICTS: u32 = 32;
 
     /// Conflicts retried at once (a fresh read is as fresh as data gets) before backing off.
-    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    #[cfg(any(feature = "etcd", feature = "zookeeper", feature = "redis"))]
     const EAGER_RETRIES: u32 = 3;
 
     /// The pauses between the conflicting tries of one compare-and-swap operation: the first
     /// [`EAGER_RETRIES`] at once, then random and exponential from 2 ms to 64 ms, so writers
     /// that collided step apart; `None` after [`MAX_CONFLICTS`].
-    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    #[cfg(any(feature = "etcd", feature = "zookeeper", feature = "redis"))]
     pub(crate) fn conflict_backoff() -> idmint_core::Backoff {
         use std::time::Duration;
         idmint_core::Backoff::new(Duration::from_millis(2), Duration::from_millis(64))
@@ -575,7 +577,8 @@ pub(crate) mod ops {
             feature = "postgres",
             feature = "mysql",
             feature = "etcd",
-            feature = "zookeeper"
+            feature = "zookeeper",
+            feature = "redis"
         )),
         allow(dead_code)
     )]
@@ -692,7 +695,7 @@ pub(crate) mod ops {
     /// What a compare-and-swap backend (etcd, ZooKeeper) decided from a namespace's current
     /// state: its `update` loop reads the state, asks one of the `decide_*` functions below,
     /// and writes the new state with its audit entry in one conditional write, or nothing.
-    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    #[cfg(any(feature = "etcd", feature = "zookeeper", feature = "redis"))]
     pub(crate) enum Decision<T> {
         /// Write this state and its audit entry in one conditional write, then answer `T`.
         Write(NamespaceState, crate::AuditEvent, T),
@@ -701,7 +704,7 @@ pub(crate) mod ops {
     }
 
     /// [`Authority::reserve`] as a [`Decision`].
-    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    #[cfg(any(feature = "etcd", feature = "zookeeper", feature = "redis"))]
     pub(crate) fn decide_reserve(
         state: &NamespaceState,
         count: u64,
@@ -721,7 +724,7 @@ pub(crate) mod ops {
     }
 
     /// [`Authority::give_back`] as a [`Decision`].
-    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    #[cfg(any(feature = "etcd", feature = "zookeeper", feature = "redis"))]
     pub(crate) fn decide_give_back(
         state: &NamespaceState,
         tail: Block,
@@ -741,7 +744,7 @@ pub(crate) mod ops {
     }
 
     /// [`Authority::advance`] as a [`Decision`].
-    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    #[cfg(any(feature = "etcd", feature = "zookeeper", feature = "redis"))]
     pub(crate) fn decide_advance(
         state: &NamespaceState,
         to: u64,

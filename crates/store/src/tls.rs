@@ -44,7 +44,12 @@ pub(crate) use client::client_config;
 
 /// Checks `mode` against `ca_file` and, for `verify-full`, reads the CA file: its PEM text.
 /// The message of an error names the key or the file at fault.
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "etcd"))]
+#[cfg(any(
+    feature = "postgres",
+    feature = "mysql",
+    feature = "etcd",
+    feature = "redis"
+))]
 pub(crate) fn ca_pem(
     mode: TlsMode,
     ca_file: Option<&std::path::Path>,

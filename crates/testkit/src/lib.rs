@@ -4,6 +4,7 @@
 //!   traffic, add latency, stall, cut every connection, or drop the reply to a request that went
 //!   through (an ambiguous commit).
 //! - [`zookeeper::PrivateZookeeper`]: a private standalone ZooKeeper server per test.
+//! - [`redis::PrivateRedis`]: a private `redis-server` per test (AOF, fsync on every write).
 //! - [`postgres_tls::PrivatePostgres`]: a private PostgreSQL that accepts TLS only.
 //! - [`etcd_tls::PrivateEtcdTls`]: a private etcd serving its clients over TLS only.
 //! - [`certs::TestCerts`]: a CA and a server certificate made at test time, for TLS tests.
@@ -25,5 +26,6 @@ pub mod postgres;
 pub mod postgres_lab;
 pub mod postgres_tls;
 pub mod proxy;
+pub mod redis;
 pub mod wait;
 pub mod zookeeper;

@@ -595,3 +595,98 @@ mod zookeeper {
         }
     }
 }
+
+#[cfg(feature = "redis")]
+pub use redis::RedisBackend;
+
+#[cfg(feature = "redis")]
+mod redis {
+    use super::*;
+    use crate::redis::{RedisAuthority, RedisConfig};
+    use idmint_testkit::redis::PrivateRedis;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A key prefix of the test's own on a private `redis-server` (`idmint_testkit::redis`,
+    /// append-only file fsynced on every write); the server is killed when the last prefix on
+    /// it is dropped. Independent storage is another prefix on the same server.
+    #[derive(Debug)]
+    pub struct RedisBackend {
+        server: Arc<PrivateRedis>,
+        prefix: String,
+    }
+
+    impl RedisBackend {
+        fn config(&self, url: String) -> RedisConfig {
+            RedisConfig {
+                prefix: self.prefix.clone(),
+                ..RedisConfig::new(url)
+            }
+        }
+    }
+
+    fn new_prefix() -> String {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        format!("idmint-{}", COUNTER.fetch_add(1, Ordering::Relaxed))
+    }
+
+    async fn connect(config: RedisConfig) -> Result<Arc<dyn Authority>, StoreError> {
+        Ok(Arc::new(RedisAuthority::connect(config).await?))
+    }
+
+    impl Backend for RedisBackend {
+        const KIND: &'static str = "redis";
+        const CONCURRENT_OPENS: bool = true;
+
+        async fn create() -> Self {
+            RedisBackend {
+                server: Arc::new(PrivateRedis::start().await),
+                prefix: new_prefix(),
+            }
+        }
+
+        async fn independent(&self) -> Self {
+            RedisBackend {
+                server: self.server.clone(),
+                prefix: new_prefix(),
+            }
+        }
+
+        async fn open(&self) -> Arc<dyn Authority> {
+            connected(Self::KIND, connect(self.config(self.server.url())).await)
+        }
+    }
+
+    impl NetworkBackend for RedisBackend {
+        const FAULTS: FaultProfile = FaultProfile {
+            op_timeout: Duration::from_secs(1),
+            timeout_slack: Duration::from_millis(500),
+            timeout_says: Some("no answer within"),
+            // A closed connection fails the calls on it at once, and so does connecting
+            // through a proxy that closes every new connection.
+            cut_fails_fast: true,
+            // A call that failed on the connection dropped it: the next one opens a new one.
+            recovers_at_once: true,
+            // A timed-out connection is dropped; what it held may reach the server after later
+            // requests on a new connection (every write compares the watermark it read).
+            in_order_after_stall: false,
+            // Redis runs a script before it sends the reply.
+            lost_reply_commits: true,
+        };
+
+        fn server_addr(&self) -> SocketAddr {
+            self.server.addr()
+        }
+
+        async fn connect_via(
+            &self,
+            addr: SocketAddr,
+            op_timeout: Duration,
+        ) -> Result<Arc<dyn Authority>, StoreError> {
+            connect(RedisConfig {
+                op_timeout,
+                ..self.config(format!("redis://{addr}"))
+            })
+            .await
+        }
+    }
+}

@@ -70,6 +70,8 @@ pub use backend::EtcdBackend;
 pub use backend::FileBackend;
 #[cfg(all(feature = "conformance", feature = "postgres"))]
 pub use backend::PostgresBackend;
+#[cfg(all(feature = "conformance", feature = "redis"))]
+pub use backend::RedisBackend;
 #[cfg(all(feature = "conformance", feature = "zookeeper"))]
 pub use backend::ZookeeperBackend;
 #[cfg(feature = "conformance")]
