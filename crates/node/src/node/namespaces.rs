@@ -328,10 +328,49 @@ impl Node {
             if auto_created {
                 self.auto_created.fetch_add(1, Ordering::Relaxed);
             }
+            // What this node held: the authority grants above it (a tier above with a stale
+            // buffer would otherwise hand out a block below the kept ones, which the buffer
+            // refuses), as a set-up would tell it.
+            self.authority.note_floor(&k.name, watermark);
             tracing::info!(namespace = %k.name, ids = took, "serving the blocks kept at the last clean stop first");
             self.serve_sequence(&k.name, seq, auto_created);
+            let task = tokio::spawn(self.set_up_in_store(k.name, k.spec));
+            self.lock_tasks().push(task);
         }
         (adopted, burned)
+    }
+
+    /// The set-up a namespace served from kept blocks skipped, done once the authority answers
+    /// (retried with a backoff while it does not): the store checked against the node record,
+    /// the namespace's settings and floors told to the authority. A refusal is logged; the
+    /// namespace's refills then answer it.
+    fn set_up_in_store(
+        &self,
+        name: NamespaceName,
+        spec: SequenceSpec,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let authority = self.authority.clone();
+        let mut stop = self.stop.subscribe();
+        async move {
+            let mut backoff = idmint_core::Backoff::new(
+                std::time::Duration::from_millis(200),
+                std::time::Duration::from_secs(5),
+            );
+            loop {
+                match authority.ensure_namespace(&name, spec).await {
+                    Ok(_) => return,
+                    Err(e) if e.is_unavailable() => {}
+                    Err(e) => {
+                        tracing::error!(namespace = %name, error = %e, "the authority refuses a namespace served from kept blocks");
+                        return;
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff.delay()) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+        }
     }
 
     /// Starts `seq`'s refill task and serves it.
