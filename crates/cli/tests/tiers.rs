@@ -286,13 +286,16 @@ fn ride_out(backend: &str, global_authority: &str) {
              [namespaces.{KEPT}]\nkind = \"sequence\"\n"
         ),
     );
-    let keeper = Server::start_with(
-        dir.path(),
-        &dir.path().join("regional-keeper"),
-        "127.0.0.1:0",
-        Some(&keeper_cfg),
-        |_| {},
-    );
+    let start_keeper = || {
+        Server::start_with(
+            dir.path(),
+            &dir.path().join("regional-keeper"),
+            "127.0.0.1:0",
+            Some(&keeper_cfg),
+            |_| {},
+        )
+    };
+    let keeper = start_keeper();
     let (status, body) = http_get(keeper.addr, &format!("/v1/ids/{KEPT}?count=10"));
     assert_eq!(status, 200, "{body}");
     let keeper_ids = ids_of(&body);
@@ -375,13 +378,7 @@ fn ride_out(backend: &str, global_authority: &str) {
         "a regional node stopped during the outage: {rest:?}"
     );
     assert!(keeper_stop.kept > 0, "{rest:?}");
-    let keeper = Server::start_with(
-        dir.path(),
-        &dir.path().join("regional-keeper"),
-        "127.0.0.1:0",
-        Some(&keeper_cfg),
-        |_| {},
-    );
+    let keeper = start_keeper();
     let (status, ready) = http_get(keeper.addr, "/readyz");
     assert_eq!(status, 200, "restarted during the outage: {ready}");
     assert!(ready.contains("\"degraded\""), "{ready}");
