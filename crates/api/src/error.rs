@@ -82,6 +82,10 @@ pub enum ErrorCode {
     /// The node serves `server.max_streams` streams already; retry when one ended (gRPC
     /// `RESOURCE_EXHAUSTED`).
     TooManyStreams,
+    /// A strict namespace had no leader within the node's wait (`strict.wait_ms`): a failover,
+    /// or an authority that does not answer; or a forward reached a node that does not lead
+    /// (503).
+    NoLeader,
     /// A code this version of the client does not know (a newer server).
     #[serde(other)]
     Unknown,
@@ -90,7 +94,7 @@ pub enum ErrorCode {
 impl ErrorCode {
     /// Every code a server of this version sends: all but [`ErrorCode::Unknown`], which only a
     /// reader produces. The OpenAPI schema of `code` is this list.
-    pub const SENT: [ErrorCode; 20] = [
+    pub const SENT: [ErrorCode; 21] = [
         ErrorCode::InvalidNamespace,
         ErrorCode::UnknownNamespace,
         ErrorCode::InvalidCount,
@@ -111,6 +115,7 @@ impl ErrorCode {
         ErrorCode::Forbidden,
         ErrorCode::RateLimited,
         ErrorCode::TooManyStreams,
+        ErrorCode::NoLeader,
     ];
 
     /// The snake_case text of the code, as on the wire.
@@ -125,6 +130,7 @@ impl ErrorCode {
             ErrorCode::NamespaceExhausted => "namespace_exhausted",
             ErrorCode::TimeExhausted => "time_exhausted",
             ErrorCode::AuthorityUnavailable => "authority_unavailable",
+            ErrorCode::NoLeader => "no_leader",
             ErrorCode::SettingsConflict => "settings_conflict",
             ErrorCode::ShuttingDown => "shutting_down",
             ErrorCode::InternalError => "internal_error",

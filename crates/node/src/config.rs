@@ -112,6 +112,19 @@ pub enum CacheMode {
     Off,
 }
 
+/// Which order a sequence namespace's ids keep (`order = …`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    /// `order = "writer"` (the default): the ids of one node's answers increase; nodes serve
+    /// their own blocks, so ids of two nodes interleave.
+    #[default]
+    Writer,
+    /// `order = "strict"`: an id handed out after another request completed is larger, across
+    /// every node (linearizable). One node at a time, the leader, serves them
+    /// ([`crate::strict`]); the others forward.
+    Strict,
+}
+
 /// What a namespace hands out.
 #[derive(Debug, Clone, PartialEq)]
 pub enum KindConfig {
@@ -121,6 +134,8 @@ pub enum KindConfig {
         spec: SequenceSpec,
         /// How they are cached.
         cache: CacheMode,
+        /// Which order they keep.
+        order: Order,
     },
     /// Time-ordered 64-bit ids.
     Snowflake {
@@ -292,6 +307,9 @@ pub struct NodeConfig {
     /// after the restart ([`idmint_store::kept`]); `None`: they are burned. The binary sets it
     /// to the data directory for every durable authority.
     pub keep_blocks: Option<KeepBlocks>,
+    /// `[strict]`: how the nodes of strict namespaces reach each other (needed when one is
+    /// declared).
+    pub strict: Option<crate::strict::StrictConfig>,
 }
 
 /// The data directory and the authority of [`NodeConfig::keep_blocks`].
@@ -325,6 +343,7 @@ impl Default for NodeConfig {
             auth: None,
             audit_retention: None,
             keep_blocks: None,
+            strict: None,
         }
     }
 }
@@ -444,7 +463,7 @@ pub enum ConfigError {
     },
 }
 
-fn invalid(key: impl Into<String>, message: impl ToString) -> ConfigError {
+pub(crate) fn invalid(key: impl Into<String>, message: impl ToString) -> ConfigError {
     ConfigError::Invalid {
         key: key.into(),
         message: message.to_string(),
@@ -465,6 +484,7 @@ struct RawFile {
     #[serde(default)]
     leases: RawLeases,
     auth: Option<crate::auth::RawAuth>,
+    strict: Option<crate::strict::RawStrict>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -608,6 +628,24 @@ struct RawNamespace {
     worker: Option<RawWorker>,
     worker_group: Option<String>,
     allow_short_layout: Option<bool>,
+    order: Option<RawOrder>,
+}
+
+/// `order = "writer" | "strict"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+struct RawOrder(Order);
+
+impl TryFrom<String> for RawOrder {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        choose(
+            "order",
+            &s,
+            &[("writer", Order::Writer), ("strict", Order::Strict)],
+        )
+        .map(RawOrder)
+    }
 }
 
 impl RawNamespace {
@@ -759,6 +797,8 @@ impl FileConfig {
         if let Some(offsets) = authority.residue_offsets() {
             check_multi(&node, &offsets)?;
         }
+        node.strict = raw.strict.map(|s| s.validate()).transpose()?;
+        check_strict(&node, &authority)?;
         let tls = tls_files(&raw.server)?;
         Ok(FileConfig {
             http,
@@ -872,6 +912,34 @@ fn check_multi(node: &NodeConfig, offsets: &[u64]) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Strict namespaces need `[strict]` and one authority whose watermark every block comes
+/// from: blocks of several members, or of several upper nodes' buffers, do not increase in the
+/// order they are granted, and a new leader must start above every block an earlier one served.
+fn check_strict(node: &NodeConfig, authority: &AuthorityConfig) -> Result<(), ConfigError> {
+    let Some(name) = node.namespaces.iter().find_map(|(name, kind)| {
+        matches!(kind, KindConfig::Sequence { order: Order::Strict, .. }).then_some(name)
+    }) else {
+        return Ok(());
+    };
+    let key = format!("namespaces.{name}.order");
+    if node.strict.is_none() {
+        return Err(invalid(
+            key,
+            "a strict namespace needs a [strict] section with advertise = the gRPC url the other nodes reach this node at",
+        ));
+    }
+    match authority {
+        AuthorityConfig::Multi(_) | AuthorityConfig::Upstream(_) => Err(invalid(
+            key,
+            format!(
+                "order = \"strict\" needs one authority that grants every block from one watermark; the {} authority grants blocks of several members or upper nodes, which do not increase in the order they are granted",
+                authority.kind()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn namespace_kind(
     key: &str,
     ns: &RawNamespace,
@@ -887,7 +955,8 @@ fn namespace_kind(
         || sequence.buffer_seconds.is_some()
         || sequence.min_block.is_some()
         || sequence.max_block.is_some()
-        || sequence.low_water.is_some();
+        || sequence.low_water.is_some()
+        || ns.order.is_some();
     match ns.kind {
         RawKind::Sequence => {
             if ns.layout.is_some()
@@ -901,13 +970,20 @@ fn namespace_kind(
                 ));
             }
             let (spec, cache) = sequence_settings(key, &sequence, defaults)?;
-            Ok(KindConfig::Sequence { spec, cache })
+            let order = ns.order.map_or(Order::Writer, |o| o.0);
+            if order == Order::Strict && cache == CacheMode::Off {
+                return Err(invalid(
+                    format!("{key}.order"),
+                    "cache = \"off\" is already in strict order (every request reserves its ids from the authority); order = \"strict\" needs a cache, which its leader serves from",
+                ));
+            }
+            Ok(KindConfig::Sequence { spec, cache, order })
         }
         RawKind::Snowflake => {
             if seq_keys_set {
                 return Err(invalid(
                     key,
-                    "width/start/step/offset/cache keys belong to sequence namespaces",
+                    "width/start/step/offset/cache/order keys belong to sequence namespaces",
                 ));
             }
             let layout = match &ns.layout {
@@ -1300,7 +1376,7 @@ mod tests {
         assert_eq!(cfg.node.refill_wait, Duration::from_millis(1));
         let photos = &cfg.node.namespaces[&NamespaceName::new("photos").unwrap()];
         assert!(
-            matches!(photos, KindConfig::Sequence { cache: CacheMode::Off, spec } if spec.step() == 2 && spec.width() == Width::Bits32)
+            matches!(photos, KindConfig::Sequence { cache: CacheMode::Off, spec, .. } if spec.step() == 2 && spec.width() == Width::Bits32)
         );
         let events = &cfg.node.namespaces[&NamespaceName::new("events").unwrap()];
         assert!(

@@ -96,6 +96,15 @@ pub enum IdError {
     /// The node serves `server.max_streams` streams already.
     #[error("this node serves {0} streams already (server.max_streams); retry when one ended")]
     TooManyStreams(usize),
+    /// A strict namespace had no leader to serve it within the wait, or a forward reached a
+    /// node that does not lead it.
+    #[error("namespace {name:?} has no leader: {reason}")]
+    NoLeader {
+        /// The namespace.
+        name: String,
+        /// Why (no leader within the wait, this node does not lead).
+        reason: String,
+    },
     /// A broken invariant; the namespace stops serving rather than risk a duplicate.
     #[error("namespace {0:?} stopped serving after an internal consistency check failed; see the server log")]
     Internal(String),
@@ -126,6 +135,7 @@ impl IdError {
             IdError::RateLimited { .. } => ErrorCode::RateLimited,
             IdError::TooManyStreams(_) => ErrorCode::TooManyStreams,
             IdError::Internal(_) => ErrorCode::InternalError,
+            IdError::NoLeader { .. } => ErrorCode::NoLeader,
         }
     }
 }
@@ -148,6 +158,9 @@ pub enum NodeError {
     /// A front-end's task panicked or was cancelled.
     #[error("a front-end stopped unexpectedly: {0}")]
     FrontEnd(String),
+    /// The `[strict]` section's TLS files could not be read.
+    #[error("{0}")]
+    Strict(String),
     /// The blocks kept at the last clean stop could not be read from the data directory.
     #[error("reading the blocks kept at the last clean stop: {0}")]
     Kept(String),

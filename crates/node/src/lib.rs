@@ -55,6 +55,7 @@ pub mod namespace;
 pub(crate) mod node;
 pub mod resp;
 pub mod server;
+pub mod strict;
 mod store;
 pub(crate) mod supply;
 pub mod time;

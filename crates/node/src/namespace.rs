@@ -31,6 +31,7 @@ use crate::config::CacheMode;
 use crate::error::IdError;
 use crate::metrics::{Metrics, NamespaceLabels};
 use crate::supply::{Lease, Supply, SupplySnapshot, TakeBack};
+use crate::strict::Strict;
 use crate::worker::LeasedWorker;
 use headroom::SequenceUse;
 use idmint_api as api;
@@ -387,6 +388,8 @@ pub struct SequenceNamespace {
     auto_created: bool,
     /// Ids served over the last hour, for the exhaustion projection.
     served: ServedWindow,
+    /// `order = "strict"`: its leader serves it, the other nodes forward.
+    strict: Option<Arc<Strict>>,
 }
 
 impl SequenceNamespace {
@@ -397,6 +400,32 @@ impl SequenceNamespace {
             supply,
             auto_created: false,
             served: ServedWindow::default(),
+            strict: None,
+        }
+    }
+
+    /// Served in strict order by `strict` (whose supply is this namespace's).
+    pub fn strict(self, strict: Arc<Strict>) -> Self {
+        SequenceNamespace {
+            strict: Some(strict),
+            ..self
+        }
+    }
+
+    /// The strict side, for a namespace of `order = "strict"`.
+    pub fn strict_order(&self) -> Option<&Arc<Strict>> {
+        self.strict.as_ref()
+    }
+
+    /// A lower tier's block would be served outside the leader's order.
+    fn no_blocks_in_strict_order(&self) -> Result<(), IdError> {
+        match &self.strict {
+            Some(_) => Err(IdError::WrongKind(format!(
+                "namespace {:?} is in strict order: only its leader hands out its ids, so it \
+                 grants no blocks to a lower tier",
+                self.supply.name().as_str()
+            ))),
+            None => Ok(()),
         }
     }
 
@@ -450,17 +479,32 @@ impl SequenceNamespace {
 
     /// `count` ids, increasing; fewer only when the namespace runs out.
     pub async fn ids(&self, count: u64) -> Result<Vec<u64>, IdError> {
-        self.supply.ids(count, self.spec.width().bits()).await
+        match &self.strict {
+            Some(strict) => strict.take(count, false).await,
+            None => self.supply.ids(count, self.spec.width().bits()).await,
+        }
     }
 
     /// One contiguous block of up to `count` ids.
     pub async fn block(&self, count: u64) -> Result<Block, IdError> {
+        self.no_blocks_in_strict_order()?;
         self.supply.block(count, self.spec.width().bits()).await
     }
 
     /// Exactly `count` consecutive ids (`Supply::consecutive`), or `None` when the blocks
     /// kept holding fewer.
     pub async fn consecutive(&self, count: u64) -> Result<Option<Block>, IdError> {
+        if let Some(strict) = &self.strict {
+            let ids = strict.take(count, true).await?;
+            let (Some(&first), Some(&last)) = (ids.first(), ids.last()) else {
+                return Ok(None);
+            };
+            let step = self.spec.step();
+            let whole = ids.len() as u64 == count && ids.windows(2).all(|w| w[1] - w[0] == step);
+            return Ok(whole
+                .then(|| last.checked_add(step).and_then(|end| Block::new(first, end, step)))
+                .flatten());
+        }
         self.supply
             .consecutive(count, self.spec.width().bits())
             .await
@@ -470,6 +514,7 @@ impl SequenceNamespace {
     /// ([`SequenceNamespace::take_back`]); starting at or above `min_start` unless the
     /// namespace's store has nothing there yet (`Supply::lease`).
     pub async fn lease(&self, count: u64, min_start: u64) -> Result<Lease, IdError> {
+        self.no_blocks_in_strict_order()?;
         self.supply
             .lease(count, self.spec.width().bits(), min_start)
             .await

@@ -74,6 +74,15 @@ pub trait SupplyEvents: Send + Sync + std::fmt::Debug {
     fn waited(&self) {}
 }
 
+/// Decides, after a request took its ids from the buffer and before they are answered,
+/// whether they may be: a strict namespace's leader term ([`crate::strict`]). Checking after
+/// the take (not before) is what makes a term's end exact: no id taken after it is answered.
+/// Refused ids go back to the front of the buffer, as a failed request's do.
+pub trait ServeGate: Send + Sync + std::fmt::Debug {
+    /// `Ok` if ids taken now may be answered.
+    fn admit(&self, name: &NamespaceName) -> Result<(), IdError>;
+}
+
 /// Reports nothing.
 #[derive(Debug, Default, Clone, Copy)]
 #[cfg(test)]
@@ -198,6 +207,8 @@ pub struct Supply {
     reserved_direct: AtomicU64,
     /// Set when a consistency check failed: the supply serves nothing more.
     poisoned: AtomicBool,
+    /// Admits each answer after its take (strict namespaces); none: every answer is admitted.
+    serve_gate: std::sync::OnceLock<Arc<dyn ServeGate>>,
     refill_wait: Duration,
     /// Checks every block from the source.
     gate: BlockGate,
@@ -280,6 +291,7 @@ impl Supply {
             served: AtomicU64::new(0),
             reserved_direct: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
+            serve_gate: std::sync::OnceLock::new(),
             refill_wait: config.refill_wait,
             gate: BlockGate::new(config.space),
             lease: Mutex::new(None),
@@ -401,6 +413,21 @@ impl Supply {
             tracing::info!(namespace = %self.name, burned, watermark = to, "watermark moved by an operator; buffered ids below it burned");
         }
         burned
+    }
+
+    /// Puts `gate` in front of every answer from now on ([`ServeGate`]); once per supply
+    /// (a second gate is ignored and `false` returned).
+    pub fn set_serve_gate(&self, gate: Arc<dyn ServeGate>) -> bool {
+        self.serve_gate.set(gate).is_ok()
+    }
+
+    /// A strict namespace's new leader term: nothing below `watermark` (the authority's, read
+    /// once the term began, so above every id an earlier leader served) is served any more;
+    /// what the buffer holds below it is burned ([`Buffer::raise_floor`]). Returns the ids
+    /// burned.
+    pub fn start_above(&self, watermark: u64) -> u64 {
+        self.note_watermark(watermark);
+        self.with_buffer(|b| b.raise_floor(watermark))
     }
 
     fn note_watermark(&self, w: u64) {
@@ -689,7 +716,7 @@ impl Supply {
             self.wake_refill.notify_one();
         }
         if taken >= count {
-            return Ok(request.done());
+            return request.done();
         }
         let mut outcomes = self.outcome.subscribe();
         let deadline = tokio::time::Instant::now() + self.refill_wait;
@@ -699,13 +726,13 @@ impl Supply {
             taken += self.with_buffer(|b| take(b, &mut request.taken, count - taken));
             if taken >= count {
                 self.wake_refill.notify_one();
-                return Ok(request.done());
+                return request.done();
             }
             // The buffer is empty. If the latest refill found the namespace exhausted, say so
             // now: waiting would outlast the refill task's backoff and answer a misleading 503.
             if let Some(StoreError::Exhausted { .. }) = &outcomes.borrow().error {
                 return if taken > 0 {
-                    Ok(request.done())
+                    request.done()
                 } else {
                     Err(self.exhausted(bits))
                 };
@@ -738,7 +765,7 @@ impl Supply {
                 let empty = self.with_buffer(|b| b.buffered() == 0);
                 if empty {
                     if matches!(e, StoreError::Exhausted { .. }) && taken > 0 {
-                        return Ok(request.done());
+                        return request.done();
                     }
                     return Err(self.map_store_error(&e));
                 }
@@ -911,11 +938,15 @@ struct Request<'a> {
 }
 
 impl Request<'_> {
-    /// The request is answered with what it took: count it as served.
-    fn done(mut self) -> Taken {
+    /// The request is answered with what it took, if the supply's [`ServeGate`] admits it now:
+    /// count it as served. Refused, the ids go back ([`Request`]'s drop).
+    fn done(mut self) -> Result<Taken, IdError> {
+        if let Some(gate) = self.supply.serve_gate.get() {
+            gate.admit(&self.supply.name)?;
+        }
         let taken = std::mem::take(&mut self.taken);
         self.supply.count_served(taken.len());
-        taken
+        Ok(taken)
     }
 }
 

@@ -186,6 +186,7 @@ fn node_config(block: u64, low_water: f64) -> NodeConfig {
         KindConfig::Sequence {
             spec: SequenceSpec::default_64(),
             cache: CacheMode::Buffered(policy),
+            order: Default::default(),
         },
     )]);
     NodeConfig {
@@ -626,6 +627,7 @@ async fn ticket_mode_without_cache_serves_each_id_from_the_server() {
             KindConfig::Sequence {
                 spec,
                 cache: CacheMode::Off,
+                order: Default::default(),
             },
         )]),
         ..NodeConfig::default()

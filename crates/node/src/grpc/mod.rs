@@ -310,6 +310,26 @@ impl proto::idmint_server::Idmint for IdmintService {
         self.answer("ReleaseWorker", result.map(leases::answer))
     }
 
+    async fn forward(
+        &self,
+        request: Request<proto::ForwardRequest>,
+    ) -> Result<Response<proto::ForwardAnswer>, Status> {
+        let (metadata, _, req) = request.into_parts();
+        let served = self
+            .node
+            .take_forwarded(
+                credentials(&metadata),
+                &req.namespace,
+                req.count,
+                req.consecutive,
+            )
+            .await;
+        self.answer(
+            "Forward",
+            served.map(|(ids, term)| proto::ForwardAnswer { ids, term }),
+        )
+    }
+
     async fn worker_group(
         &self,
         request: Request<proto::WorkerGroupRequest>,

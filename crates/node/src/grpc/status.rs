@@ -32,7 +32,9 @@ pub fn code_of(e: &IdError) -> Code {
         | IdError::TooManyNamespaces { .. }
         | IdError::TooManyStreams(_) => Code::ResourceExhausted,
         // Retrying later may succeed.
-        IdError::Unavailable { .. } | IdError::ShuttingDown => Code::Unavailable,
+        IdError::Unavailable { .. } | IdError::ShuttingDown | IdError::NoLeader { .. } => {
+            Code::Unavailable
+        }
         IdError::Unauthorized(_) => Code::Unauthenticated,
         IdError::Forbidden(_) => Code::PermissionDenied,
         // The token's rate quota; the message says when to retry.

@@ -49,7 +49,9 @@ pub fn status_of(e: &IdError) -> StatusCode {
         | IdError::Conflict(_)
         | IdError::TooManyNamespaces { .. } => StatusCode::CONFLICT,
         IdError::TooManyStreams(_) => StatusCode::TOO_MANY_REQUESTS,
-        IdError::Unavailable { .. } | IdError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        IdError::Unavailable { .. } | IdError::ShuttingDown | IdError::NoLeader { .. } => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         IdError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
         IdError::Forbidden(_) => StatusCode::FORBIDDEN,
         IdError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,

@@ -103,6 +103,8 @@ pub struct Node {
     resp: crate::resp::Shared,
     /// Permits of the streams open at once (`server.max_streams`).
     streams: Arc<tokio::sync::Semaphore>,
+    /// The channels to the leaders of strict namespaces (`[strict]`).
+    peers: Option<Arc<crate::strict::Peers>>,
 }
 
 impl Node {
@@ -131,6 +133,12 @@ impl Node {
         let auth = Auth::new(config.auth.clone(), clock.clone(), metrics.clone());
         let metrics_for_resp = metrics.clone();
         let max_streams = config.listen.max_streams;
+        let peers = match &config.strict {
+            Some(strict) => Some(Arc::new(
+                crate::strict::Peers::new(strict).map_err(NodeError::Strict)?,
+            )),
+            None => None,
+        };
         let node = Arc::new(Node {
             config,
             authority,
@@ -147,6 +155,7 @@ impl Node {
             auth,
             resp: crate::resp::Shared::new(&metrics_for_resp),
             streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
+            peers,
         });
         let declared: Vec<(NamespaceName, KindConfig)> = node
             .config
@@ -507,7 +516,13 @@ impl Node {
         let mut kept = Vec::new();
         for ns in self.all() {
             if let Namespace::Sequence(s) = &*ns {
-                let done = s.supply().give_back(keep.is_some()).await;
+                // A strict namespace's blocks are never kept: a later leader may serve above
+                // them while this node is down.
+                let keeps = keep.is_some() && s.strict_order().is_none();
+                let done = s.supply().give_back(keeps).await;
+                if let Some(strict) = s.strict_order() {
+                    strict.release().await;
+                }
                 report.given_back += done.given_back;
                 report.burned += done.burned;
                 if !done.kept.is_empty() {
@@ -590,7 +605,7 @@ mod tests {
         let (spec, cache) = config.default_sequence;
         config
             .namespaces
-            .insert(name("declared"), KindConfig::Sequence { spec, cache });
+            .insert(name("declared"), KindConfig::Sequence { spec, cache, order: Default::default() });
         config
             .namespaces
             .insert(name("sessions"), KindConfig::Uuid7);
@@ -752,7 +767,7 @@ mod tests {
         let other = SequenceSpec::new(idmint_core::Width::Bits64, 1, 2, 1).unwrap();
         config
             .namespaces
-            .insert(name("orders"), KindConfig::Sequence { spec: other, cache });
+            .insert(name("orders"), KindConfig::Sequence { spec: other, cache, order: Default::default() });
         config.keep_blocks = Some(KeepBlocks {
             dir: dir.path().to_owned(),
             authority: "a".into(),
@@ -791,7 +806,7 @@ mod tests {
         let other = SequenceSpec::new(idmint_core::Width::Bits64, 1, 2, 1).unwrap();
         config
             .namespaces
-            .insert(name("e"), KindConfig::Sequence { spec: other, cache });
+            .insert(name("e"), KindConfig::Sequence { spec: other, cache, order: Default::default() });
         let err = Node::start(config, authority).await.unwrap_err();
         let message = err.to_string();
         assert_eq!(message.matches("namespace e").count(), 1, "{message}");

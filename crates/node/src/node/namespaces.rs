@@ -9,7 +9,8 @@
 use super::{authority_error, Node, Served};
 use crate::auth::Buckets;
 use crate::block_gate::IdSpace;
-use crate::config::{CacheMode, KindConfig};
+use crate::config::{CacheMode, KindConfig, Order};
+use crate::strict::Strict;
 use crate::error::IdError;
 use crate::metrics::{NamespaceLabels, SupplyMetrics};
 use crate::namespace::{
@@ -67,7 +68,15 @@ impl Node {
         // The sizes were bounded for the default spec; a stored one may hold fewer ids.
         let cache = crate::config::fit_cache(cache, &spec);
         let ns = self
-            .install(&name, &KindConfig::Sequence { spec, cache }, true)
+            .install(
+                &name,
+                &KindConfig::Sequence {
+                    spec,
+                    cache,
+                    order: Order::Writer,
+                },
+                true,
+            )
             .await?;
         self.auto_created.fetch_add(1, Ordering::Relaxed);
         Ok(ns)
@@ -156,11 +165,14 @@ impl Node {
         auto_created: bool,
     ) -> Result<Served, IdError> {
         let ns = match kind {
-            KindConfig::Sequence { spec, cache } => {
-                let seq = self
+            KindConfig::Sequence { spec, cache, order } => {
+                let mut seq = self
                     .sequence(name, *spec, *cache)
                     .await?
                     .auto_created(auto_created);
+                if *order == Order::Strict {
+                    seq = self.strict_order(name, seq)?;
+                }
                 return Ok(self.serve_sequence(name, seq, auto_created));
             }
             KindConfig::Snowflake {
@@ -188,6 +200,32 @@ impl Node {
             ),
         };
         Ok(self.publish(name, ns, auto_created))
+    }
+
+    /// `seq` in strict order: its leadership task started, its answers gated by the term.
+    fn strict_order(
+        &self,
+        name: &NamespaceName,
+        seq: SequenceNamespace,
+    ) -> Result<SequenceNamespace, IdError> {
+        let Some(peers) = self.peers.clone() else {
+            return Err(IdError::Conflict(format!(
+                "namespace {name:?} is in strict order, and this node has no [strict] section"
+            )));
+        };
+        let strict = Strict::new(
+            name.clone(),
+            seq.spec().width().bits(),
+            seq.supply().clone(),
+            self.authority.clone(),
+            self.clock.clone(),
+            self.config.leases,
+            peers,
+            self.config.max_block_request,
+        )?;
+        let task = tokio::spawn(strict.clone().lead(self.stop.subscribe()));
+        self.lock_tasks().push(task);
+        Ok(seq.strict(strict))
     }
 
     /// The worker lease of `group`, taken (and kept renewed by a background task) on first use.
@@ -300,7 +338,12 @@ impl Node {
         for k in kept {
             let ids = k.ids();
             let cache = match self.config.namespaces.get(&k.name) {
-                Some(KindConfig::Sequence { spec, cache }) if *spec == k.spec => Some(*cache),
+                // Strict order: a kept block may lie below what a later leader served.
+                Some(KindConfig::Sequence {
+                    spec,
+                    cache,
+                    order: Order::Writer,
+                }) if *spec == k.spec => Some(*cache),
                 Some(_) => None,
                 None if self.config.auto_create
                     && self.auto_created.load(Ordering::Relaxed) < self.config.max_namespaces =>

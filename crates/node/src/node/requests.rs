@@ -188,6 +188,37 @@ impl Node {
         self.counted(result)
     }
 
+    /// Ids of strict namespace `name` for the requests a follower batched (gRPC `Forward`):
+    /// served by this node only while it leads the namespace, never forwarded again (one hop);
+    /// otherwise `no_leader`. Returns the ids and the leader's term (fencing token). `count` is
+    /// held to `server.max_block_request` (a batch of many requests).
+    pub async fn take_forwarded(
+        &self,
+        who: Credentials<'_>,
+        name: &str,
+        count: u64,
+        consecutive: bool,
+    ) -> Result<(Vec<u64>, u64), IdError> {
+        let result = async {
+            let count = self.count_of(Some(count), Limit::Block)?;
+            let (served, admitted) = self.admit_taking(who, name, Scope::Ids, count).await?;
+            let strict = match &*served.ns {
+                Namespace::Sequence(s) => s.strict_order().cloned(),
+                _ => None,
+            };
+            let Some(strict) = strict else {
+                return Err(IdError::WrongKind(format!(
+                    "namespace {name:?} is not in strict order: ask any node for its ids"
+                )));
+            };
+            let (ids, term) = strict.serve_forwarded(count, consecutive).await?;
+            admitted.served(self.auth(), ids.len() as u64);
+            Ok((ids, term))
+        }
+        .await;
+        self.counted(result)
+    }
+
     /// One contiguous block of up to `count` ids of sequence namespace `name` for a lower
     /// tier, leased so that its unused tail can come back ([`Node::give_back`]): HTTP `POST
     /// /v1/blocks`, gRPC `Block`, RESP `IDMINT.BLOCK`. A 32-bit namespace caps the block at

@@ -46,6 +46,7 @@ pub fn code_of(e: &IdError) -> &'static str {
         IdError::Unauthorized(_) => "NOAUTH",
         IdError::Forbidden(_) => "NOPERM",
         IdError::RateLimited { .. } => "BUSY",
+        IdError::NoLeader { .. } => "NOLEADER",
     }
 }
 

@@ -31,6 +31,7 @@ pub fn codes_of(word: &str) -> Vec<ErrorCode> {
         "NOAUTH" | "WRONGPASS" => vec![Unauthorized],
         "NOPERM" => vec![Forbidden],
         "BUSY" => vec![RateLimited],
+        "NOLEADER" => vec![NoLeader],
         _ => vec![ErrorCode::Unknown],
     }
 }

@@ -1,0 +1,101 @@
+//! `[strict]`: how the nodes serving `order = "strict"` namespaces reach each other.
+//!
+//! Every node of a strict namespace competes for its leader lease and, while it is not the
+//! leader, forwards requests to the node that is. It finds that node by the url the leader
+//! records with its lease (`advertise`), and calls it with `token` over TLS trusting `ca_file`
+//! (presenting `cert_file`/`key_file` to a leader that asks for a client certificate).
+//! Checked at parse: a strict namespace needs this section, and this section needs a url.
+
+use crate::config::{invalid, ConfigError, MAX_TIMEOUT_MS};
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Default bound on how long a request of a strict namespace waits for a leader.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
+
+/// Default bound on one forward to the leader.
+pub const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The `[strict]` section, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StrictConfig {
+    /// `advertise`: the gRPC url (`http://` or `https://`) the other nodes reach this one at.
+    pub advertise: String,
+    /// `token`: the bearer token sent with each forward (scope `ids` on the strict
+    /// namespaces, when the leader has `[auth]`).
+    pub token: Option<String>,
+    /// `ca_file`: the CA the leaders' certificates are checked against (else the public roots).
+    pub ca_file: Option<PathBuf>,
+    /// `cert_file` and `key_file`: the client certificate presented to leaders.
+    pub identity: Option<(PathBuf, PathBuf)>,
+    /// `wait_ms`: how long a request waits for a leader (a failover, an authority that does not
+    /// answer) before it answers `no_leader`.
+    pub wait: Duration,
+    /// `forward_timeout_ms`: the bound on one forward.
+    pub forward_timeout: Duration,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStrict {
+    advertise: Option<String>,
+    token: Option<String>,
+    ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+    wait_ms: Option<u64>,
+    forward_timeout_ms: Option<u64>,
+}
+
+impl RawStrict {
+    pub(crate) fn validate(self) -> Result<StrictConfig, ConfigError> {
+        let advertise = self.advertise.ok_or_else(|| {
+            invalid(
+                "strict.advertise",
+                "missing: the gRPC url the other nodes reach this node at (e.g. \"http://10.0.0.7:7879\"), which the leader of a strict namespace records with its lease",
+            )
+        })?;
+        if !(advertise.starts_with("http://") || advertise.starts_with("https://"))
+            || advertise.contains(char::is_whitespace)
+        {
+            return Err(invalid(
+                "strict.advertise",
+                format!("{advertise:?}: expected an http:// or https:// url"),
+            ));
+        }
+        let identity = match (self.cert_file, self.key_file) {
+            (Some(c), Some(k)) => Some((c, k)),
+            (None, None) => None,
+            _ => {
+                return Err(invalid(
+                    "strict.cert_file",
+                    "cert_file and key_file go together (the client certificate and its key)",
+                ))
+            }
+        };
+        if matches!(&self.token, Some(t) if t.trim().is_empty()) {
+            return Err(invalid("strict.token", "empty"));
+        }
+        let ms = |key: &str, value: Option<u64>, default: Duration| match value {
+            None => Ok(default),
+            Some(ms) if (1..=MAX_TIMEOUT_MS).contains(&ms) => Ok(Duration::from_millis(ms)),
+            Some(ms) => Err(invalid(
+                format!("strict.{key}"),
+                format!("{ms}: must be from 1 to {MAX_TIMEOUT_MS} (an hour)"),
+            )),
+        };
+        Ok(StrictConfig {
+            advertise,
+            token: self.token,
+            ca_file: self.ca_file,
+            identity,
+            wait: ms("wait_ms", self.wait_ms, DEFAULT_WAIT)?,
+            forward_timeout: ms(
+                "forward_timeout_ms",
+                self.forward_timeout_ms,
+                DEFAULT_FORWARD_TIMEOUT,
+            )?,
+        })
+    }
+}

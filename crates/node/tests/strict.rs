@@ -1,0 +1,252 @@
+//! Strict order in process: three nodes on one memory authority, each serving gRPC on
+//! `127.0.0.1:0` (followers forward to the leader over real HTTP/2), clients on every node
+//! taking ids through the request path every front-end takes ([`Node::take_ids`]).
+//!
+//! What is checked: exactly one node leads and the others follow it; every answer of every
+//! node is unique and, in real time, above every answer completed before it started (the
+//! linearizability checker); a clean stop of the leader hands its tail back and releases the
+//! lease, another node takes over, and the ids go on above everything served; a request with
+//! no leader answers `no_leader` within `strict.wait_ms`; a forward to a node that does not
+//! lead is refused (one hop); lower tiers get no blocks of a strict namespace.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use idmint_node::Credentials;
+use idmint_node::strict::Role;
+use idmint_node::{FileConfig, IdError, Node, Shutdown, ShutdownReport};
+use idmint_store::{Authority, MemoryAuthority};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+struct Member {
+    node: Arc<Node>,
+    url: String,
+    shutdown: Shutdown,
+    served: tokio::task::JoinHandle<Result<ShutdownReport, idmint_node::NodeError>>,
+}
+
+fn toml(url: &str, extra: &str) -> String {
+    format!(
+        "[leases]\nttl_ms = 2000\nsafety_margin_ms = 400\nfloor_ahead_ms = 1000\n\n\
+         [strict]\nadvertise = \"{url}\"\nwait_ms = 3000\n{extra}\n\
+         [namespaces.chat]\nkind = \"sequence\"\norder = \"strict\"\ncache = \"fixed\"\nblock_size = 500\n"
+    )
+}
+
+async fn member(store: Arc<dyn Authority>, extra: &str) -> Member {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let config = FileConfig::parse(&toml(&url, extra)).unwrap().node;
+    let node = Node::start(config, store).await.unwrap();
+    let server = idmint_node::Server::new(node.clone()).grpc(listener);
+    let shutdown = server.shutdown_handle();
+    let served = tokio::spawn(server.serve());
+    Member {
+        node,
+        url,
+        shutdown,
+        served,
+    }
+}
+
+fn role(m: &Member) -> Role {
+    let ns = m.node.served_namespace("chat").unwrap();
+    match &*ns {
+        idmint_node::namespace::Namespace::Sequence(s) => s.strict_order().unwrap().role(),
+        _ => unreachable!(),
+    }
+}
+
+/// Polls until one member leads and every other follows its url.
+async fn settled(members: &[&Member]) -> usize {
+    let start = Instant::now();
+    loop {
+        let roles: Vec<Role> = members.iter().map(|m| role(m)).collect();
+        let leaders: Vec<usize> = (0..roles.len())
+            .filter(|&i| matches!(roles[i], Role::Leader(_)))
+            .collect();
+        if let [leader] = leaders[..] {
+            let url = &members[leader].url;
+            if roles
+                .iter()
+                .all(|r| matches!(r, Role::Leader(_)) || matches!(r, Role::Follower { url: u, .. } if u == url))
+            {
+                return leader;
+            }
+        }
+        assert!(start.elapsed() < DEADLINE, "no settled leader: {roles:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `clients` tasks per member taking one id at a time until `until` says stop; every answer
+/// recorded with its start and end.
+async fn load(
+    members: &[&Member],
+    clients: usize,
+    per_client: usize,
+    epoch: Instant,
+) -> (Vec<Op>, Vec<String>) {
+    let mut tasks = Vec::new();
+    for m in members {
+        for _ in 0..clients {
+            let node = m.node.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut ops = Vec::new();
+                let mut errors = Vec::new();
+                for _ in 0..per_client {
+                    let start = epoch.elapsed().as_nanos() as u64;
+                    let taken = node.take_ids(Credentials::Header(None), "chat", Some(1)).await;
+                    let end = epoch.elapsed().as_nanos() as u64;
+                    match taken {
+                        Ok(t) => {
+                            let idmint_node::namespace::Ids::U64(ids) = t.ids else {
+                                unreachable!()
+                            };
+                            ops.push(Op { start, end, ids });
+                        }
+                        Err(e) => errors.push(e.to_string()),
+                    }
+                }
+                (ops, errors)
+            }));
+        }
+    }
+    let mut ops = Vec::new();
+    let mut errors = Vec::new();
+    for t in tasks {
+        let (o, e) = t.await.unwrap();
+        ops.extend(o);
+        errors.extend(e);
+    }
+    (ops, errors)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_leader_serves_in_real_time_order_and_a_stopped_leader_hands_over() {
+    let store: Arc<dyn Authority> = Arc::new(MemoryAuthority::new());
+    let a = member(store.clone(), "").await;
+    let b = member(store.clone(), "").await;
+    let c = member(store.clone(), "").await;
+    let all = [&a, &b, &c];
+    let leader = settled(&all).await;
+    let epoch = Instant::now();
+    let (mut ops, errors) = load(&all, 4, 300, epoch).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(ops.len(), 3 * 4 * 300);
+
+    // A forward to a follower is refused, not forwarded again.
+    let follower = all[(leader + 1) % 3];
+    let refused = follower
+        .node
+        .take_forwarded(Credentials::Header(None), "chat", 1, false)
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, IdError::NoLeader { .. }), "{refused}");
+    // No blocks for a lower tier.
+    let e = follower
+        .node
+        .take_block(Credentials::Header(None), "chat", Some(10), 0)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, IdError::WrongKind(_)), "{e}");
+
+    // The leader stops cleanly: the others take over, above everything served.
+    let stopped = all[leader];
+    stopped.shutdown.drain();
+    let report = tokio::time::timeout(DEADLINE, async {
+        loop {
+            if stopped.served.is_finished() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(report.is_ok(), "the leader did not stop");
+    let rest: Vec<&Member> = all
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != leader)
+        .map(|(_, m)| *m)
+        .collect();
+    settled(&rest).await;
+    let (more, errors) = load(&rest, 4, 300, epoch).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    ops.extend(more);
+    let checked = check(&ops).unwrap_or_else(|v| panic!("{v}"));
+    assert_eq!(checked.ops, 3 * 4 * 300 + 2 * 4 * 300);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_leader_requests_wait_then_answer_no_leader() {
+    let store: Arc<dyn Authority> = Arc::new(MemoryAuthority::new());
+    // Someone else holds the leader lease and names a url nobody answers at.
+    let leases = store.worker_leases().unwrap();
+    let group = idmint_core::NamespaceName::new("chat:leader").unwrap();
+    leases
+        .acquire(&idmint_store::LeaseRequest {
+            group,
+            workers: 1,
+            choice: idmint_store::WorkerChoice::Exactly(0),
+            prefer_floor_at_most: None,
+            holder: "ghost pid 1 at http://127.0.0.1:9 lease 0".into(),
+            layout: idmint_node::strict::LEADER_LAYOUT.into(),
+            ttl: Duration::from_secs(60),
+        })
+        .await
+        .unwrap();
+    let m = member(store, "").await;
+    let started = Instant::now();
+    let e = m
+        .node
+        .take_ids(Credentials::Header(None), "chat", Some(1))
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert!(matches!(e, IdError::NoLeader { .. }), "{e}");
+    assert_eq!(e.code().as_str(), "no_leader");
+    assert!(waited >= Duration::from_millis(2900), "answered after {waited:?}");
+    assert!(matches!(role(&m), Role::Follower { ref url, .. } if url == "http://127.0.0.1:9"));
+}
+
+// TEMP: replaced by idmint_testkit::linearizable once merged.
+struct Op {
+    start: u64,
+    end: u64,
+    ids: Vec<u64>,
+}
+struct Checked {
+    ops: usize,
+}
+fn check(ops: &[Op]) -> Result<Checked, String> {
+    let mut all: Vec<u64> = ops.iter().flat_map(|o| o.ids.iter().copied()).collect();
+    all.sort_unstable();
+    if all.windows(2).any(|w| w[0] == w[1]) {
+        return Err("duplicate".into());
+    }
+    let mut by_end: Vec<&Op> = ops.iter().collect();
+    by_end.sort_by_key(|o| o.end);
+    let mut by_start: Vec<&Op> = ops.iter().collect();
+    by_start.sort_by_key(|o| o.start);
+    let (mut i, mut max) = (0, None::<(u64, &Op)>);
+    for b in by_start {
+        while i < by_end.len() && by_end[i].end < b.start {
+            let m = *by_end[i].ids.iter().max().unwrap();
+            if max.is_none_or(|(x, _)| m > x) {
+                max = Some((m, by_end[i]));
+            }
+            i += 1;
+        }
+        if let Some((m, a)) = max {
+            let low = *b.ids.iter().min().unwrap();
+            if low < m {
+                return Err(format!("{} [{}..{}] after {} [{}..{}]", low, b.start, b.end, m, a.start, a.end));
+            }
+        }
+    }
+    Ok(Checked { ops: ops.len() })
+}
