@@ -33,7 +33,7 @@ pub use decode::Decoded;
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use ids::{BlockResponse, GiveBackResponse, IdsResponse};
 pub use namespace::{
-    CacheSettings, FieldOrder, LayoutSettings, LeaseStatus, NamespaceInfo, NamespaceList,
+    CacheSettings, FieldOrder, LayoutSettings, LeaderState, LeaseStatus, NamespaceInfo, NamespaceList,
     SequenceHeadroom, SequenceSettings, SequenceState, SnowflakeSettings, SnowflakeState,
     WorkerLeaseState, WorkerPool,
 };

@@ -190,6 +190,32 @@ pub struct SequenceState {
     /// namespace); absent otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<crate::MemberState>,
+    /// For a namespace in strict order (`order = "strict"`), who leads it as this node sees
+    /// it; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<LeaderState>,
+}
+
+/// Who leads a strict namespace, as one node sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LeaderState {
+    /// `leader` (this node serves it), `follower` (it forwards to another node) or `seeking`
+    /// (no leader known: requests wait, then answer `no_leader`).
+    pub role: String,
+    /// The leader's gRPC url: this node's `strict.advertise` while it leads, the leader's
+    /// while it follows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The leader lease's holder, while following.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// This node's term (the leader lease's fencing token), while leading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub term: Option<u64>,
+    /// Why no leader is known, while seeking.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Layout and worker of a snowflake namespace.

@@ -526,7 +526,7 @@ impl SequenceNamespace {
     }
 
     fn info(&self, namespace: String, now: SystemTime) -> api::NamespaceInfo {
-        sequence_info(
+        let mut info = sequence_info(
             namespace,
             self.auto_created,
             self.supply.space(),
@@ -537,7 +537,13 @@ impl SequenceNamespace {
                 served_rate: self.served.rate(),
             },
             now,
-        )
+        );
+        if let (Some(strict), api::NamespaceInfo::Sequence { state, .. }) =
+            (&self.strict, &mut info)
+        {
+            state.leader = Some(strict.leader_state());
+        }
+        info
     }
 }
 
@@ -648,6 +654,7 @@ fn sequence_info(
             projection_window_seconds: served_rate.map_or(0, |rate| rate.observed.as_secs()),
             last_error,
             members: Vec::new(),
+            leader: None,
         },
     }
 }

@@ -239,6 +239,13 @@ fn sequence_state(s: api::SequenceState) -> proto::SequenceState {
                 out_of_service: m.out_of_service,
             })
             .collect(),
+        leader: s.leader.map(|l| proto::LeaderState {
+            role: l.role,
+            url: l.url.unwrap_or_default(),
+            holder: l.holder.unwrap_or_default(),
+            term: l.term.unwrap_or_default(),
+            reason: l.reason.unwrap_or_default(),
+        }),
     }
 }
 

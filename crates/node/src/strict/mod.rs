@@ -162,6 +162,34 @@ impl Strict {
         self.role.borrow().clone()
     }
 
+    /// Who leads, for `/v1/namespaces` and the status page.
+    pub fn leader_state(&self) -> idmint_api::LeaderState {
+        let mut state = idmint_api::LeaderState {
+            role: String::new(),
+            url: None,
+            holder: None,
+            term: None,
+            reason: None,
+        };
+        match self.role() {
+            Role::Leader(term) => {
+                state.role = "leader".into();
+                state.url = Some(self.peers.config().advertise.clone());
+                state.term = Some(term.token());
+            }
+            Role::Follower { url, holder } => {
+                state.role = "follower".into();
+                state.url = Some(url);
+                state.holder = Some(holder);
+            }
+            Role::Seeking(why) => {
+                state.role = "seeking".into();
+                state.reason = Some(why);
+            }
+        }
+        state
+    }
+
     /// `count` ids (`consecutive`: as one block), increasing, from the leader: this node's
     /// supply while it leads, else forwarded. Waits up to `strict.wait_ms` for a leader.
     pub async fn take(&self, count: u64, consecutive: bool) -> Result<Vec<u64>, IdError> {

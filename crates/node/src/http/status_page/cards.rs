@@ -52,6 +52,16 @@ fn sequence(name: &str, st: &SequenceState, row: &Row, warning: Duration) -> Mar
                 span .value .warn { "(!) last refill failed: " (e) }
             }
         }
+        @if let Some(l) = &st.leader {
+            div .metric .leader {
+                span .label { "strict order" }
+                @match l.role.as_str() {
+                    "leader" => span .value { "this node leads (term " (l.term.unwrap_or_default()) ")" },
+                    "follower" => span .value { "forwarded to the leader at " (l.url.as_deref().unwrap_or("?")) },
+                    _ => span .value .warn { "(!) no leader: " (l.reason.as_deref().unwrap_or("")) },
+                }
+            }
+        }
         (spark("served", "ids served per minute", name, &served))
         (spark("refills", "refills per minute", name, &refills))
         @if let Some(b) = row.below.filter(|b| b.blocks > 0) {
