@@ -33,9 +33,9 @@ pub use decode::Decoded;
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use ids::{BlockResponse, GiveBackResponse, IdsResponse};
 pub use namespace::{
-    CacheSettings, FieldOrder, LayoutSettings, LeaderState, LeaseStatus, NamespaceInfo, NamespaceList,
-    SequenceHeadroom, SequenceSettings, SequenceState, SnowflakeSettings, SnowflakeState,
-    WorkerLeaseState, WorkerPool,
+    CacheSettings, FieldOrder, LayoutSettings, LeaderState, LeaseStatus, NamespaceInfo,
+    NamespaceList, SequenceHeadroom, SequenceSettings, SequenceState, SnowflakeSettings,
+    SnowflakeState, WorkerLeaseState, WorkerPool,
 };
 
 use serde::{Deserialize, Serialize};

@@ -81,23 +81,32 @@ struct Member {
 }
 
 fn start_member(dir: &Path, authority: &str, incarnation: usize) -> Member {
-    let grpc = free_port();
-    let grpc_url = format!("http://127.0.0.1:{grpc}");
-    let config = dir.join(format!("node-{incarnation}.toml"));
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\ngrpc = \"127.0.0.1:{grpc}\"\n\n{authority}\n\
-             [leases]\nttl_ms = {TTL_MS}\nsafety_margin_ms = 600\nfloor_ahead_ms = 1000\n\n\
-             [strict]\nadvertise = {}\nwait_ms = 5000\nforward_timeout_ms = 1000\n\n\
-             [namespaces.chat]\nkind = \"sequence\"\norder = \"strict\"\ncache = \"fixed\"\nblock_size = 200\n",
-            toml_string(&grpc_url)
-        ),
-    )
-    .unwrap();
-    let data: PathBuf = dir.join(format!("data-{incarnation}"));
-    let server = Server::start(dir, &data, Some(&config));
-    Member { server }
+    // The gRPC port is chosen before the process binds it (the other nodes are told it): a
+    // port taken in between by another listener is chosen again.
+    for attempt in 0.. {
+        let grpc = free_port();
+        let grpc_url = format!("http://127.0.0.1:{grpc}");
+        let config = dir.join(format!("node-{incarnation}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\ngrpc = \"127.0.0.1:{grpc}\"\n\n{authority}\n\
+                 [leases]\nttl_ms = {TTL_MS}\nsafety_margin_ms = 600\nfloor_ahead_ms = 1000\n\n\
+                 [strict]\nadvertise = {}\nwait_ms = 5000\nforward_timeout_ms = 1000\n\n\
+                 [namespaces.chat]\nkind = \"sequence\"\norder = \"strict\"\ncache = \"fixed\"\nblock_size = 200\n",
+                toml_string(&grpc_url)
+            ),
+        )
+        .unwrap();
+        let data: PathBuf = dir.join(format!("data-{incarnation}"));
+        let cmd = support::serve_command(dir, &data, "127.0.0.1:0", Some(&config));
+        match Server::try_spawn(cmd) {
+            Ok(server) => return Member { server },
+            Err(e) if attempt < 5 && e.stderr.contains("Address already in use") => continue,
+            Err(e) => panic!("node {incarnation} did not start: {e:?}"),
+        }
+    }
+    unreachable!()
 }
 
 /// What one node says of the namespace's leader: `leader`, `follower` or `seeking`.
@@ -162,7 +171,8 @@ fn strict_run(authority: &str) {
     );
     let leader = |members: &[Member]| -> usize {
         wait::until_some("one node leads", DEADLINE, || {
-            (0..members.len()).find(|&i| role_of(members[i].server.addr).as_deref() == Some("leader"))
+            (0..members.len())
+                .find(|&i| role_of(members[i].server.addr).as_deref() == Some("leader"))
         })
     };
     leader(&members);
@@ -214,7 +224,10 @@ fn strict_run(authority: &str) {
     // The leader is killed and replaced by a new process on new ports.
     let first = leader(&members);
     slots[first].up.store(false, Ordering::SeqCst);
-    let old = std::mem::replace(&mut members[first], start_member(dir.path(), authority, NODES));
+    let old = std::mem::replace(
+        &mut members[first],
+        start_member(dir.path(), authority, NODES),
+    );
     old.server.kill9();
     *slots[first].addr.lock().unwrap() = members[first].server.addr;
     slots[first].up.store(true, Ordering::SeqCst);

@@ -917,7 +917,14 @@ fn check_multi(node: &NodeConfig, offsets: &[u64]) -> Result<(), ConfigError> {
 /// order they are granted, and a new leader must start above every block an earlier one served.
 fn check_strict(node: &NodeConfig, authority: &AuthorityConfig) -> Result<(), ConfigError> {
     let Some(name) = node.namespaces.iter().find_map(|(name, kind)| {
-        matches!(kind, KindConfig::Sequence { order: Order::Strict, .. }).then_some(name)
+        matches!(
+            kind,
+            KindConfig::Sequence {
+                order: Order::Strict,
+                ..
+            }
+        )
+        .then_some(name)
     }) else {
         return Ok(());
     };

@@ -30,8 +30,8 @@ use crate::block_gate::IdSpace;
 use crate::config::CacheMode;
 use crate::error::IdError;
 use crate::metrics::{Metrics, NamespaceLabels};
-use crate::supply::{Lease, Supply, SupplySnapshot, TakeBack};
 use crate::strict::Strict;
+use crate::supply::{Lease, Supply, SupplySnapshot, TakeBack};
 use crate::worker::LeasedWorker;
 use headroom::SequenceUse;
 use idmint_api as api;
@@ -502,7 +502,10 @@ impl SequenceNamespace {
             let step = self.spec.step();
             let whole = ids.len() as u64 == count && ids.windows(2).all(|w| w[1] - w[0] == step);
             return Ok(whole
-                .then(|| last.checked_add(step).and_then(|end| Block::new(first, end, step)))
+                .then(|| {
+                    last.checked_add(step)
+                        .and_then(|end| Block::new(first, end, step))
+                })
                 .flatten());
         }
         self.supply

@@ -11,10 +11,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use idmint_node::Credentials;
 use idmint_node::strict::Role;
+use idmint_node::Credentials;
 use idmint_node::{FileConfig, IdError, Node, Shutdown, ShutdownReport};
 use idmint_store::{Authority, MemoryAuthority};
+use idmint_testkit::linearizable::{check, Op};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
@@ -70,10 +71,10 @@ async fn settled(members: &[&Member]) -> usize {
             .collect();
         if let [leader] = leaders[..] {
             let url = &members[leader].url;
-            if roles
-                .iter()
-                .all(|r| matches!(r, Role::Leader(_)) || matches!(r, Role::Follower { url: u, .. } if u == url))
-            {
+            if roles.iter().all(|r| {
+                matches!(r, Role::Leader(_))
+                    || matches!(r, Role::Follower { url: u, .. } if u == url)
+            }) {
                 return leader;
             }
         }
@@ -99,7 +100,9 @@ async fn load(
                 let mut errors = Vec::new();
                 for _ in 0..per_client {
                     let start = epoch.elapsed().as_nanos() as u64;
-                    let taken = node.take_ids(Credentials::Header(None), "chat", Some(1)).await;
+                    let taken = node
+                        .take_ids(Credentials::Header(None), "chat", Some(1))
+                        .await;
                     let end = epoch.elapsed().as_nanos() as u64;
                     match taken {
                         Ok(t) => {
@@ -209,44 +212,9 @@ async fn without_a_leader_requests_wait_then_answer_no_leader() {
     let waited = started.elapsed();
     assert!(matches!(e, IdError::NoLeader { .. }), "{e}");
     assert_eq!(e.code().as_str(), "no_leader");
-    assert!(waited >= Duration::from_millis(2900), "answered after {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(2900),
+        "answered after {waited:?}"
+    );
     assert!(matches!(role(&m), Role::Follower { ref url, .. } if url == "http://127.0.0.1:9"));
-}
-
-// TEMP: replaced by idmint_testkit::linearizable once merged.
-struct Op {
-    start: u64,
-    end: u64,
-    ids: Vec<u64>,
-}
-struct Checked {
-    ops: usize,
-}
-fn check(ops: &[Op]) -> Result<Checked, String> {
-    let mut all: Vec<u64> = ops.iter().flat_map(|o| o.ids.iter().copied()).collect();
-    all.sort_unstable();
-    if all.windows(2).any(|w| w[0] == w[1]) {
-        return Err("duplicate".into());
-    }
-    let mut by_end: Vec<&Op> = ops.iter().collect();
-    by_end.sort_by_key(|o| o.end);
-    let mut by_start: Vec<&Op> = ops.iter().collect();
-    by_start.sort_by_key(|o| o.start);
-    let (mut i, mut max) = (0, None::<(u64, &Op)>);
-    for b in by_start {
-        while i < by_end.len() && by_end[i].end < b.start {
-            let m = *by_end[i].ids.iter().max().unwrap();
-            if max.is_none_or(|(x, _)| m > x) {
-                max = Some((m, by_end[i]));
-            }
-            i += 1;
-        }
-        if let Some((m, a)) = max {
-            let low = *b.ids.iter().min().unwrap();
-            if low < m {
-                return Err(format!("{} [{}..{}] after {} [{}..{}]", low, b.start, b.end, m, a.start, a.end));
-            }
-        }
-    }
-    Ok(Checked { ops: ops.len() })
 }

@@ -603,9 +603,14 @@ mod tests {
             ..NodeConfig::default()
         };
         let (spec, cache) = config.default_sequence;
-        config
-            .namespaces
-            .insert(name("declared"), KindConfig::Sequence { spec, cache, order: Default::default() });
+        config.namespaces.insert(
+            name("declared"),
+            KindConfig::Sequence {
+                spec,
+                cache,
+                order: Default::default(),
+            },
+        );
         config
             .namespaces
             .insert(name("sessions"), KindConfig::Uuid7);
@@ -765,9 +770,14 @@ mod tests {
         };
         let (_, cache) = config.default_sequence;
         let other = SequenceSpec::new(idmint_core::Width::Bits64, 1, 2, 1).unwrap();
-        config
-            .namespaces
-            .insert(name("orders"), KindConfig::Sequence { spec: other, cache, order: Default::default() });
+        config.namespaces.insert(
+            name("orders"),
+            KindConfig::Sequence {
+                spec: other,
+                cache,
+                order: Default::default(),
+            },
+        );
         config.keep_blocks = Some(KeepBlocks {
             dir: dir.path().to_owned(),
             authority: "a".into(),
@@ -804,9 +814,14 @@ mod tests {
         let mut config = NodeConfig::default();
         let (_, cache) = config.default_sequence;
         let other = SequenceSpec::new(idmint_core::Width::Bits64, 1, 2, 1).unwrap();
-        config
-            .namespaces
-            .insert(name("e"), KindConfig::Sequence { spec: other, cache, order: Default::default() });
+        config.namespaces.insert(
+            name("e"),
+            KindConfig::Sequence {
+                spec: other,
+                cache,
+                order: Default::default(),
+            },
+        );
         let err = Node::start(config, authority).await.unwrap_err();
         let message = err.to_string();
         assert_eq!(message.matches("namespace e").count(), 1, "{message}");

@@ -10,12 +10,12 @@ use super::{authority_error, Node, Served};
 use crate::auth::Buckets;
 use crate::block_gate::IdSpace;
 use crate::config::{CacheMode, KindConfig, Order};
-use crate::strict::Strict;
 use crate::error::IdError;
 use crate::metrics::{NamespaceLabels, SupplyMetrics};
 use crate::namespace::{
     Namespace, NamespaceView, SequenceNamespace, SnowflakeNamespace, StoredSequence,
 };
+use crate::strict::Strict;
 use crate::supply::{Supply, SupplyConfig};
 use crate::worker::{LeasedWorker, WorkerError};
 use idmint_core::{NamespaceName, SequenceSpec, UlidGenerator, Uuid7Generator};

@@ -219,7 +219,9 @@ pub fn distribute(batch: Vec<Waiter>, answer: Result<Vec<u64>, ForwardError>) {
     };
     let mut rest = ids.as_slice();
     for w in batch {
-        let n = usize::try_from(w.count).unwrap_or(usize::MAX).min(rest.len());
+        let n = usize::try_from(w.count)
+            .unwrap_or(usize::MAX)
+            .min(rest.len());
         let (share, tail) = rest.split_at(n);
         rest = tail;
         let share = if share.is_empty() {
@@ -247,7 +249,10 @@ mod tests {
         let a3 = b.enqueue(5, false); // would pass max_batch: next batch
         let a4 = b.enqueue(2, true);
         let (p1, first) = b.next_batch().unwrap();
-        assert_eq!(first.iter().map(|w| w.count).collect::<Vec<_>>(), vec![3, 4]);
+        assert_eq!(
+            first.iter().map(|w| w.count).collect::<Vec<_>>(),
+            vec![3, 4]
+        );
         distribute(first, Ok((1..=7).collect()));
         assert_eq!(a1.await.unwrap().unwrap(), vec![1, 2, 3]);
         assert_eq!(a2.await.unwrap().unwrap(), vec![4, 5, 6, 7]);
@@ -258,12 +263,13 @@ mod tests {
         drop(p1);
         assert!(b.next_batch().is_none(), "nothing left to send");
         distribute(second, Ok(vec![20, 21]));
-        assert_eq!(a3.await.unwrap().unwrap(), vec![20, 21], "short: the namespace ran out");
-        distribute(third, Err(ForwardError::Retry("gone".into())));
         assert_eq!(
-            a4.await.unwrap(),
-            Err(ForwardError::Retry("gone".into()))
+            a3.await.unwrap().unwrap(),
+            vec![20, 21],
+            "short: the namespace ran out"
         );
+        distribute(third, Err(ForwardError::Retry("gone".into())));
+        assert_eq!(a4.await.unwrap(), Err(ForwardError::Retry("gone".into())));
     }
 
     #[tokio::test]

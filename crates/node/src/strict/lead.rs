@@ -114,8 +114,16 @@ impl Strict {
         // the watermark the authority reports now.
         let watermark = match self.authority.state(&self.name).await {
             Ok(Some(state)) => state.watermark,
-            Ok(None) => return self.give_up(lease, "the authority does not know the namespace").await,
-            Err(e) => return self.give_up(lease, &format!("reading the watermark: {e}")).await,
+            Ok(None) => {
+                return self
+                    .give_up(lease, "the authority does not know the namespace")
+                    .await
+            }
+            Err(e) => {
+                return self
+                    .give_up(lease, &format!("reading the watermark: {e}"))
+                    .await
+            }
         };
         let burned = self.supply.start_above(watermark);
         self.gate.term.store(Some(term.clone()));
@@ -141,7 +149,9 @@ impl Strict {
                 Err(e @ LeaseError::Superseded { .. }) => break Ended::Lost(e.to_string()),
                 Err(e) => {
                     if !term.valid_at(self.clock.monotonic_nanos()) {
-                        break Ended::Lost(format!("the leader lease was not renewed in time: {e}"));
+                        break Ended::Lost(format!(
+                            "the leader lease was not renewed in time: {e}"
+                        ));
                     }
                     tracing::warn!(namespace = %self.name, error = %e, "renewing the leader lease failed; retrying");
                 }

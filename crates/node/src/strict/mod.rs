@@ -27,8 +27,8 @@ pub mod forward;
 mod lead;
 pub mod term;
 
-pub use config::StrictConfig;
 pub(crate) use config::RawStrict;
+pub use config::StrictConfig;
 pub use forward::Peers;
 
 use crate::config::LeaseSettings;
@@ -208,8 +208,7 @@ impl Strict {
                     }
                 }
                 Role::Leader(_) => why = "this node's term as its leader ran out".into(),
-                Role::Follower { url, .. } => match self.forward(&url, count, consecutive).await
-                {
+                Role::Follower { url, .. } => match self.forward(&url, count, consecutive).await {
                     Ok(ids) => return Ok(ids),
                     Err(ForwardError::Answer { code, message }) => {
                         return Err(self.leader_error(&code, message))
@@ -225,7 +224,10 @@ impl Strict {
             if now >= give_up {
                 return Err(IdError::NoLeader {
                     name: self.name.to_string(),
-                    reason: format!("none within {} ms (strict.wait_ms): {why}", wait.as_millis()),
+                    reason: format!(
+                        "none within {} ms (strict.wait_ms): {why}",
+                        wait.as_millis()
+                    ),
                 });
             }
             let pause = (now + backoff.delay()).min(give_up);
@@ -253,9 +255,7 @@ impl Strict {
                 Ok((ids, term.token()))
             }
             Role::Leader(_) => Err(self.not_leading("its term as leader ran out")),
-            Role::Follower { url, .. } => {
-                Err(self.not_leading(&format!("the leader is at {url}")))
-            }
+            Role::Follower { url, .. } => Err(self.not_leading(&format!("the leader is at {url}"))),
             Role::Seeking(why) => Err(self.not_leading(&why)),
         }
     }
@@ -319,8 +319,12 @@ impl Strict {
             return;
         };
         match leases.release(&lease, 0).await {
-            Ok(()) => tracing::info!(namespace = %self.name, token = lease.token, "released the leader lease"),
-            Err(e) => tracing::warn!(namespace = %self.name, error = %e, "could not release the leader lease; it expires on its own"),
+            Ok(()) => {
+                tracing::info!(namespace = %self.name, token = lease.token, "released the leader lease")
+            }
+            Err(e) => {
+                tracing::warn!(namespace = %self.name, error = %e, "could not release the leader lease; it expires on its own")
+            }
         }
     }
 }
