@@ -459,6 +459,7 @@ mod tests {
                 projection_window_seconds: 0,
                 last_error: None,
                 members: Vec::new(),
+                leader: None,
             },
         };
         let v = serde_json::to_value(&info).unwrap();

@@ -352,6 +352,7 @@ mod tests {
                 projection_window_seconds: 3600,
                 last_error: None,
                 members: Vec::new(),
+                leader: None,
             },
         }
     }
