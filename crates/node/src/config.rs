@@ -799,6 +799,12 @@ impl FileConfig {
         }
         node.strict = raw.strict.map(|s| s.validate()).transpose()?;
         check_strict(&node, &authority)?;
+        if node.strict.is_some() && grpc.is_none() {
+            return Err(invalid(
+                "strict.advertise",
+                "the other nodes forward to this node over gRPC: set server.grpc (the address strict.advertise reaches)",
+            ));
+        }
         let tls = tls_files(&raw.server)?;
         Ok(FileConfig {
             http,

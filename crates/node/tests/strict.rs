@@ -30,8 +30,9 @@ struct Member {
 }
 
 fn toml(url: &str, extra: &str) -> String {
+    let grpc = url.trim_start_matches("http://");
     format!(
-        "[leases]\nttl_ms = 2000\nsafety_margin_ms = 400\nfloor_ahead_ms = 1000\n\n\
+        "[server]\ngrpc = \"{grpc}\"\n\n[leases]\nttl_ms = 2000\nsafety_margin_ms = 400\nfloor_ahead_ms = 1000\n\n\
          [strict]\nadvertise = \"{url}\"\nwait_ms = 3000\n{extra}\n\
          [namespaces.chat]\nkind = \"sequence\"\norder = \"strict\"\ncache = \"fixed\"\nblock_size = 500\n"
     )
@@ -217,4 +218,66 @@ async fn without_a_leader_requests_wait_then_answer_no_leader() {
         "answered after {waited:?}"
     );
     assert!(matches!(role(&m), Role::Follower { ref url, .. } if url == "http://127.0.0.1:9"));
+}
+
+const CLIENT_TOKEN: &str = "idmint_chat_client";
+const PEER_TOKEN: &str = "idmint_chat_peer";
+
+/// `[auth]` with a client token and a peer token (both `ids` on `chat`), and `[strict]`
+/// sending `peer` with every forward.
+fn auth_section(peer: &str) -> String {
+    let hash = |t: &str| idmint_node::auth::TokenHash::of(t.as_bytes()).to_string();
+    format!(
+        "token = \"{peer}\"\n\n[auth]\n\
+         [[auth.tokens]]\nname = \"client\"\nhash = \"{}\"\nscopes = {{ \"chat\" = [\"ids\", \"read\"] }}\n\
+         [[auth.tokens]]\nname = \"peer\"\nhash = \"{}\"\nscopes = {{ \"chat\" = [\"ids\"] }}\n",
+        hash(CLIENT_TOKEN),
+        hash(PEER_TOKEN)
+    )
+}
+
+fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwards_carry_the_peer_token_and_consecutive_ids_stay_one_block() {
+    let store: Arc<dyn Authority> = Arc::new(MemoryAuthority::new());
+    let a = member(store.clone(), &auth_section(PEER_TOKEN)).await;
+    let b = member(store.clone(), &auth_section(PEER_TOKEN)).await;
+    let leader = settled(&[&a, &b]).await;
+    let follower = [&a, &b][1 - leader];
+    let header = bearer(CLIENT_TOKEN);
+    let who = || Credentials::Header(Some(header.as_bytes()));
+    let first = follower
+        .node
+        .take_ids(who(), "chat", Some(3))
+        .await
+        .unwrap();
+    let idmint_node::namespace::Ids::U64(first) = first.ids else {
+        unreachable!()
+    };
+    // INCRBY through the follower: one block of 5, above what was answered before.
+    let last = follower
+        .node
+        .take_consecutive(who(), "chat", 5)
+        .await
+        .unwrap();
+    assert!(last - 4 > *first.last().unwrap(), "{first:?} then ..{last}");
+    // Without a token the follower refuses before forwarding anything.
+    let e = follower
+        .node
+        .take_ids(Credentials::Header(None), "chat", Some(1))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code().as_str(), "unauthorized");
+
+    // A follower whose peer token the leader does not know cannot forward: `no_leader`,
+    // naming the leader's refusal.
+    let c = member(store.clone(), &auth_section("idmint_wrong_peer")).await;
+    let e = c.node.take_ids(who(), "chat", Some(1)).await.unwrap_err();
+    assert!(
+        matches!(&e, IdError::NoLeader { reason, .. } if reason.contains("unauthorized")),
+        "{e}"
+    );
 }

@@ -99,3 +99,70 @@ impl RawStrict {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use crate::config::{FileConfig, KindConfig, Order};
+
+    const STRICT_NS: &str = "[namespaces.chat]\nkind = \"sequence\"\norder = \"strict\"\n";
+    const SECTION: &str = "[strict]\nadvertise = \"http://10.0.0.7:7879\"\n";
+    const GRPC: &str = "[server]\ngrpc = \"127.0.0.1:7879\"\n";
+
+    fn err(text: &str) -> String {
+        FileConfig::parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_strict_namespace_parses_with_its_section() {
+        let c = FileConfig::parse(&format!("{GRPC}{SECTION}{STRICT_NS}")).unwrap();
+        let chat = c.node.namespaces.values().next().unwrap();
+        assert!(matches!(
+            chat,
+            KindConfig::Sequence {
+                order: Order::Strict,
+                ..
+            }
+        ));
+        let strict = c.node.strict.unwrap();
+        assert_eq!(strict.advertise, "http://10.0.0.7:7879");
+        assert_eq!(strict.wait, super::DEFAULT_WAIT);
+    }
+
+    #[test]
+    fn mistakes_name_their_key() {
+        let e = err(&format!("{GRPC}{STRICT_NS}"));
+        assert!(
+            e.contains("namespaces.chat.order") && e.contains("[strict]"),
+            "{e}"
+        );
+        let e = err(&format!("{SECTION}{STRICT_NS}"));
+        assert!(e.contains("server.grpc"), "{e}");
+        let e = err(&format!("{GRPC}{SECTION}{STRICT_NS}cache = \"off\"\n"));
+        assert!(e.contains("already in strict order"), "{e}");
+        let e = err(&format!(
+            "{GRPC}[strict]\nadvertise = \"10.0.0.7:7879\"\n{STRICT_NS}"
+        ));
+        assert!(e.contains("strict.advertise") && e.contains("url"), "{e}");
+        let e = err(&format!("{GRPC}[strict]\nwait_ms = 10\n{STRICT_NS}"));
+        assert!(
+            e.contains("strict.advertise") && e.contains("missing"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{GRPC}{SECTION}cert_file = \"c.pem\"\n{STRICT_NS}"
+        ));
+        assert!(e.contains("key_file"), "{e}");
+        let e = err(&format!(
+            "{GRPC}{SECTION}{STRICT_NS}\n[authority]\nkind = \"upstream\"\nurls = [\"http://127.0.0.1:1\"]\n"
+        ));
+        assert!(e.contains("one authority"), "{e}");
+        let e = err("[namespaces.s]\nkind = \"snowflake\"\norder = \"strict\"\n");
+        assert!(e.contains("order keys belong to sequence"), "{e}");
+        let e = err("[namespaces.s]\nkind = \"sequence\"\norder = \"global\"\n");
+        assert!(
+            e.contains("unknown order \"global\"; known: writer, strict"),
+            "{e}"
+        );
+    }
+}

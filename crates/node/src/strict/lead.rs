@@ -131,8 +131,9 @@ impl Strict {
         tracing::info!(namespace = %self.name, token = lease.token, watermark, burned, "leading");
         let leases = self.authority.worker_leases();
         let mut lease = lease;
+        let mut pause_for = lease.ttl / 3;
         let ended = loop {
-            let pause = tokio::time::sleep(lease.ttl / 3);
+            let pause = tokio::time::sleep(pause_for);
             tokio::select! {
                 _ = pause => {}
                 _ = stop.changed() => break Ended::Stopping(lease),
@@ -144,6 +145,7 @@ impl Strict {
             match leases.renew(&lease, 0).await {
                 Ok(renewed) => {
                     term.extend(deadline_after(sent, renewed.ttl, margin));
+                    pause_for = renewed.ttl / 3;
                     lease = renewed;
                 }
                 Err(e @ LeaseError::Superseded { .. }) => break Ended::Lost(e.to_string()),
@@ -154,6 +156,8 @@ impl Strict {
                         ));
                     }
                     tracing::warn!(namespace = %self.name, error = %e, "renewing the leader lease failed; retrying");
+                    // Sooner than the period: the term runs out at its deadline.
+                    pause_for = lease.ttl / 10;
                 }
             }
         };
