@@ -475,7 +475,27 @@ async fn alert_rules_and_dashboard_pass_promtool_and_name_only_exported_metrics(
             .contains("idmint_clock_behind_seconds{")
     })
     .await;
-    let (_, text) = scrape(&node, None).await;
+    let (_, mut text) = scrape(&node, None).await;
+    // A strict namespace's families, from a node that serves one (a multi authority cannot).
+    let strict = FileConfig::parse(
+        r#"
+        [server]
+        grpc = "127.0.0.1:1"
+        [strict]
+        advertise = "http://127.0.0.1:1"
+        [namespaces.chat]
+        kind = "sequence"
+        order = "strict"
+        "#,
+    )
+    .unwrap()
+    .node;
+    let (strict_node, _) =
+        TestNode::start_with_grpc(strict, Arc::new(MemoryAuthority::new())).await;
+    let (status, body) = strict_node.get("/v1/ids/chat").await;
+    assert_eq!(status, 200, "{body}");
+    text.push_str(&scrape(&strict_node, None).await.1);
+    strict_node.stop().await;
     // The families of the 0.0.4 text (a counter's TYPE line names its `_total` samples there;
     // a histogram's names the family of its `_bucket`, `_sum` and `_count` samples).
     let families: Vec<&str> = text

@@ -165,6 +165,12 @@ pub struct Metrics {
     pub snowflake_sequence_exhausted: Family<NamespaceLabels, Counter>,
     /// 1 while a snowflake namespace's worker lease is held (or being renewed), 0 once lost.
     pub snowflake_lease_held: Family<NamespaceLabels, Gauge>,
+    /// Strict namespaces: 1 while this node leads, else 0 (summed over the nodes: how many
+    /// lead, which is 1 but during a failover).
+    pub strict_leader: Family<NamespaceLabels, Gauge>,
+    /// Strict namespaces: 1 while this node knows a leader (itself or another), 0 while it
+    /// looks for one (its requests wait, then answer `no_leader`).
+    pub strict_leader_known: Family<NamespaceLabels, Gauge>,
 }
 
 /// The labels of `idmint_build_info`.
@@ -223,6 +229,18 @@ impl Metrics {
         let snowflake_sequence_peak_used =
             Family::<NamespaceLabels, Gauge<f64, AtomicU64>>::default();
         let snowflake_sequence_exhausted = Family::<NamespaceLabels, Counter>::default();
+        let strict_leader = Family::<NamespaceLabels, Gauge>::default();
+        let strict_leader_known = Family::<NamespaceLabels, Gauge>::default();
+        registry.register(
+            "strict_leader",
+            "Strict namespaces: whether this node leads (1) or not (0)",
+            strict_leader.clone(),
+        );
+        registry.register(
+            "strict_leader_known",
+            "Strict namespaces: whether this node knows a leader (1) or looks for one (0: requests wait, then answer no_leader)",
+            strict_leader_known.clone(),
+        );
         registry.register("ids_served", "Ids handed out", ids_served.clone());
         registry.register(
             "log_lines_dropped",
@@ -427,6 +445,8 @@ impl Metrics {
             snowflake_sequence_peak_used,
             snowflake_sequence_exhausted,
             snowflake_lease_held,
+            strict_leader,
+            strict_leader_known,
         }
     }
 

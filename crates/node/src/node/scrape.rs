@@ -72,6 +72,18 @@ impl Node {
                     .block_requests_peak
                     .get_or_create(&labels)
                     .set(gauge(snap.block_requests_peak));
+                if let Some(strict) = s.strict_order() {
+                    let (leads, known) = match strict.role() {
+                        crate::strict::Role::Leader(_) => (1, 1),
+                        crate::strict::Role::Follower { .. } => (0, 1),
+                        crate::strict::Role::Seeking(_) => (0, 0),
+                    };
+                    self.metrics.strict_leader.get_or_create(&labels).set(leads);
+                    self.metrics
+                        .strict_leader_known
+                        .get_or_create(&labels)
+                        .set(known);
+                }
                 let spec = s.spec();
                 let capacity = spec.capacity();
                 let used = spec.ids_between(spec.first(), snap.watermark);
