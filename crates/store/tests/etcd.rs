@@ -7,7 +7,8 @@
 //! which rounds committed), compare-and-swap contention retried and counted, kill -9 of the
 //! server and restart on the same data (watermarks, worker leases and their floors), a worker
 //! lease freed by revoking its etcd lease directly (expiry is etcd's), records idmint did not
-//! write (`Corrupt`), and no server at all.
+//! write (`Corrupt`), no server at all, and calls going to whichever of several endpoints
+//! answers.
 //!
 //! Every test starts its own private `etcd` process (`idmint_testkit::etcd::PrivateEtcd`, from
 //! the `etcd-server` Debian package), so the tests run in parallel; without the binary they
@@ -791,4 +792,42 @@ async fn contended_leases_never_overlap() {
         "{} acquisitions by 12 tasks on 3 authorities; {conflicts} conflicts retried",
         spans.len()
     );
+}
+
+/// Several endpoints share one channel: with one member's endpoint cut, the authority goes on
+/// through the other, and once that one is cut and the first restored, through the first; the
+/// blocks stay disjoint and ascending throughout (a reply lost to a cut burns its block). With
+/// both cut nothing works, so each phase's reservations went through the endpoint left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_go_to_the_endpoints_that_answer() {
+    let etcd = PrivateEtcd::start().await;
+    let first = FaultProxy::start(etcd.client_addr()).await.unwrap();
+    let second = FaultProxy::start(etcd.client_addr()).await.unwrap();
+    let mut both = config(&format!("http://{}", first.addr()), FAULT_TIMEOUT);
+    both.endpoints.push(format!("http://{}", second.addr()));
+    let a = connect(both).await;
+    let ns = name("failover");
+    a.ensure_namespace(&ns, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    let mut granted = Vec::new();
+    let mut failures = Vec::new();
+    for (cut, kept) in [(&first, &second), (&second, &first)] {
+        cut.set_fault(Fault::Cut);
+        kept.set_fault(Fault::None);
+        let mut failed = 0;
+        for _ in 0..10 {
+            let (r, f) = reserve_until_ok(&a, &ns, 7, Duration::from_secs(10)).await;
+            granted.push(r.block);
+            failed += f;
+        }
+        failures.push(failed);
+    }
+    println!("failover: failed attempts per phase {failures:?}");
+    assert_disjoint("blocks across failovers", &granted);
+    for pair in granted.windows(2) {
+        assert!(pair[0].end() <= pair[1].start(), "not ascending: {pair:?}");
+    }
+    first.set_fault(Fault::Cut);
+    assert_unavailable(a.reserve(&ns, 1).await, "reserve with every endpoint cut");
 }
