@@ -41,14 +41,6 @@ for component in rustfmt clippy; do
   fi
 done
 
-# The etcd client compiles etcd's .proto files at build time: every build with --all-features
-# needs protoc.
-ensure_protoc() {
-  if ! command -v protoc >/dev/null 2>&1; then
-    apt_install "protoc (the Protocol Buffers compiler)" protobuf-compiler
-  fi
-}
-
 # crates/node/tests/grpc.rs drives the gRPC API with Python's grpcio (a client idmint did not
 # write), its stubs generated from proto/ by grpcio-tools: both from PyPI.
 ensure_python_grpc() {
@@ -101,7 +93,6 @@ ensure_redis_clients() {
 }
 
 if [ "$quick" -eq 1 ]; then
-  ensure_protoc
   ensure_redis_clients
   step "cargo fmt --check"
   cargo fmt --all -- --check
@@ -211,7 +202,6 @@ if ! python3 -c 'import selenium' >/dev/null 2>&1; then
   python3 -m pip install --quiet 'selenium>=4,<5'
 fi
 
-ensure_protoc
 ensure_redis_clients
 ensure_python_grpc
 

@@ -93,14 +93,13 @@ command -v wrk >/dev/null || need_pkgs+=(wrk)
 command -v psql >/dev/null || need_pkgs+=(postgresql-client)
 command -v mariadb >/dev/null || command -v mysql >/dev/null || need_pkgs+=(mariadb-client)
 command -v etcd >/dev/null || need_pkgs+=(etcd-server)
-command -v protoc >/dev/null || need_pkgs+=(protobuf-compiler)
 if ((${#need_pkgs[@]})); then
     echo "installing: ${need_pkgs[*]}"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
-for t in wrk psql etcd protoc cargo curl; do
-    command -v "$t" >/dev/null || die "$t is missing (apt-get install -y wrk postgresql-client etcd-server protobuf-compiler; cargo from rustup)"
+for t in wrk psql etcd cargo curl; do
+    command -v "$t" >/dev/null || die "$t is missing (apt-get install -y wrk postgresql-client etcd-server; cargo from rustup)"
 done
 MYSQL=$(command -v mariadb || command -v mysql) || die "no mariadb/mysql client (apt-get install -y mariadb-client)"
 

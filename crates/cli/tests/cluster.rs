@@ -16,8 +16,8 @@
 //! run's progress: the main thread polls the elapsed time and the ids each node has served, it
 //! never sleeps to order events. Both tests take the machine in turn (a lock), not together.
 //!
-//! Needs PostgreSQL on 127.0.0.1:5432 and, for the etcd test (cargo feature `etcd`, on in the
-//! test command), the `etcd` binary (see idmint-testkit).
+//! Needs PostgreSQL on 127.0.0.1:5432 and, for the etcd test (cargo feature `etcd`, on by
+//! default), the `etcd` binary (see idmint-testkit).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -90,7 +90,7 @@ fn three_nodes_on_one_postgres_never_repeat_an_id() {
     drop(db);
 }
 
-/// Needs the binary built with the `etcd` feature (the test command builds with every feature).
+/// Needs the binary built with the `etcd` feature (on by default).
 #[cfg(feature = "etcd")]
 #[test]
 fn three_nodes_on_one_etcd_never_repeat_an_id() {

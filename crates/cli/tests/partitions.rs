@@ -3,7 +3,7 @@
 //! healed under load, combined with SIGKILL (and restarts), clean restarts (SIGTERM: the tail
 //! handed back under contention) and SIGSTOP/SIGCONT of nodes.
 //!
-//! Per authority, one test (etcd's with the `etcd` feature, which the test command turns on): a
+//! Per authority, one test (etcd's with the `etcd` feature, on by default): a
 //! private PostgreSQL, etcd or ZooKeeper server in its own host on the *back* LAN with three
 //! nodes; or a global idmint tier (two global nodes on a private PostgreSQL) serving three
 //! regional nodes on the `upstream` authority. Each serving node is on

@@ -15,12 +15,31 @@
 //! client library) trusts a node and presents a client certificate; `nodes` uses it for
 //! `https://` urls.
 //!
+//! With the `etcd` feature, [`etcd`]: the messages and clients of etcd's v3 API as idmint uses
+//! it (`proto/etcd/`, trimmed from etcd's own, wire-compatible), for `idmint-store`'s etcd
+//! authority; no server.
+//!
 //! What it does not do: map errors or convert domain types (each side's own edge does that).
 
 #[cfg(feature = "nodes")]
 pub mod nodes;
 #[cfg(feature = "tls")]
 pub mod tls;
+
+/// etcd's v3 API as idmint uses it: the KV, Lease and Auth clients (`etcdserverpb`) and the
+/// stored key-value pair (`mvccpb`), with etcd's package, service and field names and numbers.
+#[cfg(feature = "etcd")]
+#[allow(missing_docs, clippy::all, clippy::pedantic, clippy::unwrap_used)]
+pub mod etcd {
+    /// etcd's `etcdserverpb` package: requests, answers and the service clients.
+    pub mod etcdserverpb {
+        tonic::include_proto!("etcdserverpb");
+    }
+    /// etcd's `mvccpb` package: the key-value pair as stored.
+    pub mod mvccpb {
+        tonic::include_proto!("mvccpb");
+    }
+}
 
 /// The generated messages, service and client of `idmint.v1`.
 #[allow(missing_docs, clippy::all, clippy::pedantic, clippy::unwrap_used)]

@@ -1,6 +1,7 @@
 //! How an idmint client trusts a node and shows who it is (cargo feature `tls`): [`ClientTls`],
 //! shared by every client path (the CLI over HTTPS, the upstream authority and idmint-client
-//! over gRPC through [`crate::nodes`]), so they all follow one rule.
+//! over gRPC through [`crate::nodes`], idmint-store's etcd authority), so they all follow one
+//! rule.
 //!
 //! Invariants:
 //! - with a CA (a file or PEM bytes), that CA and only that CA is trusted; without one, the
@@ -311,9 +312,10 @@ impl ClientTls {
     }
 
     /// tonic's configuration of the same trust and identity (ALPN `h2`), with the verifier to
-    /// give `Endpoint::tls_config_with_verifier`, each handshake bounded by `timeout`.
+    /// give `Endpoint::tls_config_with_verifier`, each handshake bounded by `timeout`: for
+    /// every gRPC channel a client dials (the nodes', the etcd authority's).
     #[cfg(feature = "nodes")]
-    pub(crate) fn tonic_config(
+    pub fn tonic_config(
         &self,
         timeout: std::time::Duration,
     ) -> (

@@ -35,15 +35,13 @@ pub enum ConnectError {
     /// The backend is not compiled into this build.
     #[error(
         "this idmint was built without the {kind} authority; rebuild with \
-         `cargo build --release -p idmint-cli --features {feature}`{needs}"
+         `cargo build --release -p idmint-cli --features {feature}`"
     )]
     NotBuilt {
         /// The authority's kind, as the config names it.
         kind: &'static str,
         /// The cargo feature that brings it in.
         feature: &'static str,
-        /// What else the build needs, e.g. " (needs protoc)".
-        needs: &'static str,
     },
     /// The file authority could not be opened.
     #[error("opening the file authority in {}: {source}", path.display())]
@@ -237,7 +235,7 @@ async fn open_file(dir: PathBuf) -> Result<Arc<dyn Authority>, ConnectError> {
 
 #[cfg(not(feature = "file"))]
 async fn open_file(_dir: PathBuf) -> Result<Arc<dyn Authority>, ConnectError> {
-    Err(not_built("file", "file", ""))
+    Err(not_built("file", "file"))
 }
 
 #[cfg(feature = "postgres")]
@@ -257,7 +255,7 @@ async fn connect_postgres(
 async fn connect_postgres(
     _: &crate::config::PostgresConfig,
 ) -> Result<Arc<dyn Authority>, ConnectError> {
-    Err(not_built("postgres", "postgres", ""))
+    Err(not_built("postgres", "postgres"))
 }
 
 #[cfg(feature = "mysql")]
@@ -279,7 +277,7 @@ async fn connect_mysql(c: &crate::config::MysqlConfig) -> Result<Arc<dyn Authori
 
 #[cfg(not(feature = "mysql"))]
 async fn connect_mysql(_: &crate::config::MysqlConfig) -> Result<Arc<dyn Authority>, ConnectError> {
-    Err(not_built("mysql", "mysql", ""))
+    Err(not_built("mysql", "mysql"))
 }
 
 #[cfg(feature = "etcd")]
@@ -295,8 +293,7 @@ async fn connect_etcd(c: &crate::config::EtcdConfig) -> Result<Arc<dyn Authority
 
 #[cfg(not(feature = "etcd"))]
 async fn connect_etcd(_: &crate::config::EtcdConfig) -> Result<Arc<dyn Authority>, ConnectError> {
-    // The etcd client compiles etcd's .proto files at build time.
-    Err(not_built("etcd", "etcd", " (needs protoc)"))
+    Err(not_built("etcd", "etcd"))
 }
 
 #[cfg(feature = "zookeeper")]
@@ -316,7 +313,7 @@ async fn connect_zookeeper(
 async fn connect_zookeeper(
     _: &crate::config::ZookeeperConfig,
 ) -> Result<Arc<dyn Authority>, ConnectError> {
-    Err(not_built("zookeeper", "zookeeper", ""))
+    Err(not_built("zookeeper", "zookeeper"))
 }
 
 #[cfg(feature = "redis")]
@@ -332,7 +329,7 @@ async fn connect_redis(c: &crate::config::RedisConfig) -> Result<Arc<dyn Authori
 
 #[cfg(not(feature = "redis"))]
 async fn connect_redis(_: &crate::config::RedisConfig) -> Result<Arc<dyn Authority>, ConnectError> {
-    Err(not_built("redis", "redis", ""))
+    Err(not_built("redis", "redis"))
 }
 
 #[cfg(feature = "upstream")]
@@ -353,7 +350,7 @@ async fn connect_upstream(
 async fn connect_upstream(
     _: &crate::config::UpstreamConfig,
 ) -> Result<Arc<dyn Authority>, ConnectError> {
-    Err(not_built("upstream", "upstream", ""))
+    Err(not_built("upstream", "upstream"))
 }
 
 #[cfg(any(
@@ -365,12 +362,8 @@ async fn connect_upstream(
     not(feature = "redis"),
     not(feature = "upstream")
 ))]
-fn not_built(kind: &'static str, feature: &'static str, needs: &'static str) -> ConnectError {
-    ConnectError::NotBuilt {
-        kind,
-        feature,
-        needs,
-    }
+fn not_built(kind: &'static str, feature: &'static str) -> ConnectError {
+    ConnectError::NotBuilt { kind, feature }
 }
 
 #[cfg(test)]

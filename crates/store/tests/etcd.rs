@@ -7,7 +7,8 @@
 //! which rounds committed), compare-and-swap contention retried and counted, kill -9 of the
 //! server and restart on the same data (watermarks, worker leases and their floors), a worker
 //! lease freed by revoking its etcd lease directly (expiry is etcd's), records idmint did not
-//! write (`Corrupt`), and no server at all.
+//! write (`Corrupt`), no server at all, and calls going to whichever of several endpoints
+//! answers.
 //!
 //! Every test starts its own private `etcd` process (`idmint_testkit::etcd::PrivateEtcd`, from
 //! the `etcd-server` Debian package), so the tests run in parallel; without the binary they
@@ -16,6 +17,12 @@
 #![allow(clippy::unwrap_used)]
 
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
+use idmint_proto::etcd::etcdserverpb::kv_client::KvClient;
+use idmint_proto::etcd::etcdserverpb::lease_client::LeaseClient;
+use idmint_proto::etcd::etcdserverpb::{
+    DeleteRangeRequest, LeaseRevokeRequest, PutRequest, RangeRequest, RangeResponse,
+};
+use idmint_proto::etcd::mvccpb::KeyValue;
 use idmint_store::conformance::EtcdBackend;
 use idmint_store::etcd::{EtcdAuthority, EtcdConfig};
 use idmint_store::lease::{LeaseError, LeaseRequest, WorkerChoice, WorkerLease, WorkerLeases};
@@ -25,6 +32,7 @@ use idmint_testkit::proxy::{Fault, FaultProxy};
 use idmint_testkit::wait;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tonic::transport::{Channel, Endpoint};
 
 idmint_store::conformance_tests!(etcd => EtcdBackend, with faults);
 idmint_store::conformance_tests!(etcd_leases => EtcdBackend, leases);
@@ -32,6 +40,55 @@ idmint_store::conformance_tests!(etcd_audit => EtcdBackend, audit);
 
 /// Short enough to keep fault tests quick, long enough for a loaded 2-core CI machine.
 const FAULT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// etcd's own API on a channel of the test's own (not the authority's client): writes and
+/// reads behind the authority's back.
+struct Raw {
+    kv: KvClient<Channel>,
+    lease: LeaseClient<Channel>,
+}
+
+impl Raw {
+    async fn connect(url: String) -> Raw {
+        let channel = Endpoint::from_shared(url).unwrap().connect().await.unwrap();
+        Raw {
+            kv: KvClient::new(channel.clone()),
+            lease: LeaseClient::new(channel),
+        }
+    }
+
+    /// `key` as it was at `revision` (0: now).
+    async fn get(&mut self, key: &str, revision: i64) -> RangeResponse {
+        let request = RangeRequest {
+            key: key.into(),
+            revision,
+            ..RangeRequest::default()
+        };
+        self.kv.range(request).await.unwrap().into_inner()
+    }
+
+    async fn put(&mut self, key: impl Into<Vec<u8>>, value: &str) {
+        let request = PutRequest {
+            key: key.into(),
+            value: value.into(),
+            lease: 0,
+        };
+        self.kv.put(request).await.unwrap();
+    }
+
+    async fn delete(&mut self, key: &str) {
+        let request = DeleteRangeRequest {
+            key: key.into(),
+            range_end: Vec::new(),
+        };
+        self.kv.delete_range(request).await.unwrap();
+    }
+
+    async fn revoke(&mut self, lease: i64) {
+        let request = LeaseRevokeRequest { id: lease };
+        self.lease.lease_revoke(request).await.unwrap();
+    }
+}
 
 fn name(s: &str) -> NamespaceName {
     NamespaceName::new(s).unwrap()
@@ -135,9 +192,7 @@ async fn lost_reply_history_shows_the_burned_block() {
     let etcd = PrivateEtcd::start().await;
     let proxy = FaultProxy::start(etcd.client_addr()).await.unwrap();
     let a = authority_via(&proxy).await;
-    let mut raw = etcd_client::Client::connect([etcd.client_url()], None)
-        .await
-        .unwrap();
+    let mut raw = Raw::connect(etcd.client_url()).await;
     let ns = name("lost-reply");
     let key = "/idmint/ns/lost-reply";
     let spec = SequenceSpec::new(Width::Bits64, 1, 3, 1).unwrap();
@@ -147,11 +202,8 @@ async fn lost_reply_history_shows_the_burned_block() {
         // Warm up: the authority now knows the record's revision, so the next reserve is a
         // single transaction, and the reply dropped below is the transaction's.
         let warm = a.reserve(&ns, 5).await.unwrap();
-        let record = raw.get(key, None).await.unwrap();
-        let (rev0, w0) = (
-            record.kvs()[0].mod_revision(),
-            watermark_of(&record.kvs()[0]),
-        );
+        let record = raw.get(key, 0).await;
+        let (rev0, w0) = (record.kvs[0].mod_revision, watermark_of(&record.kvs[0]));
         assert_eq!(w0, warm.watermark);
 
         proxy.set_fault(Fault::DropNextReply);
@@ -203,25 +255,18 @@ async fn lost_reply_history_shows_the_burned_block() {
     assert!(report.is_clean(), "{:?}", report.violations);
 }
 
-fn watermark_of(record: &etcd_client::KeyValue) -> u64 {
-    let text = record.value_str().unwrap();
+fn watermark_of(record: &KeyValue) -> u64 {
+    let text = std::str::from_utf8(&record.value).unwrap();
     text.rsplit("watermark=").next().unwrap().parse().unwrap()
 }
 
 /// Every watermark `key` held after revision `since`, oldest first, from etcd's history.
-async fn watermarks_since(raw: &mut etcd_client::Client, key: &str, since: i64) -> Vec<u64> {
-    let now = raw
-        .get(key, None)
-        .await
-        .unwrap()
-        .header()
-        .unwrap()
-        .revision();
+async fn watermarks_since(raw: &mut Raw, key: &str, since: i64) -> Vec<u64> {
+    let now = raw.get(key, 0).await.header.unwrap().revision;
     let mut history = Vec::new();
     for rev in since + 1..=now {
-        let options = etcd_client::GetOptions::new().with_revision(rev);
-        let at = raw.get(key, Some(options)).await.unwrap();
-        if let Some(record) = at.kvs().first().filter(|r| r.mod_revision() == rev) {
+        let at = raw.get(key, rev).await;
+        if let Some(record) = at.kvs.first().filter(|r| r.mod_revision == rev) {
             history.push(watermark_of(record));
         }
     }
@@ -337,10 +382,8 @@ async fn watermark_survives_kill_9_of_etcd() {
 async fn foreign_records_are_corrupt() {
     let etcd = PrivateEtcd::start().await;
     let a = connect(EtcdConfig::new([etcd.client_url()])).await;
-    let mut raw = etcd_client::Client::connect([etcd.client_url()], None)
-        .await
-        .unwrap();
-    raw.put("/idmint/ns/garbage", "hello", None).await.unwrap();
+    let mut raw = Raw::connect(etcd.client_url()).await;
+    raw.put("/idmint/ns/garbage", "hello").await;
     let ns = name("garbage");
     let corrupt = |r: Result<_, StoreError>, what: &str| match r {
         Err(StoreError::Corrupt { message }) => assert!(message.contains("garbage"), "{message}"),
@@ -357,8 +400,8 @@ async fn foreign_records_are_corrupt() {
     corrupt(a.list().await.map(|_| ()), "list");
 
     // A key under the prefix that is no namespace name.
-    raw.delete("/idmint/ns/garbage", None).await.unwrap();
-    raw.put("/idmint/ns/not a name", "x", None).await.unwrap();
+    raw.delete("/idmint/ns/garbage").await;
+    raw.put("/idmint/ns/not a name", "x").await;
     assert!(matches!(a.list().await, Err(StoreError::Corrupt { .. })));
 }
 
@@ -368,9 +411,7 @@ async fn foreign_records_are_corrupt() {
 async fn the_ledger_pages_from_any_seq_and_damage_is_corrupt() {
     let etcd = PrivateEtcd::start().await;
     let a = connect(EtcdConfig::new([etcd.client_url()])).await;
-    let mut raw = etcd_client::Client::connect([etcd.client_url()], None)
-        .await
-        .unwrap();
+    let mut raw = Raw::connect(etcd.client_url()).await;
     let ns = name("paged");
     a.ensure_namespace(&ns, SequenceSpec::default_64())
         .await
@@ -378,7 +419,7 @@ async fn the_ledger_pages_from_any_seq_and_damage_is_corrupt() {
     // Writes to another key in between, so that seqs (revisions) have gaps.
     for i in 0..6 {
         a.reserve(&ns, 10).await.unwrap();
-        raw.put(format!("/elsewhere/{i}"), "x", None).await.unwrap();
+        raw.put(format!("/elsewhere/{i}"), "x").await;
     }
     let log = a.audit_log().unwrap();
     let all = log.entries(&ns, None, 100).await.unwrap();
@@ -401,7 +442,7 @@ async fn the_ledger_pages_from_any_seq_and_damage_is_corrupt() {
     };
     // A damaged value.
     let key = format!("/idmint/audit/paged/{:020}", all[5].seq);
-    raw.put(key.as_str(), "v1 junk", None).await.unwrap();
+    raw.put(key.as_str(), "v1 junk").await;
     corrupt(log.entries(&ns, None, 100).await.map(drop), "entries");
     corrupt(
         idmint_store::audit::prune(log, std::time::Duration::ZERO)
@@ -409,14 +450,12 @@ async fn the_ledger_pages_from_any_seq_and_damage_is_corrupt() {
             .map(drop),
         "prune",
     );
-    raw.delete(key.as_str(), None).await.unwrap();
+    raw.delete(key.as_str()).await;
     // A key that is no entry's, and one under a subject that is no name.
-    raw.put("/idmint/audit/paged/x", "x", None).await.unwrap();
+    raw.put("/idmint/audit/paged/x", "x").await;
     corrupt(log.entries(&ns, None, 100).await.map(drop), "entries");
-    raw.delete("/idmint/audit/paged/x", None).await.unwrap();
-    raw.put("/idmint/audit/not a name/1", "x", None)
-        .await
-        .unwrap();
+    raw.delete("/idmint/audit/paged/x").await;
+    raw.put("/idmint/audit/not a name/1", "x").await;
     corrupt(log.subjects().await.map(drop), "subjects");
 }
 
@@ -568,16 +607,11 @@ async fn a_revoked_etcd_lease_frees_the_worker_at_once() {
         other => panic!("expected Held, got {other:?}"),
     }
 
-    let mut raw = etcd_client::Client::connect([etcd.client_url()], None)
-        .await
-        .unwrap();
-    let live = raw
-        .get("/idmint/leases/revoked/live/0", None)
-        .await
-        .unwrap();
-    let etcd_lease = live.kvs()[0].lease();
+    let mut raw = Raw::connect(etcd.client_url()).await;
+    let live = raw.get("/idmint/leases/revoked/live/0", 0).await;
+    let etcd_lease = live.kvs[0].lease;
     assert_ne!(etcd_lease, 0, "the live key is attached to an etcd lease");
-    raw.lease_revoke(etcd_lease).await.unwrap();
+    raw.revoke(etcd_lease).await;
 
     let new = leases_of(&b)
         .acquire(&lease_request("revoked", WorkerChoice::Exactly(0), "new"))
@@ -604,15 +638,13 @@ async fn a_revoked_etcd_lease_frees_the_worker_at_once() {
 async fn a_lapsed_lease_renews_and_foreign_lease_records_are_corrupt() {
     let etcd = PrivateEtcd::start().await;
     let a = connect(EtcdConfig::new([etcd.client_url()])).await;
-    let mut raw = etcd_client::Client::connect([etcd.client_url()], None)
-        .await
-        .unwrap();
+    let mut raw = Raw::connect(etcd.client_url()).await;
     let lease = leases_of(&a)
         .acquire(&lease_request("lapsed", WorkerChoice::Exactly(3), "me"))
         .await
         .unwrap();
-    let live = raw.get("/idmint/leases/lapsed/live/3", None).await.unwrap();
-    raw.lease_revoke(live.kvs()[0].lease()).await.unwrap();
+    let live = raw.get("/idmint/leases/lapsed/live/3", 0).await;
+    raw.revoke(live.kvs[0].lease).await;
     let renewed = leases_of(&a).renew(&lease, 42).await.unwrap();
     assert_eq!(renewed.floor_unix_ms, 42);
     let (_, slots) = leases_of(&a).group(&name("lapsed")).await.unwrap().unwrap();
@@ -625,10 +657,8 @@ async fn a_lapsed_lease_renews_and_foreign_lease_records_are_corrupt() {
     raw.put(
         "/idmint/leases/lapsed/worker/3",
         "idmint.worker/v1 token=x floor=1 holder=me",
-        None,
     )
-    .await
-    .unwrap();
+    .await;
     let corrupt = |r: Result<(), LeaseError>, what: &str| match r {
         Err(LeaseError::Store(StoreError::Corrupt { message })) => {
             assert!(message.contains("lapsed"), "{message}")
@@ -762,4 +792,42 @@ async fn contended_leases_never_overlap() {
         "{} acquisitions by 12 tasks on 3 authorities; {conflicts} conflicts retried",
         spans.len()
     );
+}
+
+/// Several endpoints share one channel: with one member's endpoint cut, the authority goes on
+/// through the other, and once that one is cut and the first restored, through the first; the
+/// blocks stay disjoint and ascending throughout (a reply lost to a cut burns its block). With
+/// both cut nothing works, so each phase's reservations went through the endpoint left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_go_to_the_endpoints_that_answer() {
+    let etcd = PrivateEtcd::start().await;
+    let first = FaultProxy::start(etcd.client_addr()).await.unwrap();
+    let second = FaultProxy::start(etcd.client_addr()).await.unwrap();
+    let mut both = config(&format!("http://{}", first.addr()), FAULT_TIMEOUT);
+    both.endpoints.push(format!("http://{}", second.addr()));
+    let a = connect(both).await;
+    let ns = name("failover");
+    a.ensure_namespace(&ns, SequenceSpec::default_64())
+        .await
+        .unwrap();
+    let mut granted = Vec::new();
+    let mut failures = Vec::new();
+    for (cut, kept) in [(&first, &second), (&second, &first)] {
+        cut.set_fault(Fault::Cut);
+        kept.set_fault(Fault::None);
+        let mut failed = 0;
+        for _ in 0..10 {
+            let (r, f) = reserve_until_ok(&a, &ns, 7, Duration::from_secs(10)).await;
+            granted.push(r.block);
+            failed += f;
+        }
+        failures.push(failed);
+    }
+    println!("failover: failed attempts per phase {failures:?}");
+    assert_disjoint("blocks across failovers", &granted);
+    for pair in granted.windows(2) {
+        assert!(pair[0].end() <= pair[1].start(), "not ascending: {pair:?}");
+    }
+    first.set_fault(Fault::Cut);
+    assert_unavailable(a.reserve(&ns, 1).await, "reserve with every endpoint cut");
 }

@@ -12,6 +12,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use idmint_core::{NamespaceName, SequenceSpec};
+use idmint_proto::etcd::etcdserverpb::auth_client::AuthClient;
+use idmint_proto::etcd::etcdserverpb::{
+    AuthEnableRequest, AuthUserAddRequest, AuthUserGrantRoleRequest,
+};
 use idmint_store::config::EtcdConfig;
 use idmint_store::etcd::EtcdAuthority;
 use idmint_store::tls::TlsMode;
@@ -20,6 +24,7 @@ use idmint_testkit::certs::TestCerts;
 use idmint_testkit::etcd_tls::PrivateEtcdTls;
 use std::path::PathBuf;
 use std::time::Duration;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
 fn config(endpoint: String, ca_file: Option<PathBuf>) -> EtcdConfig {
     EtcdConfig {
@@ -95,18 +100,28 @@ async fn etcd_over_tls_with_a_login() {
     let e = refused(EtcdAuthority::connect(require).await);
     assert!(e.contains("not supported"), "{e}");
 
-    // Authentication on: a root user, then auth enable (etcd's own client, over TLS).
-    let tls = etcd_client::TlsOptions::new()
-        .ca_certificate(etcd_client::Certificate::from_pem(&certs.ca_pem));
-    let mut admin = etcd_client::Client::connect(
-        [etcd.client_url("127.0.0.1")],
-        Some(etcd_client::ConnectOptions::new().with_tls(tls)),
-    )
-    .await
-    .unwrap();
-    admin.user_add("root", "s3cret", None).await.unwrap();
-    admin.user_grant_role("root", "root").await.unwrap();
-    admin.auth_enable().await.unwrap();
+    // Authentication on: a root user, then auth enable (etcd's own API on a channel of the
+    // test's own, over TLS).
+    let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&certs.ca_pem));
+    let channel = Endpoint::from_shared(etcd.client_url("127.0.0.1"))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut admin = AuthClient::new(channel);
+    let user = AuthUserAddRequest {
+        name: "root".into(),
+        password: "s3cret".into(),
+    };
+    admin.user_add(user).await.unwrap();
+    let grant = AuthUserGrantRoleRequest {
+        user: "root".into(),
+        role: "root".into(),
+    };
+    admin.user_grant_role(grant).await.unwrap();
+    admin.auth_enable(AuthEnableRequest {}).await.unwrap();
 
     let good = with_user(
         config(etcd.client_url("127.0.0.1"), ca.clone()),

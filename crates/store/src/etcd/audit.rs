@@ -41,14 +41,15 @@
 //!   is a key of etcd's keyspace for as long as it is kept, so size etcd's
 //!   `--quota-backend-bytes` for the retention, and prune.
 
+use super::request::{self, deleted_by};
 use super::EtcdAuthority;
 use crate::audit::{self, AuditEntry, AuditEvent, AuditLog};
 use crate::StoreError;
 use async_trait::async_trait;
-use etcd_client::{
-    Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
-};
 use idmint_core::NamespaceName;
+use idmint_proto::etcd::etcdserverpb::range_request::{SortOrder, SortTarget};
+use idmint_proto::etcd::etcdserverpb::RangeRequest;
+use idmint_proto::etcd::mvccpb::KeyValue;
 
 /// How many audit keys one read of [`AuditLog::subjects`] or [`AuditLog::fold`] returns.
 const AUDIT_PAGE: i64 = 500;
@@ -66,21 +67,13 @@ impl EtcdAuthority {
         format!("{}{:020}", self.audit_dir(subject), after_revision.max(0))
     }
 
-    /// A range read from `start` (linearizable) with `options` (its end, limit, filters),
-    /// sorted by key.
-    async fn range(
-        &self,
-        what: &str,
-        start: String,
-        options: GetOptions,
-    ) -> Result<Vec<KeyValue>, StoreError> {
-        let mut response = self
-            .call_idempotent(what, |mut kv| {
-                let (start, options) = (start.clone(), options.clone());
-                async move { kv.get(start, Some(options)).await }
-            })
+    /// The keys `read` selects (a linearizable range read), sorted by key unless it asks
+    /// otherwise.
+    async fn range(&self, what: &str, read: RangeRequest) -> Result<Vec<KeyValue>, StoreError> {
+        let response = self
+            .call_idempotent(what, |client| client.range(read.clone()))
             .await?;
-        Ok(response.take_kvs())
+        Ok(response.kvs)
     }
 
     /// The subject and the name (after its directory) of an audit key.
@@ -99,7 +92,7 @@ impl EtcdAuthority {
     /// An audit key and value read back, validated: the name is 20 digits, a revision below
     /// the key's create revision (its `seq`), and the value an [`audit::encode_record`] line.
     fn audit_entry(&self, kv: &KeyValue) -> Result<AuditEntry, StoreError> {
-        let key = String::from_utf8_lossy(kv.key());
+        let key = String::from_utf8_lossy(&kv.key);
         let (subject, name) = self.audit_parts(&key)?;
         let corrupt = |what: String| StoreError::Corrupt {
             message: format!("etcd audit entry {key:?}: {what}"),
@@ -108,16 +101,16 @@ impl EtcdAuthority {
             .then(|| name.parse::<u64>().ok())
             .flatten()
             .ok_or_else(|| corrupt("its name is not a 20-digit revision".to_owned()))?;
-        let seq = u64::try_from(kv.create_revision())
+        let seq = u64::try_from(kv.create_revision)
             .ok()
             .filter(|&seq| seq > after)
             .ok_or_else(|| {
                 corrupt(format!(
                     "created at revision {}, not after the one it is named after",
-                    kv.create_revision()
+                    kv.create_revision
                 ))
             })?;
-        audit::decode_record(subject, seq, kv.value()).map_err(corrupt)
+        audit::decode_record(subject, seq, &kv.value).map_err(corrupt)
     }
 }
 
@@ -147,19 +140,15 @@ impl AuditLog for EtcdAuthority {
         let mut start = self.audit_prefix.clone();
         let mut subjects = std::collections::BTreeSet::new();
         loop {
-            let page = self
-                .range(
-                    "listing audit subjects",
-                    start,
-                    GetOptions::new()
-                        .with_range(end.clone())
-                        .with_limit(AUDIT_PAGE)
-                        .with_keys_only(),
-                )
-                .await?;
+            let read = RangeRequest {
+                limit: AUDIT_PAGE,
+                keys_only: true,
+                ..request::range(start, end.clone())
+            };
+            let page = self.range("listing audit subjects", read).await?;
             let mut last = None;
             for kv in &page {
-                let key = String::from_utf8_lossy(kv.key());
+                let key = String::from_utf8_lossy(&kv.key);
                 let (subject, _) = self.audit_parts(&key)?;
                 last = Some(subject.clone());
                 subjects.insert(subject);
@@ -190,31 +179,23 @@ impl AuditLog for EtcdAuthority {
         let what = format!("reading the audit ledger of {subject}");
         let dir = self.audit_dir(subject);
         let from = format!("{dir}{:020}", after.unwrap_or(0));
-        let mut page = self
-            .range(
-                &what,
-                from.clone(),
-                GetOptions::new()
-                    .with_range(dir_end(&dir))
-                    .with_limit(i64::try_from(limit).unwrap_or(i64::MAX)),
-            )
-            .await?;
-        let named_after = |kv: &KeyValue| kv.key().ends_with(&from.as_bytes()[dir.len()..]);
+        let read = RangeRequest {
+            limit: i64::try_from(limit).unwrap_or(i64::MAX),
+            ..request::range(from.clone(), dir_end(&dir))
+        };
+        let mut page = self.range(&what, read).await?;
+        let named_after = |kv: &KeyValue| kv.key.ends_with(&from.as_bytes()[dir.len()..]);
         if let Some(after) = after.filter(|_| !page.first().is_some_and(named_after)) {
             // `after` is no entry's seq, or the last one's: look for the one entry named below
             // it with a seq above it. etcd filters by create revision after reading the
             // whole range, so this costs a read of the subject's older keys; it happens only
             // after a full page that ended the ledger, or with an `after` no entry has.
             let min = i64::try_from(after.saturating_add(1)).unwrap_or(i64::MAX);
-            let mut before = self
-                .range(
-                    &what,
-                    dir.clone(),
-                    GetOptions::new()
-                        .with_range(from.clone())
-                        .with_min_create_revision(min),
-                )
-                .await?;
+            let read = RangeRequest {
+                min_create_revision: min,
+                ..request::range(dir.clone(), from.clone())
+            };
+            let mut before = self.range(&what, read).await?;
             before.append(&mut page);
             page = before;
         }
@@ -225,7 +206,7 @@ impl AuditLog for EtcdAuthority {
                 return Err(StoreError::Corrupt {
                     message: format!(
                         "etcd audit entry {:?} is not of {subject}",
-                        String::from_utf8_lossy(kv.key())
+                        String::from_utf8_lossy(&kv.key)
                     ),
                 });
             }
@@ -248,16 +229,13 @@ impl AuditLog for EtcdAuthority {
         let mut newest: Option<u64> = None;
         for subject in self.subjects().await? {
             let dir = self.audit_dir(&subject);
-            let last = self
-                .range(
-                    "reading the audit ledger",
-                    dir.clone(),
-                    GetOptions::new()
-                        .with_range(dir_end(&dir))
-                        .with_sort(SortTarget::Key, SortOrder::Descend)
-                        .with_limit(1),
-                )
-                .await?;
+            let read = RangeRequest {
+                sort_target: SortTarget::Key.into(),
+                sort_order: SortOrder::Descend.into(),
+                limit: 1,
+                ..request::range(dir.clone(), dir_end(&dir))
+            };
+            let last = self.range("reading the audit ledger", read).await?;
             for kv in &last {
                 let at = self.audit_entry(kv)?.at_unix_ms;
                 newest = Some(newest.map_or(at, |n| n.max(at)));
@@ -280,34 +258,27 @@ impl AuditLog for EtcdAuthority {
         let Ok(revision) = i64::try_from(through) else {
             return Ok(0);
         };
-        let found = self
-            .range(
-                "reading the audit ledger",
-                dir.clone(),
-                GetOptions::new()
-                    .with_range(dir_end(&dir))
-                    .with_min_create_revision(revision)
-                    .with_max_create_revision(revision),
-            )
-            .await?;
+        let read = RangeRequest {
+            min_create_revision: revision,
+            max_create_revision: revision,
+            ..request::range(dir.clone(), dir_end(&dir))
+        };
+        let found = self.range("reading the audit ledger", read).await?;
         let Some(kv) = found.first() else {
             return Ok(0);
         };
         let kept = self.audit_entry(kv)?;
-        let key = kv.key().to_vec();
+        let key = kv.key.clone();
         let value = audit::encode_record(kept.at_unix_ms, &checkpoint, &kept.holder);
-        let txn = Txn::new()
-            .when(vec![Compare::create_revision(
-                key.clone(),
-                CompareOp::Equal,
-                revision,
-            )])
-            .and_then(vec![TxnOp::put(key.clone(), value, None)]);
-        let mut kv = self.kv.clone();
+        let txn = request::txn(
+            [request::create_revision_is(key.clone(), revision)],
+            [request::put(key.clone(), value, 0)],
+            [],
+        );
         if !self
-            .call("pruning the audit ledger", kv.txn(txn))
+            .call("pruning the audit ledger", self.client.txn(txn))
             .await?
-            .succeeded()
+            .succeeded
         {
             return Ok(0);
         }
@@ -316,29 +287,23 @@ impl AuditLog for EtcdAuthority {
         })?;
         let mut removed = 0u64;
         loop {
-            let page = self
-                .range(
-                    "reading the audit ledger",
-                    dir.clone(),
-                    GetOptions::new()
-                        .with_range(end.clone())
-                        .with_limit(AUDIT_PAGE)
-                        .with_keys_only(),
-                )
-                .await?;
+            let read = RangeRequest {
+                limit: AUDIT_PAGE,
+                keys_only: true,
+                ..request::range(dir.clone(), end.clone())
+            };
+            let page = self.range("reading the audit ledger", read).await?;
             for batch in page.chunks(PRUNE_BATCH) {
-                let txn = Txn::new().and_then(
-                    batch
-                        .iter()
-                        .map(|kv| TxnOp::delete(kv.key().to_vec(), None))
-                        .collect::<Vec<_>>(),
-                );
-                let mut kv = self.kv.clone();
-                let response = self.call("pruning the audit ledger", kv.txn(txn)).await?;
-                for op in response.op_responses() {
-                    if let TxnOpResponse::Delete(deleted) = op {
-                        removed += u64::try_from(deleted.deleted()).unwrap_or(0);
-                    }
+                let deletes: Vec<_> = batch
+                    .iter()
+                    .map(|kv| request::delete_op(kv.key.clone()))
+                    .collect();
+                let txn = request::txn([], deletes, []);
+                let response = self
+                    .call("pruning the audit ledger", self.client.txn(txn))
+                    .await?;
+                for op in &response.responses {
+                    removed += u64::try_from(deleted_by(op)).unwrap_or(0);
                 }
             }
             if (page.len() as i64) < AUDIT_PAGE {

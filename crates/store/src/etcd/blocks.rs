@@ -36,15 +36,15 @@
 use super::audit::audit_value;
 use super::conn::unavailable;
 use super::record::{decode, decode_incarnation, encode};
+use super::request::{self, range_of};
 use super::{unchanged, EtcdAuthority, KIND, MAX_CONFLICTS};
 use crate::audit::{Advance, Advanced, AuditLog};
 use crate::lease::WorkerLeases;
 use crate::{ops, Authority, GiveBack, Incarnation, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
-use etcd_client::{
-    Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse,
-};
 use idmint_core::{Block, NamespaceName, SequenceSpec};
+use idmint_proto::etcd::etcdserverpb::TxnResponse;
+use idmint_proto::etcd::mvccpb::KeyValue;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
@@ -71,14 +71,13 @@ impl EtcdAuthority {
 
     /// The namespace's record and its `mod_revision`, read now (linearizable).
     async fn read(&self, name: &NamespaceName) -> Result<Option<Cached>, StoreError> {
-        let key = self.key(name);
+        let read = request::get(self.key(name));
         let response = self
-            .call_idempotent(&format!("reading namespace {name}"), |mut kv| {
-                let key = key.clone();
-                async move { kv.get(key, None).await }
+            .call_idempotent(&format!("reading namespace {name}"), |client| {
+                client.range(read.clone())
             })
             .await?;
-        match response.kvs().first() {
+        match response.kvs.first() {
             Some(record) => Ok(Some(cached(name, record)?)),
             None => Ok(None),
         }
@@ -158,26 +157,22 @@ impl EtcdAuthority {
             // The entry's key is named after the revision the write is conditioned on: unique
             // (each write of the key compares a newer one) and below the revision it creates.
             let entry = self.audit_key(name, record.mod_revision);
-            let txn = Txn::new()
-                .when([Compare::mod_revision(
-                    key.clone(),
-                    CompareOp::Equal,
-                    record.mod_revision,
-                )])
-                .and_then([
-                    TxnOp::put(key.clone(), encode(&new_state), None),
-                    TxnOp::put(entry, audit_value(&event), None),
-                ])
-                .or_else([TxnOp::get(key.clone(), None)]);
-            let mut kv = self.kv.clone();
+            let txn = request::txn(
+                [request::mod_revision_is(key.clone(), record.mod_revision)],
+                [
+                    request::put(key.clone(), encode(&new_state), 0),
+                    request::put(entry, audit_value(&event), 0),
+                ],
+                [request::get_op(key.clone())],
+            );
             let response = self
-                .call(&format!("updating namespace {name}"), kv.txn(txn))
+                .call(&format!("updating namespace {name}"), self.client.txn(txn))
                 .await?;
-            if response.succeeded() {
+            if response.succeeded {
                 // The put's mod_revision is the revision the transaction created.
-                *cache = response.header().map(|h| Cached {
+                *cache = response.header.map(|h| Cached {
                     state: new_state,
-                    mod_revision: h.revision(),
+                    mod_revision: h.revision,
                 });
                 return Ok(answer);
             }
@@ -218,28 +213,28 @@ impl Authority for EtcdAuthority {
     }
 
     async fn incarnation(&self) -> Result<Option<Incarnation>, StoreError> {
-        let key = self.incarnation_key();
+        let read = request::get(self.incarnation_key());
         let response = self
-            .call_idempotent("reading the store's incarnation", |mut kv| {
-                let key = key.clone();
-                async move { kv.get(key, None).await }
+            .call_idempotent("reading the store's incarnation", |client| {
+                client.range(read.clone())
             })
             .await?;
         response
-            .kvs()
+            .kvs
             .first()
-            .map(|kv| decode_incarnation(kv.value()))
+            .map(|kv| decode_incarnation(&kv.value))
             .transpose()
     }
 
     /// One `Txn`: put if the key was never created; then the key as it is.
     async fn create_incarnation(&self, candidate: &Incarnation) -> Result<Incarnation, StoreError> {
         let key = self.incarnation_key();
-        let txn = Txn::new()
-            .when([unchanged(&key, None)])
-            .and_then([TxnOp::put(key.clone(), candidate.as_str(), None)]);
-        let mut kv = self.kv.clone();
-        self.call("writing the store's incarnation", kv.txn(txn))
+        let txn = request::txn(
+            [unchanged(&key, None)],
+            [request::put(key.clone(), candidate.as_str(), 0)],
+            [],
+        );
+        self.call("writing the store's incarnation", self.client.txn(txn))
             .await?;
         self.incarnation()
             .await?
@@ -265,18 +260,18 @@ impl Authority for EtcdAuthority {
     ) -> Result<NamespaceState, StoreError> {
         let key = self.key(name);
         let created = NamespaceState::new(name.clone(), spec);
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key.clone(), encode(&created), None)])
-            .or_else([TxnOp::get(key, None)]);
+        let txn = request::txn(
+            [request::create_revision_is(key.clone(), 0)],
+            [request::put(key.clone(), encode(&created), 0)],
+            [request::get_op(key)],
+        );
         // Sending it twice is harmless: the second finds the first's record and compares specs.
         let response = self
-            .call_idempotent(&format!("creating namespace {name}"), |mut kv| {
-                let txn = txn.clone();
-                async move { kv.txn(txn).await }
+            .call_idempotent(&format!("creating namespace {name}"), |client| {
+                client.txn(txn.clone())
             })
             .await?;
-        if response.succeeded() {
+        if response.succeeded {
             return Ok(created);
         }
         let existing = else_record(name, &response)?.ok_or_else(|| {
@@ -303,20 +298,18 @@ impl Authority for EtcdAuthority {
     }
 
     async fn list(&self) -> Result<Vec<NamespaceState>, StoreError> {
+        let read = request::prefix(self.ns_prefix.clone());
         let response = self
-            .call_idempotent("listing namespaces", |mut kv| {
-                let prefix = self.ns_prefix.clone();
-                async move { kv.get(prefix, Some(GetOptions::new().with_prefix())).await }
-            })
+            .call_idempotent("listing namespaces", |client| client.range(read.clone()))
             .await?;
-        let mut all = Vec::with_capacity(response.kvs().len());
-        for record in response.kvs() {
-            let key = String::from_utf8_lossy(record.key());
+        let mut all = Vec::with_capacity(response.kvs.len());
+        for record in &response.kvs {
+            let key = String::from_utf8_lossy(&record.key);
             let suffix = key.strip_prefix(&self.ns_prefix).unwrap_or(&key);
             let name = NamespaceName::new(suffix).map_err(|e| StoreError::Corrupt {
                 message: format!("etcd key {key:?} is not a namespace: {e}"),
             })?;
-            all.push(decode(&name, record.value())?);
+            all.push(decode(&name, &record.value)?);
         }
         // etcd returns keys in byte order, which is the names' order; sort anyway rather than
         // depend on it.
@@ -332,19 +325,19 @@ impl Authority for EtcdAuthority {
 
 fn cached(name: &NamespaceName, record: &KeyValue) -> Result<Cached, StoreError> {
     Ok(Cached {
-        state: decode(name, record.value())?,
-        mod_revision: record.mod_revision(),
+        state: decode(name, &record.value)?,
+        mod_revision: record.mod_revision,
     })
 }
 
 /// The record returned by the `Else(Get(key))` branch of a transaction that did not succeed.
 fn else_record(name: &NamespaceName, response: &TxnResponse) -> Result<Option<Cached>, StoreError> {
-    match response.op_responses().first() {
-        Some(TxnOpResponse::Get(get)) => match get.kvs().first() {
+    match response.responses.first().and_then(range_of) {
+        Some(get) => match get.kvs.first() {
             Some(record) => cached(name, record).map(Some),
             None => Ok(None),
         },
-        _ => Err(unavailable(format!(
+        None => Err(unavailable(format!(
             "namespace {name}: etcd answered a transaction without the expected read"
         ))),
     }

@@ -1,4 +1,4 @@
-//! The etcd client's plumbing: the TLS options checked against the endpoints, every call
+//! The etcd authority's calls: the TLS settings checked against the endpoints, every call
 //! bounded by the operation timeout (`call`: never resent; `call_idempotent`: a read or a
 //! create-if-absent, sent again once after a fast failure), and the error messages, which
 //! never show an endpoint's credentials (`redact`).
@@ -6,13 +6,15 @@
 //! Invariant: every failure of a call is [`StoreError::Unavailable`]: the caller cannot know
 //! whether a write reached etcd.
 
+use super::client::{EtcdClient, EtcdError};
 use super::{EtcdAuthority, EtcdConfig, KIND};
 use crate::StoreError;
-use etcd_client::KvClient;
+use idmint_proto::tls::ClientTls;
 use std::future::Future;
 
-/// The TLS options of `config` (`None`: plain), after checking them against the endpoints.
-pub(super) fn tls_options(config: &EtcdConfig) -> Result<Option<etcd_client::TlsOptions>, String> {
+/// The TLS of `config` (`None`: plain), after checking it against the endpoints: the CA of
+/// `ca_file` and only it, as every idmint client trusts a server ([`ClientTls`]).
+pub(super) fn tls_options(config: &EtcdConfig) -> Result<Option<ClientTls>, String> {
     use crate::tls::TlsMode;
     if config.tls == TlsMode::Require {
         return Err(
@@ -40,9 +42,13 @@ pub(super) fn tls_options(config: &EtcdConfig) -> Result<Option<etcd_client::Tls
             ));
         }
     }
-    Ok(pem.map(|pem| {
-        etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(pem))
-    }))
+    match pem {
+        // Read again by ClientTls, whose errors name the file.
+        Some(_) => ClientTls::from_files(config.ca_file.as_deref(), None)
+            .map(Some)
+            .map_err(|e| format!("etcd TLS: ca_file {e}")),
+        None => Ok(None),
+    }
 }
 
 impl EtcdAuthority {
@@ -50,11 +56,11 @@ impl EtcdAuthority {
     pub(super) async fn call<T>(
         &self,
         what: &str,
-        call: impl Future<Output = Result<T, etcd_client::Error>>,
+        call: impl Future<Output = Result<T, EtcdError>>,
     ) -> Result<T, StoreError> {
         match tokio::time::timeout(self.config.op_timeout, call).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(unavailable(format!("{what}: {}", describe(&e)))),
+            Ok(Err(e)) => Err(unavailable(format!("{what}: {e}"))),
             Err(_) => Err(unavailable(format!(
                 "{what}: no answer within {:?}",
                 self.config.op_timeout
@@ -66,14 +72,14 @@ impl EtcdAuthority {
     /// create-if-absent of `ensure_namespace`): a failure that came back before the timeout,
     /// typically a request sent on a connection the server had just closed, is retried once,
     /// within what is left of the timeout, on the reconnected channel.
-    pub(super) async fn call_idempotent<T, F, Fut>(
-        &self,
+    pub(super) async fn call_idempotent<'a, T, F, Fut>(
+        &'a self,
         what: &str,
         make: F,
     ) -> Result<T, StoreError>
     where
-        F: Fn(KvClient) -> Fut,
-        Fut: Future<Output = Result<T, etcd_client::Error>>,
+        F: Fn(&'a EtcdClient) -> Fut,
+        Fut: Future<Output = Result<T, EtcdError>>,
     {
         let deadline = tokio::time::Instant::now() + self.config.op_timeout;
         let timed_out = || {
@@ -82,14 +88,14 @@ impl EtcdAuthority {
                 self.config.op_timeout
             ))
         };
-        match tokio::time::timeout_at(deadline, make(self.kv.clone())).await {
+        match tokio::time::timeout_at(deadline, make(&self.client)).await {
             Ok(Ok(value)) => return Ok(value),
             Ok(Err(_)) => {}
             Err(_) => return Err(timed_out()),
         }
-        match tokio::time::timeout_at(deadline, make(self.kv.clone())).await {
+        match tokio::time::timeout_at(deadline, make(&self.client)).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(unavailable(format!("{what}: {}", describe(&e)))),
+            Ok(Err(e)) => Err(unavailable(format!("{what}: {e}"))),
             Err(_) => Err(timed_out()),
         }
     }
@@ -100,30 +106,6 @@ pub(super) fn unavailable(message: String) -> StoreError {
         backend: KIND,
         message,
     }
-}
-
-/// A short description of a client error, with its causes (tonic's own messages are terse).
-pub(super) fn describe(e: &etcd_client::Error) -> String {
-    let mut message = match e {
-        etcd_client::Error::GRpcStatus(status) => {
-            format!("{:?}: {}", status.code(), status.message())
-        }
-        other => other.to_string(),
-    };
-    let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
-        etcd_client::Error::GRpcStatus(status) => std::error::Error::source(status),
-        etcd_client::Error::TransportError(t) => std::error::Error::source(t),
-        _ => None,
-    };
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = cause.source();
-    }
-    message
 }
 
 /// `url` without any `user:password@` part.

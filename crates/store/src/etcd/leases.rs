@@ -54,11 +54,12 @@
 //! margin, its own lease (docs/design.md invariant 4).
 
 use super::audit::audit_value_by;
-use super::conn::{describe, unavailable};
+use super::conn::unavailable;
 use super::record::{
     decode_group, decode_live, decode_record, encode_group, encode_live, encode_record,
     live_without_record, parse_worker, LiveRead, RecordRead,
 };
+use super::request::{self, range_of};
 use super::{unchanged, EtcdAuthority, MAX_CONFLICTS};
 use crate::audit::AuditEvent;
 use crate::lease::{
@@ -67,7 +68,6 @@ use crate::lease::{
 };
 use crate::{ops, StoreError};
 use async_trait::async_trait;
-use etcd_client::{GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 use idmint_core::{Backoff, NamespaceName};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -136,22 +136,22 @@ impl EtcdAuthority {
     /// Every key of `group`, read at one revision (linearizable).
     async fn read_group(&self, group: &NamespaceName) -> Result<GroupRead, StoreError> {
         let prefix = self.group_prefix(group);
+        let keys = request::prefix(prefix.clone());
         let response = self
-            .call_idempotent(&format!("reading lease group {group}"), |mut kv| {
-                let prefix = prefix.clone();
-                async move { kv.get(prefix, Some(GetOptions::new().with_prefix())).await }
+            .call_idempotent(&format!("reading lease group {group}"), |client| {
+                client.range(keys.clone())
             })
             .await?;
         let mut read = GroupRead {
-            revision: response.header().map_or(0, |h| h.revision()),
+            revision: response.header.as_ref().map_or(0, |h| h.revision),
             ..GroupRead::default()
         };
         let mut lives = BTreeMap::new();
-        for kv in response.kvs() {
-            let key = String::from_utf8_lossy(kv.key());
+        for kv in &response.kvs {
+            let key = String::from_utf8_lossy(&kv.key);
             let suffix = key.strip_prefix(&prefix).unwrap_or(&key);
             if suffix == "group" {
-                read.record = Some((decode_group(group, kv.value())?, kv.mod_revision()));
+                read.record = Some((decode_group(group, &kv.value)?, kv.mod_revision));
             } else if let Some(worker) = suffix.strip_prefix("worker/") {
                 let worker = parse_worker(group, &key, worker)?;
                 let record = decode_record(group, worker, kv)?;
@@ -186,22 +186,23 @@ impl EtcdAuthority {
         group: &NamespaceName,
         worker: u64,
     ) -> Result<(Option<RecordRead>, Option<LiveRead>), StoreError> {
-        let txn = Txn::new().and_then([
-            TxnOp::get(self.worker_key(group, worker), None),
-            TxnOp::get(self.live_key(group, worker), None),
-        ]);
+        let txn = request::txn(
+            [],
+            [
+                request::get_op(self.worker_key(group, worker)),
+                request::get_op(self.live_key(group, worker)),
+            ],
+            [],
+        );
         let response = self
             .call_idempotent(
                 &format!("reading worker {worker} of lease group {group}"),
-                |mut kv| {
-                    let txn = txn.clone();
-                    async move { kv.txn(txn).await }
-                },
+                |client| client.txn(txn.clone()),
             )
             .await?;
-        let mut gets = response.op_responses().into_iter().map(|op| match op {
-            TxnOpResponse::Get(get) => Ok(get.kvs().first().cloned()),
-            _ => Err(unavailable(format!(
+        let mut gets = response.responses.iter().map(|op| match range_of(op) {
+            Some(get) => Ok(get.kvs.first().cloned()),
+            None => Err(unavailable(format!(
                 "lease group {group}: etcd answered a read without its values"
             ))),
         });
@@ -230,18 +231,17 @@ impl EtcdAuthority {
     async fn grant(&self, ttl: Duration) -> Result<(i64, Duration), StoreError> {
         let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
         let secs = i64::try_from(secs.max(1)).unwrap_or(i64::MAX);
-        let mut lease = self.lease.clone();
         let granted = self
-            .call("granting an etcd lease", lease.grant(secs, None))
+            .call("granting an etcd lease", self.client.lease_grant(secs))
             .await?;
-        if !granted.error().is_empty() || granted.id() == 0 {
+        if !granted.error.is_empty() || granted.id == 0 {
             return Err(unavailable(format!(
                 "etcd refused a lease of {secs} s: {}",
-                granted.error()
+                granted.error
             )));
         }
-        let ttl = u64::try_from(granted.ttl().max(secs)).unwrap_or(u64::MAX);
-        Ok((granted.id(), Duration::from_secs(ttl)))
+        let ttl = u64::try_from(granted.ttl.max(secs)).unwrap_or(u64::MAX);
+        Ok((granted.id, Duration::from_secs(ttl)))
     }
 
     /// Revokes an etcd lease this authority granted and does not use; a failure is harmless
@@ -252,16 +252,16 @@ impl EtcdAuthority {
         let deadline = tokio::time::Instant::now() + self.config.op_timeout;
         let mut failure = String::new();
         for _ in 0..2 {
-            let mut lease = self.lease.clone();
-            match tokio::time::timeout_at(deadline, lease.revoke(id)).await {
-                Ok(Ok(_)) => return,
+            match tokio::time::timeout_at(deadline, self.client.lease_revoke(id)).await {
+                Ok(Ok(())) => return,
                 // Already gone (revoked by the first attempt, or expired).
-                Ok(Err(etcd_client::Error::GRpcStatus(status)))
-                    if status.message().contains("lease not found") =>
+                Ok(Err(e))
+                    if e.status()
+                        .is_some_and(|s| s.message().contains("lease not found")) =>
                 {
                     return
                 }
-                Ok(Err(e)) => failure = describe(&e),
+                Ok(Err(e)) => failure = e.to_string(),
                 Err(_) => {
                     failure = format!("no answer within {:?}", self.config.op_timeout);
                     break;
@@ -273,11 +273,10 @@ impl EtcdAuthority {
 
     /// What etcd says is left of lease `id`.
     async fn remaining(&self, id: i64) -> Result<Remaining, StoreError> {
-        let mut lease = self.lease.clone();
         let answer = self
-            .call("reading an etcd lease", lease.time_to_live(id, None))
+            .call("reading an etcd lease", self.client.lease_time_to_live(id))
             .await?;
-        Ok(match u64::try_from(answer.ttl()) {
+        Ok(match u64::try_from(answer.ttl) {
             // Under a second left (etcd counts whole seconds, rounding down).
             Ok(0) => Remaining::Left(Duration::from_millis(500)),
             Ok(secs) => Remaining::Left(Duration::from_secs(secs)),
@@ -391,27 +390,28 @@ impl EtcdAuthority {
                 worker: grant.worker,
                 token: grant.token,
             };
-            let txn = Txn::new()
-                .when([
+            let txn = request::txn(
+                [
                     unchanged(&group_key, group_rev),
                     unchanged(&worker_key, record_rev),
                     unchanged(&live_key, None),
                     // Defence in depth: entry names are unique by construction.
                     unchanged(&entry, None),
-                ])
-                .and_then([
-                    TxnOp::put(entry.clone(), audit_value_by(&event, &request.holder), None),
-                    TxnOp::put(group_key, encode_group(&grant.group), None),
-                    TxnOp::put(worker_key, encode_record(&slot), None),
-                    TxnOp::put(
+                ],
+                [
+                    request::put(entry.clone(), audit_value_by(&event, &request.holder), 0),
+                    request::put(group_key, encode_group(&grant.group), 0),
+                    request::put(worker_key, encode_record(&slot), 0),
+                    request::put(
                         live_key,
                         encode_live(grant.token, ttl, &request.holder),
-                        Some(PutOptions::new().with_lease(lease_id)),
+                        lease_id,
                     ),
-                ]);
-            let mut kv = self.kv.clone();
-            let response = self.call(&what, kv.txn(txn)).await?;
-            if response.succeeded() {
+                ],
+                [],
+            );
+            let response = self.call(&what, self.client.txn(txn)).await?;
+            if response.succeeded {
                 *granted = None;
                 return Ok(WorkerLease {
                     group: group.clone(),
@@ -428,22 +428,11 @@ impl EtcdAuthority {
 
     /// Sends one keep-alive for etcd lease `id`: `false` if etcd no longer has it.
     async fn keep_alive_once(&self, id: i64) -> Result<bool, StoreError> {
-        let mut lease = self.lease.clone();
-        let sent = tokio::time::timeout(self.config.op_timeout, lease.keep_alive(id)).await;
-        match sent {
-            // The client has read etcd's answer (a TTL above zero) before it returns; dropping
-            // the keeper and the stream ends the keep-alive stream.
-            Ok(Ok(_)) => Ok(true),
-            Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => Ok(false),
-            Ok(Err(e)) => Err(unavailable(format!(
-                "renewing an etcd lease: {}",
-                describe(&e)
-            ))),
-            Err(_) => Err(unavailable(format!(
-                "renewing an etcd lease: no answer within {:?}",
-                self.config.op_timeout
-            ))),
-        }
+        self.call(
+            "renewing an etcd lease",
+            self.client.lease_keep_alive_once(id),
+        )
+        .await
     }
 }
 
@@ -495,14 +484,15 @@ impl WorkerLeases for EtcdAuthority {
             match live {
                 Some(live) => {
                     if slot.floor_unix_ms > record.slot.floor_unix_ms {
-                        let txn = Txn::new()
-                            .when([
+                        let txn = request::txn(
+                            [
                                 unchanged(&worker_key, Some(record.mod_revision)),
                                 unchanged(&live_key, Some(live.mod_revision)),
-                            ])
-                            .and_then([TxnOp::put(worker_key.clone(), encode_record(&slot), None)]);
-                        let mut kv = self.kv.clone();
-                        if !self.call(&what, kv.txn(txn)).await?.succeeded() {
+                            ],
+                            [request::put(worker_key.clone(), encode_record(&slot), 0)],
+                            [],
+                        );
+                        if !self.call(&what, self.client.txn(txn)).await?.succeeded {
                             self.lease_conflict(&what, &mut backoff).await?;
                             continue;
                         }
@@ -529,26 +519,27 @@ impl WorkerLeases for EtcdAuthority {
                         worker: lease.worker,
                         token: lease.token,
                     };
-                    let txn = Txn::new()
-                        .when([
+                    let txn = request::txn(
+                        [
                             unchanged(&group_key, Some(group_rev)),
                             unchanged(&worker_key, Some(record.mod_revision)),
                             unchanged(&live_key, None),
                             unchanged(&entry, None),
-                        ])
-                        .and_then([
-                            TxnOp::put(entry, audit_value_by(&event, &lease.holder), None),
-                            TxnOp::put(group_key, encode_group(&group_record), None),
-                            TxnOp::put(worker_key.clone(), encode_record(&slot), None),
-                            TxnOp::put(
+                        ],
+                        [
+                            request::put(entry, audit_value_by(&event, &lease.holder), 0),
+                            request::put(group_key, encode_group(&group_record), 0),
+                            request::put(worker_key.clone(), encode_record(&slot), 0),
+                            request::put(
                                 live_key.clone(),
                                 encode_live(lease.token, ttl, &lease.holder),
-                                Some(PutOptions::new().with_lease(lease_id)),
+                                lease_id,
                             ),
-                        ]);
-                    let mut kv = self.kv.clone();
-                    match self.call(&what, kv.txn(txn)).await {
-                        Ok(response) if response.succeeded() => return Ok(renewed),
+                        ],
+                        [],
+                    );
+                    match self.call(&what, self.client.txn(txn)).await {
+                        Ok(response) if response.succeeded => return Ok(renewed),
                         Ok(_) => {
                             self.revoke_quietly(lease_id).await;
                             self.lease_conflict(&what, &mut backoff).await?;
@@ -577,18 +568,19 @@ impl WorkerLeases for EtcdAuthority {
             };
             let mut slot = record.slot.clone();
             slot.floor_unix_ms = floor_unix_ms;
-            let mut ops = vec![TxnOp::put(worker_key.clone(), encode_record(&slot), None)];
+            let mut ops = vec![request::put(worker_key.clone(), encode_record(&slot), 0)];
             if live.is_some() {
-                ops.push(TxnOp::delete(live_key.clone(), None));
+                ops.push(request::delete_op(live_key.clone()));
             }
-            let txn = Txn::new()
-                .when([
+            let txn = request::txn(
+                [
                     unchanged(&worker_key, Some(record.mod_revision)),
                     unchanged(&live_key, live.as_ref().map(|l| l.mod_revision)),
-                ])
-                .and_then(ops);
-            let mut kv = self.kv.clone();
-            if self.call(&what, kv.txn(txn)).await?.succeeded() {
+                ],
+                ops,
+                [],
+            );
+            if self.call(&what, self.client.txn(txn)).await?.succeeded {
                 if let Some(live) = live {
                     // The live key is gone already: the worker id is free whether or not
                     // this succeeds.

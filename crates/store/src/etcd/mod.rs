@@ -1,8 +1,9 @@
 //! The etcd authority (cargo feature `etcd`): namespaces and their watermarks as keys of an
 //! etcd v3 cluster, updated by compare-and-swap transactions.
 //!
-//! Files, one job each: `conn` (the client's TLS options, bounded calls, error messages),
-//! `record` (the text values of every key, format v1), `blocks` (the namespaces: the
+//! Files, one job each: `client` (etcd's v3 API on tonic's channel: endpoints, TLS, login),
+//! `request` (the requests and `Txn` operations, as etcd's messages), `conn` (the settings
+//! checked, bounded calls, error messages), `record` (the text values of every key, format v1), `blocks` (the namespaces: the
 //! compare-and-swap loop and [`Authority`](crate::Authority)), `leases`
 //! ([`WorkerLeases`](crate::lease::WorkerLeases): group, worker and live keys on etcd leases),
 //! `audit` ([`AuditLog`](crate::AuditLog): one key per entry, written by the transaction it
@@ -17,7 +18,9 @@
 //!
 //! ## Lost replies never hand out a block twice
 //!
-//! The client never resends a compare-and-swap: tonic does not retry, and this module turns
+//! The client never resends a compare-and-swap (but one etcd refused for an expired login
+//! token, which it refuses before proposing it: see `client`): tonic does not retry, and this
+//! module turns
 //! any failed or timed-out `reserve`/`give_back` transaction into [`StoreError::Unavailable`]
 //! and drops its cached state. (Only reads and `ensure_namespace`'s create-if-absent, which
 //! are harmless to send twice, are retried once when they fail fast, e.g. on a connection the
@@ -33,11 +36,12 @@
 //!
 //! Every call to etcd is bounded by [`EtcdConfig::op_timeout`] (also sent to etcd as the gRPC
 //! deadline), and waiting behind other operations on the same namespace is bounded by it too,
-//! so a stalled server yields `Unavailable`, never a hang. The gRPC channel reconnects by
-//! itself (lazily, on the next call) after the server restarts or the connection is cut;
-//! HTTP/2 keep-alive pings (every 10 s while calls are in flight) drop a silently dead
-//! connection. Requests carry etcd's `require-leader` flag: a member cut off from its leader
-//! answers at once instead of waiting.
+//! so a stalled server yields `Unavailable`, never a hang. The gRPC channel, balanced across the
+//! endpoints, reconnects by itself (lazily, on the next call) after a member restarts or the
+//! connection is cut, and leaves calls to the members that answer; HTTP/2 keep-alive pings
+//! (every 10 s while calls are in flight) drop a silently dead connection. Requests carry
+//! etcd's `hasleader` flag: a member cut off from its leader answers at once instead of
+//! waiting.
 //!
 //! ## What it does not do
 //!
@@ -48,33 +52,31 @@
 
 mod audit;
 mod blocks;
+mod client;
 mod conn;
 mod leases;
 mod record;
+mod request;
 
 use self::blocks::Slot;
-use self::conn::{describe, redact, tls_options, unavailable};
+use self::client::{ClientOptions, EtcdClient};
+use self::conn::{redact, tls_options, unavailable};
 pub use crate::config::EtcdConfig;
 pub use crate::ops::MAX_CONFLICTS;
 use crate::StoreError;
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, LeaseClient};
 use idmint_core::NamespaceName;
+use idmint_proto::etcd::etcdserverpb::{Compare, RangeRequest};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 const KIND: &str = "etcd";
-/// HTTP/2 keep-alive interval. etcd refuses pings more often than every 5 s by default.
-const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
-const TCP_KEEP_ALIVE: Duration = Duration::from_secs(30);
 
 /// The etcd authority. Cheap to share behind an `Arc`; holds one gRPC channel (which
 /// multiplexes concurrent calls) to the cluster.
 pub struct EtcdAuthority {
-    kv: KvClient,
-    lease: LeaseClient,
+    client: EtcdClient,
     config: EtcdConfig,
     /// `<prefix>ns/`.
     ns_prefix: String,
@@ -86,8 +88,6 @@ pub struct EtcdAuthority {
     /// Per lease group: serializes this authority's acquisitions in it.
     groups: Mutex<HashMap<NamespaceName, Arc<tokio::sync::Mutex<()>>>>,
     conflicts: AtomicU64,
-    // Keeps the endpoint list of the balanced channel alive.
-    _client: Client,
 }
 
 impl fmt::Debug for EtcdAuthority {
@@ -121,41 +121,29 @@ impl EtcdAuthority {
                 message: "op_timeout must be above zero".to_owned(),
             });
         }
-        let mut options = ConnectOptions::new()
-            .with_connect_timeout(config.op_timeout)
-            .with_timeout(config.op_timeout)
-            .with_keep_alive(KEEP_ALIVE_INTERVAL, config.op_timeout)
-            .with_tcp_keepalive(TCP_KEEP_ALIVE)
-            .with_require_leader(true);
         let invalid = |message: String| StoreError::InvalidSetup { message };
-        if let Some(tls) = tls_options(&config).map_err(invalid)? {
-            options = options.with_tls(tls);
-        }
-        match (&config.user, &config.password) {
-            (Some(user), Some(password)) => {
-                // Simple tokens expire (`--auth-token-ttl`, 5 min by default): log in again
-                // then, instead of failing every call from that point on.
-                options = options
-                    .with_user(user.clone(), password.clone())
-                    .with_auto_token_refresh(true);
-            }
-            (None, None) => {}
+        let tls = tls_options(&config).map_err(invalid)?;
+        let login = match (&config.user, &config.password) {
+            (Some(user), Some(password)) => Some((user.clone(), password.clone())),
+            (None, None) => None,
             (Some(_), None) => return Err(invalid("etcd: user is set without password".into())),
             (None, Some(_)) => return Err(invalid("etcd: password is set without user".into())),
-        }
-        let client = match tokio::time::timeout(
-            config.op_timeout,
-            Client::connect(&config.endpoints, Some(options)),
-        )
-        .await
+        };
+        let options = ClientOptions {
+            endpoints: config.endpoints.clone(),
+            tls,
+            login,
+            timeout: config.op_timeout,
+        };
+        let client = match tokio::time::timeout(config.op_timeout, EtcdClient::connect(options))
+            .await
         {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => {
                 let endpoints: Vec<String> = config.endpoints.iter().map(|e| redact(e)).collect();
                 return Err(unavailable(format!(
-                    "cannot connect to {}: {}",
-                    endpoints.join(","),
-                    describe(&e)
+                    "cannot connect to {}: {e}",
+                    endpoints.join(",")
                 )));
             }
             Err(_) => {
@@ -166,8 +154,7 @@ impl EtcdAuthority {
             }
         };
         let authority = EtcdAuthority {
-            kv: client.kv_client(),
-            lease: client.lease_client(),
+            client,
             ns_prefix: format!("{}ns/", config.prefix),
             lease_prefix: format!("{}leases/", config.prefix),
             audit_prefix: format!("{}audit/", config.prefix),
@@ -175,18 +162,14 @@ impl EtcdAuthority {
             slots: Mutex::new(HashMap::new()),
             groups: Mutex::new(HashMap::new()),
             conflicts: AtomicU64::new(0),
-            _client: client,
         };
         // One linearizable read: a wrong endpoint, or a cluster without a leader, fails here.
-        let probe = authority.ns_prefix.clone();
+        let probe = RangeRequest {
+            count_only: true,
+            ..request::get(authority.ns_prefix.clone())
+        };
         authority
-            .call_idempotent("probing etcd", |mut kv| {
-                let probe = probe.clone();
-                async move {
-                    kv.get(probe, Some(GetOptions::new().with_count_only()))
-                        .await
-                }
-            })
+            .call_idempotent("probing etcd", |client| client.range(probe.clone()))
             .await?;
         Ok(authority)
     }
@@ -206,8 +189,8 @@ impl EtcdAuthority {
 /// A comparison that `key` is as read: at `mod_revision`, or absent (`None`).
 fn unchanged(key: &str, mod_revision: Option<i64>) -> Compare {
     match mod_revision {
-        Some(rev) => Compare::mod_revision(key, CompareOp::Equal, rev),
-        None => Compare::create_revision(key, CompareOp::Equal, 0),
+        Some(rev) => request::mod_revision_is(key, rev),
+        None => request::create_revision_is(key, 0),
     }
 }
 
@@ -215,6 +198,7 @@ fn unchanged(key: &str, mod_revision: Option<i64>) -> Compare {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn config_defaults() {

@@ -26,8 +26,8 @@
 
 use crate::lease::{GroupRecord, WorkerSlot};
 use crate::{ops, Incarnation, NamespaceState, StoreError};
-use etcd_client::KeyValue;
 use idmint_core::{NamespaceName, Width};
+use idmint_proto::etcd::mvccpb::KeyValue;
 use std::time::Duration;
 
 /// The first field of every namespace record; the version of the record format.
@@ -158,7 +158,7 @@ pub(super) fn decode_record(
     let corrupt = |what: String| StoreError::Corrupt {
         message: format!("etcd record of worker {worker} of lease group {group}: {what}"),
     };
-    let text = lease_text(kv.value(), &corrupt)?;
+    let text = lease_text(&kv.value, &corrupt)?;
     let ([token, floor_unix_ms], holder) =
         lease_fields(text, WORKER_FORMAT, ["token", "floor"], "holder").map_err(corrupt)?;
     let slot = WorkerSlot {
@@ -176,7 +176,7 @@ pub(super) fn decode_record(
     }
     Ok(RecordRead {
         slot,
-        mod_revision: kv.mod_revision(),
+        mod_revision: kv.mod_revision,
     })
 }
 
@@ -195,20 +195,20 @@ pub(super) fn decode_live(
     let corrupt = |what: String| StoreError::Corrupt {
         message: format!("etcd live key of worker {worker} of lease group {group}: {what}"),
     };
-    let text = lease_text(kv.value(), &corrupt)?;
+    let text = lease_text(&kv.value, &corrupt)?;
     let ([token, ttl_secs], holder) =
         lease_fields(text, LIVE_FORMAT, ["token", "ttl"], "holder").map_err(corrupt)?;
     if encode_live(token, Duration::from_secs(ttl_secs), holder) != text {
         return Err(corrupt(format!("{text:?} is not in canonical form")));
     }
-    if kv.lease() == 0 {
+    if kv.lease == 0 {
         return Err(corrupt("not attached to an etcd lease".to_owned()));
     }
     Ok(LiveRead {
         token,
         ttl_secs,
-        lease_id: kv.lease(),
-        mod_revision: kv.mod_revision(),
+        lease_id: kv.lease,
+        mod_revision: kv.mod_revision,
     })
 }
 
