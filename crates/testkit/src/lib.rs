@@ -11,6 +11,7 @@
 //! - [`netns::Lab`]: network namespaces joined by veth pairs and bridges, for real partitions
 //!   between real processes (links cut and healed); needs root.
 //! - [`postgres_lab::LabPostgres`]: a private plain PostgreSQL in a lab host.
+//! - [`linearizable::check`]: a linearizability checker of id histories (`order = "strict"`).
 //! - [`wait`]: polling a condition with a deadline ([`wait::until`] and its async and
 //!   value-returning variants), so tests wait for what happened instead of sleeping.
 //!
@@ -20,6 +21,7 @@
 pub mod certs;
 pub mod etcd;
 pub mod etcd_tls;
+pub mod linearizable;
 pub mod mysql;
 pub mod netns;
 pub mod postgres;
