@@ -188,7 +188,7 @@ impl World {
             n.refill = None;
             n.buffer.refill_failed();
         }
-        let Some(lease) = n.lease.clone() else {
+        if n.lease.is_none() {
             // A node that knows a leader tries less often.
             let every = if n.hint.is_some() {
                 5 * RETRY_EVERY
@@ -204,8 +204,11 @@ impl World {
                 self.strict_send(j, STORE, StrictMsg::Acquire { req, request });
             }
             return;
-        };
+        }
         if n.renewing.is_none() && local - n.renewed_sent >= RENEW_EVERY {
+            let Some(lease) = n.lease.clone() else {
+                return;
+            };
             let req = self.strict.req();
             self.strict.nodes[j].renewing = Some((req, local, now));
             self.strict_send(j, STORE, StrictMsg::Renew { req, lease });
