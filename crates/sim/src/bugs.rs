@@ -41,6 +41,13 @@ pub const REBASE_NOT_RECORDED: u64 = 1 << 22;
 /// tail's end (ABA).
 pub const GIVEBACK_RETRIED: u64 = 1 << 23;
 
+/// The strict namespace's leader serves without checking its term's deadline: a paused or
+/// cut-off leader goes on serving after its lease expired and another node took over.
+pub const STRICT_SERVES_AFTER_EXPIRY: u64 = 1 << 24;
+/// A new strict leader does not raise its floor to the watermark it read: it serves ids it
+/// buffered before its term, below those an earlier leader served since.
+pub const STRICT_NEW_LEADER_BELOW_WATERMARK: u64 = 1 << 25;
+
 /// The bits of the real crates' bugs.
 pub const REAL: u64 = (1 << 16) - 1;
 
@@ -135,6 +142,18 @@ pub const ALL: &[Bug] = &[
         bit: GIVEBACK_RETRIED,
         place: "sim backend model",
         what: "a give-back applied twice (retried or duplicated): the compare-and-swap passes again after a later grant (ABA)",
+    },
+    Bug {
+        name: "strict-serves-after-expiry",
+        bit: STRICT_SERVES_AFTER_EXPIRY,
+        place: "sim node model (strict leader)",
+        what: "the strict leader skips its term's deadline check: it serves after its lease expired",
+    },
+    Bug {
+        name: "strict-new-leader-below-watermark",
+        bit: STRICT_NEW_LEADER_BELOW_WATERMARK,
+        place: "sim node model (strict leader)",
+        what: "a new strict leader does not raise its floor to the watermark: it serves a block buffered before its term",
     },
 ];
 

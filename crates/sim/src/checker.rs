@@ -7,6 +7,10 @@
 //! - **inside a grant**: every sequence id served lies in a block the store granted;
 //! - **accounted**: every buffer keeps `received = served + buffered + burned + given back`.
 //!
+//! The strict namespace adds, besides its linearizability check at the end of a run
+//! (`linearizable::check`): its ids are unique and inside a grant of its authority, and its
+//! buffers are accounted.
+//!
 //! A restore of a member rolls back what was served and granted of its class at or above the
 //! restored watermark (that history is undone with the data), and restarts the order per writer.
 
@@ -24,6 +28,9 @@ pub struct Checker {
     snowflakes: HashSet<u64>,
     /// Per class, granted intervals `start -> end` (ids of that class), merged.
     grants: [BTreeMap<u64, u64>; 2],
+    /// The strict namespace: ids served, granted intervals.
+    strict_served: HashSet<u64>,
+    strict_grants: BTreeMap<u64, u64>,
     /// Per (writer, class): answered takes by take order, each with its lowest and highest id.
     order: BTreeMap<(usize, usize), BTreeMap<u64, (u64, u64)>>,
     /// Per writer of snowflakes (node, generation): the last id.
@@ -39,7 +46,8 @@ pub struct Checker {
 }
 
 impl Checker {
-    fn fail(&mut self, why: String) {
+    /// Records a violation (the first is kept).
+    pub fn fail(&mut self, why: String) {
         if self.violation.is_none() {
             self.violation = Some(why);
         }
@@ -47,29 +55,33 @@ impl Checker {
 
     /// The store granted `[start, end)` of `class`.
     pub fn grant(&mut self, class: usize, start: u64, end: u64) {
-        let g = &mut self.grants[class];
-        let mut s = start;
-        let mut e = end;
-        if let Some((&ps, &pe)) = g.range(..=s).next_back() {
-            if pe >= s {
-                s = ps;
-                e = e.max(pe);
+        merge(&mut self.grants[class], start, end);
+    }
+
+    /// The strict namespace's authority granted `[start, end)`.
+    pub fn strict_grant(&mut self, start: u64, end: u64) {
+        merge(&mut self.strict_grants, start, end);
+    }
+
+    /// `ids` of the strict namespace were handed to a client of `node`.
+    pub fn strict_served(&mut self, node: usize, ids: &[u64]) {
+        for &id in ids {
+            self.served_count += 1;
+            if !inside(&self.strict_grants, id) {
+                self.fail(format!(
+                    "node {node} served strict id {id}, inside no grant"
+                ));
+            }
+            if !self.strict_served.insert(id) {
+                self.fail(format!(
+                    "strict id {id} served twice (second time by node {node})"
+                ));
             }
         }
-        let overlapped: Vec<u64> = g.range(s..=e).map(|(&k, _)| k).collect();
-        for k in overlapped {
-            if let Some(ke) = g.remove(&k) {
-                e = e.max(ke);
-            }
-        }
-        g.insert(s, e);
     }
 
     fn granted(&self, id: u64) -> bool {
-        self.grants[class_of(id)]
-            .range(..=id)
-            .next_back()
-            .is_some_and(|(_, &end)| id < end)
+        inside(&self.grants[class_of(id)], id)
     }
 
     /// Node `node` applied a rebase to `to`.
@@ -151,12 +163,19 @@ impl Checker {
         }
     }
 
-    /// A buffer's counters.
-    pub fn accounted(&mut self, node: usize, stats: idmint_core::BufferStats, buffered: u64) {
+    /// A buffer's counters (`strict`: the node's buffer of the strict namespace).
+    pub fn accounted(
+        &mut self,
+        node: usize,
+        strict: bool,
+        stats: idmint_core::BufferStats,
+        buffered: u64,
+    ) {
         let out = stats.served + buffered + stats.burned + stats.given_back;
         if stats.received != out {
+            let which = if strict { " (strict namespace)" } else { "" };
             self.fail(format!(
-                "node {node}: received {} != served {} + buffered {buffered} + burned {} + given back {}",
+                "node {node}{which}: received {} != served {} + buffered {buffered} + burned {} + given back {}",
                 stats.received, stats.served, stats.burned, stats.given_back
             ));
         }
@@ -176,4 +195,28 @@ impl Checker {
         }
         self.order.clear();
     }
+}
+
+/// Adds `[start, end)` to the merged intervals `g`.
+fn merge(g: &mut BTreeMap<u64, u64>, start: u64, end: u64) {
+    let mut s = start;
+    let mut e = end;
+    if let Some((&ps, &pe)) = g.range(..=s).next_back() {
+        if pe >= s {
+            s = ps;
+            e = e.max(pe);
+        }
+    }
+    let overlapped: Vec<u64> = g.range(s..=e).map(|(&k, _)| k).collect();
+    for k in overlapped {
+        if let Some(ke) = g.remove(&k) {
+            e = e.max(ke);
+        }
+    }
+    g.insert(s, e);
+}
+
+/// Whether `id` lies in one of the merged intervals `g`.
+fn inside(g: &BTreeMap<u64, u64>, id: u64) -> bool {
+    g.range(..=id).next_back().is_some_and(|(_, &end)| id < end)
 }

@@ -11,9 +11,12 @@ pub mod block_gate;
 pub mod bugs;
 pub mod checker;
 pub mod clock;
+#[path = "../../testkit/src/linearizable.rs"]
+pub mod linearizable;
 pub mod node;
 pub mod rng;
 pub mod store;
+pub mod strict;
 pub mod world;
 
 pub use bugs::{Bug, Bugs, ALL};

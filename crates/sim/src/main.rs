@@ -40,7 +40,7 @@ fn main() -> ExitCode {
                     format!("{:.1}", seeds as f64 / caught as f64)
                 };
                 println!(
-                    "{:<22} {caught:>6} of {seeds} seeds; mean seeds to detection {mean}",
+                    "{:<34} {caught:>6} of {seeds} seeds; mean seeds to detection {mean}",
                     b.name
                 );
             }
@@ -49,7 +49,7 @@ fn main() -> ExitCode {
             let mut missed = 0;
             for b in bugs::ALL {
                 if !Bugs(b.bit).available() {
-                    println!("{:<22} needs --features planted", b.name);
+                    println!("{:<34} needs --features planted", b.name);
                     missed += 1;
                     continue;
                 }
@@ -59,7 +59,7 @@ fn main() -> ExitCode {
                     .find(|o| o.violation.is_some());
                 match found {
                     Some(o) => println!(
-                        "{:<22} caught at seed {} ({} seeds, {:.2}s): {}",
+                        "{:<34} caught at seed {} ({} seeds, {:.2}s): {}",
                         b.name,
                         o.seed,
                         o.seed - first + 1,
@@ -68,7 +68,7 @@ fn main() -> ExitCode {
                     ),
                     None => {
                         missed += 1;
-                        println!("{:<22} NOT caught in {seeds} seeds", b.name);
+                        println!("{:<34} NOT caught in {seeds} seeds", b.name);
                     }
                 }
             }
@@ -88,7 +88,7 @@ fn main() -> ExitCode {
                     None => {
                         eprintln!("unknown bug {name}; one of:");
                         for b in bugs::ALL {
-                            eprintln!("  {:<22} {} ({})", b.name, b.what, b.place);
+                            eprintln!("  {:<34} {} ({})", b.name, b.what, b.place);
                         }
                         return ExitCode::FAILURE;
                     }
@@ -100,8 +100,8 @@ fn main() -> ExitCode {
                 ids += o.ids;
                 if seeds == 1 {
                     println!(
-                        "seed {seed}: trace {:016x}, {} steps, {} ids",
-                        o.trace, o.step, o.ids
+                        "seed {seed}: trace {:016x}, {} steps, {} ids ({} of the strict namespace)",
+                        o.trace, o.step, o.ids, o.strict_ids
                     );
                 }
                 if let Some(v) = o.violation {

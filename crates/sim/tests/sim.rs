@@ -62,3 +62,31 @@ fn every_planted_bug_is_caught() {
         "not caught in {BUG_SEEDS} seeds: {missed:?}"
     );
 }
+
+/// The strict namespace's planted bugs are caught by its linearizability check (not by another
+/// check along the way), and a clean run checks a history that is not empty.
+#[test]
+fn the_strict_namespace_is_checked_for_linearizability() {
+    for name in [
+        "strict-serves-after-expiry",
+        "strict-new-leader-below-watermark",
+    ] {
+        let bug = Bugs(bugs::by_name(name).expect("planted").bit);
+        let found = first_failure(0, BUG_SEEDS, bug).expect("caught");
+        let why = found.violation.unwrap_or_default();
+        assert!(
+            why.contains("not linearizable"),
+            "{name}: seed {}: {why}",
+            found.seed
+        );
+    }
+    for seed in 0..20 {
+        let clean = run(seed, Bugs::default(), STEPS);
+        assert_eq!(clean.violation, None);
+        assert!(
+            clean.strict_ids >= 100,
+            "seed {seed}: {} strict ids",
+            clean.strict_ids
+        );
+    }
+}

@@ -90,6 +90,7 @@ impl World {
                 }
                 Err(_) => {}
             },
+            Msg::Strict(m) => self.strict_at_store(from, m),
             _ => {}
         }
     }

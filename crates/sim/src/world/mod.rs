@@ -11,6 +11,7 @@
 
 mod backend;
 mod sequence;
+mod strict;
 mod worker;
 
 use crate::bugs::*;
@@ -19,6 +20,7 @@ use crate::clock::{ready, Now, SimClock};
 use crate::node::{layout, Direct, Node, Request};
 use crate::rng::Rng;
 use crate::store::{group, Answer, Store};
+use crate::strict::{Strict, StrictMsg};
 use idmint_core::buffer::Taken;
 use idmint_core::{Block, SnowflakeGenerator};
 use idmint_store::lease::{LeaseError, LeaseRequest, WorkerChoice, WorkerLeases};
@@ -103,6 +105,8 @@ enum Msg {
     Superseded {
         req: u64,
     },
+    /// The strict namespace's messages.
+    Strict(StrictMsg),
 }
 
 impl Msg {
@@ -121,9 +125,13 @@ impl Msg {
             Msg::Renew { .. } => 11,
             Msg::Renewed { .. } => 12,
             Msg::Superseded { .. } => 13,
+            Msg::Strict(m) => 100 + m.code(),
         }
     }
 }
+
+/// A message in flight: from, to, what.
+type Envelope = (usize, usize, Msg);
 
 /// How one run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,8 +144,11 @@ pub struct Outcome {
     pub step: u64,
     /// FNV-1a of everything that happened.
     pub trace: u64,
-    /// Sequence ids served and snowflake ids issued.
+    /// Sequence ids served and snowflake ids issued (the strict namespace's included).
     pub ids: u64,
+    /// Ids of the strict namespace's history that passed its linearizability check (0 when
+    /// the run stopped at a violation).
+    pub strict_ids: u64,
 }
 
 /// The world of one run.
@@ -148,7 +159,8 @@ pub struct World {
     store: Store,
     nodes: Vec<Node>,
     /// In flight: (due, send order) -> (from, to, message).
-    queue: BTreeMap<(u64, u64), (usize, usize, Msg)>,
+    /// Boxed: the tree moves its entries as it grows and shrinks.
+    queue: BTreeMap<(u64, u64), Box<Envelope>>,
     sent: u64,
     next_req: u64,
     /// Isolated nodes, until the time given.
@@ -159,6 +171,8 @@ pub struct World {
     /// Give-back requests the store applied (at most once each).
     given_back: std::collections::BTreeSet<u64>,
     checker: Checker,
+    /// The strict namespace, on its own random stream.
+    strict: Strict,
     trace: u64,
     /// `SIM_DEBUG` set: every message and action on stderr.
     debug: bool,
@@ -170,7 +184,8 @@ impl World {
         bugs.install();
         let mut rng = Rng::new(seed);
         let now = Now::default();
-        let store = Store::new(SimClock::new(now.clone(), 0));
+        let store_clock = SimClock::new(now.clone(), 0);
+        let store = Store::new(store_clock.clone());
         let nodes = (0..NODES)
             .map(|i| {
                 let skew = rng.range(0, 60 * MS) as i64 - (30 * MS) as i64;
@@ -191,6 +206,7 @@ impl World {
             takes: 0,
             given_back: std::collections::BTreeSet::new(),
             checker: Checker::default(),
+            strict: Strict::new(seed, NODES, &store_clock),
             trace: 0xcbf2_9ce4_8422_2325,
             debug: std::env::var_os("SIM_DEBUG").is_some(),
         }
@@ -218,28 +234,44 @@ impl World {
 
     /// Sends with the network's faults: loss, duplication, delay (hence reordering), partitions.
     fn send(&mut self, from: usize, to: usize, msg: Msg) {
-        if self.cut_off(from) || self.cut_off(to) || self.rng.chance(40) {
+        self.post(false, from, to, msg, 0);
+    }
+
+    /// [`World::send`] with the faults drawn from the strict namespace's stream (`strict`) or
+    /// the world's, each copy delayed by `extra` more.
+    fn post(&mut self, strict: bool, from: usize, to: usize, msg: Msg, extra: u64) {
+        let cut = self.cut_off(from) || self.cut_off(to);
+        let rng = if strict {
+            &mut self.strict.rng
+        } else {
+            &mut self.rng
+        };
+        if cut || rng.chance(40) {
             self.fold(0xdead);
             return;
         }
-        let copies = if self.rng.chance(30) { 2 } else { 1 };
+        let copies = if rng.chance(30) { 2 } else { 1 };
         for _ in 0..copies {
-            let delay = if self.rng.chance(50) {
-                self.rng.range(10 * MS, 80 * MS)
+            let delay = if rng.chance(50) {
+                rng.range(10 * MS, 80 * MS)
             } else {
-                self.rng.range(MS / 10, 3 * MS)
+                rng.range(MS / 10, 3 * MS)
             };
             self.sent += 1;
-            self.queue
-                .insert((self.now.get() + delay, self.sent), (from, to, msg.clone()));
+            self.queue.insert(
+                (self.now.get() + delay + extra, self.sent),
+                Box::new((from, to, msg.clone())),
+            );
         }
     }
 
     /// Delivers within the store itself after `delay` (slow storage); never lost.
     fn later(&mut self, delay: u64, msg: Msg) {
         self.sent += 1;
-        self.queue
-            .insert((self.now.get() + delay, self.sent), (STORE, STORE, msg));
+        self.queue.insert(
+            (self.now.get() + delay, self.sent),
+            Box::new((STORE, STORE, msg)),
+        );
     }
 
     /// Runs `steps` steps; stops at the first violation.
@@ -254,7 +286,7 @@ impl World {
                 if entry.key().0 > self.now.get() {
                     break;
                 }
-                let (from, to, msg) = entry.remove();
+                let (from, to, msg) = *entry.remove();
                 if self.debug {
                     eprintln!("{step} t={} {from}->{to} {msg:?}", self.now.get() / 1000);
                 }
@@ -262,14 +294,21 @@ impl World {
                 self.deliver(from, to, msg);
             }
             self.act();
+            self.strict_act();
             self.check_accounts();
         }
+        let strict_ids = if self.checker.violation.is_none() {
+            self.strict_verdict()
+        } else {
+            0
+        };
         Outcome {
             seed,
             violation: self.checker.violation.take(),
             step,
             trace: self.trace,
             ids: self.checker.served_count + self.checker.snowflake_count,
+            strict_ids,
         }
     }
 
@@ -277,7 +316,9 @@ impl World {
         for n in &self.nodes {
             if n.up {
                 self.checker
-                    .accounted(n.id, n.buffer.stats(), n.buffer.buffered());
+                    .accounted(n.id, false, n.buffer.stats(), n.buffer.buffered());
+                let b = &self.strict.nodes[n.id].buffer;
+                self.checker.accounted(n.id, true, b.stats(), b.buffered());
             }
         }
     }
@@ -394,6 +435,7 @@ impl World {
             Msg::Acquired { req, lease } => self.acquired(to, req, lease),
             Msg::Renewed { req, lease } => self.renewed(to, req, lease),
             Msg::Superseded { req } => self.superseded(to, req),
+            Msg::Strict(m) => self.strict_at_node(from, to, m),
             _ => {}
         }
     }

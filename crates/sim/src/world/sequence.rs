@@ -212,12 +212,14 @@ impl World {
             self.send(i, STORE, msg);
         }
         self.release_worker(i);
+        self.strict_stop(i);
         self.nodes[i].up = false;
         self.restart(i);
     }
 
     pub(super) fn crash(&mut self, i: usize) {
         self.nodes[i].up = false;
+        self.strict_crash(i);
         self.fold(0xc0);
     }
 
