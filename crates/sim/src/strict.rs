@@ -10,8 +10,9 @@
 //!   buffer's floor to it (burning every id buffered before the term); it then serves from
 //!   blocks reserved from the authority, all above `W`;
 //! - the leader takes ids from its buffer, then checks its clock against the deadline: past
-//!   it, the ids are burned and the request refused; ids are never put back (a put-back could
-//!   hand a later request an id below one already answered);
+//!   it, the request is refused and its ids burned (the node puts them back instead, which its
+//!   buffer allows only when nothing was taken since, so they stay below every later answer;
+//!   burning them is the simpler of two safe choices);
 //! - followers batch their callers into one forward and split the ids in order; a forward to a
 //!   node that is not serving is refused, the follower re-discovers the leader (an acquisition
 //!   attempt: the lease, or the holder's name) and retries up to [`FORWARD_TRIES`] times, then its callers fail; a node never
