@@ -73,6 +73,10 @@ impl Strict {
                 }) => {
                     backoff.reset();
                     match url_of(&holder) {
+                        Some(leader) if leader == url => self.set_role(Role::Seeking(format!(
+                            "this node's earlier leader lease ({holder}) expires in {} ms",
+                            expires_in.as_millis()
+                        ))),
                         Some(leader) => self.set_role(Role::Follower {
                             url: leader.to_owned(),
                             holder: holder.clone(),
@@ -151,6 +155,9 @@ impl Strict {
                 Err(e @ LeaseError::Superseded { .. }) => break Ended::Lost(e.to_string()),
                 Err(e) => {
                     if !term.valid_at(self.clock.monotonic_nanos()) {
+                        // Still ours in the authority, maybe: let it go, so that this node
+                        // (or another) need not wait out its TTL to lead again.
+                        let _ = leases.release(&lease, 0).await;
                         break Ended::Lost(format!(
                             "the leader lease was not renewed in time: {e}"
                         ));
