@@ -139,6 +139,11 @@ pub struct SequenceState {
         schema(value_type = String, format = "uint64", pattern = "^[0-9]{1,20}$")
     )]
     pub watermark: u64,
+    /// Whether the namespace was retired (`idmint admin retire`): it hands out no id any more,
+    /// and requests answer `namespace_retired`. Its watermark is past its largest id, so
+    /// `ids_used` is its capacity. Absent (false) from older nodes.
+    #[serde(default)]
+    pub retired: bool,
     /// Ids in this node's buffer, ready to hand out.
     pub ids_buffered: u64,
     /// Demand average, ids per second (0 with cache `off`).
@@ -418,6 +423,7 @@ mod tests {
             },
             state: SequenceState {
                 watermark: 1001,
+                retired: false,
                 ids_buffered: 998,
                 demand_per_second: 0.0,
                 block_size: 1000,
@@ -445,9 +451,11 @@ mod tests {
             serde_json::from_value::<NamespaceInfo>(v.clone()).unwrap(),
             info
         );
-        // An older server does not send the flag: not auto-created.
+        assert_eq!(v["state"]["retired"], false);
+        // An older server does not send the flags: not auto-created, not retired.
         let mut old = v;
         old.as_object_mut().unwrap().remove("auto_created");
+        old["state"].as_object_mut().unwrap().remove("retired");
         assert!(matches!(
             serde_json::from_value::<NamespaceInfo>(old).unwrap(),
             NamespaceInfo::Sequence {

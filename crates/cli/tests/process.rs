@@ -555,9 +555,9 @@ fn next_and_status_talk_to_a_running_server() {
 }
 
 /// `idmint admin rebase` and `retire` through a running node: the watermark moves up only,
-/// the node's buffered ids below it are never served, a retired namespace answers 409
-/// `namespace_exhausted`, and the audit ledger read back offline records both moves and still
-/// verifies.
+/// the node's buffered ids below it are never served, a retired namespace answers 410
+/// `namespace_retired` (not `namespace_exhausted`) and `idmint status` shows it retired, and
+/// the audit ledger read back offline records both moves and still verifies.
 #[test]
 fn admin_rebase_and_retire_move_the_watermark_forward_only() {
     let dir = tempfile::tempdir().unwrap();
@@ -616,8 +616,16 @@ fn admin_rebase_and_retire_move_the_watermark_forward_only() {
     let (status, body) = http(server.addr, "GET", "/v1/ids/imported").unwrap();
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (409, Some("namespace_exhausted")),
+        (410, Some("namespace_retired")),
         "{body}"
+    );
+    let out = run(idmint().args(["status", "--server", &url]));
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text(&out.stdout)
+            .lines()
+            .any(|l| l.starts_with("imported") && l.contains("retired")),
+        "{out:?}"
     );
     // Retiring again changes nothing.
     let out = run(idmint().args(["admin", "retire", "imported", "--yes", "--server", &url]));

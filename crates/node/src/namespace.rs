@@ -336,17 +336,24 @@ pub struct StoredSequence {
     name: NamespaceName,
     space: IdSpace,
     watermark: u64,
+    retired: bool,
     cache: CacheMode,
 }
 
 impl StoredSequence {
-    /// The stored ids (`space`) and `watermark` of `name`; `cache` is what the node would serve
-    /// it with.
-    pub fn new(name: NamespaceName, space: IdSpace, watermark: u64, cache: CacheMode) -> Self {
+    /// The stored ids (`space`), `watermark` and retired mark of `name`; `cache` is what the
+    /// node would serve it with.
+    pub fn new(
+        name: NamespaceName,
+        space: IdSpace,
+        (watermark, retired): (u64, bool),
+        cache: CacheMode,
+    ) -> Self {
         StoredSequence {
             name,
             space,
             watermark,
+            retired,
             cache,
         }
     }
@@ -360,6 +367,7 @@ impl StoredSequence {
             served: 0,
             reserved: 0,
             watermark: self.watermark,
+            retired: self.retired,
             source_requests_peak: 0,
             block_requests_peak: 0,
         };
@@ -562,6 +570,7 @@ fn sequence_info(
         served,
         reserved,
         watermark,
+        retired,
         ..
     } = snapshot;
     let capacity = spec.capacity();
@@ -588,6 +597,7 @@ fn sequence_info(
         },
         state: api::SequenceState {
             watermark,
+            retired,
             ids_buffered: buffered,
             demand_per_second: demand_per_sec,
             block_size: target_block,

@@ -127,7 +127,7 @@ def main():
             (lambda: list(stub.NextStream(pb.NextStreamRequest(namespace="photos", total=0), timeout=10)),
              grpc.StatusCode.INVALID_ARGUMENT, "invalid_count"),
             (lambda: stub.Next(pb.NextRequest(namespace="tickets", count=1), timeout=10),
-             grpc.StatusCode.RESOURCE_EXHAUSTED, "namespace_exhausted"),
+             grpc.StatusCode.FAILED_PRECONDITION, "namespace_retired"),
             (lambda: stub.Retire(pb.RetireRequest(namespace="sessions"), timeout=10),
              grpc.StatusCode.FAILED_PRECONDITION, "wrong_kind"),
         ]:

@@ -213,6 +213,7 @@ fn sequence_settings(s: api::SequenceSettings) -> proto::SequenceSettings {
 fn sequence_state(s: api::SequenceState) -> proto::SequenceState {
     proto::SequenceState {
         watermark: s.watermark,
+        retired: s.retired,
         ids_buffered: s.ids_buffered,
         demand_per_second: s.demand_per_second,
         block_size: s.block_size,

@@ -115,7 +115,9 @@ fn sequence_state(st: &SequenceState, warning: Duration) -> Markup {
         td .n { (percent(st.used_fraction)) " of " (st.capacity) }
         @let date = st.projected_exhaustion.as_deref();
         td .t {
-            @if soon {
+            @if st.retired {
+                (super::RETIRED)
+            } @else if soon {
                 span .warn { "(!) " (date.unwrap_or("now")) }
             } @else {
                 (date.unwrap_or("not at this demand"))
