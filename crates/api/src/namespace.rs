@@ -226,6 +226,33 @@ pub struct LayoutSettings {
     pub epoch_unix_ms: u64,
     /// Which of node and sequence comes first below the timestamp.
     pub order: FieldOrder,
+    /// What the node field is called in this layout's ids (decode answers): `shard` for the
+    /// `instagram` layout (the worker id this node issues under is the shard), `worker` for
+    /// every other; `worker` from older servers.
+    #[serde(default)]
+    pub node_field: NodeField,
+}
+
+/// The name of a snowflake layout's node field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum NodeField {
+    /// A worker (machine, process) id.
+    #[default]
+    Worker,
+    /// Instagram's logical shard.
+    Shard,
+}
+
+impl NodeField {
+    /// `"worker"` or `"shard"`, as on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeField::Worker => "worker",
+            NodeField::Shard => "shard",
+        }
+    }
 }
 
 /// Field order below the timestamp.
@@ -479,6 +506,7 @@ mod tests {
                     epoch: "2010-11-04T01:42:54.657Z".into(),
                     epoch_unix_ms: 1_288_834_974_657,
                     order: FieldOrder::NodeThenSequence,
+                    node_field: NodeField::Worker,
                 },
             },
             state: SnowflakeState {

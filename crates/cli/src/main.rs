@@ -717,8 +717,9 @@ fn status_row(ns: &NamespaceInfo) -> [String; 6] {
             // A generator has no demand average to show (its headroom is in the last column).
             dash(),
             format!(
-                "{} ids served, worker {}{}, time runs out {}",
+                "{} ids served, {} {}{}, time runs out {}",
                 state.ids_served,
+                settings.layout.node_field.as_str(),
                 settings.worker,
                 match &state.worker_lease {
                     Some(l) => format!(

@@ -1186,6 +1186,56 @@ fn decode_by_the_node_reads_stdin() {
     }
 }
 
+/// `decode --namespace` of an instagram-layout namespace names the node field `shard`, as the
+/// node does, in text and JSON; `idmint status` shows the namespace's shard.
+#[test]
+fn decode_by_the_node_names_an_instagram_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idmint.toml");
+    std::fs::write(
+        &config,
+        "[namespaces.grams]\nkind = \"snowflake\"\nlayout = \"instagram\"\nworker = 5\n",
+    )
+    .unwrap();
+    let server = Server::start(dir.path(), &dir.path().join("data"), Some(&config));
+    let url = format!("http://{}", server.addr);
+    let out = run(idmint().args(["next", "grams", "--server", &url]));
+    assert!(out.status.success(), "{out:?}");
+    let id = text(&out.stdout).trim().to_owned();
+    let decode = |json: bool| {
+        let mut args = vec![
+            "decode",
+            id.as_str(),
+            "--namespace",
+            "grams",
+            "--server",
+            &url,
+        ];
+        if json {
+            args.push("--json");
+        }
+        let out = run(idmint().args(&args));
+        assert!(out.status.success(), "{out:?}");
+        text(&out.stdout)
+    };
+    let plain = decode(false);
+    assert!(
+        plain
+            .lines()
+            .any(|l| l.split_whitespace().eq(["shard", "5"])),
+        "{plain}"
+    );
+    assert!(!plain.contains("worker"), "{plain}");
+    let v: Value = serde_json::from_str(decode(true).trim()).unwrap();
+    assert_eq!(
+        (v["shard"].as_u64(), v.get("worker")),
+        (Some(5), None),
+        "{v}"
+    );
+    let out = run(idmint().args(["status", "--server", &url]));
+    assert!(text(&out.stdout).contains("shard 5"), "{out:?}");
+}
+
 /// `idmint serve` with stderr on a pipe writes no colour codes, even with colour allowed by the
 /// environment; the listening line is on stdout once and not repeated in the log.
 #[test]

@@ -210,12 +210,18 @@ impl Namespace {
                     .layout()
                     .decode(id)
                     .map_err(|e| IdError::InvalidId(e.to_string()))?;
+                let node = d.parts.node;
+                let (worker, shard) = match s.worker.layout().node_field() {
+                    idmint_core::NodeField::Worker => (Some(node), None),
+                    idmint_core::NodeField::Shard => (None, Some(node)),
+                };
                 Ok(api::Decoded::Snowflake {
                     namespace,
                     id,
                     timestamp: d.rfc3339(),
                     unix_ms: d.unix_millis(),
-                    worker: d.parts.node,
+                    worker,
+                    shard,
                     sequence: d.parts.sequence,
                 })
             }
@@ -799,6 +805,10 @@ impl SnowflakeNamespace {
                         idmint_core::FieldOrder::SequenceThenNode => {
                             api::FieldOrder::SequenceThenNode
                         }
+                    },
+                    node_field: match l.node_field() {
+                        idmint_core::NodeField::Worker => api::NodeField::Worker,
+                        idmint_core::NodeField::Shard => api::NodeField::Shard,
                     },
                 },
             },

@@ -48,6 +48,7 @@ pub fn decoded(d: api::Decoded) -> proto::Decoded {
             timestamp,
             unix_ms,
             worker,
+            shard,
             sequence,
         } => (
             namespace,
@@ -55,7 +56,10 @@ pub fn decoded(d: api::Decoded) -> proto::Decoded {
                 id,
                 timestamp,
                 unix_ms,
-                worker,
+                node: match (shard, worker) {
+                    (Some(shard), _) => Some(proto::decoded_snowflake::Node::Shard(shard)),
+                    (None, worker) => worker.map(proto::decoded_snowflake::Node::Worker),
+                },
                 sequence,
             }),
         ),

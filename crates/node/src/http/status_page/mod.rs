@@ -438,6 +438,7 @@ mod tests {
                     epoch: "2010-11-04T01:42:54.657Z".into(),
                     epoch_unix_ms: 1_288_834_974_657,
                     order: idmint_api::FieldOrder::NodeThenSequence,
+                    node_field: idmint_api::NodeField::Worker,
                 },
             },
             state: idmint_api::SnowflakeState {

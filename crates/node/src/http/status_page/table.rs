@@ -32,7 +32,7 @@ pub(super) fn namespaces(s: &Snapshot) -> Markup {
                         NamespaceInfo::Snowflake { settings, state, .. } => {
                             @let l = &settings.layout;
                             td {
-                                "worker " (settings.worker) ", " (l.timestamp_bits) "/"
+                                (l.node_field.as_str()) " " (settings.worker) ", " (l.timestamp_bits) "/"
                                 (l.node_bits) "/" (l.sequence_bits) " bits, unit " (l.time_unit)
                                 ", epoch " (l.epoch)
                                 @if let Some(lease) = &state.worker_lease {
