@@ -17,6 +17,7 @@ export const ERROR_CODES = [
   "invalid_id",
   "wrong_kind",
   "namespace_exhausted",
+  "namespace_retired",
   "time_exhausted",
   "authority_unavailable",
   "settings_conflict",
@@ -77,6 +78,7 @@ export class InvalidRequestError extends NodeError {}
 export class InvalidIdError extends NodeError {}
 export class WrongKindError extends NodeError {}
 export class NamespaceExhaustedError extends NodeError {}
+export class NamespaceRetiredError extends NodeError {}
 export class TimeExhaustedError extends NodeError {}
 export class AuthorityUnavailableError extends NodeError {
   override get retryable(): boolean {
@@ -117,6 +119,7 @@ export const ERROR_CLASSES: Readonly<Record<ErrorCode, NodeErrorClass>> = {
   invalid_id: InvalidIdError,
   wrong_kind: WrongKindError,
   namespace_exhausted: NamespaceExhaustedError,
+  namespace_retired: NamespaceRetiredError,
   time_exhausted: TimeExhaustedError,
   authority_unavailable: AuthorityUnavailableError,
   settings_conflict: SettingsConflictError,

@@ -158,16 +158,20 @@ export class GrpcTransport implements Transport {
     switch (kind) {
       case "sequence":
         return { namespace, kind, id: String(U64(d.id)), in_namespace: d.in_namespace, issued: d.issued };
-      case "snowflake":
+      case "snowflake": {
+        // The node field is named by the namespace's layout (the `node` oneof): `shard` for
+        // the instagram layout, `worker` for every other, as the HTTP answer names it.
+        const field = d.node === "shard" ? "shard" : "worker";
         return {
           namespace,
           kind,
           id: String(U64(d.id)),
           timestamp: d.timestamp,
           unix_ms: Number(U64(d.unix_ms)),
-          worker: Number(U64(d.worker)),
+          [field]: Number(U64(d[field])),
           sequence: Number(U64(d.sequence)),
         };
+      }
       default:
         return {
           namespace,

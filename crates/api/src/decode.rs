@@ -43,8 +43,14 @@ pub enum Decoded {
         timestamp: String,
         /// The same instant in Unix milliseconds.
         unix_ms: u64,
-        /// The node field: worker, machine or shard id.
-        worker: u64,
+        /// The node field of every layout but Instagram's: worker, machine or process id.
+        /// Absent for an Instagram-layout id, which has `shard` instead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worker: Option<u64>,
+        /// The node field of an Instagram-layout id: its logical shard (a node fills it with its
+        /// leased worker id). Absent for every other layout, which has `worker` instead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        shard: Option<u64>,
         /// The sequence field within the time unit.
         sequence: u64,
     },
@@ -102,6 +108,25 @@ mod tests {
         assert_eq!(v["kind"], "sequence");
         assert_eq!(v["id"], "7");
         assert_eq!(serde_json::from_value::<Decoded>(v).unwrap(), d);
+    }
+
+    #[test]
+    fn a_snowflake_node_field_is_worker_or_shard_never_both() {
+        for (worker, shard, key) in [(Some(7), None, "worker"), (None, Some(5), "shard")] {
+            let d = Decoded::Snowflake {
+                namespace: "n".into(),
+                id: 1,
+                timestamp: "2024-01-01T00:00:00.000Z".into(),
+                unix_ms: 1,
+                worker,
+                shard,
+                sequence: 0,
+            };
+            let v = serde_json::to_value(&d).unwrap();
+            let other = if key == "worker" { "shard" } else { "worker" };
+            assert!(v.get(key).is_some() && v.get(other).is_none(), "{v}");
+            assert_eq!(serde_json::from_value::<Decoded>(v).unwrap(), d);
+        }
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub enum ErrorCode {
     WrongKind,
     /// A sequence namespace has no id left (409).
     NamespaceExhausted,
+    /// A sequence namespace was retired (`idmint admin retire`): it hands out no id any more
+    /// (410).
+    NamespaceRetired,
     /// A snowflake layout's timestamp field has run out (409).
     TimeExhausted,
     /// No ids buffered and the authority is unavailable (503).
@@ -94,7 +97,7 @@ pub enum ErrorCode {
 impl ErrorCode {
     /// Every code a server of this version sends: all but [`ErrorCode::Unknown`], which only a
     /// reader produces. The OpenAPI schema of `code` is this list.
-    pub const SENT: [ErrorCode; 21] = [
+    pub const SENT: [ErrorCode; 22] = [
         ErrorCode::InvalidNamespace,
         ErrorCode::UnknownNamespace,
         ErrorCode::InvalidCount,
@@ -102,6 +105,7 @@ impl ErrorCode {
         ErrorCode::InvalidId,
         ErrorCode::WrongKind,
         ErrorCode::NamespaceExhausted,
+        ErrorCode::NamespaceRetired,
         ErrorCode::TimeExhausted,
         ErrorCode::AuthorityUnavailable,
         ErrorCode::SettingsConflict,
@@ -128,6 +132,7 @@ impl ErrorCode {
             ErrorCode::InvalidId => "invalid_id",
             ErrorCode::WrongKind => "wrong_kind",
             ErrorCode::NamespaceExhausted => "namespace_exhausted",
+            ErrorCode::NamespaceRetired => "namespace_retired",
             ErrorCode::TimeExhausted => "time_exhausted",
             ErrorCode::AuthorityUnavailable => "authority_unavailable",
             ErrorCode::NoLeader => "no_leader",

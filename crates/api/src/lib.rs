@@ -34,7 +34,7 @@ pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use ids::{BlockResponse, GiveBackResponse, IdsResponse};
 pub use namespace::{
     CacheSettings, FieldOrder, LayoutSettings, LeaderState, LeaseStatus, NamespaceInfo,
-    NamespaceList, SequenceHeadroom, SequenceSettings, SequenceState, SnowflakeSettings,
+    NamespaceList, NodeField, SequenceHeadroom, SequenceSettings, SequenceState, SnowflakeSettings,
     SnowflakeState, WorkerLeaseState, WorkerPool,
 };
 

@@ -139,6 +139,11 @@ pub struct SequenceState {
         schema(value_type = String, format = "uint64", pattern = "^[0-9]{1,20}$")
     )]
     pub watermark: u64,
+    /// Whether the namespace was retired (`idmint admin retire`): it hands out no id any more,
+    /// and requests answer `namespace_retired`. Its watermark is past its largest id, so
+    /// `ids_used` is its capacity. Absent (false) from older nodes.
+    #[serde(default)]
+    pub retired: bool,
     /// Ids in this node's buffer, ready to hand out.
     pub ids_buffered: u64,
     /// Demand average, ids per second (0 with cache `off`).
@@ -247,6 +252,33 @@ pub struct LayoutSettings {
     pub epoch_unix_ms: u64,
     /// Which of node and sequence comes first below the timestamp.
     pub order: FieldOrder,
+    /// What the node field is called in this layout's ids (decode answers): `shard` for the
+    /// `instagram` layout (the worker id this node issues under is the shard), `worker` for
+    /// every other; `worker` from older servers.
+    #[serde(default)]
+    pub node_field: NodeField,
+}
+
+/// The name of a snowflake layout's node field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum NodeField {
+    /// A worker (machine, process) id.
+    #[default]
+    Worker,
+    /// Instagram's logical shard.
+    Shard,
+}
+
+impl NodeField {
+    /// `"worker"` or `"shard"`, as on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeField::Worker => "worker",
+            NodeField::Shard => "shard",
+        }
+    }
 }
 
 /// Field order below the timestamp.
@@ -444,6 +476,7 @@ mod tests {
             },
             state: SequenceState {
                 watermark: 1001,
+                retired: false,
                 ids_buffered: 998,
                 demand_per_second: 0.0,
                 block_size: 1000,
@@ -472,9 +505,11 @@ mod tests {
             serde_json::from_value::<NamespaceInfo>(v.clone()).unwrap(),
             info
         );
-        // An older server does not send the flag: not auto-created.
+        assert_eq!(v["state"]["retired"], false);
+        // An older server does not send the flags: not auto-created, not retired.
         let mut old = v;
         old.as_object_mut().unwrap().remove("auto_created");
+        old["state"].as_object_mut().unwrap().remove("retired");
         assert!(matches!(
             serde_json::from_value::<NamespaceInfo>(old).unwrap(),
             NamespaceInfo::Sequence {
@@ -498,6 +533,7 @@ mod tests {
                     epoch: "2010-11-04T01:42:54.657Z".into(),
                     epoch_unix_ms: 1_288_834_974_657,
                     order: FieldOrder::NodeThenSequence,
+                    node_field: NodeField::Worker,
                 },
             },
             state: SnowflakeState {

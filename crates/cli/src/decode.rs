@@ -225,6 +225,7 @@ fn node_record(decoded: idmint_api::Decoded) -> Record {
             timestamp,
             unix_ms,
             worker,
+            shard,
             sequence,
         } => (
             "snowflake",
@@ -233,7 +234,11 @@ fn node_record(decoded: idmint_api::Decoded) -> Record {
                 ("id", json!(id.to_string())),
                 ("timestamp", json!(timestamp)),
                 ("unix_ms", json!(unix_ms)),
-                ("worker", json!(worker)),
+                // The node names the field by the namespace's layout: `shard` for instagram.
+                match shard {
+                    Some(shard) => ("shard", json!(shard)),
+                    None => ("worker", json!(worker)),
+                },
                 ("sequence", json!(sequence)),
             ],
         ),

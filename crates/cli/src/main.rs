@@ -691,15 +691,19 @@ fn status_row(ns: &NamespaceInfo) -> [String; 6] {
             state.watermark.to_string(),
             state.ids_buffered.to_string(),
             format!("{:.0}/s", state.demand_per_second),
-            format!(
-                "{:.4}% used{}",
-                state.used_fraction * 100.0,
-                state
-                    .projected_exhaustion
-                    .as_deref()
-                    .map(|d| format!(", full {d}"))
-                    .unwrap_or_default()
-            ),
+            if state.retired {
+                "retired (hands out no id any more)".to_owned()
+            } else {
+                format!(
+                    "{:.4}% used{}",
+                    state.used_fraction * 100.0,
+                    state
+                        .projected_exhaustion
+                        .as_deref()
+                        .map(|d| format!(", full {d}"))
+                        .unwrap_or_default()
+                )
+            },
         ],
         NamespaceInfo::Snowflake {
             namespace,
@@ -713,8 +717,9 @@ fn status_row(ns: &NamespaceInfo) -> [String; 6] {
             // A generator has no demand average to show (its headroom is in the last column).
             dash(),
             format!(
-                "{} ids served, worker {}{}, time runs out {}",
+                "{} ids served, {} {}{}, time runs out {}",
                 state.ids_served,
+                settings.layout.node_field.as_str(),
                 settings.worker,
                 match &state.worker_lease {
                     Some(l) => format!(

@@ -555,9 +555,9 @@ fn next_and_status_talk_to_a_running_server() {
 }
 
 /// `idmint admin rebase` and `retire` through a running node: the watermark moves up only,
-/// the node's buffered ids below it are never served, a retired namespace answers 409
-/// `namespace_exhausted`, and the audit ledger read back offline records both moves and still
-/// verifies.
+/// the node's buffered ids below it are never served, a retired namespace answers 410
+/// `namespace_retired` (not `namespace_exhausted`) and `idmint status` shows it retired, and
+/// the audit ledger read back offline records both moves and still verifies.
 #[test]
 fn admin_rebase_and_retire_move_the_watermark_forward_only() {
     let dir = tempfile::tempdir().unwrap();
@@ -616,8 +616,16 @@ fn admin_rebase_and_retire_move_the_watermark_forward_only() {
     let (status, body) = http(server.addr, "GET", "/v1/ids/imported").unwrap();
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (409, Some("namespace_exhausted")),
+        (410, Some("namespace_retired")),
         "{body}"
+    );
+    let out = run(idmint().args(["status", "--server", &url]));
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text(&out.stdout)
+            .lines()
+            .any(|l| l.starts_with("imported") && l.contains("retired")),
+        "{out:?}"
     );
     // Retiring again changes nothing.
     let out = run(idmint().args(["admin", "retire", "imported", "--yes", "--server", &url]));
@@ -1176,6 +1184,56 @@ fn decode_by_the_node_reads_stdin() {
         assert_eq!(*id, i as u64 + 1);
         assert!(*in_namespace && *issued, "{answer:?}");
     }
+}
+
+/// `decode --namespace` of an instagram-layout namespace names the node field `shard`, as the
+/// node does, in text and JSON; `idmint status` shows the namespace's shard.
+#[test]
+fn decode_by_the_node_names_an_instagram_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idmint.toml");
+    std::fs::write(
+        &config,
+        "[namespaces.grams]\nkind = \"snowflake\"\nlayout = \"instagram\"\nworker = 5\n",
+    )
+    .unwrap();
+    let server = Server::start(dir.path(), &dir.path().join("data"), Some(&config));
+    let url = format!("http://{}", server.addr);
+    let out = run(idmint().args(["next", "grams", "--server", &url]));
+    assert!(out.status.success(), "{out:?}");
+    let id = text(&out.stdout).trim().to_owned();
+    let decode = |json: bool| {
+        let mut args = vec![
+            "decode",
+            id.as_str(),
+            "--namespace",
+            "grams",
+            "--server",
+            &url,
+        ];
+        if json {
+            args.push("--json");
+        }
+        let out = run(idmint().args(&args));
+        assert!(out.status.success(), "{out:?}");
+        text(&out.stdout)
+    };
+    let plain = decode(false);
+    assert!(
+        plain
+            .lines()
+            .any(|l| l.split_whitespace().eq(["shard", "5"])),
+        "{plain}"
+    );
+    assert!(!plain.contains("worker"), "{plain}");
+    let v: Value = serde_json::from_str(decode(true).trim()).unwrap();
+    assert_eq!(
+        (v["shard"].as_u64(), v.get("worker")),
+        (Some(5), None),
+        "{v}"
+    );
+    let out = run(idmint().args(["status", "--server", &url]));
+    assert!(text(&out.stdout).contains("shard 5"), "{out:?}");
 }
 
 /// `idmint serve` with stderr on a pipe writes no colour codes, even with colour allowed by the

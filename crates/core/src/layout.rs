@@ -148,6 +148,27 @@ pub struct Layout {
     sequence_shift: u32,
 }
 
+/// What the node field of a layout's ids is called where people read them (decode answers,
+/// status): [`Layout::node_field`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NodeField {
+    /// `worker`: a worker (machine, process) id, every layout but Instagram's.
+    Worker,
+    /// `shard`: Instagram's logical shard. A node issuing such ids fills it with its leased
+    /// worker id like any node field; only the name differs.
+    Shard,
+}
+
+impl NodeField {
+    /// `"worker"` or `"shard"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeField::Worker => "worker",
+            NodeField::Shard => "shard",
+        }
+    }
+}
+
 /// The fields of an id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Parts {
@@ -398,6 +419,15 @@ impl Layout {
     pub fn max_timestamp(&self) -> u64 {
         mask(self.spec.timestamp_bits)
     }
+    /// What its node field is called: [`NodeField::Shard`] for [`Layout::instagram`] (the one
+    /// place that rule lives), [`NodeField::Worker`] for every other layout.
+    pub fn node_field(&self) -> NodeField {
+        if *self == Self::instagram() {
+            NodeField::Shard
+        } else {
+            NodeField::Worker
+        }
+    }
     /// The largest node id.
     pub fn max_node(&self) -> u64 {
         mask(self.spec.node_bits)
@@ -577,6 +607,19 @@ mod tests {
         for l in all_presets() {
             assert!(l.total_bits() <= 63, "{l}");
         }
+    }
+
+    #[test]
+    fn only_instagrams_node_field_is_a_shard() {
+        for name in Layout::PRESETS {
+            let want = if name == "instagram" {
+                NodeField::Shard
+            } else {
+                NodeField::Worker
+            };
+            assert_eq!(Layout::preset(name).unwrap().node_field(), want, "{name}");
+        }
+        assert_eq!(NodeField::Shard.as_str(), "shard");
     }
 
     #[test]

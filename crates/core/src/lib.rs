@@ -37,7 +37,8 @@ pub use namespace::{NamespaceName, NamespaceNameError};
 pub mod layout;
 pub mod snowflake;
 pub use layout::{
-    ComposeError, DecodeError, Decoded, FieldOrder, Layout, LayoutError, LayoutSpec, Parts,
+    ComposeError, DecodeError, Decoded, FieldOrder, Layout, LayoutError, LayoutSpec, NodeField,
+    Parts,
 };
 pub use snowflake::{ClockCheck, GeneratorError, NextIdError, SnowflakeGenerator};
 pub mod instagram;

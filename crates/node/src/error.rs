@@ -43,6 +43,10 @@ pub enum IdError {
         /// Width.
         bits: u32,
     },
+    /// A sequence namespace was retired (`idmint admin retire`): it hands out no id any more.
+    /// Not [`IdError::Exhausted`]: its ids did not run out, an operator stopped it for good.
+    #[error("namespace {0:?} is retired: it hands out no id any more (idmint admin retire)")]
+    Retired(String),
     /// A snowflake layout's timestamp field has run out.
     #[error("namespace {0:?}: the layout's timestamp field has run out; configure a later epoch or wider timestamp")]
     TimeExhausted(String),
@@ -124,6 +128,7 @@ impl IdError {
             IdError::InvalidId(_) => ErrorCode::InvalidId,
             IdError::WrongKind(_) => ErrorCode::WrongKind,
             IdError::Exhausted { .. } => ErrorCode::NamespaceExhausted,
+            IdError::Retired(_) => ErrorCode::NamespaceRetired,
             IdError::TimeExhausted(_) => ErrorCode::TimeExhausted,
             IdError::Unavailable { .. } => ErrorCode::AuthorityUnavailable,
             IdError::Conflict(_) => ErrorCode::SettingsConflict,

@@ -211,12 +211,18 @@ impl Namespace {
                     .layout()
                     .decode(id)
                     .map_err(|e| IdError::InvalidId(e.to_string()))?;
+                let node = d.parts.node;
+                let (worker, shard) = match s.worker.layout().node_field() {
+                    idmint_core::NodeField::Worker => (Some(node), None),
+                    idmint_core::NodeField::Shard => (None, Some(node)),
+                };
                 Ok(api::Decoded::Snowflake {
                     namespace,
                     id,
                     timestamp: d.rfc3339(),
                     unix_ms: d.unix_millis(),
-                    worker: d.parts.node,
+                    worker,
+                    shard,
                     sequence: d.parts.sequence,
                 })
             }
@@ -337,17 +343,24 @@ pub struct StoredSequence {
     name: NamespaceName,
     space: IdSpace,
     watermark: u64,
+    retired: bool,
     cache: CacheMode,
 }
 
 impl StoredSequence {
-    /// The stored ids (`space`) and `watermark` of `name`; `cache` is what the node would serve
-    /// it with.
-    pub fn new(name: NamespaceName, space: IdSpace, watermark: u64, cache: CacheMode) -> Self {
+    /// The stored ids (`space`), `watermark` and retired mark of `name`; `cache` is what the
+    /// node would serve it with.
+    pub fn new(
+        name: NamespaceName,
+        space: IdSpace,
+        (watermark, retired): (u64, bool),
+        cache: CacheMode,
+    ) -> Self {
         StoredSequence {
             name,
             space,
             watermark,
+            retired,
             cache,
         }
     }
@@ -361,6 +374,7 @@ impl StoredSequence {
             served: 0,
             reserved: 0,
             watermark: self.watermark,
+            retired: self.retired,
             source_requests_peak: 0,
             block_requests_peak: 0,
         };
@@ -616,6 +630,7 @@ fn sequence_info(
         served,
         reserved,
         watermark,
+        retired,
         ..
     } = snapshot;
     let capacity = spec.capacity();
@@ -642,6 +657,7 @@ fn sequence_info(
         },
         state: api::SequenceState {
             watermark,
+            retired,
             ids_buffered: buffered,
             demand_per_second: demand_per_sec,
             block_size: target_block,
@@ -844,6 +860,10 @@ impl SnowflakeNamespace {
                         idmint_core::FieldOrder::SequenceThenNode => {
                             api::FieldOrder::SequenceThenNode
                         }
+                    },
+                    node_field: match l.node_field() {
+                        idmint_core::NodeField::Worker => api::NodeField::Worker,
+                        idmint_core::NodeField::Shard => api::NodeField::Shard,
                     },
                 },
             },

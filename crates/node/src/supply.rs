@@ -56,6 +56,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
 
+/// Whether `e` says the namespace hands out no id any more (exhausted or retired): a request
+/// answers it at once, with the ids it already has if any, rather than waiting for a refill.
+fn ends_namespace(e: &StoreError) -> bool {
+    e.is_exhausted() || e.is_retired()
+}
+
 /// Upper bound of one refill, whatever the shortfall.
 pub const MAX_REFILL: u64 = 10_000_000;
 /// The first wait after a failed refill; it doubles up to [`MAX_BACKOFF`], jittered.
@@ -131,6 +137,8 @@ pub struct SupplySnapshot {
     pub reserved: u64,
     /// The highest watermark the source reported.
     pub watermark: u64,
+    /// Whether the source reported the namespace retired ([`Supply::note_retired`]).
+    pub retired: bool,
     /// The most reservations from the source that were ever in flight at once.
     pub source_requests_peak: u64,
     /// The most block or lease requests of a lower tier ever answered at once.
@@ -193,6 +201,8 @@ pub struct Supply {
     shortfall: AtomicU64,
     /// The highest watermark the source reported.
     watermark: AtomicU64,
+    /// Whether the source reported the namespace retired; never cleared.
+    retired: AtomicBool,
     /// Set by [`Supply::advanced`]: a block that starts below it was reserved before an
     /// operator moved the watermark past it, and is burned on arrival, never served.
     /// Reservations from the source in flight now, and the most ever at once: one by
@@ -286,6 +296,7 @@ impl Supply {
             outcome,
             shortfall: AtomicU64::new(0),
             watermark: AtomicU64::new(config.watermark),
+            retired: AtomicBool::new(false),
             to_source: InFlight::default(),
             from_below: InFlight::default(),
             served: AtomicU64::new(0),
@@ -338,6 +349,7 @@ impl Supply {
             served: self.served.load(Ordering::Relaxed),
             reserved: stats.received + self.reserved_direct.load(Ordering::Relaxed),
             watermark: self.watermark.load(Ordering::Relaxed),
+            retired: self.retired.load(Ordering::Relaxed),
             source_requests_peak: self.to_source.peak(),
             block_requests_peak: self.from_below.peak(),
         }
@@ -389,6 +401,10 @@ impl Supply {
         }
         match e {
             StoreError::Exhausted { bits, .. } => self.exhausted(*bits),
+            StoreError::Retired { .. } => {
+                self.note_retired();
+                IdError::Retired(self.name.to_string())
+            }
             StoreError::Lost { .. } | StoreError::StoreLost { .. } => IdError::Lost {
                 name: self.name.to_string(),
                 reason: e.to_string(),
@@ -400,13 +416,35 @@ impl Supply {
         }
     }
 
-    /// An operator moved the source's watermark to at least `to` (`idmint admin rebase` or
-    /// `retire`): the buffer's floor rises to `to` ([`Buffer::raise_floor`]), so every path that
-    /// puts ids into the buffer (a refill in flight, a failed request's put-back, a lower tier's
-    /// tail) burns what falls below it, and the outstanding lease ends (its tail can no longer
-    /// come back). Returns the ids burned now.
-    pub fn advanced(&self, to: u64) -> u64 {
+    /// The error of a request the namespace's end (`e`: [`ends_namespace`]) refuses. A
+    /// retirement known here wins over the refill's older `Exhausted`: an exhausted namespace
+    /// retired afterwards answers `namespace_retired` at once, not after the refill task's next
+    /// try.
+    fn ended_error(&self, e: &StoreError, bits: u32) -> IdError {
+        match e {
+            _ if self.retired.load(Ordering::Relaxed) => IdError::Retired(self.name.to_string()),
+            StoreError::Exhausted { .. } => self.exhausted(bits),
+            other => self.map_store_error(other),
+        }
+    }
+
+    /// The source reported the namespace retired (its state, or a reservation's
+    /// [`StoreError::Retired`]): the snapshot says so from now on.
+    pub fn note_retired(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+    }
+
+    /// An operator moved the source's watermark to at least `to` (`idmint admin rebase`, or
+    /// `retire`: then `retired` is true): the buffer's floor rises to `to`
+    /// ([`Buffer::raise_floor`]), so every path that puts ids into the buffer (a refill in
+    /// flight, a failed request's put-back, a lower tier's tail) burns what falls below it, and
+    /// the outstanding lease ends (its tail can no longer come back). Returns the ids burned
+    /// now.
+    pub fn advanced(&self, to: u64, retired: bool) -> u64 {
         self.note_watermark(to);
+        if retired {
+            self.note_retired();
+        }
         let burned = self.with_buffer(|b| b.raise_floor(to));
         *self.lock_lease() = None;
         if burned > 0 {
@@ -512,7 +550,7 @@ impl Supply {
                         self.note_watermark(r.watermark);
                         out.extend(r.block.ids());
                     }
-                    Err(StoreError::Exhausted { .. }) if !out.is_empty() => break,
+                    Err(e) if ends_namespace(&e) && !out.is_empty() => break,
                     Err(e) => {
                         // Reserved for this answer, which now fails: nobody will see them, and
                         // without a buffer they cannot go back anywhere. Counted, not lost.
@@ -728,14 +766,15 @@ impl Supply {
                 self.wake_refill.notify_one();
                 return request.done();
             }
-            // The buffer is empty. If the latest refill found the namespace exhausted, say so
-            // now: waiting would outlast the refill task's backoff and answer a misleading 503.
-            if let Some(StoreError::Exhausted { .. }) = &outcomes.borrow().error {
-                return if taken > 0 {
-                    request.done()
-                } else {
-                    Err(self.exhausted(bits))
-                };
+            // The buffer is empty. If the latest refill found the namespace exhausted or
+            // retired, say so now: waiting would outlast the refill task's backoff and answer a
+            // misleading 503.
+            let ended = outcomes.borrow().error.clone().filter(ends_namespace);
+            if let Some(e) = ended {
+                if taken > 0 {
+                    return request.done();
+                }
+                return Err(self.ended_error(&e, bits));
             }
             self.shortfall.fetch_add(count - taken, Ordering::Relaxed);
             self.wake_refill.notify_one();
@@ -764,8 +803,11 @@ impl Supply {
             if let Some(e) = error {
                 let empty = self.with_buffer(|b| b.buffered() == 0);
                 if empty {
-                    if matches!(e, StoreError::Exhausted { .. }) && taken > 0 {
-                        return request.done();
+                    if ends_namespace(&e) {
+                        if taken > 0 {
+                            return request.done();
+                        }
+                        return Err(self.ended_error(&e, bits));
                     }
                     return Err(self.map_store_error(&e));
                 }
@@ -844,7 +886,10 @@ impl Supply {
                 Err(e) => {
                     self.with_buffer(|b| b.refill_failed());
                     let next = backoff.delay();
-                    if !matches!(e, StoreError::Exhausted { .. }) {
+                    if e.is_retired() {
+                        self.note_retired();
+                    }
+                    if !ends_namespace(&e) {
                         tracing::warn!(namespace = %self.name, error = %e, retry_in = ?next, "refill failed");
                     }
                     retry_at = Some(tokio::time::Instant::now() + next);
@@ -1120,7 +1165,7 @@ mod tests {
         Authority::advance(&source.inner, &name, base, idmint_store::Advance::Rebase)
             .await
             .unwrap();
-        assert_eq!(s.advanced(base), 0, "the buffer was empty");
+        assert_eq!(s.advanced(base, false), 0, "the buffer was empty");
         let tail = Block::new(8, lease.block.end(), 1).unwrap();
         let back = s.take_back(lease.token.unwrap(), tail);
         assert!(

@@ -275,9 +275,43 @@ async fn snowflake_ids_carry_the_configured_worker_and_decode() {
     assert_eq!(status, 200, "{d}");
     assert_eq!(d["kind"], "snowflake");
     assert_eq!(d["worker"], 7);
+    assert!(d.get("shard").is_none(), "{d}");
     assert_eq!(d["id"], id.to_string());
     assert_eq!(d["unix_ms"], twitter.decode(id).unwrap().unix_millis());
     assert!(d["timestamp"].as_str().unwrap().ends_with('Z'), "{d}");
+    node.stop().await;
+}
+
+/// An instagram-layout namespace's node field is its shard wherever it is shown: the decode
+/// answer has `shard` (no `worker`), the layout says `node_field: shard`; the leased or fixed
+/// worker id fills it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instagram_id_decodes_with_its_shard() {
+    let node = TestNode::start(
+        config(
+            r#"
+            [namespaces.photos]
+            kind = "snowflake"
+            layout = "instagram"
+            worker = 5
+            "#,
+        ),
+        memory(),
+    )
+    .await;
+    let id = node.ids("photos", 1).await[0];
+    assert_eq!(Layout::instagram().decode(id).unwrap().parts.node, 5);
+    let (status, d) = node.get(&format!("/v1/decode/photos/{id}")).await;
+    assert_eq!(status, 200, "{d}");
+    assert_eq!(
+        (d["kind"].as_str(), d["shard"].as_u64()),
+        (Some("snowflake"), Some(5)),
+        "{d}"
+    );
+    assert!(d.get("worker").is_none(), "{d}");
+    let (_, info) = node.get("/v1/namespaces/photos").await;
+    assert_eq!(info["settings"]["layout"]["node_field"], "shard", "{info}");
+    assert_eq!(info["settings"]["worker"], 5, "{info}");
     node.stop().await;
 }
 

@@ -211,11 +211,7 @@ async fn rebase_and_retire_need_the_admin_scope() {
         "{body}"
     );
     let (status, body) = node.get("/v1/ids/orders.eu", Some(ADMIN_TOKEN)).await;
-    assert_eq!(
-        (status, code(&body)),
-        (409, "namespace_exhausted"),
-        "{body}"
-    );
+    assert_eq!((status, code(&body)), (410, "namespace_retired"), "{body}");
     node.stop().await;
 }
 

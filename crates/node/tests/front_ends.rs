@@ -8,7 +8,8 @@
 //! `server.max_block_request`); reads create nothing (decode, info and give-back of an unknown
 //! name are `unknown_namespace`, and neither the node nor the authority holds it afterwards);
 //! authentication refusals (`unauthorized`, `forbidden`, `rate_limited`) create nothing; a tiny
-//! 32-bit namespace hands out its ids then `namespace_exhausted` (invariant 6); a leased
+//! 32-bit namespace hands out its ids then `namespace_exhausted` (invariant 6), and once
+//! retired `namespace_retired`, as one with ids left does after its retirement; a leased
 //! block's tail given back is handed out next, and only once (invariant 3); bad and oversized
 //! input on the raw socket is refused and closes only its connection; the connection policy
 //! (the first request within `header_read_timeout_ms` of the accept, then
@@ -200,9 +201,10 @@ async fn auth_refusals_create_nothing<D: Door>(security: Security) {
     f.stop().await;
 }
 
-/// A 32-bit namespace with 10 ids left before its maximum, 2^31 - 1.
+/// A 32-bit namespace with 10 ids left before its maximum, 2^31 - 1, and one with all left.
 const TINY: &str = "[server]\nauto_create = false\n\n[namespaces.tiny]\nkind = \"sequence\"\n\
-                    width = 32\nstart = 2147483638\ncache = \"fixed\"\nblock_size = 1000\n";
+                    width = 32\nstart = 2147483638\ncache = \"fixed\"\nblock_size = 1000\n\n\
+                    [namespaces.spare]\nkind = \"sequence\"\n";
 
 async fn a_tiny_namespace_runs_out_clearly<D: Door>(security: Security) {
     let f = Fixture::start(TINY, security).await;
@@ -225,6 +227,18 @@ async fn a_tiny_namespace_runs_out_clearly<D: Door>(security: Security) {
     assert_eq!(all, (2_147_483_638..=2_147_483_647).collect::<Vec<u64>>());
     assert_refused(door.ids("tiny", None).await, ErrorCode::NamespaceExhausted);
     assert_refused(door.block("tiny", 5).await, ErrorCode::NamespaceExhausted);
+    ok(door.ids("spare", Some(3)).await);
+    // An operator retires both (`idmint admin retire`): not exhausted, retired.
+    for ns in ["tiny", "spare"] {
+        let retired = f
+            .node
+            .advance(ns, idmint_store::Advance::Retire, None)
+            .await
+            .unwrap();
+        assert!(retired.retired, "{retired:?}");
+        assert_refused(door.ids(ns, None).await, ErrorCode::NamespaceRetired);
+        assert_refused(door.block(ns, 5).await, ErrorCode::NamespaceRetired);
+    }
     f.stop().await;
 }
 

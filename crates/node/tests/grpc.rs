@@ -105,6 +105,11 @@ const KINDS: &str = r#"
     layout = "twitter"
     worker = 7
 
+    [namespaces.grams]
+    kind = "snowflake"
+    layout = "instagram"
+    worker = 5
+
     [namespaces.sessions]
     kind = "uuid7"
 
@@ -194,9 +199,33 @@ async fn every_kind_round_trips_and_decodes() {
         .into_inner();
     match d.kind {
         Some(proto::decoded::Kind::Snowflake(s)) => {
-            assert_eq!((s.id, s.worker), (tweets[0], 7));
+            assert_eq!(
+                (s.id, s.node),
+                (tweets[0], Some(proto::decoded_snowflake::Node::Worker(7)))
+            );
             assert!(
                 s.timestamp.ends_with('Z') && s.unix_ms > 1_600_000_000_000,
+                "{s:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // An instagram-layout id's node field is its shard.
+    let gram = u64s(next(&mut c, "grams", 1).await)[0];
+    let d = c
+        .decode(proto::DecodeRequest {
+            namespace: "grams".into(),
+            id: gram.to_string(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    match d.kind {
+        Some(proto::decoded::Kind::Snowflake(s)) => {
+            assert_eq!(
+                s.node,
+                Some(proto::decoded_snowflake::Node::Shard(5)),
                 "{s:?}"
             );
         }
@@ -270,7 +299,7 @@ async fn namespaces_describe_settings_and_state_and_reads_create_nothing() {
     let names: HashSet<_> = list.iter().map(|n| n.namespace.as_str()).collect();
     assert_eq!(
         names,
-        HashSet::from(["photos", "tickets", "tweets", "sessions", "events"])
+        HashSet::from(["photos", "tickets", "tweets", "grams", "sessions", "events"])
     );
     let photos = c
         .namespace(proto::NamespaceRequest {
@@ -350,7 +379,7 @@ async fn namespaces_describe_settings_and_state_and_reads_create_nothing() {
         .unwrap()
         .into_inner()
         .namespaces;
-    assert_eq!(after.len(), 5, "reads created a namespace");
+    assert_eq!(after.len(), 6, "reads created a namespace");
     node.stop().await;
 }
 

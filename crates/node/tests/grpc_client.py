@@ -75,6 +75,10 @@ def main():
         d = stub.Decode(pb.DecodeRequest(namespace="tweets", id=str(tweet)), timeout=10)
         assert d.WhichOneof("kind") == "snowflake", d
         assert d.snowflake.id == tweet and d.snowflake.worker == 7, d
+        # An instagram-layout id's node field is its shard.
+        gram = stub.Next(pb.NextRequest(namespace="grams", count=1), timeout=10).u64.ids[0]
+        d = stub.Decode(pb.DecodeRequest(namespace="grams", id=str(gram)), timeout=10)
+        assert d.snowflake.WhichOneof("node") == "shard" and d.snowflake.shard == 5, d
 
         # Block, then give back the unused tail: the next ids are the tail's.
         b = stub.Block(pb.BlockRequest(namespace="photos", count=10), timeout=10)
@@ -88,7 +92,7 @@ def main():
 
         # Namespaces and Namespace.
         names = {n.namespace for n in stub.Namespaces(pb.NamespacesRequest(), timeout=10).namespaces}
-        assert names == {"photos", "tickets", "tweets", "sessions", "events"}, names
+        assert names == {"photos", "tickets", "tweets", "grams", "sessions", "events"}, names
         info = stub.Namespace(pb.NamespaceRequest(namespace="photos"), timeout=10)
         assert info.WhichOneof("kind") == "sequence", info
         assert info.sequence.settings.cache == pb.CACHE_MODE_FIXED, info
@@ -127,7 +131,7 @@ def main():
             (lambda: list(stub.NextStream(pb.NextStreamRequest(namespace="photos", total=0), timeout=10)),
              grpc.StatusCode.INVALID_ARGUMENT, "invalid_count"),
             (lambda: stub.Next(pb.NextRequest(namespace="tickets", count=1), timeout=10),
-             grpc.StatusCode.RESOURCE_EXHAUSTED, "namespace_exhausted"),
+             grpc.StatusCode.FAILED_PRECONDITION, "namespace_retired"),
             (lambda: stub.Retire(pb.RetireRequest(namespace="sessions"), timeout=10),
              grpc.StatusCode.FAILED_PRECONDITION, "wrong_kind"),
         ]:

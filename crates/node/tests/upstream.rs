@@ -514,6 +514,43 @@ async fn a_32_bit_namespace_runs_out_through_the_tiers_clearly() {
     upper.stop().await;
 }
 
+/// A namespace retired on the upper tier answers `namespace_retired` on the lower tier too,
+/// once the lower tier's buffer is dry (never `namespace_exhausted`), and its state says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retirement_above_reaches_the_lower_tier_as_retired() {
+    let store = Arc::new(MemoryAuthority::new());
+    let upper = Upper::start(store, TcpListener::bind("127.0.0.1:0").await.unwrap()).await;
+    let node = lower(&[upper.url()]).await;
+    take(&node, 5).await.unwrap();
+    let retired = upper
+        .node
+        .advance("photos", idmint_store::Advance::Retire, None)
+        .await
+        .unwrap();
+    assert!(retired.retired, "{retired:?}");
+    // What the lower tier buffered before the retirement is still its own to serve.
+    let mut served = 0;
+    let error = loop {
+        match take(&node, 7).await {
+            Ok(ids) => served += ids.len(),
+            Err(e) => break e,
+        }
+        assert!(served <= 1_000, "the lower tier kept getting blocks");
+    };
+    assert!(matches!(error, IdError::Retired(_)), "{error:?}");
+    assert_eq!(error.code(), idmint_api::ErrorCode::NamespaceRetired);
+    let info = node
+        .namespace_info(idmint_node::Credentials::Header(None), "photos")
+        .await
+        .unwrap();
+    let idmint_api::NamespaceInfo::Sequence { state, .. } = info else {
+        panic!("{info:?}");
+    };
+    assert!(state.retired, "{state:?}");
+    node.shutdown().await;
+    upper.stop().await;
+}
+
 /// An upper tier with `[auth]`: a lower tier with the token in its `[authority]` gets blocks;
 /// one without is refused at start-up with a message naming the token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

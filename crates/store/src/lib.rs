@@ -37,7 +37,14 @@
 //!   backend, get disjoint blocks (each is one atomic read-modify-write of the watermark);
 //! - (5) every id returned is of the namespace's residue class (`id ≡ offset mod step`);
 //! - (6) a 32-bit namespace never wraps: the last block is cut at 2^31 - 1, then
-//!   [`StoreError::Exhausted`].
+//!   [`StoreError::Exhausted`];
+//! - a **retired** namespace ([`Advance::Retire`]) carries a mark in its own record, written in
+//!   the same atomic write that moves its watermark past the largest id, and never cleared:
+//!   from then on `reserve` answers [`StoreError::Retired`] (not `Exhausted`, which stays the
+//!   answer of a namespace whose ids ran out) and [`NamespaceState::retired`] is `true`. A
+//!   watermark value alone cannot say it: the last block of an exhausted namespace may end
+//!   exactly where a retirement puts the watermark. A record without the mark (any record
+//!   written before marks existed) is live.
 //!
 //! The block arithmetic itself is [`idmint_core`]'s ([`SequenceSpec::reserve`]); this crate only
 //! records its results durably and atomically.
@@ -202,11 +209,13 @@ pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
 
     /// Moves the namespace's watermark up to `to` (never down), recording the move in the
     /// audit ledger as `why` in the same atomic write: `idmint admin rebase` (to start above
-    /// ids that exist elsewhere) and `idmint admin retire` (`to` = one past the largest id).
+    /// ids that exist elsewhere) and `idmint admin retire` (`to` = one past the largest id),
+    /// which also sets the retired mark ([`NamespaceState::retired`]) in that write.
     ///
-    /// A watermark already at or above `to` is left as it is (`Ok`, with `from` equal to it):
-    /// the call can be repeated. `to` above one past the largest id is
-    /// `Err(StoreError::Exhausted{..})`; unknown namespace: `Err(StoreError::UnknownNamespace)`.
+    /// A watermark already at or above `to` (and, for a retirement, already marked) is left as
+    /// it is (`Ok`, with `from` equal to it): the call can be repeated. `to` above one past the
+    /// largest id is `Err(StoreError::Exhausted{..})`; unknown namespace:
+    /// `Err(StoreError::UnknownNamespace)`.
     /// Authorities that cannot move a watermark (an upstream one: the tier above owns it)
     /// answer [`StoreError::NotSupported`].
     async fn advance(
@@ -241,8 +250,9 @@ pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
     /// the caller's alone: no other call, in this or another process, will ever get any of its
     /// ids (unless the caller hands its tail back with [`Authority::give_back`]).
     ///
-    /// Unknown namespace: `Err(StoreError::UnknownNamespace)`. No id left:
-    /// `Err(StoreError::Exhausted{..})`. `count == 0`: `Err(StoreError::InvalidCount)`.
+    /// Unknown namespace: `Err(StoreError::UnknownNamespace)`. Retired:
+    /// `Err(StoreError::Retired{..})`. No id left: `Err(StoreError::Exhausted{..})`.
+    /// `count == 0`: `Err(StoreError::InvalidCount)`.
     async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError>;
 
     /// Current durable state, `None` if absent.
@@ -277,6 +287,9 @@ pub struct NamespaceState {
     pub spec: SequenceSpec,
     /// Every id below it has been reserved; every id of the spec at or above it is free.
     pub watermark: u64,
+    /// Retired for good (`idmint admin retire`): it hands out no id any more, and says so
+    /// ([`StoreError::Retired`]); its watermark is past its largest id.
+    pub retired: bool,
 }
 
 impl NamespaceState {
@@ -287,6 +300,7 @@ impl NamespaceState {
             name,
             spec,
             watermark,
+            retired: false,
         }
     }
 
@@ -363,6 +377,12 @@ pub enum StoreError {
         bits: u32,
         /// Its watermark.
         watermark: u64,
+    },
+    /// The namespace was retired (`idmint admin retire`): it hands out no id any more.
+    #[error("namespace {name} is retired: it hands out no id any more")]
+    Retired {
+        /// The namespace.
+        name: NamespaceName,
     },
     /// The backend cannot be reached or failed to read or write (I/O). The outcome of a write
     /// that failed this way is unknown.
@@ -459,9 +479,15 @@ impl StoreError {
         matches!(self, StoreError::Lost { .. } | StoreError::StoreLost { .. })
     }
 
-    /// Whether the namespace has no id left.
+    /// Whether the namespace has no id left because its ids ran out (not a retirement:
+    /// [`StoreError::is_retired`]).
     pub fn is_exhausted(&self) -> bool {
         matches!(self, StoreError::Exhausted { .. })
+    }
+
+    /// Whether the namespace was retired.
+    pub fn is_retired(&self) -> bool {
+        matches!(self, StoreError::Retired { .. })
     }
 }
 
@@ -589,6 +615,7 @@ pub(crate) mod ops {
         step: u64,
         offset: u64,
         watermark: u64,
+        retired: bool,
     ) -> Result<NamespaceState, String> {
         let spec = SequenceSpec::new(width, first, step, offset)
             .map_err(|e| format!("invalid spec: {e}"))?;
@@ -599,10 +626,16 @@ pub(crate) mod ops {
                 spec.initial_watermark()
             ));
         }
+        if retired && watermark != ceiling {
+            return Err(format!(
+                "retired with watermark {watermark}, not past the largest id ({ceiling})"
+            ));
+        }
         Ok(NamespaceState {
             name,
             spec,
             watermark,
+            retired,
         })
     }
 
@@ -610,6 +643,11 @@ pub(crate) mod ops {
     pub(crate) fn reserve(state: &NamespaceState, count: u64) -> Result<Block, StoreError> {
         if count == 0 {
             return Err(StoreError::InvalidCount);
+        }
+        if state.retired {
+            return Err(StoreError::Retired {
+                name: state.name.clone(),
+            });
         }
         state
             .spec
@@ -661,7 +699,7 @@ pub(crate) mod ops {
         if idmint_core::planted::on(idmint_core::planted::GIVEBACK_NO_CAS) {
             return Ok(Ok(tail.start()));
         }
-        if state.watermark == tail.end() {
+        if state.watermark == tail.end() && !state.retired {
             Ok(Ok(tail.start()))
         } else {
             Ok(Err(GiveBack::Refused {
@@ -670,9 +708,15 @@ pub(crate) mod ops {
         }
     }
 
-    /// The new watermark of a forward-only move to `to` ([`Authority::advance`]): `Ok(None)`
-    /// if the watermark is already there or above, `Ok(Some(to))` otherwise.
-    pub(crate) fn advance(state: &NamespaceState, to: u64) -> Result<Option<u64>, StoreError> {
+    /// The state after a forward-only move to `to` ([`Authority::advance`]): `Ok(None)` if
+    /// the watermark is already there or above (and a retirement's mark already set),
+    /// `Ok(Some(next))` otherwise. A retirement moves the watermark to the ceiling (one past the
+    /// largest id) whatever `to` is at or below it, and sets the mark.
+    pub(crate) fn advance(
+        state: &NamespaceState,
+        to: u64,
+        why: crate::Advance,
+    ) -> Result<Option<NamespaceState>, StoreError> {
         let ceiling = state.spec.width().max_id() + 1; // max_id is at most 2^63 - 1
         if to > ceiling {
             return Err(StoreError::Exhausted {
@@ -681,7 +725,17 @@ pub(crate) mod ops {
                 watermark: to,
             });
         }
-        Ok((to > state.watermark).then_some(to))
+        let (to, retired) = match why {
+            crate::Advance::Rebase => (to, state.retired),
+            crate::Advance::Retire => (ceiling, true),
+        };
+        if to <= state.watermark && retired == state.retired {
+            return Ok(None);
+        }
+        let mut next = state.clone();
+        next.watermark = to.max(state.watermark);
+        next.retired = retired;
+        Ok(Some(next))
     }
 
     /// The audit event of a forward-only move from `from` to `to`.
@@ -751,11 +805,9 @@ pub(crate) mod ops {
         why: crate::Advance,
     ) -> Result<Decision<crate::Advanced>, StoreError> {
         let from = state.watermark;
-        Ok(match advance(state, to)? {
-            Some(watermark) => {
-                let mut next = state.clone();
-                next.watermark = watermark;
-                let event = advance_event(why, from, watermark);
+        Ok(match advance(state, to, why)? {
+            Some(next) => {
+                let event = advance_event(why, from, next.watermark);
                 Decision::Write(next.clone(), event, crate::Advanced { from, state: next })
             }
             None => Decision::Keep(crate::Advanced {

@@ -167,9 +167,9 @@ impl Authority for MemoryAuthority {
             .get_mut(name)
             .ok_or_else(|| StoreError::UnknownNamespace { name: name.clone() })?;
         let from = state.watermark;
-        if let Some(watermark) = ops::advance(state, to)? {
-            state.watermark = watermark;
-            self.record(name, ops::advance_event(why, from, watermark));
+        if let Some(next) = ops::advance(state, to, why)? {
+            self.record(name, ops::advance_event(why, from, next.watermark));
+            *state = next;
         }
         Ok(Advanced {
             from,

@@ -577,10 +577,14 @@ impl MultiAuthority {
             .map(|s| s.watermark)
             .max()
             .unwrap_or(first.watermark);
+        // Retired once every member reached is: a retirement interrupted by a member that was
+        // down is finished by running it again, and until then the others still serve.
+        let retired = states.iter().all(|s| s.retired);
         Ok(Some(NamespaceState {
             name: first.name.clone(),
             spec,
             watermark,
+            retired,
         }))
     }
 
@@ -820,6 +824,9 @@ impl Authority for MultiAuthority {
     /// a hard error is taken out of service and the next member is asked.
     async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError> {
         let mut last_error = None;
+        // A member that answered `Retired` decides the answer when no member grants a block:
+        // the namespace was retired, whatever the other members answered.
+        let mut retired = None;
         let spec = self.known_spec(name);
         for i in self.order() {
             let m = &self.members[i];
@@ -850,6 +857,7 @@ impl Authority for MultiAuthority {
                 }
                 Err(e @ StoreError::Unavailable { .. }) => last_error = Some(e),
                 Err(e @ StoreError::Exhausted { .. }) => last_error = Some(e),
+                Err(e @ StoreError::Retired { .. }) => retired = Some(e),
                 Err(e @ StoreError::InvalidCount) => return Err(e),
                 Err(e @ StoreError::UnknownNamespace { .. }) if spec.is_none() => {
                     last_error = Some(e)
@@ -871,14 +879,14 @@ impl Authority for MultiAuthority {
                 }
             }
         }
-        Err(last_error.unwrap_or(StoreError::Unavailable {
+        Err(retired.or(last_error).unwrap_or(StoreError::Unavailable {
             backend: "multi",
             message: "no member in service".into(),
         }))
     }
 
-    /// The namespace as the reachable members record it: the namespace-level spec (offset 0)
-    /// and the highest member watermark.
+    /// The namespace as the reachable members record it: the namespace-level spec (offset 0),
+    /// the highest member watermark, retired when every member reached is.
     async fn state(&self, name: &NamespaceName) -> Result<Option<NamespaceState>, StoreError> {
         let mut states = Vec::new();
         let mut reached = false;
@@ -1185,6 +1193,46 @@ mod tests {
         }
         assert!(multi.health()[0].out_of_service.is_some());
         assert_eq!(Authority::state(&*a, &n).await.unwrap(), None, "re-created");
+    }
+
+    /// A retirement marks every member; until the last is marked (one was down) the others
+    /// still serve and the namespace is not reported retired; afterwards every reservation is
+    /// `Retired`, even with a member down.
+    #[tokio::test]
+    async fn a_retirement_reaches_every_member() {
+        let (a, b) = (
+            Arc::new(Switchable::default()),
+            Arc::new(Switchable::default()),
+        );
+        let multi = multi_of(&[&a, &b]);
+        let n = NamespaceName::new("photos").unwrap();
+        multi.ensure_namespace(&n, spec(2, 0)).await.unwrap();
+        let ceiling = Width::Bits64.max_id() + 1;
+        b.set_down(true);
+        assert!(multi
+            .advance(&n, ceiling, crate::Advance::Retire)
+            .await
+            .unwrap_err()
+            .is_unavailable());
+        b.set_down(false);
+        assert!(Authority::state(&*a, &n).await.unwrap().unwrap().retired);
+        assert!(!multi.state(&n).await.unwrap().unwrap().retired);
+        let served = multi.reserve(&n, 10).await.unwrap();
+        assert_eq!(served.block.start() % 2, 1, "only b serves: {served:?}");
+        let done = multi
+            .advance(&n, ceiling, crate::Advance::Retire)
+            .await
+            .unwrap();
+        assert!(
+            done.state.retired && done.state.watermark == ceiling,
+            "{done:?}"
+        );
+        assert!(multi.list().await.unwrap()[0].retired);
+        for down in [false, true] {
+            a.set_down(down);
+            let err = multi.reserve(&n, 1).await.unwrap_err();
+            assert!(err.is_retired(), "member a down: {down}: {err:?}");
+        }
     }
 
     /// A new namespace is created on every member at once, or not at all.

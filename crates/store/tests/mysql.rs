@@ -60,6 +60,12 @@ mod mysql_tickets_audit {
     fn leases_are_in_the_ledger() {
         run(cases::leases_are_in_the_ledger::<MysqlTicketBackend>());
     }
+
+    /// Ticket mode grants one id per call, which the property allows for.
+    #[test]
+    fn retirement_is_not_exhaustion() {
+        run(cases::retirement_is_not_exhaustion::<MysqlTicketBackend>());
+    }
 }
 
 /// Short enough for the stall test to be quick, long enough for a loaded 2-core machine.
@@ -162,6 +168,34 @@ async fn foreign_rows_are_corrupt() {
         assert!(matches!(err, StoreError::Corrupt { .. }), "{n}: {err:?}");
     }
     assert!(matches!(a.list().await, Err(StoreError::Corrupt { .. })));
+}
+
+/// A namespace table made before the retired mark gains the column at connect, its rows
+/// live; a retirement then marks the row, and a second authority connecting finds the column.
+#[tokio::test]
+async fn a_table_without_the_retired_column_gains_it() {
+    let db = TempDatabase::new();
+    db.sql(
+        "CREATE TABLE idmint_namespaces (name VARCHAR(128) CHARACTER SET ascii COLLATE \
+         ascii_bin NOT NULL PRIMARY KEY, width TINYINT UNSIGNED NOT NULL, first BIGINT UNSIGNED \
+         NOT NULL, step BIGINT UNSIGNED NOT NULL, `offset` BIGINT UNSIGNED NOT NULL, \
+         hi BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB",
+    )
+    .unwrap();
+    db.sql(
+        "INSERT INTO idmint_namespaces (name, width, first, step, `offset`, hi) \
+         VALUES ('old', 32, 1, 1, 0, 11)",
+    )
+    .unwrap();
+    let a = blocks(db.url()).await;
+    let old = name("old");
+    let state = a.state(&old).await.unwrap().unwrap();
+    assert_eq!((state.watermark, state.retired), (11, false));
+    assert_eq!(a.reserve(&old, 1).await.unwrap().block.start(), 11);
+    a.advance(&old, 1 << 31, Advance::Retire).await.unwrap();
+    let again = blocks(db.url()).await;
+    assert!(again.state(&old).await.unwrap().unwrap().retired);
+    assert!(again.reserve(&old, 1).await.unwrap_err().is_retired());
 }
 
 /// An unreachable server is `Unavailable` (without the password in the message); a
@@ -671,8 +705,9 @@ async fn ticket_mode_records_every_id_and_advances_forward_only() {
     let ceiling = 1u64 << 31;
     let retired = a.advance(&ns, ceiling, Advance::Retire).await.unwrap();
     assert_eq!((retired.from, retired.state.watermark), (w + 1002, ceiling));
-    assert!(a.reserve(&ns, 1).await.unwrap_err().is_exhausted());
-    assert!(b.reserve(&ns, 1).await.unwrap_err().is_exhausted());
+    assert!(retired.state.retired);
+    assert!(a.reserve(&ns, 1).await.unwrap_err().is_retired());
+    assert!(b.reserve(&ns, 1).await.unwrap_err().is_retired());
     assert_eq!(
         a.advance(&ns, ceiling, Advance::Retire).await.unwrap().from,
         ceiling

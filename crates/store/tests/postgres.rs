@@ -163,6 +163,35 @@ async fn unreachable_server_is_unavailable_without_leaking_the_password() {
     );
 }
 
+/// A namespace table made before the retired mark gains the column at connect, its rows
+/// live; a retirement then marks the row, durably.
+#[tokio::test]
+async fn a_table_without_the_retired_column_gains_it() {
+    let db = TempDatabase::create().await;
+    let client = db.client().await;
+    let ddl = schema_sql("idmint_namespaces");
+    let (without, _) = ddl
+        .split_once("ALTER TABLE")
+        .expect("the DDL adds the retired column after the CREATE TABLE");
+    client.batch_execute(without).await.unwrap();
+    client
+        .batch_execute(
+            "INSERT INTO idmint_namespaces (name, width, first_id, step, id_offset, watermark) \
+             VALUES ('old', 32, 1, 1, 0, 11)",
+        )
+        .await
+        .unwrap();
+    let a = connect_default(&db).await;
+    let old = name("old");
+    let state = a.state(&old).await.unwrap().unwrap();
+    assert_eq!((state.watermark, state.retired), (11, false));
+    assert_eq!(a.reserve(&old, 1).await.unwrap().block.start(), 11);
+    a.advance(&old, 1 << 31, Advance::Retire).await.unwrap();
+    let again = connect_default(&db).await;
+    assert!(again.state(&old).await.unwrap().unwrap().retired);
+    assert!(again.reserve(&old, 1).await.unwrap_err().is_retired());
+}
+
 /// `schema_sql` is the DDL `connect` runs: a table created from it is used as is, under a
 /// custom (quoted) name; concurrent first connects to an empty database all succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -253,7 +282,7 @@ async fn the_ledger_holds_2_pow_63_and_refuses_foreign_rows() {
     let ceiling = 1u64 << 63;
     let retired = a.advance(&n, ceiling, Advance::Retire).await.unwrap();
     assert_eq!((retired.from, retired.state.watermark), (4, ceiling));
-    assert!(a.reserve(&n, 1).await.unwrap_err().is_exhausted());
+    assert!(a.reserve(&n, 1).await.unwrap_err().is_retired());
     let log = a.audit_log().unwrap();
     let events: Vec<AuditEvent> = log
         .entries(&n, None, 10)

@@ -13,7 +13,8 @@ from typing import Optional
 
 __all__ = [
     "IdmintError", "InvalidNamespace", "UnknownNamespace", "InvalidCount", "InvalidRequest",
-    "InvalidId", "WrongKind", "NamespaceExhausted", "TimeExhausted", "AuthorityUnavailable",
+    "InvalidId", "WrongKind", "NamespaceExhausted", "NamespaceRetired", "TimeExhausted",
+    "AuthorityUnavailable",
     "SettingsConflict", "ShuttingDown", "InternalError", "NamespaceLost", "TooManyNamespaces",
     "NotFound", "MethodNotAllowed", "Unauthorized", "Forbidden", "RateLimited",
     "TooManyStreams", "Unavailable", "Closed", "NodeError", "error_class", "error_for",
@@ -77,6 +78,12 @@ class NamespaceExhausted(IdmintError):
     """A sequence namespace has handed out its last id."""
 
     code = "namespace_exhausted"
+
+
+class NamespaceRetired(IdmintError):
+    """An operator retired the sequence namespace: it hands out no id any more."""
+
+    code = "namespace_retired"
 
 
 class TimeExhausted(IdmintError):
@@ -185,7 +192,8 @@ _BY_CODE: dict[str, type[IdmintError]] = {
     cls.code: cls
     for cls in (
         InvalidNamespace, UnknownNamespace, InvalidCount, InvalidRequest, InvalidId, WrongKind,
-        NamespaceExhausted, TimeExhausted, AuthorityUnavailable, SettingsConflict, ShuttingDown,
+        NamespaceExhausted, NamespaceRetired, TimeExhausted, AuthorityUnavailable,
+        SettingsConflict, ShuttingDown,
         InternalError, NamespaceLost, TooManyNamespaces, NotFound, MethodNotAllowed,
         Unauthorized, Forbidden, RateLimited, TooManyStreams, Unavailable, Closed, NodeError,
     )

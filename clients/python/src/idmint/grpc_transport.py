@@ -83,7 +83,7 @@ def decoded_of(message: Any) -> dict[str, Any]:
     fields = MessageToDict(getattr(message, kind), preserving_proto_field_name=True,
                            always_print_fields_with_no_presence=True)
     fields.pop("bytes", None)
-    for key in ("unix_ms", "worker", "sequence"):
+    for key in ("unix_ms", "worker", "shard", "sequence"):
         if key in fields:
             fields[key] = int(fields[key])
     if kind in ("uuid7", "ulid"):

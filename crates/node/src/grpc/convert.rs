@@ -48,6 +48,7 @@ pub fn decoded(d: api::Decoded) -> proto::Decoded {
             timestamp,
             unix_ms,
             worker,
+            shard,
             sequence,
         } => (
             namespace,
@@ -55,7 +56,10 @@ pub fn decoded(d: api::Decoded) -> proto::Decoded {
                 id,
                 timestamp,
                 unix_ms,
-                worker,
+                node: match (shard, worker) {
+                    (Some(shard), _) => Some(proto::decoded_snowflake::Node::Shard(shard)),
+                    (None, worker) => worker.map(proto::decoded_snowflake::Node::Worker),
+                },
                 sequence,
             }),
         ),
@@ -213,6 +217,7 @@ fn sequence_settings(s: api::SequenceSettings) -> proto::SequenceSettings {
 fn sequence_state(s: api::SequenceState) -> proto::SequenceState {
     proto::SequenceState {
         watermark: s.watermark,
+        retired: s.retired,
         ids_buffered: s.ids_buffered,
         demand_per_second: s.demand_per_second,
         block_size: s.block_size,

@@ -25,7 +25,10 @@ pub fn code_of(e: &IdError) -> Code {
         | IdError::InvalidId(_) => Code::InvalidArgument,
         IdError::UnknownNamespace(_) | IdError::NotCreatedByReads(_) => Code::NotFound,
         // The namespace is not in a state (kind, stored settings) for the operation.
-        IdError::WrongKind(_) | IdError::Conflict(_) => Code::FailedPrecondition,
+        // A retired namespace is in no state to hand out ids, ever again.
+        IdError::WrongKind(_) | IdError::Conflict(_) | IdError::Retired(_) => {
+            Code::FailedPrecondition
+        }
         // The namespace's ids, a layout's time or the node's namespaces have run out.
         IdError::Exhausted { .. }
         | IdError::TimeExhausted(_)
@@ -79,6 +82,7 @@ mod tests {
                 },
                 Code::ResourceExhausted,
             ),
+            (IdError::Retired("x".into()), Code::FailedPrecondition),
             (IdError::ShuttingDown, Code::Unavailable),
             (
                 IdError::Lost {

@@ -48,6 +48,8 @@ pub fn status_of(e: &IdError) -> StatusCode {
         | IdError::TimeExhausted(_)
         | IdError::Conflict(_)
         | IdError::TooManyNamespaces { .. } => StatusCode::CONFLICT,
+        // Gone for good: an operator retired it; no retry will succeed.
+        IdError::Retired(_) => StatusCode::GONE,
         IdError::TooManyStreams(_) => StatusCode::TOO_MANY_REQUESTS,
         IdError::Unavailable { .. } | IdError::ShuttingDown | IdError::NoLeader { .. } => {
             StatusCode::SERVICE_UNAVAILABLE
@@ -118,6 +120,7 @@ mod tests {
                 },
                 409,
             ),
+            (IdError::Retired("x".into()), 410),
             (IdError::ShuttingDown, 503),
             (IdError::Internal("x".into()), 500),
             (IdError::Unauthorized("x".into()), 401),

@@ -312,6 +312,7 @@ pub(crate) async fn serve(State(node): State<Arc<Node>>) -> Response {
         (status = 400, description = "`invalid_namespace`, `invalid_count` or `invalid_request`", body = ErrorBody),
         (status = 404, description = "`unknown_namespace`: no such namespace and `auto_create` is off", body = ErrorBody),
         (status = 409, description = "`namespace_exhausted`, `time_exhausted`, `settings_conflict` or `too_many_namespaces`", body = ErrorBody),
+        (status = 410, description = "`namespace_retired`: an operator retired the namespace (`idmint admin retire`); it hands out no id any more", body = ErrorBody),
         (status = 414, description = "`invalid_request`: the request target is longer than 8 KiB", body = ErrorBody),
         (status = 500, description = "`internal_error` or `namespace_lost`: the namespace stopped serving", body = ErrorBody),
         (status = 503, description = "`authority_unavailable` or `shutting_down`", body = ErrorBody),
@@ -342,6 +343,7 @@ fn get_ids() {}
         (status = 400, description = "`invalid_namespace`, `invalid_count` or `invalid_request`", body = ErrorBody),
         (status = 404, description = "`unknown_namespace`: no such namespace and `auto_create` is off", body = ErrorBody),
         (status = 409, description = "`wrong_kind` (not a sequence namespace), `namespace_exhausted`, `settings_conflict` or `too_many_namespaces`", body = ErrorBody),
+        (status = 410, description = "`namespace_retired`: an operator retired the namespace (`idmint admin retire`); it hands out no id any more", body = ErrorBody),
         (status = 414, description = "`invalid_request`: the request target is longer than 8 KiB", body = ErrorBody),
         (status = 500, description = "`internal_error` or `namespace_lost`: the namespace stopped serving", body = ErrorBody),
         (status = 503, description = "`authority_unavailable` or `shutting_down`", body = ErrorBody),
@@ -426,8 +428,10 @@ fn rebase() {}
     operation_id = "retire",
     summary = "Retire a sequence namespace for good",
     description = "Forward-only and final: the watermark moves past the namespace's largest id, \
-                   so every later request for its ids is `namespace_exhausted`; its record stays, \
-                   so it is never created again. Recorded in the authority's audit ledger. \
+                   and the namespace is marked retired in the same write, so every later request \
+                   for its ids is `namespace_retired` (410; not `namespace_exhausted`, which \
+                   stays the answer of a namespace whose ids ran out) and its state says \
+                   `retired`; its record stays, so it is never created again. Recorded in the authority's audit ledger. \
                    Repeatable. No request body, no parameters.",
     params(
         ("namespace" = String, Path, description = "1-128 of `[A-Za-z0-9_.:-]`, starting with a letter or digit",

@@ -436,7 +436,8 @@ impl Node {
                 }
                 other => authority_error(name, other),
             })?;
-        let burned = seq.supply().advanced(to);
+        let retired = advanced.state.retired;
+        let burned = seq.supply().advanced(to, retired);
         tracing::warn!(namespace = %name, action = verb, from = advanced.from,
             watermark = advanced.state.watermark, burned, "watermark moved by an operator");
         Ok(idmint_api::AdvanceResponse {
@@ -445,7 +446,7 @@ impl Node {
             previous_watermark: advanced.from,
             watermark: advanced.state.watermark,
             burned,
-            retired: advanced.state.watermark > spec.width().max_id(),
+            retired,
         })
     }
 
@@ -566,6 +567,7 @@ fn authority_error(name: &str, e: StoreError) -> IdError {
             name: name.to_string(),
             reason: e.to_string(),
         },
+        StoreError::Retired { .. } => IdError::Retired(name.to_string()),
         other => IdError::Unavailable {
             name: name.to_string(),
             reason: other.to_string(),

@@ -130,7 +130,7 @@ impl Node {
             Ok(Some(state)) => Ok(NamespaceView::Stored(StoredSequence::new(
                 name,
                 IdSpace::new(state.spec, self.authority.residues(&state.spec)),
-                state.watermark,
+                (state.watermark, state.retired),
                 crate::config::fit_cache(self.config.default_sequence.1, &state.spec),
             ))),
             Ok(None) => Err(IdError::UnknownNamespace(name.to_string())),
@@ -296,7 +296,11 @@ impl Node {
                 }
                 other => authority_error(name.as_str(), other),
             })?;
-        Ok(self.sequence_on(name, spec, cache, state.watermark))
+        let ns = self.sequence_on(name, spec, cache, state.watermark);
+        if state.retired {
+            ns.supply().note_retired();
+        }
+        Ok(ns)
     }
 
     /// A sequence namespace on the authority, known to exist there at `watermark` or above.

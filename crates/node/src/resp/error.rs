@@ -13,6 +13,7 @@
 //! | `unknown_namespace` | `NONAMESPACE` |
 //! | `wrong_kind` | `WRONGKIND` |
 //! | `namespace_exhausted`, `time_exhausted` | `EXHAUSTED` |
+//! | `namespace_retired` | `RETIRED` |
 //! | `authority_unavailable` | `UNAVAILABLE` |
 //! | `settings_conflict` | `CONFLICT` |
 //! | `too_many_namespaces` | `LIMIT` |
@@ -36,6 +37,7 @@ pub fn code_of(e: &IdError) -> &'static str {
         IdError::UnknownNamespace(_) | IdError::NotCreatedByReads(_) => "NONAMESPACE",
         IdError::WrongKind(_) => "WRONGKIND",
         IdError::Exhausted { .. } | IdError::TimeExhausted(_) => "EXHAUSTED",
+        IdError::Retired(_) => "RETIRED",
         IdError::Unavailable { .. } => "UNAVAILABLE",
         IdError::Conflict(_) => "CONFLICT",
         IdError::TooManyNamespaces { .. } | IdError::TooManyStreams(_) => "LIMIT",
@@ -72,6 +74,11 @@ mod tests {
                     bits: 32,
                 },
                 "EXHAUSTED namespace \"small\" is exhausted: every 32-bit id has been handed out",
+            ),
+            (
+                IdError::Retired("old".into()),
+                "RETIRED namespace \"old\" is retired: it hands out no id any more \
+                 (idmint admin retire)",
             ),
             (IdError::ShuttingDown, "SHUTDOWN the node is shutting down"),
             (IdError::WrongKind("x".into()), "WRONGKIND x"),

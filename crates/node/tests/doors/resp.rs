@@ -22,6 +22,7 @@ pub fn codes_of(word: &str) -> Vec<ErrorCode> {
         "NONAMESPACE" => vec![UnknownNamespace],
         "WRONGKIND" => vec![WrongKind],
         "EXHAUSTED" => vec![NamespaceExhausted, TimeExhausted],
+        "RETIRED" => vec![NamespaceRetired],
         "UNAVAILABLE" => vec![AuthorityUnavailable],
         "CONFLICT" => vec![SettingsConflict],
         "LIMIT" => vec![TooManyNamespaces, TooManyStreams],

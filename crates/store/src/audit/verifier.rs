@@ -370,6 +370,7 @@ mod tests {
             name: ns("a"),
             spec: SequenceSpec::default_64(),
             watermark,
+            retired: false,
         }
     }
 

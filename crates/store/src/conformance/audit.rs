@@ -198,7 +198,7 @@ pub async fn advance_is_forward_only_and_recorded(a: Arc<dyn Authority>) {
     let retired = a.advance(&name, ceiling, Advance::Retire).await.unwrap();
     assert_eq!(retired.state.watermark, ceiling, "[{kind}]");
     assert!(
-        a.reserve(&name, 1).await.unwrap_err().is_exhausted(),
+        a.reserve(&name, 1).await.unwrap_err().is_retired(),
         "[{kind}] a retired namespace grants nothing"
     );
     let again = a.advance(&name, ceiling, Advance::Retire).await.unwrap();

@@ -61,6 +61,7 @@ mod backend;
 pub mod faults;
 #[cfg(feature = "conformance")]
 pub mod leases;
+pub mod retired;
 mod switched;
 pub use switched::SwitchedAuthority;
 
@@ -764,6 +765,7 @@ where
         unknown_namespace_and_bad_count_are_errors(a.clone()).await;
         list_is_sorted(a).await;
     }
+    retired::retirement_is_not_exhaustion(&open).await;
     watermark_survives_reopen(open).await;
 }
 
@@ -797,6 +799,7 @@ pub mod cases {
         a_renewal_never_takes_over_another_holders_lease, an_expired_lease_is_taken_over,
         leases_never_overlap, reading_a_group_changes_nothing,
     };
+    pub use super::retired::cases::retirement_is_not_exhaustion;
     use super::Backend;
 
     /// [`super::concurrent_reservations_never_overlap`] on one authority.
@@ -954,6 +957,7 @@ macro_rules! conformance_tests {
             watermark_survives_reopen,
             give_back_is_compare_and_swap,
             bits32_exhaustion_is_an_error,
+            retirement_is_not_exhaustion,
             step_and_offset_are_respected,
             odd_and_even_stores_never_collide,
             ensure_namespace_is_idempotent,

@@ -12,6 +12,14 @@
 //! idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=1001
 //! ```
 //!
+//! A retired namespace's line ends in one more field, ` retired`, written by the same put that
+//! moves its watermark past the largest id (a live one's line is unchanged, so older versions
+//! still read it):
+//!
+//! ```text
+//! idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=9223372036854775808 retired
+//! ```
+//!
 //! The fields are always all present, in this order, separated by single spaces, numbers in
 //! decimal without sign or leading zeros. A value is valid when it is exactly the canonical
 //! encoding of a state whose spec `SequenceSpec::new(width, first, step, offset)` accepts and
@@ -222,12 +230,13 @@ pub(super) fn decode_incarnation(bytes: &[u8]) -> Result<Incarnation, StoreError
 pub(super) fn encode(state: &NamespaceState) -> String {
     let spec = &state.spec;
     format!(
-        "{FORMAT} bits={} first={} step={} offset={} watermark={}",
+        "{FORMAT} bits={} first={} step={} offset={} watermark={}{}",
         spec.width().bits(),
         spec.first(),
         spec.step(),
         spec.offset(),
-        state.watermark
+        state.watermark,
+        if state.retired { " retired" } else { "" }
     )
 }
 
@@ -259,15 +268,20 @@ pub(super) fn decode(name: &NamespaceName, raw: &[u8]) -> Result<NamespaceState,
         field("offset")?,
         field("watermark")?,
     );
+    let retired = match fields.next() {
+        None => false,
+        Some("retired") => true,
+        Some(other) => return Err(corrupt(format!("unknown field {other:?} after watermark"))),
+    };
     if fields.next().is_some() {
-        return Err(corrupt("has fields after watermark".to_owned()));
+        return Err(corrupt("has fields after retired".to_owned()));
     }
     let width = u32::try_from(bits)
         .ok()
         .and_then(Width::from_bits)
         .ok_or_else(|| corrupt(format!("width {bits} is neither 32 nor 64")))?;
-    let state =
-        ops::stored_state(name.clone(), width, first, step, offset, watermark).map_err(corrupt)?;
+    let state = ops::stored_state(name.clone(), width, first, step, offset, watermark, retired)
+        .map_err(corrupt)?;
     if encode(&state) != text {
         return Err(corrupt(format!("{text:?} is not in canonical form")));
     }
@@ -297,6 +311,7 @@ mod tests {
                     name: name(),
                     spec,
                     watermark,
+                    retired: false,
                 };
                 assert_eq!(decode(&name(), encode(&state).as_bytes()).unwrap(), state);
             }
@@ -305,11 +320,35 @@ mod tests {
             name: name(),
             spec: SequenceSpec::default_64(),
             watermark: 1001,
+            retired: false,
         };
         assert_eq!(
             encode(&state),
             "idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=1001"
         );
+        let retired = NamespaceState {
+            watermark: 1 << 63,
+            retired: true,
+            ..state.clone()
+        };
+        assert_eq!(
+            encode(&retired),
+            "idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=9223372036854775808 retired"
+        );
+        assert_eq!(
+            decode(&name(), encode(&retired).as_bytes()).unwrap(),
+            retired
+        );
+        // Retired below the ceiling, or an unknown trailing field, is corrupt.
+        for bad in [
+            "idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=1001 retired",
+            "idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=1001 gone",
+        ] {
+            assert!(matches!(
+                decode(&name(), bad.as_bytes()),
+                Err(StoreError::Corrupt { .. })
+            ));
+        }
     }
 
     #[test]

@@ -116,12 +116,11 @@ impl Authority for FileAuthority {
     ) -> Result<Advanced, StoreError> {
         let key = name.clone();
         self.update(name, move |current| {
-            let mut state = current.ok_or(StoreError::UnknownNamespace { name: key })?;
+            let state = current.ok_or(StoreError::UnknownNamespace { name: key })?;
             let from = state.watermark;
-            match ops::advance(&state, to)? {
-                Some(watermark) => {
-                    state.watermark = watermark;
-                    let event = ops::advance_event(why, from, watermark);
+            match ops::advance(&state, to, why)? {
+                Some(state) => {
+                    let event = ops::advance_event(why, from, state.watermark);
                     Ok((Some(state.clone()), Some(event), Advanced { from, state }))
                 }
                 None => Ok((None, None, Advanced { from, state })),

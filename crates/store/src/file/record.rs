@@ -1,24 +1,29 @@
-//! The file authority's tables and the byte layout of their records (version 1). Pure
+//! The file authority's tables and the byte layout of their records (versions 1 and 2). Pure
 //! functions: encoding, and decoding that validates (a record this version did not write is
 //! [`StoreError::Corrupt`], never a panic).
 //!
-//! ## On-disk format (version 1)
+//! ## On-disk format (versions 1 and 2)
 //!
 //! One redb table, `idmint.namespaces.v1`, keyed by the namespace name (`&str`, so redb keeps
-//! it sorted by name), whose values are 34 bytes:
+//! it sorted by name), whose values are 34 bytes (version 1, a live namespace) or 35 (version
+//! 2, a retired one):
 //!
 //! | bytes  | field                                        |
 //! |--------|----------------------------------------------|
-//! | 0      | record format version, `1`                   |
+//! | 0      | record format version, `1` or `2`            |
 //! | 1      | width in bits, `32` or `64`                  |
 //! | 2..10  | `first`, u64 big-endian                      |
 //! | 10..18 | `step`, u64 big-endian                       |
 //! | 18..26 | `offset`, u64 big-endian                     |
 //! | 26..34 | watermark, u64 big-endian                    |
+//! | 34     | version 2 only: flags, `1` = retired         |
+//!
+//! The retired mark lives in the record whose watermark the retirement moves, so both are one
+//! write; a live namespace keeps the version-1 record older idmint versions read.
 //!
 //! A record is valid when its length and version match, the name is a valid
 //! [`NamespaceName`], `SequenceSpec::new(width, first, step, offset)` accepts the spec, and
-//! `first <= watermark <= max_id + 1`.
+//! `first <= watermark <= max_id + 1` (exactly `max_id + 1` when retired).
 //!
 //! `idmint.meta.v1` (`&str` keys and values) holds the store's incarnation under the key
 //! `incarnation` ([`crate::incarnation`]), written once.
@@ -35,6 +40,9 @@ pub(super) const NAMESPACES: TableDefinition<&str, &[u8]> =
     TableDefinition::new("idmint.namespaces.v1");
 const RECORD_VERSION: u8 = 1;
 const RECORD_LEN: usize = 34;
+/// The version of a retired namespace's record: one flags byte more.
+const RETIRED_VERSION: u8 = 2;
+const RETIRED_FLAG: u8 = 1;
 pub(super) const LEASE_GROUPS: TableDefinition<&str, &[u8]> =
     TableDefinition::new("idmint.lease_groups.v1");
 pub(super) const WORKER_LEASES: TableDefinition<(&str, u64), &[u8]> =
@@ -136,9 +144,9 @@ fn u64_at(bytes: &[u8], i: usize) -> u64 {
     u64::from_be_bytes(b)
 }
 
-pub(super) fn encode(state: &NamespaceState) -> [u8; RECORD_LEN] {
+pub(super) fn encode(state: &NamespaceState) -> Vec<u8> {
     let spec = &state.spec;
-    let mut out = [0u8; RECORD_LEN];
+    let mut out = vec![0u8; RECORD_LEN];
     out[0] = RECORD_VERSION;
     // Width::bits() is 32 or 64: it fits a byte.
     out[1] = if spec.width() == Width::Bits32 {
@@ -150,6 +158,10 @@ pub(super) fn encode(state: &NamespaceState) -> [u8; RECORD_LEN] {
     out[10..18].copy_from_slice(&spec.step().to_be_bytes());
     out[18..26].copy_from_slice(&spec.offset().to_be_bytes());
     out[26..34].copy_from_slice(&state.watermark.to_be_bytes());
+    if state.retired {
+        out[0] = RETIRED_VERSION;
+        out.push(RETIRED_FLAG);
+    }
     out
 }
 
@@ -158,17 +170,25 @@ pub(super) fn decode(key: &str, bytes: &[u8]) -> Result<NamespaceState, StoreErr
         message: format!("namespace {key:?}: {what}"),
     };
     let name = NamespaceName::new(key).map_err(|e| corrupt(format!("invalid name: {e}")))?;
-    let bytes: &[u8; RECORD_LEN] = bytes.try_into().map_err(|_| {
-        corrupt(format!(
-            "record is {} bytes long, expected {RECORD_LEN}",
-            bytes.len()
-        ))
-    })?;
-    if bytes[0] != RECORD_VERSION {
+    let (len, retired) = match bytes.first() {
+        Some(&RECORD_VERSION) => (RECORD_LEN, false),
+        Some(&RETIRED_VERSION) => (RECORD_LEN + 1, true),
+        Some(v) => {
+            return Err(corrupt(format!(
+                "record format version {v} is neither {RECORD_VERSION} nor {RETIRED_VERSION} \
+                 (written by another idmint version?)"
+            )))
+        }
+        None => return Err(corrupt("record is empty".into())),
+    };
+    if bytes.len() != len {
         return Err(corrupt(format!(
-            "record format version {} is not {RECORD_VERSION} (written by another idmint version?)",
-            bytes[0]
+            "record is {} bytes long, expected {len}",
+            bytes.len()
         )));
+    }
+    if retired && bytes[RECORD_LEN] != RETIRED_FLAG {
+        return Err(corrupt(format!("unknown flags {}", bytes[RECORD_LEN])));
     }
     let width = Width::from_bits(u32::from(bytes[1]))
         .ok_or_else(|| corrupt(format!("width {} is neither 32 nor 64", bytes[1])))?;
@@ -178,7 +198,7 @@ pub(super) fn decode(key: &str, bytes: &[u8]) -> Result<NamespaceState, StoreErr
         u64::from_be_bytes(b)
     };
     let (first, step, offset, watermark) = (u64_at(2), u64_at(10), u64_at(18), u64_at(26));
-    ops::stored_state(name, width, first, step, offset, watermark).map_err(corrupt)
+    ops::stored_state(name, width, first, step, offset, watermark, retired).map_err(corrupt)
 }
 
 #[cfg(test)]
@@ -192,6 +212,7 @@ mod tests {
             name: NamespaceName::new(name).unwrap(),
             spec,
             watermark,
+            retired: false,
         }
     }
 
@@ -207,6 +228,13 @@ mod tests {
                 let s = state("photos", spec, watermark);
                 assert_eq!(decode("photos", &encode(&s)).unwrap(), s);
             }
+            let retired = NamespaceState {
+                retired: true,
+                ..state("photos", spec, spec.width().max_id() + 1)
+            };
+            let bytes = encode(&retired);
+            assert_eq!((bytes[0], bytes.len()), (2, 35));
+            assert_eq!(decode("photos", &bytes).unwrap(), retired);
         }
     }
 
@@ -224,12 +252,16 @@ mod tests {
             b[i] = v;
             cases.push(b);
         };
-        bad(0, 2); // version
+        bad(0, 3); // version
+        bad(0, 2); // version 2 is 35 bytes long
         bad(1, 16); // width
         bad(17, 0); // step 0
         bad(25, 9); // offset >= step
         bad(33, 9); // watermark below first
         bad(26, 0xff); // watermark far above the 32-bit ceiling
+        let mut retired_below = [&good[..], &[1]].concat();
+        retired_below[0] = 2; // retired, but the watermark is not past the largest id
+        cases.push(retired_below);
         for case in &cases {
             assert!(
                 matches!(decode("n", case), Err(StoreError::Corrupt { .. })),

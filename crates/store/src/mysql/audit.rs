@@ -41,18 +41,18 @@ pub(super) fn insert_select(t: &AuditTable) -> String {
     )
 }
 
-/// Inside `tx`: the ledger entry of a forward-only move of `name`'s watermark from `from` to
-/// `target` (`event`), then the outcome an `advance` answers.
+/// Inside `tx`: the ledger entry of a forward-only move of `name`'s watermark (`event`) to
+/// the state `target`, then the outcome an `advance` answers.
 pub(super) async fn record_advance(
     tx: &mut mysql_async::Transaction<'_>,
     t: &AuditTable,
     name: &NamespaceName,
     event: AuditEvent,
-    state: crate::NamespaceState,
+    target: crate::NamespaceState,
 ) -> Result<(bool, crate::Advanced), StoreError> {
-    let (from, target) = event.numbers();
+    let (from, to) = event.numbers();
     tx.query_drop(format!(
-        "{} {}, {}, '{}', {from}, {target}, {}",
+        "{} {}, {}, '{}', {from}, {to}, {}",
         insert_select(t),
         super::literal(name),
         super::sql::NOW_MS,
@@ -65,10 +65,7 @@ pub(super) async fn record_advance(
         true,
         crate::Advanced {
             from,
-            state: crate::NamespaceState {
-                watermark: target,
-                ..state
-            },
+            state: target,
         },
     ))
 }

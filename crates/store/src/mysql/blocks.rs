@@ -17,10 +17,11 @@ use super::leases::{self, Tables};
 use super::meta::{self, MetaTable};
 use super::sql::{
     namespace_table_sql, quote_identifier, text_literal, valid_identifier, AuditTable, LeaseTables,
-    NOW_MS,
+    NOW_MS, RETIRED_COLUMN,
 };
 use super::{
-    col, driver_error, execute, invalid_setup, literal, query, unavailable, SpecCache, KIND,
+    col, driver_error, execute, invalid_setup, literal, query, server_code, unavailable, SpecCache,
+    ER_DUP_FIELDNAME, KIND,
 };
 use crate::audit::{Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 use crate::config::MysqlConfig;
@@ -76,6 +77,15 @@ impl MysqlAuthority {
             config.table
         );
         let ddl = namespace_table_sql(&config.table);
+        let has_retired = format!(
+            "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() \
+             AND TABLE_NAME = '{}' AND COLUMN_NAME = 'retired'",
+            config.table
+        );
+        let add_retired = format!(
+            "ALTER TABLE {} ADD COLUMN {RETIRED_COLUMN}",
+            quote_identifier(&config.table)
+        );
         let lease_tables = LeaseTables::for_table(&config.table);
         let audit_table = AuditTable::for_table(&config.table);
         let meta_table = MetaTable::for_table(&config.table);
@@ -87,6 +97,14 @@ impl MysqlAuthority {
                 match rows.first().map(|row| col::<u64>(row, 0, "COUNT(*)")) {
                     Some(Ok(n)) if n > 0 => {}
                     _ => drop(execute(&mut s.conn, &ddl).await?),
+                }
+                let rows = query(&mut s.conn, &has_retired).await?;
+                if let Some(Ok(0)) = rows.first().map(|row| col::<u64>(row, 0, "COUNT(*)")) {
+                    match s.conn.query_drop(&add_retired).await {
+                        // Another process added it first.
+                        Err(e) if server_code(&e) == Some(ER_DUP_FIELDNAME) => {}
+                        other => other.map_err(|e| driver_error("adding the retired column", e))?,
+                    }
                 }
                 audit::ensure_table(&mut s.conn, &audit_table).await?;
                 meta::ensure_table(&mut s.conn, &meta_table).await?;
@@ -114,7 +132,7 @@ impl MysqlAuthority {
             None => " ORDER BY name".into(),
         };
         format!(
-            "SELECT name, width, first, step, `offset`, hi FROM {}{filter}",
+            "SELECT name, width, first, step, `offset`, hi, retired FROM {}{filter}",
             self.table
         )
     }
@@ -149,7 +167,7 @@ impl MysqlAuthority {
         format!(
             "UPDATE {table} SET hi = LAST_INSERT_ID(CAST({start} AS UNSIGNED)) \
              + LEAST({more}, ({max} - {start}) DIV step) * step + 1 \
-             WHERE name = {name} AND {start} <= {max}",
+             WHERE name = {name} AND retired = 0 AND {start} <= {max}",
             table = self.table,
             name = literal(name),
         )
@@ -244,6 +262,7 @@ impl MysqlAuthority {
             name: name.clone(),
             spec,
             watermark: tail.end(),
+            retired: false,
         };
         let lowered = match ops::give_back(&assumed, tail)? {
             Ok(lowered) => lowered,
@@ -251,7 +270,8 @@ impl MysqlAuthority {
         };
         let sql = format!(
             "START TRANSACTION; \
-             UPDATE {table} SET hi = {lowered} WHERE name = {name} AND hi = {end}; \
+             UPDATE {table} SET hi = {lowered} WHERE name = {name} AND hi = {end} \
+             AND retired = 0; \
              SET @idmint_n = ROW_COUNT(); \
              {insert} {name}, {NOW_MS}, 'given_back', {lowered}, {end}, {holder} FROM DUAL \
              WHERE @idmint_n = 1; \
@@ -275,14 +295,13 @@ impl MysqlAuthority {
                     self.specs.forget(name);
                     return Err(StoreError::UnknownNamespace { name: name.clone() });
                 }
-                // Back at the tail's end since the CAS (a give-back and a new reservation in
-                // between): try again.
-                Some(state) if state.watermark == tail.end() => continue,
-                Some(state) => {
-                    return Ok(GiveBack::Refused {
-                        watermark: state.watermark,
-                    })
-                }
+                Some(state) => match ops::give_back(&state, tail)? {
+                    // Back at the tail's end since the CAS (a give-back and a new reservation
+                    // in between): try again.
+                    Ok(_) => continue,
+                    // Moved on, or retired.
+                    Err(refused) => return Ok(refused),
+                },
             }
         }
         Err(unavailable(format!(
@@ -314,18 +333,20 @@ impl MysqlAuthority {
             };
             let state = decode_block_row(row)?;
             let from = state.watermark;
-            let Some(target) = ops::advance(&state, to)? else {
+            let Some(target) = ops::advance(&state, to, why)? else {
                 return Ok((false, Advanced { from, state }));
             };
-            let event = ops::advance_event(why, from, target);
+            let event = ops::advance_event(why, from, target.watermark);
             tx.query_drop(format!(
-                "UPDATE {} SET hi = {target} WHERE name = {}",
+                "UPDATE {} SET hi = {}, retired = {} WHERE name = {}",
                 self.table,
+                target.watermark,
+                u8::from(target.retired),
                 literal(name)
             ))
             .await
             .map_err(|e| driver_error("advancing the watermark", e))?;
-            super::audit::record_advance(&mut tx, &self.audit, name, event, state).await
+            super::audit::record_advance(&mut tx, &self.audit, name, event, target).await
         }
         .await;
         super::audit::finish_advance(tx, out).await
@@ -380,7 +401,7 @@ pub(super) fn changed_and_value(rows: &[Row], what: &str) -> Result<(u64, u64), 
     ))
 }
 
-/// A block-mode row: `name, width, first, step, offset, hi`.
+/// A block-mode row: `name, width, first, step, offset, hi, retired`.
 fn decode_block_row(row: &Row) -> Result<NamespaceState, StoreError> {
     let key: String = col(row, 0, "namespaces.name")?;
     let corrupt = |what: String| StoreError::Corrupt {
@@ -394,7 +415,12 @@ fn decode_block_row(row: &Row) -> Result<NamespaceState, StoreError> {
     let step: u64 = col(row, 3, "namespaces.step")?;
     let offset: u64 = col(row, 4, "namespaces.offset")?;
     let watermark: u64 = col(row, 5, "namespaces.hi")?;
-    ops::stored_state(name, width, first, step, offset, watermark).map_err(corrupt)
+    let retired = match col::<u8>(row, 6, "namespaces.retired")? {
+        0 => false,
+        1 => true,
+        n => return Err(corrupt(format!("retired mark {n} is neither 0 nor 1"))),
+    };
+    ops::stored_state(name, width, first, step, offset, watermark, retired).map_err(corrupt)
 }
 
 #[async_trait]

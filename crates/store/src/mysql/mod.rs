@@ -27,9 +27,15 @@
 //!   first    BIGINT UNSIGNED NOT NULL,
 //!   step     BIGINT UNSIGNED NOT NULL,
 //!   `offset` BIGINT UNSIGNED NOT NULL,
-//!   hi       BIGINT UNSIGNED NOT NULL    -- the watermark
+//!   hi       BIGINT UNSIGNED NOT NULL,   -- the watermark
+//!   retired  TINYINT UNSIGNED NOT NULL DEFAULT 0
 //! ) ENGINE=InnoDB
 //! ```
+//!
+//! `retired` is `1` once the namespace is retired (`idmint admin retire`): the `UPDATE` that
+//! moves `hi` past the largest id sets it, so both are one write; a reservation and a
+//! give-back never change a retired row. A table made without the column gains it at connect
+//! (`ALTER TABLE … ADD COLUMN`, when `information_schema.COLUMNS` lacks it), every row live.
 //!
 //! - `reserve`: one statement (sent with its ledger entry in one transaction, see "The audit
 //!   ledger" below) that computes the block in SQL (DECIMAL arithmetic, so nothing overflows
@@ -73,6 +79,9 @@
 //!   an authority returns fewer ids than asked before the id space ends, so ticket mode is for
 //!   namespaces served without a cache (callers ask for `count = 1`). An id above the width's
 //!   maximum is never returned: [`StoreError::Exhausted`].
+//! - A retirement's marker row has the stub `'x'` (id `max + 1 - 1`, in the transaction that
+//!   raises the counter past the largest id): a namespace is retired while its table holds one,
+//!   and a `REPLACE` past the maximum then answers [`StoreError::Retired`], not `Exhausted`.
 //! - The server's `@@auto_increment_increment` and `@@auto_increment_offset` are read once per
 //!   connection; a namespace is served only if they are its step and offset (idmint offset `0`
 //!   of step `n` is MySQL's offset `n`). Otherwise `ensure_namespace` and `reserve` are
@@ -273,6 +282,9 @@ pub(super) const ER_NO_SUCH_TABLE: u16 = 1146;
 
 /// ER_LOCK_DEADLOCK: InnoDB rolled the transaction back.
 pub(super) const ER_LOCK_DEADLOCK: u16 = 1213;
+
+/// ER_DUP_FIELDNAME: the column exists.
+pub(super) const ER_DUP_FIELDNAME: u16 = 1060;
 
 /// A namespace name as an SQL string literal. Names are letters, digits, `_`, `-`, `.` and `:`
 /// only ([`NamespaceName`]), so nothing needs escaping; quotes and backslashes are escaped

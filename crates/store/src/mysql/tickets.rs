@@ -222,11 +222,14 @@ impl MysqlTicketAuthority {
                 message: format!("table {table} holds namespace {stored}, not {name}"),
             });
         }
-        let sql = format!("SELECT MAX(id) FROM {}", quote_identifier(&table));
+        let sql = format!(
+            "SELECT MAX(id), COUNT(stub = '{RETIRED_STUB}' OR NULL) FROM {}",
+            quote_identifier(&table)
+        );
         let rows = query(conn, &sql).await?;
-        let max_id: Option<u64> = match rows.first() {
-            Some(row) => col(row, 0, "MAX(id)")?,
-            None => None,
+        let (max_id, retired): (Option<u64>, u64) = match rows.first() {
+            Some(row) => (col(row, 0, "MAX(id)")?, col(row, 1, "retired marks")?),
+            None => (None, 0),
         };
         self.tickets.put(
             name,
@@ -235,7 +238,13 @@ impl MysqlTicketAuthority {
                 table: quote_identifier(&table),
             },
         );
-        Ok(Some(ticket_state(name.clone(), spec, counter, max_id)))
+        Ok(Some(ticket_state(
+            name.clone(),
+            spec,
+            counter,
+            max_id,
+            retired > 0,
+        )))
     }
 
     async fn ticket_on(
@@ -294,7 +303,8 @@ impl MysqlTicketAuthority {
              {insert} {name}, {NOW_MS}, 'granted', @idmint_id, @idmint_id + 1, {holder} \
              FROM DUAL WHERE @idmint_id BETWEEN {first} AND {max} \
              AND MOD(@idmint_id, {step}) = {offset}; \
-             COMMIT; SELECT 1, @idmint_id",
+             COMMIT; SELECT (SELECT COUNT(*) FROM {table} WHERE stub = '{RETIRED_STUB}'), \
+             @idmint_id",
             table = ticket.table,
             insert = insert_select(&self.audit),
             name = literal(name),
@@ -314,7 +324,10 @@ impl MysqlTicketAuthority {
             }
             Err(e) => return Err(driver_error("REPLACE", e).into()),
         };
-        let (_, id) = changed_and_value(&rows, "REPLACE")?;
+        let (retired, id) = changed_and_value(&rows, "REPLACE")?;
+        if id > max && retired > 0 {
+            return Err(StoreError::Retired { name: name.clone() }.into());
+        }
         if id > max {
             // Burned, never returned: the id space of this width is over.
             return Err(StoreError::Exhausted {
@@ -387,7 +400,7 @@ impl MysqlTicketAuthority {
             .map_err(|e| driver_error("START TRANSACTION", e))?;
         let out = async {
             let rows: Vec<Row> = match tx
-                .query(format!("SELECT id FROM {} FOR UPDATE", ticket.table))
+                .query(format!("SELECT id, stub FROM {} FOR UPDATE", ticket.table))
                 .await
             {
                 Ok(rows) => rows,
@@ -402,6 +415,9 @@ impl MysqlTicketAuthority {
                 let id: u64 = col(row, 0, "ticket id")?;
                 max_id = Some(max_id.map_or(id, |m| m.max(id)));
             }
+            let retired = rows
+                .iter()
+                .any(|row| col::<String>(row, 1, "stub").ok().as_deref() == Some(RETIRED_STUB));
             let rows: Vec<Row> = tx
                 .query(format!(
                     "SELECT AUTO_INCREMENT FROM information_schema.TABLES \
@@ -413,21 +429,23 @@ impl MysqlTicketAuthority {
                 Some(row) => col(row, 0, "AUTO_INCREMENT")?,
                 None => None,
             };
-            let state = ticket_state(name.clone(), ticket.spec, counter, max_id);
+            let state = ticket_state(name.clone(), ticket.spec, counter, max_id, retired);
             let from = state.watermark;
-            let Some(target) = ops::advance(&state, to)? else {
+            let Some(target) = ops::advance(&state, to, why)? else {
                 return Ok((false, Advanced { from, state }));
             };
-            let event = ops::advance_event(why, from, target);
-            // target > from > MAX(id): the marker's id is new and above every ticket.
+            let event = ops::advance_event(why, from, target.watermark);
+            // target >= from > MAX(id), or a retirement's id one below the ceiling: either
+            // way at or above every ticket id of the class.
+            let stub = if target.retired { RETIRED_STUB } else { "r" };
             tx.query_drop(format!(
-                "REPLACE INTO {} (id, stub) VALUES ({}, 'r')",
+                "REPLACE INTO {} (id, stub) VALUES ({}, '{stub}')",
                 ticket.table,
-                target - 1
+                target.watermark - 1
             ))
             .await
             .map_err(|e| driver_error("raising the ticket counter", e))?;
-            super::audit::record_advance(&mut tx, &self.audit, name, event, state).await
+            super::audit::record_advance(&mut tx, &self.audit, name, event, target).await
         }
         .await;
         super::audit::finish_advance(tx, out).await
@@ -481,32 +499,44 @@ impl MysqlTicketAuthority {
         let union = found
             .iter()
             .enumerate()
-            .map(|(i, (table, ..))| format!("SELECT {i}, MAX(id) FROM {}", quote_identifier(table)))
+            .map(|(i, (table, ..))| {
+                format!(
+                    "SELECT {i}, MAX(id), COUNT(stub = '{RETIRED_STUB}' OR NULL) FROM {}",
+                    quote_identifier(table)
+                )
+            })
             .collect::<Vec<_>>()
             .join(" UNION ALL ");
-        let mut max_ids = vec![None; found.len()];
+        let mut max_ids = vec![(None, false); found.len()];
         for row in query(conn, &union).await? {
             let i: usize = col(&row, 0, "table index")?;
             let max_id: Option<u64> = col(&row, 1, "MAX(id)")?;
+            let retired: u64 = col(&row, 2, "retired marks")?;
             if let Some(slot) = max_ids.get_mut(i) {
-                *slot = max_id;
+                *slot = (max_id, retired > 0);
             }
         }
         Ok(found
             .into_iter()
             .zip(max_ids)
-            .map(|((_, name, spec, counter), max_id)| ticket_state(name, spec, counter, max_id))
+            .map(|((_, name, spec, counter), (max_id, retired))| {
+                ticket_state(name, spec, counter, max_id, retired)
+            })
             .collect())
     }
 }
 
+/// The stub of a retirement's marker row: the namespace is retired while its table holds one.
+const RETIRED_STUB: &str = "x";
+
 /// A ticket namespace's watermark: the largest of `first`, the table's counter and
-/// `MAX(id) + 1`, at most the width's maximum + 1.
+/// `MAX(id) + 1`, at most the width's maximum + 1 (exactly that when retired).
 fn ticket_state(
     name: NamespaceName,
     spec: SequenceSpec,
     counter: Option<u64>,
     max_id: Option<u64>,
+    retired: bool,
 ) -> NamespaceState {
     let ceiling = spec.width().max_id() + 1;
     let watermark = spec
@@ -517,7 +547,8 @@ fn ticket_state(
     NamespaceState {
         name,
         spec,
-        watermark,
+        watermark: if retired { ceiling } else { watermark },
+        retired,
     }
 }
 
@@ -704,15 +735,17 @@ mod tests {
     fn ticket_watermark_is_the_highest_evidence() {
         let spec = SequenceSpec::new(Width::Bits32, 10, 2, 1).unwrap();
         let n = name("t");
-        assert_eq!(ticket_state(n.clone(), spec, Some(1), None).watermark, 10);
+        let live = |counter, max_id| ticket_state(n.clone(), spec, counter, max_id, false);
+        assert_eq!(live(Some(1), None).watermark, 10);
+        assert_eq!(live(Some(13), Some(11)).watermark, 13);
+        assert_eq!(live(None, Some(11)).watermark, 12);
         assert_eq!(
-            ticket_state(n.clone(), spec, Some(13), Some(11)).watermark,
-            13
-        );
-        assert_eq!(ticket_state(n.clone(), spec, None, Some(11)).watermark, 12);
-        assert_eq!(
-            ticket_state(n, spec, Some(u64::MAX), None).watermark,
+            live(Some(u64::MAX), None).watermark,
             Width::Bits32.max_id() + 1
         );
+        // A retirement's marker row puts the watermark past the largest id.
+        let retired = ticket_state(n.clone(), spec, Some(13), Some(11), true);
+        assert!(retired.retired);
+        assert_eq!(retired.watermark, Width::Bits32.max_id() + 1);
     }
 }

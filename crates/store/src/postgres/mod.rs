@@ -15,6 +15,11 @@
 //! | `id_offset`   | `numeric(20,0)` | [`SequenceSpec::offset`]                                  |
 //! | `watermark`   | `numeric(20,0)` | every id below it is reserved; up to 2^63, past `bigint`  |
 //! | `block_start` | `numeric(20,0)` | start of the newest block; `NULL` before the first and after a give-back |
+//! | `retired`     | `boolean`       | retired (`idmint admin retire`), set with the watermark's move past the largest id |
+//!
+//! `retired` is added by `ALTER TABLE … ADD COLUMN IF NOT EXISTS … DEFAULT false` after the
+//! `CREATE TABLE`, so a table made before it gains it at the next connect with every row live;
+//! a reservation and a give-back never touch a retired row.
 //!
 //! `CHECK` constraints repeat the invariants of a valid spec and watermark, so a row the
 //! arithmetic below would misread cannot be written. Every row read is validated again
@@ -92,8 +97,9 @@
 //! So a compatible server needs: `UPDATE … RETURNING`, `INSERT … ON CONFLICT DO NOTHING`,
 //! `CREATE TABLE IF NOT EXISTS`, `CHECK` constraints, the `numeric` type with `mod`, `div`,
 //! `GREATEST`, `LEAST`, `COLLATE "C"`, row locking by `UPDATE` in autocommit mode, and prepared
-//! statements. PostgreSQL 9.5 or later has all of it. Behind PgBouncer in transaction pooling
-//! mode, prepared statements need PgBouncer 1.21+ with `max_prepared_statements` set.
+//! statements. PostgreSQL 9.6 or later has all of it (`ADD COLUMN IF NOT EXISTS`). Behind
+//! PgBouncer in transaction pooling mode, prepared statements need PgBouncer 1.21+ with
+//! `max_prepared_statements` set.
 //!
 //! ## Durability
 //!
@@ -471,21 +477,22 @@ async fn advance_on(
     };
     let state = decode_state(row)?;
     let from = state.watermark;
-    let Some(target) = ops::advance(&state, to)? else {
+    let Some(target) = ops::advance(&state, to, why)? else {
         // Already there: nothing to write, nothing to record.
         tx.commit().await.map_err(pg)?;
         return Ok(Advanced { from, state });
     };
-    let event = ops::advance_event(why, from, target);
+    let event = ops::advance_event(why, from, target.watermark);
     let rows = tx
         .query(
             &write,
             &[
                 &name.as_str(),
-                &target.to_string(),
+                &target.watermark.to_string(),
                 &event.name(),
                 &from.to_string(),
                 &audit::holder(),
+                &target.retired.to_string(),
             ],
         )
         .await
@@ -498,9 +505,9 @@ async fn advance_on(
             )))
         }
     };
-    if after.watermark != target || after.name != *name {
+    if after != target {
         return Err(corrupt(format!(
-            "advance on {name} to {target} wrote {after:?}"
+            "advance on {name} to {target:?} wrote {after:?}"
         )));
     }
     tx.commit().await.map_err(pg)?;
@@ -705,7 +712,10 @@ fn decode_state(row: &Row) -> Result<NamespaceState, StoreError> {
     let step = number(3, "step")?;
     let offset = number(4, "id_offset")?;
     let watermark = number(5, "watermark")?;
-    ops::stored_state(name, width, first, step, offset, watermark).map_err(bad)
+    let retired: bool = row
+        .try_get(6)
+        .map_err(|e| bad(format!("unreadable retired mark: {}", chain(&e))))?;
+    ops::stored_state(name, width, first, step, offset, watermark, retired).map_err(bad)
 }
 
 /// The row `reserve` returned: the state after it, and the block's start. The block must be
@@ -722,7 +732,7 @@ fn decode_reservation(
             state.name
         )));
     }
-    let start_text: &str = row.try_get(6).map_err(|e| {
+    let start_text: &str = row.try_get(7).map_err(|e| {
         corrupt(format!(
             "reserve on {name}: unreadable block start: {}",
             chain(&e)

@@ -215,6 +215,7 @@ pub(super) fn schema_sql_quoted(table: &str) -> String {
     CHECK (first_id <= {MAX_64}),
     CHECK (watermark <= CASE width WHEN 32 THEN {CEILING_32} ELSE {CEILING_64} END)
 );
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS retired boolean NOT NULL DEFAULT false;
 "
     )
 }
@@ -323,11 +324,11 @@ const CEILING_64: u64 = MAX_64 + 1;
 
 /// The columns every state-returning statement yields, in [`decode_state`]'s order.
 pub(super) const STATE_COLUMNS: &str =
-    "name, width, first_id::text, step::text, id_offset::text, watermark::text";
+    "name, width, first_id::text, step::text, id_offset::text, watermark::text, retired";
 
 /// The columns of a state as the table holds them, for a `RETURNING` whose rows a `WITH`
 /// query reads ([`STATE_COLUMNS`] then formats them).
-const RAW_COLUMNS: &str = "name, width, first_id, step, id_offset, watermark";
+const RAW_COLUMNS: &str = "name, width, first_id, step, id_offset, watermark, retired";
 
 /// The statements' text for one table.
 #[derive(Debug)]
@@ -343,7 +344,7 @@ pub(super) struct StatementsSql {
     /// The row, locked (`advance`'s first statement).
     pub(super) lock_one: String,
     /// `advance`'s move and its ledger entry: `$1` name, `$2` the new watermark, `$3` the
-    /// event, `$4` the old watermark, `$5` holder.
+    /// event, `$4` the old watermark, `$5` holder, `$6` the retired mark (`true`/`false`).
     pub(super) advance: String,
     /// Every subject of the ledger.
     pub(super) audit_subjects: String,
@@ -386,7 +387,7 @@ impl StatementsSql {
             reserve: format!(
                 "WITH u AS (UPDATE {table} SET block_start = {start}, \
                  watermark = {start} + ({n} - 1) * step + 1 \
-                 WHERE name = $1::text AND {start} <= {max} \
+                 WHERE name = $1::text AND NOT retired AND {start} <= {max} \
                  RETURNING {RAW_COLUMNS}, block_start), \
                  l AS ({insert_entry} SELECT name, {NOW_MS}, 'granted', block_start, watermark, \
                  $3::text FROM u) \
@@ -394,7 +395,8 @@ impl StatementsSql {
             ),
             give_back: format!(
                 "WITH u AS (UPDATE {table} SET watermark = $2::text::numeric, block_start = NULL \
-                 WHERE name = $1::text AND watermark = $3::text::numeric RETURNING name), \
+                 WHERE name = $1::text AND NOT retired AND watermark = $3::text::numeric \
+                 RETURNING name), \
                  l AS ({insert_entry} SELECT name, {NOW_MS}, 'given_back', $2::text::numeric, \
                  $3::text::numeric, $4::text FROM u) \
                  SELECT name FROM u"
@@ -403,8 +405,8 @@ impl StatementsSql {
                 "SELECT {STATE_COLUMNS} FROM {table} WHERE name = $1::text FOR UPDATE"
             ),
             advance: format!(
-                "WITH u AS (UPDATE {table} SET watermark = $2::text::numeric, block_start = NULL \
-                 WHERE name = $1::text RETURNING {RAW_COLUMNS}), \
+                "WITH u AS (UPDATE {table} SET watermark = $2::text::numeric, block_start = NULL, \
+                 retired = $6::text::boolean WHERE name = $1::text RETURNING {RAW_COLUMNS}), \
                  l AS ({insert_entry} SELECT name, {NOW_MS}, $3::text, $4::text::numeric, \
                  watermark, $5::text FROM u) \
                  SELECT {STATE_COLUMNS} FROM u"

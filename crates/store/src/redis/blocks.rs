@@ -14,6 +14,9 @@
 //!   writes nothing (a refused `give_back`, `Exhausted`) is never taken on cached data.
 //! - With [`RedisConfig::wait_replicas`](super::RedisConfig::wait_replicas), every write is
 //!   followed by `WAIT`: fewer replicas than asked is `Unavailable`, and the block is burned.
+//! - `advance` with [`Advance::Retire`] sets the hash's `retired` field in the script that moves
+//!   the watermark past the largest id; every script compares the mark with the watermark, so
+//!   no decision made on a live namespace's state is written to a retired one.
 //! - `state`: `HGETALL`; `list`: one read script over the namespaces set.
 //!
 //! Within one `RedisAuthority`, operations on the same namespace run one at a time (an async
@@ -40,8 +43,8 @@ pub(super) type Slot = Arc<tokio::sync::Mutex<Option<NamespaceState>>>;
 enum Compared {
     /// Written (with its audit entry).
     Written,
-    /// The stored watermark is another.
-    Conflict(u64),
+    /// The stored watermark or retired mark is another: the stored ones.
+    Conflict(u64, bool),
     /// The namespace is gone.
     Missing,
 }
@@ -153,7 +156,7 @@ impl RedisAuthority {
                     return Ok(answer);
                 }
                 Compared::Missing => return Err(unknown()),
-                Compared::Conflict(stored) => {
+                Compared::Conflict(stored, retired) => {
                     self.conflict();
                     let Some(pause) = backoff.next() else {
                         return Err(unavailable(format!(
@@ -166,6 +169,7 @@ impl RedisAuthority {
                         // The stored watermark is as fresh as data gets; the spec never changes.
                         let mut fresh = state;
                         fresh.watermark = stored;
+                        fresh.retired = retired;
                         current = Some((fresh, true));
                     } else {
                         tokio::time::sleep(pause).await;
@@ -197,7 +201,9 @@ impl RedisAuthority {
             .arg(a.to_string())
             .arg(b.to_string())
             .arg(audit::holder())
-            .arg(name.as_str());
+            .arg(name.as_str())
+            .arg(record::retired_mark(from.retired))
+            .arg(record::retired_mark(to.retired));
         let reply: Value = self.conn.script(what, &call).await?;
         let items = record::items(&reply).unwrap_or_default();
         match (items.first().and_then(record::int), items.get(1)) {
@@ -206,7 +212,12 @@ impl RedisAuthority {
                 let stored = record::text(stored)
                     .and_then(|t| record::number(&t))
                     .ok_or_else(|| unexpected(what, &reply))?;
-                Ok(Compared::Conflict(stored))
+                let retired = match items.get(2).and_then(record::text).as_deref() {
+                    Some("") => false,
+                    Some("1") => true,
+                    _ => return Err(unexpected(what, &reply)),
+                };
+                Ok(Compared::Conflict(stored, retired))
             }
             (Some(2), Some(_)) => Ok(Compared::Written),
             _ => Err(unexpected(what, &reply)),

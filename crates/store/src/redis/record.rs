@@ -8,8 +8,12 @@
 //! HGETALL {idmint}:ns:photos  →  bits 64 first 1 step 1 offset 0 watermark 1001
 //! ```
 //!
+//! A retired namespace's hash has a sixth field, `retired 1`, set by the script that moves its
+//! watermark past the largest id.
+//!
 //! It is valid when [`ops::stored_state`] accepts it (a spec `SequenceSpec::new` accepts, a
-//! watermark in `[first, max_id + 1]`) and has no other field.
+//! watermark in `[first, max_id + 1]`, exactly `max_id + 1` when retired) and has no other
+//! field.
 
 use crate::{ops, Incarnation, NamespaceState, StoreError};
 use idmint_core::{NamespaceName, Width};
@@ -74,7 +78,12 @@ pub(super) fn namespace(
     fields: &[(String, String)],
 ) -> Result<NamespaceState, StoreError> {
     let bad = |what: String| corrupt(format!("redis record of namespace {name}: {what}"));
-    if fields.len() != NS_FIELDS.len() {
+    let retired = match fields.iter().find(|(k, _)| k == RETIRED_FIELD) {
+        None => false,
+        Some((_, v)) if v == "1" => true,
+        Some((_, v)) => return Err(bad(format!("field {RETIRED_FIELD}={v:?} is not 1"))),
+    };
+    if fields.len() != NS_FIELDS.len() + usize::from(retired) {
         return Err(bad(format!(
             "has fields {:?}, expected {NS_FIELDS:?}",
             fields.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>()
@@ -95,7 +104,19 @@ pub(super) fn namespace(
         .ok()
         .and_then(Width::from_bits)
         .ok_or_else(|| bad(format!("width {bits} is neither 32 nor 64")))?;
-    ops::stored_state(name.clone(), width, first, step, offset, watermark).map_err(bad)
+    ops::stored_state(name.clone(), width, first, step, offset, watermark, retired).map_err(bad)
+}
+
+/// The field of a retired namespace's hash (value `1`).
+const RETIRED_FIELD: &str = "retired";
+
+/// The retired mark as the advance script compares and writes it: `1` set, empty absent.
+pub(super) fn retired_mark(retired: bool) -> &'static str {
+    if retired {
+        "1"
+    } else {
+        ""
+    }
 }
 
 /// A namespace's hash as a reply `value` (empty: absent).
@@ -155,6 +176,7 @@ mod tests {
             name: name.clone(),
             spec: SequenceSpec::new(Width::Bits32, 5, 2, 1).unwrap(),
             watermark: 17,
+            retired: false,
         };
         let written: Vec<(String, String)> = NS_FIELDS
             .iter()
@@ -219,6 +241,27 @@ mod tests {
                     namespace(&name, &fields(record)),
                     Err(StoreError::Corrupt { .. })
                 ),
+                "{record:?} was accepted"
+            );
+        }
+        let mut retired = written.clone();
+        retired[4].1 = "2147483648".into();
+        retired.push(("retired".into(), "1".into()));
+        assert_eq!(
+            namespace(&name, &retired).unwrap(),
+            NamespaceState {
+                watermark: 1 << 31,
+                retired: true,
+                ..state
+            }
+        );
+        let mut below = written.clone();
+        below.push(("retired".into(), "1".into()));
+        let mut not_one = retired.clone();
+        not_one[5].1 = "0".into();
+        for record in [below, not_one] {
+            assert!(
+                matches!(namespace(&name, &record), Err(StoreError::Corrupt { .. })),
                 "{record:?} was accepted"
             );
         }

@@ -33,16 +33,20 @@ local function append(seq_key, stream, subjects, subject, event, a, b, holder)
 end
 "#;
 
-/// Compare-and-advance of a watermark with its audit entry.
-/// KEYS: namespace, audit-seq, audit stream, audit-subjects.
-/// ARGV: expected watermark, new watermark, event, a, b, holder, subject.
-/// Returns `{0}` (no namespace), `{1, current}` (another watermark), `{2, seq}` (written).
+/// Compare-and-advance of a watermark (and the retired mark: `'1'` set, `''` absent) with its
+/// audit entry. KEYS: namespace, audit-seq, audit stream, audit-subjects.
+/// ARGV: expected watermark, new watermark, event, a, b, holder, subject, expected mark, new
+/// mark (a mark is only ever set, never cleared).
+/// Returns `{0}` (no namespace), `{1, current, mark}` (another watermark or mark),
+/// `{2, seq}` (written).
 const ADVANCE: &str = r#"
 local current = redis.call('HGET', KEYS[1], 'watermark')
 if not current then return {0} end
-if current ~= ARGV[1] then return {1, current} end
+local mark = redis.call('HGET', KEYS[1], 'retired') or ''
+if current ~= ARGV[1] or mark ~= ARGV[8] then return {1, current, mark} end
 local seq = append(KEYS[2], KEYS[3], KEYS[4], ARGV[7], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
 redis.call('HSET', KEYS[1], 'watermark', ARGV[2])
+if ARGV[9] == '1' then redis.call('HSET', KEYS[1], 'retired', '1') end
 return {2, seq}
 "#;
 

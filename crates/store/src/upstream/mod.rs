@@ -42,7 +42,9 @@
 //! `INTERNAL`, a connection error or the timeout, the next url is tried, in order, each at most
 //! once per call. Other statuses are answers: `NOT_FOUND` is
 //! [`StoreError::UnknownNamespace`], `RESOURCE_EXHAUSTED` with `namespace_exhausted` is
-//! [`StoreError::Exhausted`], `DATA_LOSS` is [`StoreError::Lost`], `INVALID_ARGUMENT` and
+//! [`StoreError::Exhausted`], `FAILED_PRECONDITION` with `namespace_retired` is
+//! [`StoreError::Retired`] (the upper node's namespace was retired; its state's `retired`
+//! says so too), `DATA_LOSS` is [`StoreError::Lost`], `INVALID_ARGUMENT` and
 //! `FAILED_PRECONDITION` (a block larger than the upper node's `server.max_block_request`, a
 //! namespace of another kind or settings) are [`StoreError::InvalidSetup`].
 //!
@@ -234,6 +236,9 @@ impl UpstreamAuthority {
                     watermark,
                 }
             }
+            Code::FailedPrecondition if idmint_code == "namespace_retired" => {
+                StoreError::Retired { name: name.clone() }
+            }
             Code::DataLoss => StoreError::Lost {
                 name: name.clone(),
                 message,
@@ -322,6 +327,7 @@ fn upper(name: &NamespaceName, info: proto::NamespaceInfo) -> Result<Upper, Stor
             name: name.clone(),
             spec,
             watermark: state.watermark,
+            retired: state.retired,
         },
         residues,
     })

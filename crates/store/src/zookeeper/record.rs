@@ -17,6 +17,10 @@
 //! <root>/audit/<subject>/<10 digits>        PERSISTENT_SEQUENTIAL   v1 1700000005000 granted 1001 2001 web-1 pid 7
 //! ```
 //!
+//! A retired namespace's record ends in one more field, ` retired`, written by the same
+//! `setData` that moves its watermark past the largest id (a live one's is unchanged, so older
+//! versions still read it).
+//!
 //! Values are one line of text (readable with `zkCli.sh get`), fields in this order, numbers in
 //! decimal without sign or leading zeros; the free-text field (layout, holder) comes last and
 //! runs to the end. A value that is not exactly the canonical encoding of a valid record
@@ -62,14 +66,18 @@ pub(super) fn worker_id(group: &NamespaceName, child: &str) -> Result<u64, Store
 pub(super) fn encode_ns(state: &NamespaceState) -> String {
     let spec = &state.spec;
     format!(
-        "{NS_FORMAT} bits={} first={} step={} offset={} watermark={}",
+        "{NS_FORMAT} bits={} first={} step={} offset={} watermark={}{}",
         spec.width().bits(),
         spec.first(),
         spec.step(),
         spec.offset(),
-        state.watermark
+        state.watermark,
+        if state.retired { RETIRED_FIELD } else { "" }
     )
 }
+
+/// The last field of a retired namespace's record.
+const RETIRED_FIELD: &str = " retired";
 
 pub(super) fn encode_group(group: &GroupRecord) -> String {
     format!(
@@ -145,8 +153,12 @@ pub(super) fn decode_ns(name: &NamespaceName, raw: &[u8]) -> Result<NamespaceSta
     let corrupt = |what: String| StoreError::Corrupt {
         message: format!("ZooKeeper record of namespace {name}: {what}"),
     };
+    let (fixed, retired) = match raw.strip_suffix(RETIRED_FIELD.as_bytes()) {
+        Some(fixed) => (fixed, true),
+        None => (raw, false),
+    };
     let (v, _) = fields(
-        raw,
+        fixed,
         NS_FORMAT,
         &["bits", "first", "step", "offset", "watermark"],
         None,
@@ -156,7 +168,8 @@ pub(super) fn decode_ns(name: &NamespaceName, raw: &[u8]) -> Result<NamespaceSta
         .ok()
         .and_then(Width::from_bits)
         .ok_or_else(|| corrupt(format!("width {} is neither 32 nor 64", v[0])))?;
-    let state = ops::stored_state(name.clone(), width, v[1], v[2], v[3], v[4]).map_err(corrupt)?;
+    let state =
+        ops::stored_state(name.clone(), width, v[1], v[2], v[3], v[4], retired).map_err(corrupt)?;
     if encode_ns(&state).as_bytes() != raw {
         return Err(corrupt("not in canonical form".to_owned()));
     }
@@ -241,12 +254,22 @@ mod tests {
                     name: name(),
                     spec,
                     watermark,
+                    retired: false,
                 };
                 assert_eq!(
                     decode_ns(&name(), encode_ns(&state).as_bytes()).unwrap(),
                     state
                 );
             }
+            let retired = NamespaceState {
+                name: name(),
+                spec,
+                watermark: spec.width().max_id() + 1,
+                retired: true,
+            };
+            let text = encode_ns(&retired);
+            assert!(text.ends_with(" retired"), "{text}");
+            assert_eq!(decode_ns(&name(), text.as_bytes()).unwrap(), retired);
         }
         let group = GroupRecord {
             layout: "timestamp_bits=41 node_bits=2 sequence_bits=12 unit=1ms epoch=0".into(),
@@ -280,7 +303,8 @@ mod tests {
             encode_ns(&NamespaceState {
                 name: name(),
                 spec: SequenceSpec::default_64(),
-                watermark: 1001
+                watermark: 1001,
+                retired: false,
             }),
             "idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=1001"
         );
@@ -294,6 +318,7 @@ mod tests {
             "idmint.ns/v2 bits=64 first=1 step=1 offset=0 watermark=1",
             "idmint.ns/v1 bits=64 first=1 step=1 offset=0",
             "idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=1 extra=1",
+            "idmint.ns/v1 bits=64 first=1 step=1 offset=0 watermark=1 retired",
             "idmint.ns/v1 bits=16 first=1 step=1 offset=0 watermark=1",
             "idmint.ns/v1 bits=64 first=1 step=0 offset=0 watermark=1",
             "idmint.ns/v1 bits=64 step=1 first=1 offset=0 watermark=1",

@@ -3,7 +3,7 @@
 //! marks follow the same rules as the detail table (the functions of [`super`]).
 
 use super::svg::{self, Rates};
-use super::{percent, pool, runs_out_soon, time_left, within, Row, Snapshot};
+use super::{percent, pool, runs_out_soon, time_left, within, Row, Snapshot, RETIRED};
 use idmint_api::{NamespaceInfo, SequenceState, SnowflakeState, WorkerPool};
 use idmint_store::UpperNode;
 use maud::{html, Markup};
@@ -41,11 +41,16 @@ fn sequence(name: &str, st: &SequenceState, row: &Row, warning: Duration) -> Mar
                 &format!("{name}: {} of the id space used", percent(st.used_fraction)),
             ))
             span .value {
-                (percent(st.used_fraction)) " of " (st.capacity) " used; runs out: "
-                @match (soon, st.projected_exhaustion.as_deref()) {
-                    (true, date) => span .warn { "(!) " (date.unwrap_or("now")) },
-                    (false, Some(date)) => (date),
-                    (false, None) => "not at this demand",
+                (percent(st.used_fraction)) " of " (st.capacity) " used; "
+                @if st.retired {
+                    (RETIRED)
+                } @else {
+                    "runs out: "
+                    @match (soon, st.projected_exhaustion.as_deref()) {
+                        (true, date) => span .warn { "(!) " (date.unwrap_or("now")) },
+                        (false, Some(date)) => (date),
+                        (false, None) => "not at this demand",
+                    }
                 }
             }
             @if let Some(e) = &st.last_error {

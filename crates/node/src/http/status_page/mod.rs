@@ -290,8 +290,13 @@ fn time_left(seconds: u64) -> String {
 /// Whether a sequence namespace runs out within `warning` at its current demand.
 fn runs_out_soon(st: &SequenceState, warning: Duration) -> bool {
     let left = st.capacity.saturating_sub(st.ids_used);
-    st.demand_per_second > 1e-3 && (left as f64 / st.demand_per_second) < warning.as_secs_f64()
+    !st.retired
+        && st.demand_per_second > 1e-3
+        && (left as f64 / st.demand_per_second) < warning.as_secs_f64()
 }
+
+/// What a retired sequence namespace shows where a live one shows when it runs out.
+const RETIRED: &str = "retired: hands out no id any more";
 
 /// A share as a percentage: enough digits to see a namespace move off 0 %.
 fn percent(fraction: f64) -> String {
@@ -337,6 +342,7 @@ mod tests {
             },
             state: SequenceState {
                 watermark: used + 1,
+                retired: false,
                 ids_buffered: 0,
                 demand_per_second: demand,
                 block_size: 0,
@@ -433,6 +439,7 @@ mod tests {
                     epoch: "2010-11-04T01:42:54.657Z".into(),
                     epoch_unix_ms: 1_288_834_974_657,
                     order: idmint_api::FieldOrder::NodeThenSequence,
+                    node_field: idmint_api::NodeField::Worker,
                 },
             },
             state: idmint_api::SnowflakeState {
@@ -616,6 +623,19 @@ mod tests {
         ] {
             assert!(page.contains(want), "{want} missing from {page}");
         }
+    }
+
+    /// A retired namespace says so in its card and its row, never as red or as running out.
+    #[test]
+    fn a_retired_namespace_says_so_not_that_it_runs_out() {
+        let mut info = sequence("legacy", 5.0, 1000, None);
+        if let NamespaceInfo::Sequence { state, .. } = &mut info {
+            state.retired = true;
+        }
+        let page = render(&snapshot(vec![info])).into_string();
+        assert_eq!(page.matches(RETIRED).count(), 2, "card and row: {page}");
+        assert!(!page.contains("runs out:"), "{page}");
+        assert!(!page.contains("class=\"warn\""), "{page}");
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub(super) fn namespaces(s: &Snapshot) -> Markup {
                         NamespaceInfo::Snowflake { settings, state, .. } => {
                             @let l = &settings.layout;
                             td {
-                                "worker " (settings.worker) ", " (l.timestamp_bits) "/"
+                                (l.node_field.as_str()) " " (settings.worker) ", " (l.timestamp_bits) "/"
                                 (l.node_bits) "/" (l.sequence_bits) " bits, unit " (l.time_unit)
                                 ", epoch " (l.epoch)
                                 @if let Some(lease) = &state.worker_lease {
@@ -115,7 +115,9 @@ fn sequence_state(st: &SequenceState, warning: Duration) -> Markup {
         td .n { (percent(st.used_fraction)) " of " (st.capacity) }
         @let date = st.projected_exhaustion.as_deref();
         td .t {
-            @if soon {
+            @if st.retired {
+                (super::RETIRED)
+            } @else if soon {
                 span .warn { "(!) " (date.unwrap_or("now")) }
             } @else {
                 (date.unwrap_or("not at this demand"))
