@@ -20,6 +20,7 @@ export const ERROR_CODES = [
   "namespace_retired",
   "time_exhausted",
   "authority_unavailable",
+  "no_leader",
   "settings_conflict",
   "shutting_down",
   "internal_error",
@@ -85,6 +86,11 @@ export class AuthorityUnavailableError extends NodeError {
     return true;
   }
 }
+export class NoLeaderError extends NodeError {
+  override get retryable(): boolean {
+    return true;
+  }
+}
 export class SettingsConflictError extends NodeError {}
 export class ShuttingDownError extends NodeError {
   override get retryable(): boolean {
@@ -122,6 +128,7 @@ export const ERROR_CLASSES: Readonly<Record<ErrorCode, NodeErrorClass>> = {
   namespace_retired: NamespaceRetiredError,
   time_exhausted: TimeExhaustedError,
   authority_unavailable: AuthorityUnavailableError,
+  no_leader: NoLeaderError,
   settings_conflict: SettingsConflictError,
   shutting_down: ShuttingDownError,
   internal_error: InternalNodeError,

@@ -14,7 +14,7 @@ from typing import Optional
 __all__ = [
     "IdmintError", "InvalidNamespace", "UnknownNamespace", "InvalidCount", "InvalidRequest",
     "InvalidId", "WrongKind", "NamespaceExhausted", "NamespaceRetired", "TimeExhausted",
-    "AuthorityUnavailable",
+    "AuthorityUnavailable", "NoLeader",
     "SettingsConflict", "ShuttingDown", "InternalError", "NamespaceLost", "TooManyNamespaces",
     "NotFound", "MethodNotAllowed", "Unauthorized", "Forbidden", "RateLimited",
     "TooManyStreams", "Unavailable", "Closed", "NodeError", "error_class", "error_for",
@@ -96,6 +96,13 @@ class AuthorityUnavailable(IdmintError):
     """The node's buffer is empty and its authority did not answer."""
 
     code = "authority_unavailable"
+    retryable = True
+
+
+class NoLeader(IdmintError):
+    """A strict namespace had no leader within the node's wait (a failover)."""
+
+    code = "no_leader"
     retryable = True
 
 
@@ -192,7 +199,7 @@ _BY_CODE: dict[str, type[IdmintError]] = {
     cls.code: cls
     for cls in (
         InvalidNamespace, UnknownNamespace, InvalidCount, InvalidRequest, InvalidId, WrongKind,
-        NamespaceExhausted, NamespaceRetired, TimeExhausted, AuthorityUnavailable,
+        NamespaceExhausted, NamespaceRetired, TimeExhausted, AuthorityUnavailable, NoLeader,
         SettingsConflict, ShuttingDown,
         InternalError, NamespaceLost, TooManyNamespaces, NotFound, MethodNotAllowed,
         Unauthorized, Forbidden, RateLimited, TooManyStreams, Unavailable, Closed, NodeError,

@@ -20,7 +20,8 @@ N = TypeVar("N")
 
 #: Codes after which another node is tried.
 FAILOVER_CODES = frozenset(
-    {"unavailable", "authority_unavailable", "shutting_down", "internal_error", "node_error"})
+    {"unavailable", "authority_unavailable", "no_leader", "shutting_down", "internal_error",
+     "node_error"})
 
 
 def check_token(token: Optional[str]) -> None:
