@@ -38,6 +38,7 @@ cleanup() {
         for _ in $(seq 1 100); do kill -0 "${PIDS[i]}" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "${PIDS[i]}" 2>/dev/null || true
     done
+    psql -h 127.0.0.1 -U postgres -qc "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true
     rm -rf "$WORK"
     exit $rc
 }
@@ -50,7 +51,7 @@ command -v psql >/dev/null || die "psql is missing"
 (cd "$ROOT" && cargo build --release -p idmint-cli 2>&1 | tail -n 1)
 IDMINT="$ROOT/target/release/idmint"
 [[ -x "$IDMINT" ]] || die "the build did not produce $IDMINT"
-psql -h 127.0.0.1 -U postgres -qc "DROP DATABASE IF EXISTS $DB" >/dev/null
+psql -h 127.0.0.1 -U postgres -qc "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1
 psql -h 127.0.0.1 -U postgres -qc "CREATE DATABASE $DB" >/dev/null
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -147,4 +148,3 @@ P=$(r "$F_P99" "$L_P99")
 echo "p99 follower / leader = ${P}x (target <= 3): $(awk -v p="$P" 'BEGIN{ print (p <= 3 ? "MET" : "MISSED") }')"
 IDS_L=$((L100 * 100)) IDS_F=$((F100 * 100))
 echo "strict ids/s, count=100: leader $IDS_L, follower $IDS_F (target >= 1,000,000 = 50x TiDB's 20,000): $(verdict "$IDS_F" 1000000) on the follower, $(verdict "$IDS_L" 1000000) on the leader"
-psql -h 127.0.0.1 -U postgres -qc "DROP DATABASE IF EXISTS $DB" >/dev/null || true
