@@ -102,26 +102,10 @@ done
 if [[ "$ra" == leader ]]; then LEADER=$HTTP_a FOLLOWER=$HTTP_b; else LEADER=$HTTP_b FOLLOWER=$HTTP_a; fi
 echo "leader $LEADER, follower $FOLLOWER"
 
-cat >"$WORK/report.lua" <<'EOF'
-done = function(summary, latency, requests)
-  io.write(string.format("WRK requests=%d duration_us=%d p50_us=%d p99_us=%d errors=%d\n",
-    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
-    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.status + summary.errors.timeout))
-end
-EOF
-
+write_wrk_report
 # measure NAME URL -> R_RPS R_P50 R_P99 R_ERR
 measure() {
-    local name=$1 url=$2 line
-    echo "-- $name: warm-up ${WARMUP}s, then wrk -t$THREADS -c$CONNS -d${DURATION}s $url"
-    wrk -t"$THREADS" -c"$CONNS" -d"${WARMUP}s" "$url" >/dev/null
-    wait_quiet "$name"
-    wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" -s "$WORK/report.lua" "$url" >"$WORK/$name.wrk"
-    line=" $(grep '^WRK ' "$WORK/$name.wrk")"
-    R_RPS=$(awk -v r="$(echo "$line" | kv requests)" -v d="$(echo "$line" | kv duration_us)" 'BEGIN{printf "%.0f", r/(d/1e6)}')
-    R_P50=$(awk -v p="$(echo "$line" | kv p50_us)" 'BEGIN{printf "%.3f", p/1000}')
-    R_P99=$(awk -v p="$(echo "$line" | kv p99_us)" 'BEGIN{printf "%.3f", p/1000}')
-    R_ERR=$(echo "$line" | kv errors)
+    wrk_measure "$1" "$2"
     echo "   => $R_RPS req/s, p50 $R_P50 ms, p99 $R_P99 ms, errors $R_ERR"
 }
 

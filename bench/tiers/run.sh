@@ -88,10 +88,8 @@ regional() {
     printf '[authority]\nkind = "upstream"\nurls = ["http://%s"]\n' "$1"
 }
 start near "$(regional "$GLOBAL_GRPC")" --http 127.0.0.1:0
-NEAR_PID=$PID
 NEAR=$(address_of "$WORK/near.out" "idmint listening on")
 start far "$(regional "$PROXY_ADDR")" --http 127.0.0.1:0
-FAR_PID=$PID
 FAR=$(address_of "$WORK/far.out" "idmint listening on")
 echo "global gRPC $GLOBAL_GRPC; proxy $PROXY_ADDR; near $NEAR; far $FAR"
 # A Block through the proxy, timed: the tier above really is LATENCY_MS*2 away.
@@ -100,37 +98,22 @@ curl -fsS "$FAR/v1/ids/$NS" >/dev/null || die "the far regional node does not se
 echo "first request through the far node (namespace set-up and first block): $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 curl -fsS "$NEAR/v1/ids/$NS" >/dev/null || die "the near regional node does not serve"
 
-cat >"$WORK/report.lua" <<'EOF'
-done = function(summary, latency, requests)
-  io.write(string.format("WRK requests=%d duration_us=%d p50_us=%d p99_us=%d errors=%d\n",
-    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
-    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.status + summary.errors.timeout))
-end
-EOF
-
-# measure NAME URL PID -> R_RPS R_P50 R_P99 R_ERR R_WAITS
+write_wrk_report
+# measure NAME URL -> R_RPS R_P50 R_P99 R_ERR R_WAITS
 measure() {
-    local name=$1 url=$2 pid=$3 line
-    echo "-- $name: warm-up ${WARMUP}s, then wrk -t$THREADS -c$CONNS -d${DURATION}s $url/v1/ids/$NS"
-    wrk -t"$THREADS" -c"$CONNS" -d"${WARMUP}s" "$url/v1/ids/$NS" >/dev/null
+    local name=$1 url=$2
     local waits0; waits0=$(curl -fsS "$url/metrics" | awk '/^idmint_refill_waits_total\{namespace="bench"\}/{print $2}')
-    wait_quiet "$name"
-    wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" -s "$WORK/report.lua" "$url/v1/ids/$NS" >"$WORK/$name.wrk"
-    line=" $(grep '^WRK ' "$WORK/$name.wrk")"
-    R_RPS=$(awk -v r="$(echo "$line" | kv requests)" -v d="$(echo "$line" | kv duration_us)" 'BEGIN{printf "%.0f", r/(d/1e6)}')
-    R_P50=$(awk -v p="$(echo "$line" | kv p50_us)" 'BEGIN{printf "%.3f", p/1000}')
-    R_P99=$(awk -v p="$(echo "$line" | kv p99_us)" 'BEGIN{printf "%.3f", p/1000}')
-    R_ERR=$(echo "$line" | kv errors)
+    wrk_measure "$name" "$url/v1/ids/$NS"
     local waits1; waits1=$(curl -fsS "$url/metrics" | awk '/^idmint_refill_waits_total\{namespace="bench"\}/{print $2}')
     R_WAITS=$(( ${waits1:-0} - ${waits0:-0} ))
     echo "   => $R_RPS req/s, p50 $R_P50 ms, p99 $R_P99 ms, errors $R_ERR, requests that waited for a block $R_WAITS"
 }
 
 say "near: regional node, global tier local"
-measure near "$NEAR" "$NEAR_PID"
+measure near "$NEAR"
 N_RPS=$R_RPS N_P50=$R_P50 N_P99=$R_P99 N_ERR=$R_ERR N_WAITS=$R_WAITS
 say "far: regional node, global tier $((LATENCY_MS * 2)) ms away (round trip)"
-measure far "$FAR" "$FAR_PID"
+measure far "$FAR"
 F_RPS=$R_RPS F_P50=$R_P50 F_P99=$R_P99 F_ERR=$R_ERR F_WAITS=$R_WAITS
 
 curl -fsS "$FAR/v1/namespaces/$NS" | head -c 400
