@@ -47,7 +47,8 @@ pub fn status_of(e: &IdError) -> StatusCode {
         | IdError::Exhausted { .. }
         | IdError::TimeExhausted(_)
         | IdError::Conflict(_)
-        | IdError::TooManyNamespaces { .. } => StatusCode::CONFLICT,
+        | IdError::TooManyNamespaces { .. }
+        | IdError::TooManyMembers { .. } => StatusCode::CONFLICT,
         IdError::TooManyStreams(_) => StatusCode::TOO_MANY_REQUESTS,
         IdError::Unavailable { .. } | IdError::ShuttingDown | IdError::NoLeader { .. } => {
             StatusCode::SERVICE_UNAVAILABLE

@@ -38,7 +38,9 @@ pub fn code_of(e: &IdError) -> &'static str {
         IdError::Exhausted { .. } | IdError::TimeExhausted(_) => "EXHAUSTED",
         IdError::Unavailable { .. } => "UNAVAILABLE",
         IdError::Conflict(_) => "CONFLICT",
-        IdError::TooManyNamespaces { .. } | IdError::TooManyStreams(_) => "LIMIT",
+        IdError::TooManyNamespaces { .. }
+        | IdError::TooManyMembers { .. }
+        | IdError::TooManyStreams(_) => "LIMIT",
         IdError::ShuttingDown => "SHUTDOWN",
         // A new variant is a compile error here, so each gets a deliberate code.
         IdError::Internal(_) => "INTERNAL",

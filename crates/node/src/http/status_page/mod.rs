@@ -327,6 +327,7 @@ mod tests {
         NamespaceInfo::Sequence {
             namespace: name.into(),
             auto_created: false,
+            family: None,
             settings: SequenceSettings {
                 width: 32,
                 start: 1,
