@@ -3,14 +3,16 @@
 //! first use with the family's settings, even with `auto_create` off, and listed with its
 //! family; the family's `max_members` bounds how many (409 `too_many_namespaces`, naming the
 //! family and its key); a declared namespace of the exact name is not a member; a member whose
-//! stored spec differs is refused (`settings_conflict`); reads create nothing; and an `[auth]`
-//! grant on `invoices.*` covers the members.
+//! stored spec differs is refused (`settings_conflict`); reads create nothing; an `[auth]`
+//! grant on `invoices.*` covers the members; gRPC names the family; blocks kept at a clean stop
+//! are adopted by members within the bound.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
 use idmint_core::{NamespaceName, SequenceSpec, Width};
+use idmint_node::grpc::proto;
 use idmint_node::{Authority, FileConfig, NodeConfig};
 use idmint_store::MemoryAuthority;
 use serde_json::Value;
@@ -69,7 +71,7 @@ async fn listed(node: &TestNode, ns: &str) -> Option<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_are_created_on_first_use_with_the_family_settings_up_to_the_bound() {
     let authority = Arc::new(MemoryAuthority::new());
-    let node = TestNode::start(config(""), authority.clone()).await;
+    let (node, grpc) = TestNode::start_with_grpc(config(""), authority.clone()).await;
 
     let (status, body) = node.get("/v1/ids/invoices.42?count=3").await;
     assert_eq!(status, 200, "{body}");
@@ -130,6 +132,28 @@ async fn members_are_created_on_first_use_with_the_family_settings_up_to_the_bou
         .get("family")
         .is_none());
     assert!(listed(&node, "invoices.43").await.is_none());
+
+    // gRPC names the family too (SequenceInfo.family; empty for other namespaces).
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = proto::idmint_client::IdmintClient::new(channel);
+    let family_of = |info: proto::NamespaceInfo| match info.kind {
+        Some(proto::namespace_info::Kind::Sequence(s)) => s.family,
+        other => panic!("{other:?}"),
+    };
+    for (ns, family) in [("invoices.42", "invoices.*"), ("invoices.0", "")] {
+        let info = client
+            .namespace(proto::NamespaceRequest {
+                namespace: ns.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(family_of(info), family, "{ns}");
+    }
     node.stop().await;
 }
 
@@ -213,5 +237,58 @@ async fn a_grant_on_the_family_pattern_covers_its_members_only() {
         .await
         .unwrap()
         .is_none());
+    node.stop().await;
+}
+
+/// Blocks kept at a clean stop are served first by a member with the family's settings, and
+/// the adopted member counts toward the bound: kept blocks of a member past it, or of one
+/// stored with other settings, are burned, not served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_blocks_of_members_are_adopted_within_the_bound() {
+    use idmint_core::Block;
+    use idmint_store::kept::{self, KeptNamespace};
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config("");
+    let family = &config.families["invoices.*"];
+    let spec = family.spec;
+    let other = SequenceSpec::default_64();
+    let kept = |ns: &str, spec: SequenceSpec| KeptNamespace {
+        name: name(ns),
+        spec,
+        blocks: vec![Block::new(1001, 1101, 1).unwrap()],
+    };
+    kept::write(
+        dir.path(),
+        "memory (test)",
+        &[
+            kept("invoices.1", other),
+            kept("invoices.2", spec),
+            kept("invoices.3", spec),
+            kept("invoices.4", spec),
+        ],
+    )
+    .unwrap();
+    config.keep_blocks = Some(idmint_node::config::KeepBlocks {
+        dir: dir.path().to_owned(),
+        authority: "memory (test)".into(),
+    });
+    let node = TestNode::start(config, Arc::new(MemoryAuthority::new())).await;
+    for ns in ["invoices.2", "invoices.3"] {
+        let (status, body) = node.get(&format!("/v1/ids/{ns}?count=2")).await;
+        assert_eq!(status, 200, "{body}");
+        // From the kept block, not from the fresh authority (which would start at 1).
+        assert_eq!(
+            body["ids"],
+            serde_json::json!(["1001", "1002"]),
+            "{ns}: {body}"
+        );
+        assert_eq!(listed(&node, ns).await.unwrap()["family"], "invoices.*");
+    }
+    assert!(listed(&node, "invoices.1").await.is_none());
+    assert_error(
+        &node.get("/v1/ids/invoices.4").await,
+        409,
+        "too_many_namespaces",
+    );
     node.stop().await;
 }
