@@ -539,6 +539,16 @@ mod tests {
     }
 
     #[test]
+    fn a_family_member_names_its_family() {
+        let mut member = sequence("invoices.42", 0.0, 10, None);
+        if let NamespaceInfo::Sequence { family, .. } = &mut member {
+            *family = Some("invoices.*".into());
+        }
+        let page = render(&snapshot(vec![member, sequence("photos", 0.0, 10, None)])).into_string();
+        assert_eq!(page.matches(", family invoices.*").count(), 1, "{page}");
+    }
+
+    #[test]
     fn names_and_errors_are_escaped() {
         let mut s = snapshot(vec![]);
         s.authority.error = Some("<script>alert(1)</script>".into());
