@@ -25,6 +25,11 @@ pub enum NamespaceInfo {
         /// older than this field.
         #[serde(default)]
         auto_created: bool,
+        /// The family it is a member of (`invoices.*`, from `[namespaces."invoices.*"]`):
+        /// created on first use with the family's settings. Absent for other namespaces, and
+        /// from servers older than this field.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        family: Option<String>,
         /// What the namespace may hand out and how it caches.
         settings: SequenceSettings,
         /// Live state on this node.
@@ -461,6 +466,7 @@ mod tests {
         let info = NamespaceInfo::Sequence {
             namespace: "photos".into(),
             auto_created: true,
+            family: None,
             settings: SequenceSettings {
                 width: 64,
                 start: 1,
@@ -501,10 +507,27 @@ mod tests {
         assert_eq!(v["state"]["watermark"], "1001");
         assert_eq!(v["state"]["ids_buffered"], 998);
         assert_eq!(v["auto_created"], true);
+        assert!(v.get("family").is_none());
         assert_eq!(
             serde_json::from_value::<NamespaceInfo>(v.clone()).unwrap(),
             info
         );
+        let member = NamespaceInfo::Sequence {
+            namespace: "invoices.42".into(),
+            auto_created: false,
+            family: Some("invoices.*".into()),
+            settings: match &info {
+                NamespaceInfo::Sequence { settings, .. } => settings.clone(),
+                _ => unreachable!(),
+            },
+            state: match &info {
+                NamespaceInfo::Sequence { state, .. } => state.clone(),
+                _ => unreachable!(),
+            },
+        };
+        let m = serde_json::to_value(&member).unwrap();
+        assert_eq!(m["family"], "invoices.*");
+        assert_eq!(serde_json::from_value::<NamespaceInfo>(m).unwrap(), member);
         assert_eq!(v["state"]["retired"], false);
         // An older server does not send the flags: not auto-created, not retired.
         let mut old = v;

@@ -679,14 +679,20 @@ fn status_row(ns: &NamespaceInfo) -> [String; 6] {
         NamespaceInfo::Sequence {
             namespace,
             auto_created,
+            family,
             settings,
             state,
+            ..
         } => [
             namespace.clone(),
             format!(
                 "sequence/{}{}",
                 settings.width,
-                if *auto_created { " (auto)" } else { "" }
+                match family {
+                    Some(f) => format!(" ({f})"),
+                    None if *auto_created => " (auto)".to_owned(),
+                    None => String::new(),
+                }
             ),
             state.watermark.to_string(),
             state.ids_buffered.to_string(),

@@ -1362,6 +1362,40 @@ fn auto_create_stops_at_max_namespaces() {
     assert!(status.success());
 }
 
+/// A family's member is served on first use by `idmint next` with `auto_create` off, shown in
+/// `idmint status` with its family; past `max_members`, a clear error naming the key.
+#[test]
+fn next_takes_ids_of_a_family_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        "[server]\nauto_create = false\n[namespaces.\"invoices.*\"]\nkind = \"sequence\"\nwidth = 32\nmax_members = 1\n",
+    );
+    let server = Server::start(dir.path(), &dir.path().join("data"), Some(&path));
+    let url = format!("http://{}", server.addr);
+    let out = run(idmint().args(["next", "invoices.42", "-n", "2", "--server", &url]));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "1\n2\n");
+    let out = run(idmint().args(["next", "invoices.43", "--server", &url]));
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("invoices.*") && stderr.contains("max_members"),
+        "{stderr}"
+    );
+    let out = run(idmint().args(["status", "--server", &url]));
+    let table = text(&out.stdout);
+    assert!(out.status.success(), "{table}{}", text(&out.stderr));
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("invoices.42 "))
+        .unwrap_or_else(|| panic!("no member row in {table}"));
+    assert!(row.contains("sequence/32 (invoices.*)"), "{table}");
+    assert!(!table.contains("invoices.43"), "{table}");
+    let (status, _) = server.terminate();
+    assert!(status.success());
+}
+
 /// `idmint sql mysql --servers` stays within MySQL's auto_increment_increment (1 to 65535).
 #[test]
 fn sql_mysql_servers_is_bounded() {

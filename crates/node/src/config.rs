@@ -30,6 +30,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 use thiserror::Error;
 
+mod family;
+pub use family::Family;
+
 /// Default largest `count` of one request.
 pub const DEFAULT_MAX_COUNT: u64 = 10_000;
 
@@ -289,6 +292,10 @@ pub struct NodeConfig {
     pub refill_wait: Duration,
     /// Declared namespaces.
     pub namespaces: BTreeMap<NamespaceName, KindConfig>,
+    /// Declared families (`[namespaces."NAME.*"]`), by their pattern's text: sequence
+    /// namespaces created on first use with the family's settings, up to its `max_members`
+    /// ([`Family`]). They never overlap.
+    pub families: BTreeMap<String, Family>,
     /// The status page (`GET /`) shows in red a namespace projected to run out of ids (or a
     /// snowflake layout out of time) sooner than this (`server.exhaustion_warning_days`, 1 to
     /// [`MAX_EXHAUSTION_WARNING_DAYS`]; default 365 days).
@@ -321,6 +328,30 @@ pub struct KeepBlocks {
     pub authority: String,
 }
 
+impl NodeConfig {
+    /// The family `name` is a member of, if any: none when a namespace of that exact name is
+    /// declared (its own table wins).
+    pub fn family_of(&self, name: &NamespaceName) -> Option<&Family> {
+        family::family_of(&self.families, &self.namespaces, name)
+    }
+
+    /// Every sequence spec this node may serve by configuration, with its key: `defaults`, each
+    /// declared sequence namespace's, each family's.
+    fn sequence_specs(&self) -> Vec<(String, &SequenceSpec)> {
+        let declared = self
+            .namespaces
+            .iter()
+            .map(|(n, k)| (format!("namespaces.{n}"), k));
+        let mut specs = vec![("defaults".to_owned(), &self.default_sequence.0)];
+        specs.extend(declared.filter_map(|(key, kind)| match kind {
+            KindConfig::Sequence { spec, .. } => Some((key, spec)),
+            _ => None,
+        }));
+        specs.extend(self.families.values().map(|f| (f.key(), &f.spec)));
+        specs
+    }
+}
+
 impl Default for NodeConfig {
     /// Auto-create 64-bit sequences with the adaptive default buffer; at most 10,000 ids per
     /// request.
@@ -337,6 +368,7 @@ impl Default for NodeConfig {
             refill_tick: Duration::from_millis(100),
             refill_wait: Duration::from_secs(2),
             namespaces: BTreeMap::new(),
+            families: BTreeMap::new(),
             exhaustion_warning: Duration::from_secs(365 * DAY_SECS),
             listen: ListenConfig::default(),
             leases: LeaseSettings::default(),
@@ -629,6 +661,8 @@ struct RawNamespace {
     worker_group: Option<String>,
     allow_short_layout: Option<bool>,
     order: Option<RawOrder>,
+    /// A family's bound ([`Family::max_members`]); families only.
+    max_members: Option<usize>,
 }
 
 /// `order = "writer" | "strict"`.
@@ -778,11 +812,23 @@ impl FileConfig {
         node.default_sequence =
             sequence_settings("defaults", &raw.defaults, &RawSequence::default())?;
         for (name, ns) in &raw.namespaces {
+            if family::is_family(name) {
+                let family = family::family(name, ns, &raw.defaults)?;
+                node.families.insert(name.clone(), family);
+                continue;
+            }
             let key = format!("namespaces.{name}");
+            if ns.max_members.is_some() {
+                return Err(invalid(
+                    format!("{key}.max_members"),
+                    "belongs to a family (a table named NAME.*, quoted: [namespaces.\"NAME.*\"])",
+                ));
+            }
             let parsed = NamespaceName::new(name).map_err(|e| invalid(&key, e))?;
             let kind = namespace_kind(&key, ns, &raw.defaults)?;
             node.namespaces.insert(parsed, kind);
         }
+        family::check_overlaps(&node.families)?;
         check_worker_groups(&node)?;
         if raw.server.max_count.is_some() {
             check_max_count(&node)?;
@@ -867,15 +913,7 @@ fn listen_settings(raw: &RawServer) -> Result<ListenConfig, ConfigError> {
 /// An explicit `server.max_count` fits every 32-bit sequence namespace's [`block_cap`]: one
 /// request's shortfall is reserved in one refill, on top of the block.
 fn check_max_count(node: &NodeConfig) -> Result<(), ConfigError> {
-    let declared = node
-        .namespaces
-        .iter()
-        .filter_map(|(name, kind)| match kind {
-            KindConfig::Sequence { spec, .. } => Some((format!("namespaces.{name}"), spec)),
-            _ => None,
-        });
-    let defaults = std::iter::once(("defaults".to_owned(), &node.default_sequence.0));
-    for (key, spec) in defaults.chain(declared) {
+    for (key, spec) in node.sequence_specs() {
         let cap = block_cap(spec);
         if spec.width() == Width::Bits32 && node.max_count > cap {
             return Err(invalid(
@@ -909,11 +947,8 @@ fn check_multi(node: &NodeConfig, offsets: &[u64]) -> Result<(), ConfigError> {
         }
         Ok(())
     };
-    check("defaults".to_owned(), &node.default_sequence.0)?;
-    for (name, kind) in &node.namespaces {
-        if let KindConfig::Sequence { spec, .. } = kind {
-            check(format!("namespaces.{name}"), spec)?;
-        }
+    for (key, spec) in node.sequence_specs() {
+        check(key, spec)?;
     }
     Ok(())
 }

@@ -69,6 +69,17 @@ pub enum IdError {
         /// `server.max_namespaces`.
         limit: usize,
     },
+    /// Creating a member of a family (`[namespaces."NAME.*"]`) on first use would exceed its
+    /// `max_members`: the same code as [`IdError::TooManyNamespaces`].
+    #[error("namespace {name:?} is not served and would be a new member of family {family}, which has {limit} members on this node already (namespaces.\"{family}\".max_members); raise the bound or declare the namespace")]
+    TooManyMembers {
+        /// The namespace asked for.
+        name: String,
+        /// The family's pattern (`invoices.*`).
+        family: String,
+        /// Its `max_members`.
+        limit: usize,
+    },
     /// The namespace existed and its store no longer has it, or went back in time: never
     /// re-created (docs/uniqueness.md); an operator re-seeds it.
     #[error("namespace {name:?} cannot be served: {reason}")]
@@ -132,7 +143,9 @@ impl IdError {
             IdError::TimeExhausted(_) => ErrorCode::TimeExhausted,
             IdError::Unavailable { .. } => ErrorCode::AuthorityUnavailable,
             IdError::Conflict(_) => ErrorCode::SettingsConflict,
-            IdError::TooManyNamespaces { .. } => ErrorCode::TooManyNamespaces,
+            IdError::TooManyNamespaces { .. } | IdError::TooManyMembers { .. } => {
+                ErrorCode::TooManyNamespaces
+            }
             IdError::Lost { .. } => ErrorCode::NamespaceLost,
             IdError::ShuttingDown => ErrorCode::ShuttingDown,
             IdError::Unauthorized(_) => ErrorCode::Unauthorized,

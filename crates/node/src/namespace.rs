@@ -647,6 +647,7 @@ fn sequence_info(
     api::NamespaceInfo::Sequence {
         namespace,
         auto_created,
+        family: None,
         settings: api::SequenceSettings {
             width: spec.width().bits(),
             start: spec.first(),

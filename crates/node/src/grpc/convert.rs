@@ -121,12 +121,14 @@ pub fn namespace_info(info: api::NamespaceInfo) -> proto::NamespaceInfo {
         api::NamespaceInfo::Sequence {
             namespace,
             auto_created,
+            family,
             settings,
             state,
         } => (
             namespace,
             Kind::Sequence(proto::SequenceInfo {
                 auto_created,
+                family: family.unwrap_or_default(),
                 settings: Some(sequence_settings(settings)),
                 state: Some(sequence_state(state)),
             }),

@@ -33,6 +33,7 @@ pub fn code_of(e: &IdError) -> Code {
         IdError::Exhausted { .. }
         | IdError::TimeExhausted(_)
         | IdError::TooManyNamespaces { .. }
+        | IdError::TooManyMembers { .. }
         | IdError::TooManyStreams(_) => Code::ResourceExhausted,
         // Retrying later may succeed.
         IdError::Unavailable { .. } | IdError::ShuttingDown | IdError::NoLeader { .. } => {

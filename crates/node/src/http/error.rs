@@ -47,7 +47,8 @@ pub fn status_of(e: &IdError) -> StatusCode {
         | IdError::Exhausted { .. }
         | IdError::TimeExhausted(_)
         | IdError::Conflict(_)
-        | IdError::TooManyNamespaces { .. } => StatusCode::CONFLICT,
+        | IdError::TooManyNamespaces { .. }
+        | IdError::TooManyMembers { .. } => StatusCode::CONFLICT,
         // Gone for good: an operator retired it; no retry will succeed.
         IdError::Retired(_) => StatusCode::GONE,
         IdError::TooManyStreams(_) => StatusCode::TOO_MANY_REQUESTS,

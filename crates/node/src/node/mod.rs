@@ -14,7 +14,10 @@
 //! Creation on first use is bounded: at most `server.max_namespaces` namespaces are set up by
 //! auto-create (each holds a buffer and a refill task, and a new one durably reserves a block);
 //! past that, [`IdError::TooManyNamespaces`]. Declared namespaces do not count toward the bound
-//! and are always served; the listing marks auto-created ones (`auto_created`).
+//! and are always served; the listing marks auto-created ones (`auto_created`). Members of a
+//! family (`[namespaces."NAME.*"]`, [`crate::config::Family`]) are created on first use with
+//! the family's settings, bounded by its `max_members` ([`IdError::TooManyMembers`]), and
+//! listed with their `family`.
 //!
 //! Shutdown order matters for uniqueness: stop the refill tasks and wait for them (an in-flight
 //! reservation completes and lands in the buffer), then hand back each buffer's unused tail.
@@ -468,7 +471,8 @@ impl Node {
     }
 
     /// A namespace's settings and state as of now, with the authority's members (which own
-    /// its residue classes) for a sequence namespace on a multi authority.
+    /// its residue classes) for a sequence namespace on a multi authority, and the family it
+    /// is a member of.
     pub fn describe(&self, info: idmint_api::NamespaceInfo) -> idmint_api::NamespaceInfo {
         match info {
             idmint_api::NamespaceInfo::Sequence {
@@ -476,11 +480,17 @@ impl Node {
                 auto_created,
                 settings,
                 mut state,
+                ..
             } => {
                 state.members = self.members();
+                let family = NamespaceName::new(&namespace)
+                    .ok()
+                    .and_then(|name| self.config.family_of(&name))
+                    .map(|f| f.pattern.to_string());
                 idmint_api::NamespaceInfo::Sequence {
                     namespace,
                     auto_created,
+                    family,
                     settings,
                     state,
                 }

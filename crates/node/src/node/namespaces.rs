@@ -3,13 +3,16 @@
 //!
 //! Invariants: a read ([`Node::read_namespace`]) never installs, creates or reserves
 //! anything; creation on first use is serialised (two first requests create a namespace once),
-//! bounded by `server.max_namespaces`, refused once draining began, and keeps a spec the
-//! authority already stores. No std lock is held across `.await`.
+//! bounded by `server.max_namespaces` (auto-create) or by its family's `max_members` (a member
+//! of a `[namespaces."NAME.*"]` family, created whatever `auto_create` says, with the family's
+//! settings only: a stored spec that differs is a conflict, as for a declared namespace),
+//! refused once draining began, and an auto-created one keeps a spec the authority already
+//! stores. No std lock is held across `.await`.
 
 use super::{authority_error, Node, Served};
 use crate::auth::Buckets;
 use crate::block_gate::IdSpace;
-use crate::config::{CacheMode, KindConfig, Order};
+use crate::config::{CacheMode, Family, KindConfig, Order};
 use crate::error::IdError;
 use crate::metrics::{NamespaceLabels, SupplyMetrics};
 use crate::namespace::{
@@ -35,6 +38,9 @@ impl Node {
         }
         if let Some(kind) = self.config.namespaces.get(&name) {
             return self.set_up_declared(&name, kind).await;
+        }
+        if let Some(family) = self.config.family_of(&name) {
+            return self.set_up_member(&name, family).await;
         }
         if !self.config.auto_create {
             return Err(IdError::UnknownNamespace(name.to_string()));
@@ -99,6 +105,44 @@ impl Node {
         self.install(name, kind, false).await
     }
 
+    /// A member of `family` set up on first use, with the family's settings, unless the family
+    /// has `max_members` members served already.
+    async fn set_up_member(
+        &self,
+        name: &NamespaceName,
+        family: &Family,
+    ) -> Result<Served, IdError> {
+        if self.is_draining() {
+            return Err(IdError::ShuttingDown);
+        }
+        let _creating = self.creating.lock().await;
+        if let Some(served) = self.lookup(name) {
+            return Ok(served);
+        }
+        if self.members_of(family) >= family.max_members {
+            return Err(IdError::TooManyMembers {
+                name: name.to_string(),
+                family: family.pattern.to_string(),
+                limit: family.max_members,
+            });
+        }
+        self.install(name, &family.kind(), false).await
+    }
+
+    /// How many members of `family` this node serves (counted when one is about to be
+    /// created, under `creating`: rare, and nothing to keep in step).
+    pub fn members_of(&self, family: &Family) -> usize {
+        let served = self.namespaces.read().unwrap_or_else(|p| p.into_inner());
+        served
+            .keys()
+            .filter(|name| {
+                self.config
+                    .family_of(name)
+                    .is_some_and(|f| f.pattern == family.pattern)
+            })
+            .count()
+    }
+
     /// How many namespaces were set up by auto-create (at most `max_namespaces`).
     pub fn auto_created_count(&self) -> usize {
         self.auto_created.load(Ordering::Relaxed)
@@ -109,7 +153,8 @@ impl Node {
     /// anything, whatever `auto_create` says.
     ///
     /// [`IdError::UnknownNamespace`] when the authority does not know `name` either, or when this
-    /// node would not serve it (not loaded and `auto_create` off: its ids would be refused too).
+    /// node would not serve it (not loaded, no family's member, and `auto_create` off: its ids
+    /// would be refused too).
     pub(crate) async fn read_namespace(&self, name: &str) -> Result<NamespaceView, IdError> {
         let name = NamespaceName::new(name)?;
         if let Some(served) = self.lookup(&name) {
@@ -123,15 +168,17 @@ impl Node {
                     .to_owned(),
             });
         }
-        if !self.config.auto_create {
-            return Err(IdError::UnknownNamespace(name.to_string()));
-        }
+        let cache = match self.config.family_of(&name) {
+            Some(family) => family.cache,
+            None if self.config.auto_create => self.config.default_sequence.1,
+            None => return Err(IdError::UnknownNamespace(name.to_string())),
+        };
         match self.authority.state(&name).await {
             Ok(Some(state)) => Ok(NamespaceView::Stored(StoredSequence::new(
                 name,
                 IdSpace::new(state.spec, self.authority.residues(&state.spec)),
                 (state.watermark, state.retired),
-                crate::config::fit_cache(self.config.default_sequence.1, &state.spec),
+                crate::config::fit_cache(cache, &state.spec),
             ))),
             Ok(None) => Err(IdError::UnknownNamespace(name.to_string())),
             Err(e) => Err(IdError::Unavailable {
@@ -349,22 +396,20 @@ impl Node {
                     order: Order::Writer,
                 }) if *spec == k.spec => Some(*cache),
                 Some(_) => None,
-                None if self.config.auto_create
-                    && self.auto_created.load(Ordering::Relaxed) < self.config.max_namespaces =>
-                {
-                    Some(crate::config::fit_cache(
-                        self.config.default_sequence.1,
-                        &k.spec,
-                    ))
-                }
-                None => None,
+                None => match self.config.family_of(&k.name) {
+                    Some(family) => (family.spec == k.spec
+                        && self.members_of(family) < family.max_members)
+                        .then_some(family.cache),
+                    None => self.auto_create_cache(&k.spec),
+                },
             };
             let Some(cache) = cache else {
                 tracing::warn!(namespace = %k.name, ids, "kept blocks of a namespace this node no longer serves with the same settings; burned");
                 burned += ids;
                 continue;
             };
-            let auto_created = !self.config.namespaces.contains_key(&k.name);
+            let auto_created = !self.config.namespaces.contains_key(&k.name)
+                && self.config.family_of(&k.name).is_none();
             let watermark = k.blocks.last().map_or(0, |b| b.end());
             let seq = self
                 .sequence_on(&k.name, k.spec, cache, watermark)
@@ -385,6 +430,13 @@ impl Node {
             self.lock_tasks().push(task);
         }
         (adopted, burned)
+    }
+
+    /// The cache of a namespace of `spec` that auto-create would set up now, if it would.
+    fn auto_create_cache(&self, spec: &SequenceSpec) -> Option<CacheMode> {
+        (self.config.auto_create
+            && self.auto_created.load(Ordering::Relaxed) < self.config.max_namespaces)
+            .then(|| crate::config::fit_cache(self.config.default_sequence.1, spec))
     }
 
     /// The set-up a namespace served from kept blocks skipped, done once the authority answers

@@ -40,7 +40,9 @@ pub fn code_of(e: &IdError) -> &'static str {
         IdError::Retired(_) => "RETIRED",
         IdError::Unavailable { .. } => "UNAVAILABLE",
         IdError::Conflict(_) => "CONFLICT",
-        IdError::TooManyNamespaces { .. } | IdError::TooManyStreams(_) => "LIMIT",
+        IdError::TooManyNamespaces { .. }
+        | IdError::TooManyMembers { .. }
+        | IdError::TooManyStreams(_) => "LIMIT",
         IdError::ShuttingDown => "SHUTDOWN",
         // A new variant is a compile error here, so each gets a deliberate code.
         IdError::Internal(_) => "INTERNAL",

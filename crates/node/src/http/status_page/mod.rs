@@ -332,6 +332,7 @@ mod tests {
         NamespaceInfo::Sequence {
             namespace: name.into(),
             auto_created: false,
+            family: None,
             settings: SequenceSettings {
                 width: 32,
                 start: 1,
@@ -542,6 +543,16 @@ mod tests {
             "{page}"
         );
         assert!(page.contains("<td class=\"ok\">up</td>"), "{page}");
+    }
+
+    #[test]
+    fn a_family_member_names_its_family() {
+        let mut member = sequence("invoices.42", 0.0, 10, None);
+        if let NamespaceInfo::Sequence { family, .. } = &mut member {
+            *family = Some("invoices.*".into());
+        }
+        let page = render(&snapshot(vec![member, sequence("photos", 0.0, 10, None)])).into_string();
+        assert_eq!(page.matches(", family invoices.*").count(), 1, "{page}");
     }
 
     #[test]

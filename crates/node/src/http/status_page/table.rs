@@ -20,12 +20,13 @@ pub(super) fn namespaces(s: &Snapshot) -> Markup {
                     td { b { (ns.name()) } }
                     td { (ns.kind()) }
                     @match ns {
-                        NamespaceInfo::Sequence { settings, state, auto_created, .. } => {
+                        NamespaceInfo::Sequence { settings, state, auto_created, family, .. } => {
                             td {
                                 "width " (settings.width) ", start " (settings.start)
                                 ", step " (settings.step) ", offset " (settings.offset)
                                 ", cache " (cache(&settings.cache))
                                 @if *auto_created { ", auto-created" }
+                                @if let Some(family) = family { ", family " (family) }
                             }
                             (sequence_state(state, s.warning))
                         }
