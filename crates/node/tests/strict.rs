@@ -30,7 +30,9 @@ struct Member {
 }
 
 fn toml(url: &str, extra: &str) -> String {
-    let grpc = url.trim_start_matches("http://");
+    let grpc = url
+        .trim_start_matches("http://")
+        .trim_start_matches("https://");
     format!(
         "[server]\ngrpc = \"{grpc}\"\n\n[leases]\nttl_ms = 2000\nsafety_margin_ms = 400\nfloor_ahead_ms = 1000\n\n\
          [strict]\nadvertise = \"{url}\"\nwait_ms = 3000\n{extra}\n\
@@ -39,11 +41,32 @@ fn toml(url: &str, extra: &str) -> String {
 }
 
 async fn member(store: Arc<dyn Authority>, extra: &str) -> Member {
+    member_on(store, extra, None).await
+}
+
+/// A member whose gRPC listener (the one the others forward to) is TLS with `certs` when
+/// given: then its url is `https://`, and its `[strict]` trusts the certificates' CA.
+async fn member_on(
+    store: Arc<dyn Authority>,
+    extra: &str,
+    certs: Option<&idmint_testkit::certs::TestCerts>,
+) -> Member {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let config = FileConfig::parse(&toml(&url, extra)).unwrap().node;
+    let addr = listener.local_addr().unwrap();
+    let (url, extra) = match certs {
+        Some(c) => (
+            format!("https://{addr}"),
+            format!("ca_file = \"{}\"\n{extra}", c.ca_file().display()),
+        ),
+        None => (format!("http://{addr}"), extra.to_owned()),
+    };
+    let config = FileConfig::parse(&toml(&url, &extra)).unwrap().node;
     let node = Node::start(config, store).await.unwrap();
-    let server = idmint_node::Server::new(node.clone()).grpc(listener);
+    let tls =
+        certs.map(|c| idmint_node::tls::ServerTls::load(&c.cert_file(), &c.key_file()).unwrap());
+    let server = idmint_node::Server::new(node.clone())
+        .tls(tls)
+        .grpc(listener);
     let shutdown = server.shutdown_handle();
     let served = tokio::spawn(server.serve());
     Member {
@@ -280,4 +303,46 @@ async fn forwards_carry_the_peer_token_and_consecutive_ids_stay_one_block() {
         matches!(&e, IdError::NoLeader { reason, .. } if reason.contains("unauthorized")),
         "{e}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwards_go_over_tls_to_a_leader_with_a_certificate_of_the_trusted_ca() {
+    let certs = idmint_testkit::certs::TestCerts::new();
+    let store: Arc<dyn Authority> = Arc::new(MemoryAuthority::new());
+    let a = member_on(store.clone(), "", Some(&certs)).await;
+    let b = member_on(store.clone(), "", Some(&certs)).await;
+    assert!(a.url.starts_with("https://"));
+    let leader = settled(&[&a, &b]).await;
+    let follower = [&a, &b][1 - leader];
+    let before = [&a, &b][leader]
+        .node
+        .take_ids(Credentials::Header(None), "chat", Some(2))
+        .await
+        .unwrap();
+    let after = follower
+        .node
+        .take_ids(Credentials::Header(None), "chat", Some(2))
+        .await
+        .unwrap();
+    let (idmint_node::namespace::Ids::U64(before), idmint_node::namespace::Ids::U64(after)) =
+        (before.ids, after.ids)
+    else {
+        unreachable!()
+    };
+    assert!(after[0] > before[1], "{before:?} then {after:?}");
+
+    // A follower that does not trust the leader's CA cannot forward: `no_leader` naming why.
+    let other = idmint_testkit::certs::TestCerts::new();
+    let c = member_on(
+        store.clone(),
+        &format!("ca_file = \"{}\"\n", other.ca_file().display()),
+        None,
+    )
+    .await;
+    let e = c
+        .node
+        .take_ids(Credentials::Header(None), "chat", Some(1))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, IdError::NoLeader { .. }), "{e}");
 }
