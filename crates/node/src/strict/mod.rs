@@ -7,10 +7,10 @@
 //!   `<namespace>:leader` with one worker id, [`idmint_store::WorkerLeases`]: fencing token,
 //!   expiry by the authority's clock) serves the namespace from its own supply;
 //! - **terms**: the leader answers only within its [`term::Term`]: the supply's
-//!   [`crate::supply::ServeGate`] checks the term *after* a request took its ids, so no id
+//!   `supply::ServeGate` checks the term *after* a request took its ids, so no id
 //!   taken after the term's deadline is answered (it goes back to the buffer);
 //! - **above every earlier leader**: a new term starts by raising the supply's floor to the
-//!   authority's watermark read once the lease is held ([`crate::supply::Supply::start_above`]):
+//!   authority's watermark read once the lease is held (`Supply::start_above`):
 //!   every id an earlier term served came from a block below it. Blocks kept in the data
 //!   directory are never used by a strict namespace;
 //! - **followers forward**, batched ([`forward`]), to the url the leader recorded with its
@@ -114,7 +114,7 @@ fn holder_base(url: &str) -> String {
     format!("{} at {url}", crate::worker::holder_name())
 }
 
-/// The url a leader lease's holder names ([`holder_base`], made unique by the lease).
+/// The url a leader lease's holder names (`host pid N at URL`, made unique by the lease).
 pub fn url_of(holder: &str) -> Option<&str> {
     let (_, rest) = holder.rsplit_once(" at ")?;
     let url = rest.split(' ').next()?;
