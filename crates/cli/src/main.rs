@@ -686,11 +686,18 @@ fn status_row(ns: &NamespaceInfo) -> [String; 6] {
         } => [
             namespace.clone(),
             format!(
-                "sequence/{}{}",
+                "sequence/{}{}{}",
                 settings.width,
                 match family {
                     Some(f) => format!(" ({f})"),
                     None if *auto_created => " (auto)".to_owned(),
+                    None => String::new(),
+                },
+                match &state.leader {
+                    Some(l) if l.role == "leader" => " strict, leads".to_owned(),
+                    Some(l) if l.role == "follower" =>
+                        format!(" strict, forwards to {}", l.url.as_deref().unwrap_or("?")),
+                    Some(_) => " strict, NO LEADER".to_owned(),
                     None => String::new(),
                 }
             ),
