@@ -306,15 +306,21 @@ fn node_record(decoded: idmint_api::Decoded) -> Record {
             id,
             in_namespace,
             issued,
-        } => (
-            "sequence",
-            namespace,
-            vec![
+            step,
+            residue,
+            member,
+        } => {
+            let mut fields = vec![
                 ("id", json!(id.to_string())),
                 ("in_namespace", json!(in_namespace)),
                 ("issued", json!(issued)),
-            ],
-        ),
+            ];
+            // Fields a node older than this CLI does not send are left out.
+            fields.extend(step.map(|s| ("step", json!(s))));
+            fields.extend(residue.map(|r| ("residue", json!(r))));
+            fields.extend(member.map(|m| ("member", json!(m))));
+            ("sequence", namespace, fields)
+        }
         D::Snowflake {
             namespace,
             id,

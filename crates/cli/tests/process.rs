@@ -1168,6 +1168,9 @@ fn decode_by_the_node_reads_stdin() {
             id,
             in_namespace,
             issued,
+            step,
+            residue,
+            member,
             ..
         } = answer
         else {
@@ -1175,7 +1178,16 @@ fn decode_by_the_node_reads_stdin() {
         };
         assert_eq!(*id, i as u64 + 1);
         assert!(*in_namespace && *issued, "{answer:?}");
+        // Step 1, one authority: residue 0, no member.
+        assert_eq!((*step, *residue, *member), (Some(1), Some(0), None));
     }
+    // Without --json, the row carries the residue fields after the node's.
+    let out = run_with_input(
+        idmint().args(["decode", "--namespace", "photos", "--server", &url]),
+        "2\n".to_owned(),
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "2\ttrue\ttrue\t1\t0\n");
 }
 
 /// `idmint serve` with stderr on a pipe writes no colour codes, even with colour allowed by the
