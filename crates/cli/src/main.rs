@@ -3,7 +3,7 @@
 //! `idmint-core`).
 //!
 //! Modules: `serve` runs a node; `client` talks to one over HTTP or HTTPS (`next`, `status`,
-//! `decode --namespace`, `admin rebase`, `admin retire`; `--ca-file`, `--cert`, `--key`); `decode` decodes ids; `packaging` generates shell completions and
+//! `decode --namespace`, `admin rebase`, `admin retire`; `--ca-file`, `--cert`, `--key`); `decode` decodes ids and keys (`decode`, `shard-for`); `packaging` generates shell completions and
 //! manual pages from this definition; `output` is the buffered stdout of the client
 //! commands and the error report. Exit codes: 0 on success (also when the reader of stdout
 //! goes away early, `| head`), 1 for an error (printed as `error:` and `caused by:` lines,
