@@ -5,7 +5,11 @@ client's offline decoder is checked against the real one.
 Usage: gen_decode.py IDMINT_BIN > decode.json
 Each case names the layout as the CLI takes it (`layout`, or `bits`/`unit`/`epoch` for a custom
 one, and `epoch` alone to replace a preset's), the `id` text, and either `expect` (the CLI's JSON
-object for it) or `"error": true` (the CLI refused the id: exit 1).
+object for it) or `"error": true` (the CLI refused the id: exit 1). The routing helpers have
+cases of their own: `layout: "composite"` (a `shard-local` key, `idmint decode --layout
+composite`), `step` with optional `offsets` (`idmint decode --step N --offsets A,B`: the residue
+class and the member owning it, from 1) and `shards` with a `key` instead of an `id`
+(`idmint shard-for --shards N KEY`).
 """
 import json
 import subprocess
@@ -26,6 +30,9 @@ PRESET_IDS = {
               "01938f4e-2b5c-4d2a-9c3e-4f5a6b7c8d9e", "01938f4e-2b5c-7d2a-cc3e-4f5a6b7c8d9e",
               "01938f4e-2b5c-7d2a-9c3e-4f5a6b7c8d9", "01938f4e+2b5c-7d2a-9c3e-4f5a6b7c8d9e",
               "01938f4e-2b5c-7d2a-9c3e-4f5a6b7c8d9g"],
+    "composite": ["42-1007", "0-0", "18446744073709551615-18446744073709551615", "7-9007199254740993",
+                  "042-1", "42-01", "-1", "42-", "42", "1-2-3", "+4-2", "4-+2",
+                  "18446744073709551616-1", "1-18446744073709551616", "4-x", "-"],
     "ulid": ["01ARZ3NDEKTSV4RRFFQ69G5FAV", "01arz3ndektsv4rrffq69g5fav", "00000000000000000000000000",
              "7ZZZZZZZZZZZZZZZZZZZZZZZZZ", "01JDQ3X5ZP8M4V2K9N6R7T3W1Y", "8ZZZZZZZZZZZZZZZZZZZZZZZZZ",
              "01ARZ3NDEKTSV4RRFFQ69G5FAU", "01ARZ3NDEKTSV4RRFFQ69G5FAI", "01ARZ3NDEKTSV4RRFFQ69G5FA"],
@@ -40,11 +47,27 @@ CUSTOM = [
     ("41,10,12", "1ms", 0, ["1212161076890996736"]),
 ]
 
+RESIDUES = [
+    # (step, offsets or None, ids)
+    (4, [3, 1, 2], ["13", "15", "14", "16", "0", "18446744073709551615", "+1", "-1", "x", ""]),
+    (2, [0, 1], ["7", "8"]),
+    (3, None, ["16", "9007199254740993"]),
+    (1, None, ["12345"]),
+]
+
+SHARDS = [
+    # (shards, keys)
+    (2000, ["31341", "0", "1999", "2000", "18446744073709551615", "+5", "-5", "x", "1.5",
+            "18446744073709551616"]),
+    (1, ["987654321"]),
+    (4096, ["9007199254740993"]),
+]
+
 EPOCHS = [("instagram", 1314220021721, "1387263000001003521"), ("twitter", 0, "1212161076890996736")]
 
 
-def run(binary: str, options: list[str], id_: str) -> dict[str, object]:
-    command = [binary, "decode", *options, "--json", "--", id_]
+def run(binary: str, options: list[str], id_: str, command_name: str = "decode") -> dict[str, object]:
+    command = [binary, command_name, *options, "--json", "--", id_]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode == 1:
         return {"error": True}
@@ -67,6 +90,19 @@ def main() -> None:
             cases.append({"bits": [int(b) for b in bits.split(",")], "unit": unit, "epoch": epoch,
                           "id": id_, **run(binary, ["--bits", bits, "--unit", unit,
                                                     "--epoch", str(epoch)], id_)})
+    for step, offsets, ids in RESIDUES:
+        options = ["--step", str(step)]
+        if offsets is not None:
+            options += ["--offsets", ",".join(map(str, offsets))]
+        for id_ in ids:
+            case: dict[str, object] = {"step": step}
+            if offsets is not None:
+                case["offsets"] = offsets
+            cases.append({**case, "id": id_, **run(binary, options, id_)})
+    for shards, keys in SHARDS:
+        for key in keys:
+            cases.append({"shards": shards, "key": key,
+                          **run(binary, ["--shards", str(shards)], key, "shard-for")})
     json.dump({"generated_by": "python3 clients/conformance/gen_decode.py target/debug/idmint "
                                "> clients/conformance/decode.json",
                "cases": cases}, sys.stdout, indent=1)

@@ -109,7 +109,8 @@ def test_nodes_decode_what_they_issued(node: Topology) -> None:
         assert grpc_client.decode("ulids", ulid) == http_client.decode("ulids", ulid)
         assert http_client.decode("seq", 5) == {"namespace": "seq", "kind": "sequence",
                                                 "id": "5", "in_namespace": True,
-                                                "issued": True}
+                                                "issued": True, "step": 1, "residue": 0}
+        assert grpc_client.decode("seq", 5) == http_client.decode("seq", 5)
 
 
 def test_the_async_client_takes_batches_and_local_tries(node: Topology) -> None:

@@ -157,7 +157,17 @@ export class GrpcTransport implements Transport {
     if (kind === undefined || d === undefined) throw new ProtocolError(`${this.label}: a decoded id of no kind`);
     switch (kind) {
       case "sequence":
-        return { namespace, kind, id: String(U64(d.id)), in_namespace: d.in_namespace, issued: d.issued };
+        return {
+          namespace,
+          kind,
+          id: String(U64(d.id)),
+          in_namespace: d.in_namespace,
+          issued: d.issued,
+          // 0 from a node older than these fields: left out, as HTTP leaves them out.
+          ...(U64(d.step) > 0n ? { step: Number(U64(d.step)), residue: Number(U64(d.residue)) } : {}),
+          // Unset with a single authority, or when no member owns the class.
+          ...(typeof d.member === "number" ? { member: d.member } : {}),
+        };
       case "snowflake": {
         // The node field is named by the namespace's layout (the `node` oneof): `shard` for
         // the instagram layout, `worker` for every other, as the HTTP answer names it.

@@ -1,4 +1,5 @@
-//! `@idmint/client`: ids from idmint nodes, cached in the process, and offline decoding.
+//! `@idmint/client`: ids from idmint nodes, cached in the process, offline decoding and routing
+//! helpers (`shardOf`, `shardFor`, `residueOf`, `memberOf`, `CompositeKey`).
 
 export { Client, type ClientOptions, type CloseReport, type TlsOptions } from "./client.js";
 export { Namespace, type IdType, type IdOf, type NamespaceStats } from "./namespace.js";
@@ -20,6 +21,7 @@ export {
   type DecodedSnowflake,
   type DecodedTime,
 } from "./decode.js";
+export { CompositeKey, memberOf, parseKey, residueOf, shardFor, shardOf } from "./keys.js";
 export { fromGrpc, fromHttp, grpcStatusNumber, type GrpcFailure } from "./wire_errors.js";
 export type { NodeUrl, TransportKind } from "./nodes.js";
 export type { NamespaceInfo, RemoteDecoded } from "./transport.js";

@@ -196,3 +196,23 @@ test("offline decoding takes bigints and gives the node field its layout's name"
   assert.throws(() => idmint.decode("9007199254740992", "js53"), idmint.DecodeError);
   assert.ok(idmint.Layout.preset("js53").jsSafe && !idmint.Layout.preset("twitter").jsSafe);
 });
+
+test("routing helpers: an id's shard, a key's shard, residue classes and composite keys, exact above 2^53", () => {
+  // Instagram's example: shard 1341 of 2000 logical shards, user 31341.
+  const id = (1_387_263_000n << 23n) | (1341n << 10n) | (5001n % 1024n);
+  assert.equal(idmint.shardOf(id), 1341);
+  assert.equal(idmint.shardOf(id.toString(), "instagram", 0), 1341);
+  assert.equal(idmint.shardFor(31341, 2000), 1341n);
+  assert.equal(idmint.residueOf(9007199254740993n, 2), 1n);
+  assert.equal(idmint.memberOf(13, 4, [3, 1, 2]), 2);
+  assert.equal(idmint.memberOf(16n, 4n, [3n, 1n, 2n]), null);
+  assert.throws(() => idmint.residueOf(1, 0), idmint.InvalidConfigError);
+  assert.throws(() => idmint.residueOf(2 ** 53, 2), idmint.DecodeError);
+  assert.throws(() => idmint.shardOf(1n << 63n), idmint.DecodeError);
+  const k = new idmint.CompositeKey(42, 1007n);
+  assert.equal(k.toString(), "42-1007");
+  assert.ok(idmint.CompositeKey.parse("42-1007").equals(k));
+  assert.throws(() => idmint.CompositeKey.parse("042-1"), /shard has a leading zero/);
+  assert.throws(() => idmint.CompositeKey.parse("4-"), /local id is empty/);
+  assert.throws(() => new idmint.CompositeKey(-1, 0), idmint.DecodeError);
+});

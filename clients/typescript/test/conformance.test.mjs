@@ -257,6 +257,14 @@ const kinds = {
     assert.ok(file.cases.length > 0, "decode cases");
     for (const c of file.cases) {
       const what = JSON.stringify(c);
+      if (c.layout === "composite" || c.step !== undefined || c.shards !== undefined) {
+        if (c.error === true) {
+          assert.throws(() => route(c), (e) => e.code === "invalid_id" && e instanceof idmint.IdmintError, what);
+          continue;
+        }
+        assert.deepEqual(route(c), c.expect, what);
+        continue;
+      }
       const layout = c.bits !== undefined ? idmint.Layout.custom(c.bits, c.unit, c.epoch) : c.layout;
       const epoch = c.bits !== undefined ? undefined : c.epoch;
       if (c.error === true) {
@@ -268,6 +276,26 @@ const kinds = {
     }
   },
 };
+
+/**
+ * What `idmint decode --layout composite`, `decode --step` or `shard-for` answers for a case of
+ * decode.json, made with the package's routing helpers (numbers as JSON.parse reads them).
+ */
+function route(c) {
+  if (c.shards !== undefined) {
+    const key = idmint.parseKey(c.key, "key");
+    return { kind: "shard_for", key: key.toString(), shards: c.shards, shard: Number(idmint.shardFor(key, BigInt(c.shards))) };
+  }
+  if (c.step !== undefined) {
+    const id = idmint.parseKey(c.id);
+    const out = { kind: "residue", id: id.toString(), step: c.step, residue: Number(idmint.residueOf(id, c.step)) };
+    if (c.offsets !== undefined) out.member = idmint.memberOf(id, c.step, c.offsets);
+    return out;
+  }
+  const k = idmint.CompositeKey.parse(c.id);
+  assert.ok(idmint.CompositeKey.parse(k.toString()).equals(k));
+  return { kind: "composite", id: k.toString(), shard: Number(k.shard), local: k.local.toString() };
+}
 
 /** Asserts `e` is the typed error of `code`. */
 function assertTyped(e, code) {

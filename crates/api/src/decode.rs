@@ -25,6 +25,19 @@ pub enum Decoded {
         /// Whether it lies below the highest watermark this node has seen: it may have been
         /// handed out (by any node). `false` means no node has handed it out yet.
         issued: bool,
+        /// The namespace's step (absent from nodes older than this field).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<u64>,
+        /// The id's residue class, `id % step`: the offset of the sequence, or of the multi
+        /// authority's member, that can have issued it (absent from nodes older than this
+        /// field).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        residue: Option<u64>,
+        /// With a multi authority: the member owning that residue class, from 1 in
+        /// configuration order (as `idmint admin reseed --member`). Absent with a single
+        /// authority, or when no member owns the class (`in_namespace` is then `false`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        member: Option<u32>,
     },
     /// A snowflake id split into its fields.
     Snowflake {
@@ -103,10 +116,15 @@ mod tests {
             id: 7,
             in_namespace: true,
             issued: false,
+            step: Some(4),
+            residue: Some(3),
+            member: Some(2),
         };
         let v: serde_json::Value = serde_json::to_value(&d).unwrap();
         assert_eq!(v["kind"], "sequence");
         assert_eq!(v["id"], "7");
+        assert_eq!(v["residue"], 3);
+        assert_eq!(v["member"], 2);
         assert_eq!(serde_json::from_value::<Decoded>(v).unwrap(), d);
     }
 
@@ -127,6 +145,33 @@ mod tests {
             assert!(v.get(key).is_some() && v.get(other).is_none(), "{v}");
             assert_eq!(serde_json::from_value::<Decoded>(v).unwrap(), d);
         }
+    }
+
+    #[test]
+    fn an_answer_without_residue_fields_still_reads() {
+        let old = serde_json::json!({"kind": "sequence", "namespace": "photos", "id": "7",
+            "in_namespace": true, "issued": false});
+        let Decoded::Sequence {
+            step,
+            residue,
+            member,
+            ..
+        } = serde_json::from_value::<Decoded>(old).unwrap()
+        else {
+            panic!("not a sequence answer");
+        };
+        assert_eq!((step, residue, member), (None, None, None));
+        let single = Decoded::Sequence {
+            namespace: "photos".into(),
+            id: 7,
+            in_namespace: true,
+            issued: false,
+            step: Some(1),
+            residue: Some(0),
+            member: None,
+        };
+        let v = serde_json::to_value(&single).unwrap();
+        assert!(v.get("member").is_none(), "{v}");
     }
 
     #[test]

@@ -1,5 +1,8 @@
 //! `idmint decode`: what an id says about itself, offline from a layout (a preset, with an
-//! optional epoch override, or custom bits) or by asking a node about one of its namespaces.
+//! optional epoch override, or custom bits), a composite `shard-local` key, the residue class of
+//! a step/offset sequence (with the member owning it), or by asking a node about one of its
+//! namespaces; and `idmint shard-for`, the shard a key routes to (`key % shards`), read and
+//! printed the same way.
 //!
 //! One id on the command line prints a labelled block; without one, ids are read from standard
 //! input, one per line (blank lines skipped), and each prints one tab-separated row, so a file
@@ -11,9 +14,11 @@
 use crate::client::Client;
 use crate::output::Out;
 use anyhow::{anyhow, bail, Context, Result};
+use idmint_core::keys::{self, CompositeKey};
 use idmint_core::{FieldOrder, Layout, LayoutSpec, Ulid, Uuid7};
 use serde_json::{json, Map, Value};
 use std::io::{BufRead, IsTerminal};
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 /// How ids are decoded.
@@ -24,6 +29,16 @@ pub enum Decoder {
     Uuid7,
     /// Offline, as ULID text.
     Ulid,
+    /// Offline, as a composite `shard-local` key.
+    Composite,
+    /// Offline, as an id of a sequence stepping by `step`: its residue class and, with
+    /// `offsets` (the members' in configuration order), the member owning it.
+    Residue {
+        step: NonZeroU64,
+        offsets: Option<Vec<u64>>,
+    },
+    /// Offline, a key's shard among `shards` (`key % shards`).
+    ShardFor { shards: NonZeroU64 },
     /// By a node, as an id of one of its namespaces.
     Node {
         client: Box<Client>,
@@ -111,14 +126,61 @@ pub fn parse_unit(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// `--step N [--offsets A,B,...]`: the offsets are distinct and below the step, as a multi
+/// authority's members' are.
+pub fn residue_decoder(step: u64, offsets: Option<&str>) -> Result<Decoder> {
+    let step = NonZeroU64::new(step).context("--step must be at least 1")?;
+    let offsets = match offsets {
+        None => None,
+        Some(text) => {
+            let list: Vec<u64> = text
+                .split(',')
+                .map(|o| o.trim().parse::<u64>())
+                .collect::<Result<_, _>>()
+                .with_context(|| {
+                    format!("--offsets {text:?}: expected offsets separated by commas, e.g. 1,2,3")
+                })?;
+            if let Some(o) = list.iter().find(|o| **o >= step.get()) {
+                bail!("--offsets: offset {o} is not below --step {step}");
+            }
+            let mut sorted = list.clone();
+            sorted.sort_unstable();
+            if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+                bail!("--offsets: offset {} is given twice", w[0]);
+            }
+            Some(list)
+        }
+    };
+    Ok(Decoder::Residue { step, offsets })
+}
+
+/// `idmint shard-for --shards N`.
+pub fn shard_for_decoder(shards: u64) -> Result<Decoder> {
+    let shards = NonZeroU64::new(shards).context("--shards must be at least 1")?;
+    Ok(Decoder::ShardFor { shards })
+}
+
+/// A decimal 64-bit number: ASCII digits only.
+fn decimal(text: &str, what: &str) -> Result<u64> {
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    digits
+        .then(|| text.parse::<u64>().ok())
+        .flatten()
+        .ok_or_else(|| anyhow!("{text:?} is not a decimal 64-bit {what}"))
+}
+
 /// A preset layout by name, or `uuid7`/`ulid`, with the epoch overridden when given.
 pub fn preset_decoder(name: &str, epoch: Option<u64>) -> Result<Decoder> {
     match (name, epoch) {
-        ("uuid7" | "ulid", Some(_)) => bail!("--epoch applies to snowflake layouts, not {name}"),
+        ("uuid7" | "ulid" | "composite", Some(_)) => {
+            bail!("--epoch applies to snowflake layouts, not {name}")
+        }
         ("uuid7", None) => Ok(Decoder::Uuid7),
         ("ulid", None) => Ok(Decoder::Ulid),
+        ("composite", None) => Ok(Decoder::Composite),
         _ => {
-            let preset = Layout::preset(name).map_err(|e| anyhow!("{e} (or uuid7, ulid)"))?;
+            let preset =
+                Layout::preset(name).map_err(|e| anyhow!("{e} (or uuid7, ulid, composite)"))?;
             let layout = match epoch {
                 Some(epoch_unix_ms) => Layout::new(LayoutSpec {
                     epoch_unix_ms,
@@ -176,6 +238,40 @@ impl Decoder {
                     .with_context(|| format!("{id:?} is not a ULID"))?;
                 Ok(time_record("ulid", u.to_string(), u.unix_millis()))
             }
+            Decoder::Composite => {
+                let key: CompositeKey = id.parse()?;
+                Ok(Record::offline(
+                    vec![("kind", json!("composite"))],
+                    vec![
+                        ("id", json!(key.to_string())),
+                        ("shard", json!(key.shard)),
+                        ("local", json!(key.local.to_string())),
+                    ],
+                ))
+            }
+            Decoder::Residue { step, offsets } => {
+                let n = decimal(id, "id")?;
+                let mut fields = vec![
+                    ("id", json!(n.to_string())),
+                    ("step", json!(step.get())),
+                    ("residue", json!(keys::residue_of(n, *step))),
+                ];
+                if let Some(offsets) = offsets {
+                    fields.push(("member", json!(keys::member_of(n, *step, offsets))));
+                }
+                Ok(Record::offline(vec![("kind", json!("residue"))], fields))
+            }
+            Decoder::ShardFor { shards } => {
+                let key = decimal(id, "key")?;
+                Ok(Record::offline(
+                    vec![("kind", json!("shard_for"))],
+                    vec![
+                        ("key", json!(key.to_string())),
+                        ("shards", json!(shards.get())),
+                        ("shard", json!(keys::shard_for(key, *shards))),
+                    ],
+                ))
+            }
             Decoder::Node { client, namespace } => {
                 let decoded: idmint_api::Decoded =
                     client.get(&["v1", "decode", namespace, id], &[])?;
@@ -210,15 +306,21 @@ fn node_record(decoded: idmint_api::Decoded) -> Record {
             id,
             in_namespace,
             issued,
-        } => (
-            "sequence",
-            namespace,
-            vec![
+            step,
+            residue,
+            member,
+        } => {
+            let mut fields = vec![
                 ("id", json!(id.to_string())),
                 ("in_namespace", json!(in_namespace)),
                 ("issued", json!(issued)),
-            ],
-        ),
+            ];
+            // Fields a node older than this CLI does not send are left out.
+            fields.extend(step.map(|s| ("step", json!(s))));
+            fields.extend(residue.map(|r| ("residue", json!(r))));
+            fields.extend(member.map(|m| ("member", json!(m))));
+            ("sequence", namespace, fields)
+        }
         D::Snowflake {
             namespace,
             id,
@@ -274,10 +376,14 @@ fn node_record(decoded: idmint_api::Decoded) -> Record {
 }
 
 fn print(out: &mut Out, record: &Record, format: Format) -> Result<()> {
-    let text = |v: &Value| match v {
+    let text = |label: &str, v: &Value| match v {
         Value::String(s) => s.clone(),
-        // Only a time past what RFC 3339 can write is null (see `time_record`).
-        Value::Null => "after 9999-12-31T23:59:59.999Z (beyond RFC 3339; see unix_ms)".to_owned(),
+        // A time past what RFC 3339 can write is null (see `time_record`).
+        Value::Null if label == "timestamp" => {
+            "after 9999-12-31T23:59:59.999Z (beyond RFC 3339; see unix_ms)".to_owned()
+        }
+        // A residue class no member owns.
+        Value::Null => "none".to_owned(),
         other => other.to_string(),
     };
     match format {
@@ -285,11 +391,11 @@ fn print(out: &mut Out, record: &Record, format: Format) -> Result<()> {
             let labels = || record.context.iter().chain(&record.fields);
             let width = labels().map(|(label, _)| label.len()).max().unwrap_or(0) + 1;
             for (label, value) in labels() {
-                out.line(format_args!("{label:<width$}{}", text(value)))?;
+                out.line(format_args!("{label:<width$}{}", text(label, value)))?;
             }
         }
         Format::Row => {
-            let row: Vec<String> = record.fields.iter().map(|(_, v)| text(v)).collect();
+            let row: Vec<String> = record.fields.iter().map(|(l, v)| text(l, v)).collect();
             out.line(format_args!("{}", row.join("\t")))?;
         }
         Format::Json => out.line(format_args!("{}", record.json))?,

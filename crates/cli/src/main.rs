@@ -3,7 +3,7 @@
 //! `idmint-core`).
 //!
 //! Modules: `serve` runs a node; `client` talks to one over HTTP or HTTPS (`next`, `status`,
-//! `decode --namespace`, `admin rebase`, `admin retire`; `--ca-file`, `--cert`, `--key`); `decode` decodes ids; `packaging` generates shell completions and
+//! `decode --namespace`, `admin rebase`, `admin retire`; `--ca-file`, `--cert`, `--key`); `decode` decodes ids and keys (`decode`, `shard-for`); `packaging` generates shell completions and
 //! manual pages from this definition; `output` is the buffered stdout of the client
 //! commands and the error report. Exit codes: 0 on success (also when the reader of stdout
 //! goes away early, `| head`), 1 for an error (printed as `error:` and `caused by:` lines,
@@ -118,9 +118,13 @@ enum Command {
   idmint next tweets -n 1000 | idmint decode --namespace tweets --json
   idmint decode --layout instagram --epoch 1314220021721 < ids.txt
   idmint decode 1212161076890996736 --bits 41,10,12 --unit 1ms --epoch 1288834974657
+  idmint decode 42-1007 --layout composite
+  idmint decode 1000013 --step 4 --offsets 1,2,3
 
 Layouts: twitter, instagram, sonyflake, discord, js53, uuid7, ulid; or --bits for a custom one
-(field widths from the top: timestamp, node, sequence).
+(field widths from the top: timestamp, node, sequence); composite for a SHARD-LOCAL key
+(decimal parts, no sign, no leading zero). --step gives an id's residue class (id % step), and
+with --offsets (the members' offsets in configuration order) the member owning it, from 1.
 One ID prints one labelled line per field. Without an ID, ids are read from standard input,
 one per line, and each prints one line: the values of the one-id output after kind and
 layout (or namespace), separated by tabs. --json prints one JSON object per id instead.
@@ -129,11 +133,20 @@ The first id that cannot be decoded stops the command (exit 1), naming its line.
         /// The id (decimal, or UUID/ULID text). Without it: ids from standard input, one per line.
         id: Option<String>,
         /// Decode offline with this layout.
-        #[arg(long, conflicts_with_all = ["namespace", "bits"], required_unless_present_any = ["namespace", "bits"])]
+        #[arg(long, conflicts_with_all = ["namespace", "bits", "step"], required_unless_present_any = ["namespace", "bits", "step"])]
         layout: Option<String>,
         /// Decode offline with a custom layout: bits of timestamp, node and sequence.
-        #[arg(long, value_name = "TS,NODE,SEQ", conflicts_with = "namespace")]
+        #[arg(long, value_name = "TS,NODE,SEQ", conflicts_with_all = ["namespace", "step"])]
         bits: Option<String>,
+        /// Decode offline as an id of a sequence stepping by N (a step/offset namespace, a
+        /// multi authority, MySQL's auto_increment_increment): its residue class, id % N.
+        #[arg(long, value_name = "N", conflicts_with_all = ["namespace", "epoch"])]
+        step: Option<u64>,
+        /// With --step: the offsets of the members in configuration order (a multi
+        /// authority's, or each ticket server's auto_increment_offset), to name the member
+        /// owning the id's residue class.
+        #[arg(long, value_name = "A,B,...", requires = "step")]
+        offsets: Option<String>,
         /// Time unit of a --bits layout: us, ms or s, e.g. 10ms [default: 1ms].
         #[arg(long, requires = "bits", value_parser = decode::parse_unit)]
         unit: Option<Duration>,
@@ -153,6 +166,26 @@ The first id that cannot be decoded stops the command (exit 1), naming its line.
         server: Option<String>,
         #[command(flatten)]
         tls: TlsArgs,
+    },
+    /// The shard a key routes to among N logical shards: key % N (Instagram's user_id %
+    /// logical_shards).
+    #[command(after_help = "Examples:
+  idmint shard-for --shards 2000 31341
+  cut -f1 users.tsv | idmint shard-for --shards 2000 --json
+
+One KEY prints labelled lines; without it, keys are read from standard input, one per line,
+and each prints key, shards and shard separated by tabs. The shard an id already names is
+read with `idmint decode ID --layout instagram` (its shard field).")]
+    ShardFor {
+        /// The key (a decimal 64-bit number, e.g. a user id). Without it: keys from standard
+        /// input, one per line.
+        key: Option<String>,
+        /// The number of logical shards.
+        #[arg(long, value_name = "N")]
+        shards: u64,
+        /// One JSON object per key.
+        #[arg(long)]
+        json: bool,
     },
     /// Print SQL: the authority's schema, Flickr ticket tables, Instagram's next_id() function.
     #[command(
@@ -469,14 +502,19 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
             bits,
             unit,
             epoch,
+            step,
+            offsets,
             namespace,
             json,
             server,
             tls,
         } => {
-            let decoder = match (layout, bits, namespace) {
-                (Some(layout), None, None) => decode::preset_decoder(&layout, epoch)?,
-                (None, Some(bits), None) => Decoder::Snowflake {
+            let decoder = match (layout, bits, namespace, step) {
+                (None, None, None, Some(step)) => {
+                    decode::residue_decoder(step, offsets.as_deref())?
+                }
+                (Some(layout), None, None, None) => decode::preset_decoder(&layout, epoch)?,
+                (None, Some(bits), None, None) => Decoder::Snowflake {
                     name: "custom".to_owned(),
                     layout: decode::custom_layout(
                         &bits,
@@ -484,7 +522,7 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
                         epoch.unwrap_or(0),
                     )?,
                 },
-                (None, None, Some(namespace)) => {
+                (None, None, Some(namespace), None) => {
                     let server: ServerUrl = server
                         .as_deref()
                         .unwrap_or(DEFAULT_SERVER)
@@ -496,10 +534,16 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
                     }
                 }
                 // clap refuses these combinations first.
-                _ => bail!("give one of --layout, --bits or --namespace"),
+                _ => bail!("give one of --layout, --bits, --step or --namespace"),
             };
             decode::run(out, &decoder, id.as_deref(), json)
         }
+        Command::ShardFor { key, shards, json } => decode::run(
+            out,
+            &decode::shard_for_decoder(shards)?,
+            key.as_deref(),
+            json,
+        ),
         Command::Status { server, tls } => status(out, server, &tls),
         Command::Admin(AdminCommand::Reseed {
             namespace,

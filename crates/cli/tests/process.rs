@@ -1176,6 +1176,9 @@ fn decode_by_the_node_reads_stdin() {
             id,
             in_namespace,
             issued,
+            step,
+            residue,
+            member,
             ..
         } = answer
         else {
@@ -1183,7 +1186,16 @@ fn decode_by_the_node_reads_stdin() {
         };
         assert_eq!(*id, i as u64 + 1);
         assert!(*in_namespace && *issued, "{answer:?}");
+        // Step 1, one authority: residue 0, no member.
+        assert_eq!((*step, *residue, *member), (Some(1), Some(0), None));
     }
+    // Without --json, the row carries the residue fields after the node's.
+    let out = run_with_input(
+        idmint().args(["decode", "--namespace", "photos", "--server", &url]),
+        "2\n".to_owned(),
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "2\ttrue\ttrue\t1\t0\n");
 }
 
 /// `decode --namespace` of an instagram-layout namespace names the node field `shard`, as the

@@ -15,6 +15,8 @@
 //! - Several node urls: a call moves to the next url when a node is unavailable.
 //! - [`BlockingClient`]: the same for code that is not async.
 //! - [`Namespace::stats`]: buffered, served, burned, given back, expired, refills, waits.
+//! - [`keys`]: routing a row from its key offline (an id's shard, a key's shard, residue
+//!   classes, composite `shard-local` keys).
 //!
 //! Invariants (docs/design.md; the modules say how each is kept):
 //! - (1, transitively) only ids of blocks or answers a node returned are handed out, and only
@@ -67,6 +69,7 @@ mod client;
 mod config;
 mod error;
 mod id;
+pub mod keys;
 mod local;
 mod namespace;
 mod nodes;

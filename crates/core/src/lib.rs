@@ -8,6 +8,8 @@
 //! - [`snowflake`]: a lock-free snowflake generator that never issues a timestamp below one it
 //!   issued before, across wall-clock steps and restarts.
 //! - [`instagram`]: Instagram's shard-embedded ids (`nextval() % 1024`).
+//! - [`keys`]: routing a row from its key: composite `shard-local` keys, residue classes of
+//!   step/offset sequences, an id's shard and a key's shard.
 //! - [`block`]: block arithmetic for sequences (start, step, offset, 32/64-bit widths).
 //! - [`buffer`]: the leased-block buffer state machine and its demand-based sizing.
 //! - [`uuid7`] and [`ulid`]: monotonic, thread-safe 128-bit time-ordered ids.
@@ -42,6 +44,8 @@ pub use layout::{
 };
 pub use snowflake::{ClockCheck, GeneratorError, NextIdError, SnowflakeGenerator};
 pub mod instagram;
+pub mod keys;
+pub use keys::{CompositeKey, CompositeKeyError};
 mod mono128;
 pub mod ulid;
 pub mod uuid7;

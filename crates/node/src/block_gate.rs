@@ -20,6 +20,7 @@
 //! means the source cannot be trusted any more) and logs why.
 
 use idmint_core::{Block, SequenceSpec};
+use std::num::NonZeroU64;
 use std::sync::Mutex;
 use thiserror::Error;
 
@@ -29,6 +30,9 @@ use thiserror::Error;
 pub struct IdSpace {
     spec: SequenceSpec,
     residues: Vec<u64>,
+    /// With a multi authority: each member's residue class, in configuration order (member
+    /// `k` is at `k - 1`).
+    members: Option<Vec<u64>>,
 }
 
 impl IdSpace {
@@ -41,7 +45,19 @@ impl IdSpace {
         }
         residues.sort_unstable();
         residues.dedup();
-        IdSpace { spec, residues }
+        IdSpace {
+            spec,
+            residues,
+            members: None,
+        }
+    }
+
+    /// `spec`'s ids of a multi authority whose members own `offsets`, in configuration order.
+    pub fn of_members(spec: SequenceSpec, offsets: Vec<u64>) -> Self {
+        IdSpace {
+            members: Some(offsets.clone()),
+            ..IdSpace::new(spec, offsets)
+        }
     }
 
     /// `spec`'s own ids (a single authority).
@@ -57,6 +73,18 @@ impl IdSpace {
     /// The residue classes, sorted.
     pub fn residues(&self) -> &[u64] {
         &self.residues
+    }
+
+    /// The residue class of `id`: `id % step`.
+    pub fn residue_of(&self, id: u64) -> u64 {
+        id % self.spec.step()
+    }
+
+    /// With a multi authority, the member (from 1, in configuration order) owning `id`'s
+    /// residue class; `None` with a single authority or when no member owns it.
+    pub fn member_of(&self, id: u64) -> Option<usize> {
+        let step = NonZeroU64::new(self.spec.step())?;
+        idmint_core::keys::member_of(id, step, self.members.as_deref()?)
     }
 
     /// Whether `id` is one this namespace may ever hand out.

@@ -277,6 +277,9 @@ fn decode_sequence(
         id,
         in_namespace,
         issued: in_namespace && id < watermark,
+        step: Some(space.spec().step()),
+        residue: Some(space.residue_of(id)),
+        member: space.member_of(id).and_then(|m| u32::try_from(m).ok()),
     })
 }
 

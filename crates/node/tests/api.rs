@@ -386,10 +386,17 @@ async fn decode_of_sequence_ids_reports_class_and_issue() {
     assert_eq!(d["kind"], "sequence");
     assert_eq!(d["in_namespace"], true);
     assert_eq!(d["issued"], true);
+    // The residue class is the offset; a single authority names no member.
+    assert_eq!(
+        (d["step"].as_u64(), d["residue"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert!(d.get("member").is_none(), "{d}");
     // An even number is not of the class; a far odd one is of the class but not issued.
     let (_, d) = node.get(&format!("/v1/decode/odd/{}", ids[2] + 1)).await;
     assert_eq!(d["in_namespace"], false, "{d}");
     assert_eq!(d["issued"], false, "{d}");
+    assert_eq!(d["residue"], 0, "{d}");
     let (_, d) = node.get("/v1/decode/odd/1000000000001").await;
     assert_eq!(d["in_namespace"], true, "{d}");
     assert_eq!(d["issued"], false, "{d}");

@@ -149,6 +149,7 @@ async fn reads_create_nothing<D: Door>(security: Security) {
         id: ids[2],
         in_namespace: true,
         issued: true,
+        residue: 0,
     };
     assert_eq!(decoded, expected);
     if let Some(info) = door.info("real").await {

@@ -246,7 +246,10 @@ async fn every_kind_round_trips_and_decodes() {
         Some(proto::decoded::Kind::Sequence(proto::DecodedSequence {
             id: 3,
             in_namespace: true,
-            issued: true
+            issued: true,
+            step: 1,
+            residue: 0,
+            member: None,
         }))
     );
 

@@ -219,7 +219,7 @@ async fn accounting_identity_holds_through_an_outage() {
 }
 
 /// Decode knows every member's residue class (an id of the odd member is not reported
-/// `in_namespace: false`), and a member that lost its data shows as out of service in
+/// `in_namespace: false`) and names the member owning it, and a member that lost its data shows as out of service in
 /// `/readyz` while the other serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decode_knows_every_member_and_readyz_shows_a_lost_member() {
@@ -237,10 +237,13 @@ async fn decode_knows_every_member_and_readyz_shows_a_lost_member() {
     let node = TestNode::start(config, Arc::new(multi)).await;
     let (status, body) = node.get("/v1/ids/orders?count=4").await;
     assert_eq!(status, 200, "{body}");
-    for id in ["1", "2", "3", "4"] {
+    for id in [1u64, 2, 3, 4] {
         let (status, decoded) = node.get(&format!("/v1/decode/orders/{id}")).await;
         assert_eq!(status, 200, "{decoded}");
         assert_eq!(decoded["in_namespace"], true, "{id}: {decoded}");
+        // Member 1 owns the odd ids (offset 1), member 2 the even ones (offset 0).
+        assert_eq!(decoded["residue"], id % 2, "{id}: {decoded}");
+        assert_eq!(decoded["member"], 2 - id % 2, "{id}: {decoded}");
     }
     a.wipe();
     let mut seen = std::collections::HashSet::new();

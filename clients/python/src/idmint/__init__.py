@@ -2,8 +2,9 @@
 
 `Client` (sync, thread-safe) and `AsyncClient` (asyncio) keep ids in the process: a buffer of
 blocks leased from nodes for sequence namespaces, batches for snowflake, UUIDv7 and ULID ones;
-unused ids go back on `close()` and at interpreter exit. `decode` reads ids offline. Every
-error is an `IdmintError` subclass named after its code.
+unused ids go back on `close()` and at interpreter exit. `decode` reads ids offline; `keys`
+routes a row from its key (`shard_of`, `shard_for`, `residue_of`, `member_of`,
+`CompositeKey`). Every error is an `IdmintError` subclass named after its code.
 """
 
 import atexit
@@ -15,6 +16,7 @@ from .config import ClientConfig, Tls
 from .decode import Decoded, decode
 from .errors import *  # noqa: F401,F403
 from .errors import IdmintError, error_class, error_for
+from .keys import CompositeKey, member_of, residue_of, shard_for, shard_of
 from .layouts import Layout
 from .local import LocalIds
 from .sequence import Stats
@@ -24,8 +26,9 @@ atexit.register(close_all_at_exit)
 atexit.register(close_all)
 
 __all__ = [
-    "AsyncClient", "AsyncNamespace", "BufferPolicy", "Client", "ClientConfig", "Decoded",
-    "Id", "IdmintError", "Layout", "LocalIds", "Namespace", "NamespaceInfo", "Stats", "Tls",
-    "decode", "error_class", "error_for",
+    "AsyncClient", "AsyncNamespace", "BufferPolicy", "Client", "ClientConfig", "CompositeKey",
+    "Decoded", "Id", "IdmintError", "Layout", "LocalIds", "Namespace", "NamespaceInfo", "Stats",
+    "Tls", "decode", "error_class", "error_for", "member_of", "residue_of", "shard_for",
+    "shard_of",
 ]
 __version__ = "0.1.0"

@@ -83,9 +83,12 @@ def decoded_of(message: Any) -> dict[str, Any]:
     fields = MessageToDict(getattr(message, kind), preserving_proto_field_name=True,
                            always_print_fields_with_no_presence=True)
     fields.pop("bytes", None)
-    for key in ("unix_ms", "worker", "shard", "sequence"):
+    for key in ("unix_ms", "worker", "shard", "sequence", "step", "residue"):
         if key in fields:
             fields[key] = int(fields[key])
+    if kind == "sequence" and fields.get("step") == 0:
+        # A node older than these fields: left out, as its HTTP answer leaves them out.
+        del fields["step"], fields["residue"]
     if kind in ("uuid7", "ulid"):
         fields.setdefault("timestamp", None)  # unset past the year 9999, as HTTP's null
     return {"namespace": message.namespace, "kind": kind, **fields}

@@ -1,12 +1,15 @@
 //! The `decode_offline` kind: each case of `decode.json` decoded with idmint-core's layouts (the
 //! Rust client has no offline decoder of its own; `idmint decode` uses these same layouts), its
 //! fields named as the suite names them, compared with what `idmint decode --json` answered.
+//! The routing cases (composite keys, `step`, `shards`) go through `idmint_client::keys`.
 //!
 //! Invariants: every key of a case's `expect` is compared (a key this decoder does not make is
 //! a failure, not a skip); a case with `"error": true` must fail to decode.
 
+use idmint_client::keys;
 use idmint_core::{FieldOrder, Layout, LayoutSpec, Ulid, Uuid7};
 use serde_json::{json, Map, Value};
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 /// A time unit of the suite: a whole number with `us`, `ms` or `s` (`1ms`, `10ms`, `1s`).
@@ -94,12 +97,88 @@ fn time_fields(kind: &str, id: String, unix_ms: u64) -> Map<String, Value> {
     ])
 }
 
+/// A decimal 64-bit number of a case: ASCII digits only, as the CLI takes it.
+fn decimal(text: &str) -> Result<u64, String> {
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    digits
+        .then(|| text.parse::<u64>().ok())
+        .flatten()
+        .ok_or_else(|| format!("{text:?} is not a decimal 64-bit number"))
+}
+
+fn positive(case: &Value, key: &str) -> Result<NonZeroU64, String> {
+    case.get(key)
+        .and_then(Value::as_u64)
+        .and_then(NonZeroU64::new)
+        .ok_or_else(|| format!("{key} is not a number from 1"))
+}
+
+/// The fields of a routing case (`shards`, `step`, or a composite key), made with the client's
+/// `keys` helpers; `None` for a case of another kind.
+fn route(case: &Value, text: Option<&str>) -> Option<Result<Map<String, Value>, String>> {
+    let fields = |pairs: Vec<(&str, Value)>| {
+        pairs
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect::<Map<_, _>>()
+    };
+    if case.get("shards").is_some() {
+        return Some((|| {
+            let shards = positive(case, "shards")?;
+            let key = decimal(case.get("key").and_then(Value::as_str).ok_or("no key")?)?;
+            Ok(fields(vec![
+                ("kind", json!("shard_for")),
+                ("key", json!(key.to_string())),
+                ("shards", json!(shards.get())),
+                ("shard", json!(keys::shard_for(key, shards))),
+            ]))
+        })());
+    }
+    let text = text?;
+    if case.get("step").is_some() {
+        return Some((|| {
+            let step = positive(case, "step")?;
+            let id = decimal(text)?;
+            let mut out = fields(vec![
+                ("kind", json!("residue")),
+                ("id", json!(id.to_string())),
+                ("step", json!(step.get())),
+                ("residue", json!(keys::residue_of(id, step))),
+            ]);
+            if let Some(offsets) = case.get("offsets").and_then(Value::as_array) {
+                let offsets: Vec<u64> = offsets.iter().filter_map(Value::as_u64).collect();
+                out.insert(
+                    "member".to_owned(),
+                    json!(keys::member_of(id, step, &offsets)),
+                );
+            }
+            Ok(out)
+        })());
+    }
+    if case.get("layout").and_then(Value::as_str) == Some("composite") {
+        return Some(
+            text.parse::<keys::CompositeKey>()
+                .map_err(|e| e.to_string())
+                .map(|k| {
+                    fields(vec![
+                        ("kind", json!("composite")),
+                        ("id", json!(k.to_string())),
+                        ("shard", json!(k.shard)),
+                        ("local", json!(k.local.to_string())),
+                    ])
+                }),
+        );
+    }
+    None
+}
+
 /// The decoder's fields of one case, or why it refused the id.
 pub fn decode(case: &Value) -> Result<Map<String, Value>, String> {
-    let id = case
-        .get("id")
-        .and_then(Value::as_str)
-        .ok_or("the case has no id")?;
+    let text = case.get("id").and_then(Value::as_str);
+    if let Some(routed) = route(case, text) {
+        return routed;
+    }
+    let id = text.ok_or("the case has no id")?;
     match case.get("layout").and_then(Value::as_str) {
         Some("uuid7") => {
             let u: Uuid7 = id.parse().map_err(|e| format!("not a UUIDv7: {e}"))?;

@@ -34,12 +34,18 @@ pub fn decoded(d: api::Decoded) -> proto::Decoded {
             id,
             in_namespace,
             issued,
+            step,
+            residue,
+            member,
         } => (
             namespace,
             Kind::Sequence(proto::DecodedSequence {
                 id,
                 in_namespace,
                 issued,
+                step: step.unwrap_or(0),
+                residue: residue.unwrap_or(0),
+                member,
             }),
         ),
         api::Decoded::Snowflake {

@@ -176,7 +176,7 @@ impl Node {
         match self.authority.state(&name).await {
             Ok(Some(state)) => Ok(NamespaceView::Stored(StoredSequence::new(
                 name,
-                IdSpace::new(state.spec, self.authority.residues(&state.spec)),
+                self.space(state.spec),
                 (state.watermark, state.retired),
                 crate::config::fit_cache(cache, &state.spec),
             ))),
@@ -351,6 +351,17 @@ impl Node {
     }
 
     /// A sequence namespace on the authority, known to exist there at `watermark` or above.
+    /// The ids of `spec` as this node's authority grants them: its residue classes, each
+    /// member's numbered when the authority is a multi one.
+    fn space(&self, spec: SequenceSpec) -> IdSpace {
+        let residues = self.authority.residues(&spec);
+        if self.authority.members().is_some() {
+            IdSpace::of_members(spec, residues)
+        } else {
+            IdSpace::new(spec, residues)
+        }
+    }
+
     fn sequence_on(
         &self,
         name: &NamespaceName,
@@ -365,7 +376,7 @@ impl Node {
                 cache,
                 refill_wait: self.config.refill_wait,
                 watermark,
-                space: IdSpace::new(spec, self.authority.residues(&spec)),
+                space: self.space(spec),
             },
             source,
             self.clock.0.clone(),

@@ -166,6 +166,7 @@ impl Door for Grpc {
                 id: s.id,
                 in_namespace: s.in_namespace,
                 issued: s.issued,
+                residue: s.residue,
             }),
             other => panic!("not a sequence id: {other:?}"),
         }

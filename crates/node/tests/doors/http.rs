@@ -173,6 +173,7 @@ impl Door for Http {
             id: d["id"].as_str().unwrap().parse().unwrap(),
             in_namespace: d["in_namespace"].as_bool().unwrap(),
             issued: d["issued"].as_bool().unwrap(),
+            residue: d["residue"].as_u64().unwrap(),
         })
     }
 

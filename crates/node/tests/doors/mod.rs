@@ -104,6 +104,8 @@ pub struct Decoded {
     pub in_namespace: bool,
     /// Whether it may have been handed out.
     pub issued: bool,
+    /// Its residue class, `id % step`.
+    pub residue: u64,
 }
 
 /// Where a door connects, and as whom.

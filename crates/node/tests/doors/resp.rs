@@ -189,6 +189,7 @@ impl Door for Resp {
             id: number(field(&d, "id")),
             in_namespace: number(field(&d, "in_namespace")) == 1,
             issued: number(field(&d, "issued")) == 1,
+            residue: number(field(&d, "residue")),
         })
     }
 
