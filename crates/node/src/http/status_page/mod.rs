@@ -649,6 +649,38 @@ mod tests {
         assert!(!page.contains("class=\"warn\""), "{page}");
     }
 
+    /// A strict namespace's card says who leads, as this node sees it; no leader is red.
+    #[test]
+    fn a_strict_card_says_who_leads() {
+        let with = |role: &str, url: Option<&str>, term: Option<u64>, reason: Option<&str>| {
+            let mut info = sequence("chat", 1.0, 10, None);
+            if let NamespaceInfo::Sequence { state, .. } = &mut info {
+                state.leader = Some(idmint_api::LeaderState {
+                    role: role.into(),
+                    url: url.map(str::to_owned),
+                    holder: None,
+                    term,
+                    reason: reason.map(str::to_owned),
+                });
+            }
+            render(&snapshot(vec![info])).into_string()
+        };
+        let page = with("leader", Some("http://a:7879"), Some(7), None);
+        assert!(page.contains("this node leads (term 7)"), "{page}");
+        let page = with("follower", Some("http://b:7879"), None, None);
+        assert!(
+            page.contains("forwarded to the leader at http://b:7879"),
+            "{page}"
+        );
+        let page = with("seeking", None, None, Some("the authority does not answer"));
+        assert!(
+            page.contains(
+                r#"<span class="value warn">(!) no leader: the authority does not answer</span>"#
+            ),
+            "{page}"
+        );
+    }
+
     #[test]
     fn a_snowflake_card_shows_its_pool_as_used_and_free() {
         let page = render(&snapshot(vec![snowflake(
