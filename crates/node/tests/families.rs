@@ -272,7 +272,15 @@ async fn kept_blocks_of_members_are_adopted_within_the_bound() {
         dir: dir.path().to_owned(),
         authority: "memory (test)".into(),
     });
-    let node = TestNode::start(config, Arc::new(MemoryAuthority::new())).await;
+    // The store granted the kept blocks: each member's watermark is past them, as a real
+    // store's is after a clean stop that kept blocks (a refill then starts above them).
+    let store = Arc::new(MemoryAuthority::new());
+    for ns in ["invoices.2", "invoices.3", "invoices.4"] {
+        store.ensure_namespace(&name(ns), spec).await.unwrap();
+        let granted = store.reserve(&name(ns), 1100).await.unwrap();
+        assert_eq!(granted.block.end(), 1101, "{ns}");
+    }
+    let node = TestNode::start(config, store).await;
     for ns in ["invoices.2", "invoices.3"] {
         let (status, body) = node.get(&format!("/v1/ids/{ns}?count=2")).await;
         assert_eq!(status, 200, "{body}");
