@@ -315,7 +315,7 @@ pub(crate) async fn serve(State(node): State<Arc<Node>>) -> Response {
         (status = 410, description = "`namespace_retired`: an operator retired the namespace (`idmint admin retire`); it hands out no id any more", body = ErrorBody),
         (status = 414, description = "`invalid_request`: the request target is longer than 8 KiB", body = ErrorBody),
         (status = 500, description = "`internal_error` or `namespace_lost`: the namespace stopped serving", body = ErrorBody),
-        (status = 503, description = "`authority_unavailable` or `shutting_down`", body = ErrorBody),
+        (status = 503, description = "`authority_unavailable`, `no_leader` (a strict namespace without a leader) or `shutting_down`", body = ErrorBody),
     )
 )]
 #[allow(dead_code)]
