@@ -436,10 +436,27 @@ async fn lost_refill_reply_burns_the_block(backend: Backend) {
     let mut served = node.ids(NS, half).await;
     assert_eq!(served, (1..=half).collect::<Vec<u64>>());
     let n = &node;
-    poll_until("a refill failed, then one succeeded", move || async move {
-        n.refills("error").await > errors_before && n.refills("ok").await > ok_before
-    })
+    let proxy = &b.proxy;
+    // Short of poll_until's own deadline, to report the state below instead of its bare panic.
+    let waited = tokio::time::timeout(
+        support::DEADLINE - std::time::Duration::from_secs(2),
+        poll_until("a refill failed, then one succeeded", move || async move {
+            n.refills("error").await > errors_before && n.refills("ok").await > ok_before
+        }),
+    )
     .await;
+    // Say which case it was when it did not happen: whether the proxy dropped a reply at all,
+    // and what the refills did since the fault was armed.
+    assert!(
+        waited.is_ok(),
+        "{}: no failed-then-successful refill; proxy fault now {:?}; refills since: {} failed, \
+         {} succeeded; buffered {}",
+        b.kind,
+        proxy.fault(),
+        node.refills("error").await - errors_before,
+        node.refills("ok").await - ok_before,
+        node.ids_buffered().await
+    );
     assert_eq!(b.proxy.fault(), Fault::None, "the reply was dropped");
     println!(
         "{}: refills after the lost reply: {} failed, {} succeeded",
