@@ -209,7 +209,7 @@ impl Strict {
                 }
                 Role::Leader(_) => why = "this node's term as its leader ran out".into(),
                 Role::Follower { url, .. } => match self.forward(&url, count, consecutive).await {
-                    Ok(ids) => return Ok(ids),
+                    Ok(ids) => return self.checked(ids, count),
                     Err(ForwardError::Answer { code, message }) => {
                         return Err(self.leader_error(&code, message))
                     }
@@ -240,6 +240,24 @@ impl Strict {
                 _ = tokio::time::sleep_until(pause) => {}
             }
         }
+    }
+
+    /// A leader's answer, checked before a caller sees it: at most `count` ids, strictly
+    /// increasing, every one of this namespace's space. A leader answering otherwise (another
+    /// spec, a bug) is refused, never passed on.
+    fn checked(&self, ids: Vec<u64>, count: u64) -> Result<Vec<u64>, IdError> {
+        let space = self.supply.space();
+        let fits = ids.len() as u64 <= count
+            && ids.windows(2).all(|w| w[0] < w[1])
+            && ids.iter().all(|&id| space.contains(id));
+        if fits {
+            return Ok(ids);
+        }
+        tracing::error!(namespace = %self.name, ids = ids.len(), count, "the leader answered ids outside this namespace or out of order; refused");
+        Err(IdError::NoLeader {
+            name: self.name.to_string(),
+            reason: "the leader answered ids outside this namespace or out of order".into(),
+        })
     }
 
     /// A follower's forward, answered here: only while this node leads, without waiting and
