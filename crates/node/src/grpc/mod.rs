@@ -43,6 +43,7 @@ use crate::node::requests::{Credentials, IdStream};
 use crate::node::Node;
 use crate::server::conn::{Activity, InFlight};
 use crate::server::shutdown::Shutdown;
+use crate::server::streams::Streams;
 use crate::server::Connection;
 use idmint_core::Block;
 use std::pin::Pin;
@@ -448,7 +449,14 @@ fn chunks(node: Arc<Node>, stream: IdStream, in_flight: Option<InFlight>) -> Chu
 
 /// Serves one HTTP/2 connection with the service until it ends, the policy closes it, or
 /// draining lets its requests finish (GOAWAY first).
-pub(crate) async fn serve_connection(node: Arc<Node>, conn: Connection, shutdown: Shutdown) {
+/// Serves one gRPC connection; each request runs in a task of `streams`, waited for (or cut
+/// by the server) before the connection counts as closed.
+pub(crate) async fn serve_connection(
+    node: Arc<Node>,
+    conn: Connection,
+    shutdown: Shutdown,
+    streams: Streams,
+) {
     let activity = conn.activity().clone();
     // The idmint API and the standard health service, routed by path.
     let grpc = tonic::service::Routes::new(IdmintService::new(node.clone()).into_server())
@@ -466,8 +474,7 @@ pub(crate) async fn serve_connection(node: Arc<Node>, conn: Connection, shutdown
             answer
         }
     });
-    let mut builder =
-        hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+    let mut builder = hyper::server::conn::http2::Builder::new(streams.clone());
     builder
         .timer(hyper_util::rt::TokioTimer::new())
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
@@ -484,6 +491,7 @@ pub(crate) async fn serve_connection(node: Arc<Node>, conn: Connection, shutdown
             if let Err(e) = result {
                 tracing::debug!(error = %e, "grpc connection ended with an error");
             }
+            streams.finish().await;
             return;
         }
         _ = shutdown.draining() => {}
@@ -492,6 +500,7 @@ pub(crate) async fn serve_connection(node: Arc<Node>, conn: Connection, shutdown
     if let Err(e) = served.await {
         tracing::debug!(error = %e, "grpc connection ended with an error while draining");
     }
+    streams.finish().await;
 }
 
 #[cfg(test)]

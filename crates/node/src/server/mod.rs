@@ -17,7 +17,8 @@
 //!   progress) and closes; the node creates no namespace and `/readyz` answers 503;
 //! - **stop now** (`server.drain_timeout_ms` after the drain began, a second signal, or a
 //!   listener that failed): every connection still open is cut, its request futures dropped
-//!   (their ids put back, `supply.rs`);
+//!   (their ids put back, `supply.rs`), the request tasks a protocol spawned included
+//!   ([`streams`]);
 //! - [`Server::serve`] returns only after every connection task is gone, and only then does the
 //!   node stop its background tasks and hand back its buffers ([`Node::shutdown`]): the
 //!   hand-back follows the last id handed out (docs/design.md invariant 3).
@@ -25,6 +26,7 @@
 pub mod accept;
 pub mod conn;
 pub mod shutdown;
+pub mod streams;
 
 use crate::error::NodeError;
 use crate::node::{Node, ShutdownReport};
@@ -32,7 +34,9 @@ use crate::tls::{Acceptor as TlsAcceptor, MaybeTls, ServerTls};
 use accept::{Accepted, Acceptor};
 use conn::{Activity, Deadlines, Policed};
 use shutdown::Shutdown;
+use std::collections::HashMap;
 use std::sync::Arc;
+use streams::Streams;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
@@ -180,6 +184,14 @@ async fn drain_deadline(node: Arc<Node>, shutdown: Shutdown) {
     }
 }
 
+/// The task id of a joined connection task, finished or cut.
+fn joined_id(joined: &Result<(tokio::task::Id, ()), tokio::task::JoinError>) -> tokio::task::Id {
+    match joined {
+        Ok((id, ())) => *id,
+        Err(e) => e.id(),
+    }
+}
+
 /// Accepts on `listener` until draining, each connection in a task of its own; then waits for
 /// them to finish, or cuts them on stop-now. Returns once none is left.
 async fn serve_listener(
@@ -201,13 +213,19 @@ async fn serve_listener(
         protocol.name(),
     );
     let mut connections = JoinSet::new();
+    // The request tasks of each open connection, by the connection task's id.
+    let mut requests: HashMap<tokio::task::Id, Streams> = HashMap::new();
     loop {
-        while connections.try_join_next().is_some() {}
+        while let Some(joined) = connections.try_join_next_with_id() {
+            requests.remove(&joined_id(&joined));
+        }
         let Some(Accepted { stream, permit }) = acceptor.next().await else {
             break;
         };
         let (node, tls, shutdown) = (node.clone(), tls.clone(), shutdown.clone());
-        connections.spawn(async move {
+        let streams = Streams::new();
+        let tasks = streams.clone();
+        let connection = connections.spawn(async move {
             let _permit = permit;
             let activity = Activity::new();
             let handshake = crate::tls::handshake(
@@ -226,10 +244,11 @@ async fn serve_listener(
             let conn = Policed::new(io, activity, deadlines);
             match protocol {
                 Protocol::Http => crate::http::serve_connection(node, conn, shutdown).await,
-                Protocol::Grpc => crate::grpc::serve_connection(node, conn, shutdown).await,
+                Protocol::Grpc => crate::grpc::serve_connection(node, conn, shutdown, tasks).await,
                 Protocol::Resp => crate::resp::serve_connection(node, conn, shutdown).await,
             }
         });
+        requests.insert(connection.id(), streams);
     }
     drop(acceptor);
     tracing::info!(
@@ -238,13 +257,21 @@ async fn serve_listener(
         "stopped accepting; open connections finish their requests"
     );
     tokio::select! {
-        _ = async { while connections.join_next().await.is_some() {} } => {}
+        _ = async {
+            while let Some(joined) = connections.join_next_with_id().await {
+                requests.remove(&joined_id(&joined));
+            }
+        } => {}
         _ = shutdown.stopping_now() => {
             if !connections.is_empty() {
                 tracing::warn!(front_end = protocol.name(), cut = connections.len(), "cutting the connections still open");
             }
             connections.shutdown().await;
         }
+    }
+    // A connection cut above leaves its request tasks behind: cut them too, and wait.
+    for (_, streams) in requests.drain() {
+        streams.cut().await;
     }
     tracing::info!(front_end = protocol.name(), "every connection closed");
     Ok(())
