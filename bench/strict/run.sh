@@ -70,7 +70,7 @@ grpc = "127.0.0.1:$grpc"
 kind = "postgres"
 url = "postgres://postgres@127.0.0.1:5432/$DB"
 
-[strict]
+[peers]
 advertise = "http://127.0.0.1:$grpc"
 
 [namespaces.chat]

@@ -85,7 +85,7 @@ pub enum ErrorCode {
     /// The node serves `server.max_streams` streams already; retry when one ended (gRPC
     /// `RESOURCE_EXHAUSTED`).
     TooManyStreams,
-    /// A strict namespace had no leader within the node's wait (`strict.wait_ms`): a failover,
+    /// A strict namespace had no leader within the node's wait (`peers.wait_ms`): a failover,
     /// or an authority that does not answer; or a forward reached a node that does not lead
     /// (503).
     NoLeader,

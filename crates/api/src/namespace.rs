@@ -213,7 +213,7 @@ pub struct LeaderState {
     /// `leader` (this node serves it), `follower` (it forwards to another node) or `seeking`
     /// (no leader known: requests wait, then answer `no_leader`).
     pub role: String,
-    /// The leader's gRPC url: this node's `strict.advertise` while it leads, the leader's
+    /// The leader's gRPC url: this node's `peers.advertise` while it leads, the leader's
     /// while it follows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,

@@ -314,9 +314,9 @@ pub struct NodeConfig {
     /// after the restart ([`idmint_store::kept`]); `None`: they are burned. The binary sets it
     /// to the data directory for every durable authority.
     pub keep_blocks: Option<KeepBlocks>,
-    /// `[strict]`: how the nodes of strict namespaces reach each other (needed when one is
-    /// declared).
-    pub strict: Option<crate::strict::StrictConfig>,
+    /// `[peers]`: how the nodes reach each other to forward requests (needed by strict and
+    /// shard-owned namespaces).
+    pub peers: Option<crate::peers::PeersConfig>,
 }
 
 /// The data directory and the authority of [`NodeConfig::keep_blocks`].
@@ -375,7 +375,7 @@ impl Default for NodeConfig {
             auth: None,
             audit_retention: None,
             keep_blocks: None,
-            strict: None,
+            peers: None,
         }
     }
 }
@@ -516,7 +516,7 @@ struct RawFile {
     #[serde(default)]
     leases: RawLeases,
     auth: Option<crate::auth::RawAuth>,
-    strict: Option<crate::strict::RawStrict>,
+    peers: Option<crate::peers::RawPeers>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -843,12 +843,12 @@ impl FileConfig {
         if let Some(offsets) = authority.residue_offsets() {
             check_multi(&node, &offsets)?;
         }
-        node.strict = raw.strict.map(|s| s.validate()).transpose()?;
+        node.peers = raw.peers.map(|s| s.validate()).transpose()?;
         check_strict(&node, &authority)?;
-        if node.strict.is_some() && grpc.is_none() {
+        if node.peers.is_some() && grpc.is_none() {
             return Err(invalid(
-                "strict.advertise",
-                "the other nodes forward to this node over gRPC: set server.grpc (the address strict.advertise reaches)",
+                "peers.advertise",
+                "the other nodes forward to this node over gRPC: set server.grpc (the address peers.advertise reaches)",
             ));
         }
         let tls = tls_files(&raw.server)?;
@@ -953,7 +953,7 @@ fn check_multi(node: &NodeConfig, offsets: &[u64]) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Strict namespaces need `[strict]` and one authority whose watermark every block comes
+/// Strict namespaces need `[peers]` and one authority whose watermark every block comes
 /// from: blocks of several members, or of several upper nodes' buffers, do not increase in the
 /// order they are granted, and a new leader must start above every block an earlier one served.
 fn check_strict(node: &NodeConfig, authority: &AuthorityConfig) -> Result<(), ConfigError> {
@@ -970,10 +970,10 @@ fn check_strict(node: &NodeConfig, authority: &AuthorityConfig) -> Result<(), Co
         return Ok(());
     };
     let key = format!("namespaces.{name}.order");
-    if node.strict.is_none() {
+    if node.peers.is_none() {
         return Err(invalid(
             key,
-            "a strict namespace needs a [strict] section with advertise = the gRPC url the other nodes reach this node at",
+            "a strict namespace needs a [peers] section with advertise = the gRPC url the other nodes reach this node at",
         ));
     }
     match authority {

@@ -176,9 +176,9 @@ pub enum NodeError {
     /// A front-end's task panicked or was cancelled.
     #[error("a front-end stopped unexpectedly: {0}")]
     FrontEnd(String),
-    /// The `[strict]` section's TLS files could not be read.
+    /// The `[peers]` section's TLS files could not be read.
     #[error("{0}")]
-    Strict(String),
+    Peers(String),
     /// The blocks kept at the last clean stop could not be read from the data directory.
     #[error("reading the blocks kept at the last clean stop: {0}")]
     Kept(String),

@@ -53,6 +53,7 @@ pub mod logs;
 pub mod metrics;
 pub mod namespace;
 pub(crate) mod node;
+pub mod peers;
 pub mod resp;
 pub mod server;
 mod store;

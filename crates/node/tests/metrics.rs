@@ -481,7 +481,7 @@ async fn alert_rules_and_dashboard_pass_promtool_and_name_only_exported_metrics(
         r#"
         [server]
         grpc = "127.0.0.1:1"
-        [strict]
+        [peers]
         advertise = "http://127.0.0.1:1"
         [namespaces.chat]
         kind = "sequence"

@@ -6,7 +6,7 @@
 //! node is unique and, in real time, above every answer completed before it started (the
 //! linearizability checker); a clean stop of the leader hands its tail back and releases the
 //! lease, another node takes over, and the ids go on above everything served; a request with
-//! no leader answers `no_leader` within `strict.wait_ms`; a forward to a node that does not
+//! no leader answers `no_leader` within `peers.wait_ms`; a forward to a node that does not
 //! lead is refused (one hop); lower tiers get no blocks of a strict namespace.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -35,7 +35,7 @@ fn toml(url: &str, extra: &str) -> String {
         .trim_start_matches("https://");
     format!(
         "[server]\ngrpc = \"{grpc}\"\n\n[leases]\nttl_ms = 2000\nsafety_margin_ms = 400\nfloor_ahead_ms = 1000\n\n\
-         [strict]\nadvertise = \"{url}\"\nwait_ms = 3000\n{extra}\n\
+         [peers]\nadvertise = \"{url}\"\nwait_ms = 3000\n{extra}\n\
          [namespaces.chat]\nkind = \"sequence\"\norder = \"strict\"\ncache = \"fixed\"\nblock_size = 500\n"
     )
 }
@@ -45,7 +45,7 @@ async fn member(store: Arc<dyn Authority>, extra: &str) -> Member {
 }
 
 /// A member whose gRPC listener (the one the others forward to) is TLS with `certs` when
-/// given: then its url is `https://`, and its `[strict]` trusts the certificates' CA.
+/// given: then its url is `https://`, and its `[peers]` trusts the certificates' CA.
 async fn member_on(
     store: Arc<dyn Authority>,
     extra: &str,
@@ -246,7 +246,7 @@ async fn without_a_leader_requests_wait_then_answer_no_leader() {
 const CLIENT_TOKEN: &str = "idmint_chat_client";
 const PEER_TOKEN: &str = "idmint_chat_peer";
 
-/// `[auth]` with a client token and a peer token (both `ids` on `chat`), and `[strict]`
+/// `[auth]` with a client token and a peer token (both `ids` on `chat`), and `[peers]`
 /// sending `peer` with every forward.
 fn auth_section(peer: &str) -> String {
     let hash = |t: &str| idmint_node::auth::TokenHash::of(t.as_bytes()).to_string();

@@ -106,8 +106,8 @@ pub struct Node {
     resp: crate::resp::Shared,
     /// Permits of the streams open at once (`server.max_streams`).
     streams: Arc<tokio::sync::Semaphore>,
-    /// The channels to the leaders of strict namespaces (`[strict]`).
-    peers: Option<Arc<crate::strict::Peers>>,
+    /// The channels to the other nodes, for forwards (`[peers]`).
+    peers: Option<Arc<crate::peers::Peers>>,
 }
 
 impl Node {
@@ -136,9 +136,9 @@ impl Node {
         let auth = Auth::new(config.auth.clone(), clock.clone(), metrics.clone());
         let metrics_for_resp = metrics.clone();
         let max_streams = config.listen.max_streams;
-        let peers = match &config.strict {
-            Some(strict) => Some(Arc::new(
-                crate::strict::Peers::new(strict).map_err(NodeError::Strict)?,
+        let peers = match &config.peers {
+            Some(peers) => Some(Arc::new(
+                crate::peers::Peers::new(peers).map_err(NodeError::Peers)?,
             )),
             None => None,
         };

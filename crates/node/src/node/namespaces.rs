@@ -257,7 +257,7 @@ impl Node {
     ) -> Result<SequenceNamespace, IdError> {
         let Some(peers) = self.peers.clone() else {
             return Err(IdError::Conflict(format!(
-                "namespace {name:?} is in strict order, and this node has no [strict] section"
+                "namespace {name:?} is in strict order, and this node has no [peers] section"
             )));
         };
         let strict = Strict::new(

@@ -10,119 +10,13 @@
 //! A forward whose answer is lost burns the ids the leader took for it (they were never
 //! answered to anyone); it is not resent to the same leader under the same batch.
 
-use super::config::StrictConfig;
-use idmint_proto::nodes::{BearerToken, CallError, Nodes};
-use idmint_proto::tls::ClientTls;
-use idmint_proto::v1::ForwardRequest;
-use std::collections::{HashMap, VecDeque};
+pub use crate::peers::ForwardError;
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 /// Forwards in flight at once per namespace on one follower.
 pub const MAX_IN_FLIGHT: usize = 4;
-
-/// Why a forward brought no ids.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ForwardError {
-    /// The node did not answer, or does not lead (any more): look for the leader again.
-    Retry(String),
-    /// The leader answered with an error of its own: its idmint code and message.
-    Answer {
-        /// The code (`namespace_exhausted`, `forbidden`, ...).
-        code: String,
-        /// The leader's message.
-        message: String,
-    },
-}
-
-/// The gRPC channels to the leaders this node forwards to, one per url, with `[strict]`'s token
-/// and TLS.
-#[derive(Debug)]
-pub struct Peers {
-    token: Option<BearerToken>,
-    tls: Option<ClientTls>,
-    config: StrictConfig,
-    nodes: Mutex<HashMap<String, Arc<Nodes>>>,
-}
-
-impl Peers {
-    /// Peers as `config` says; its TLS files are read now.
-    pub fn new(config: &StrictConfig) -> Result<Peers, String> {
-        let tls = if config.ca_file.is_some() || config.identity.is_some() {
-            let identity = config
-                .identity
-                .as_ref()
-                .map(|(c, k)| (c.as_path(), k.as_path()));
-            Some(
-                ClientTls::from_files(config.ca_file.as_deref(), identity)
-                    .map_err(|e| format!("strict: {e}"))?,
-            )
-        } else {
-            None
-        };
-        Ok(Peers {
-            token: config.token.as_deref().map(BearerToken::new),
-            tls,
-            config: config.clone(),
-            nodes: Mutex::new(HashMap::new()),
-        })
-    }
-
-    /// The `[strict]` settings.
-    pub fn config(&self) -> &StrictConfig {
-        &self.config
-    }
-
-    fn node(&self, url: &str) -> Result<Arc<Nodes>, ForwardError> {
-        let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = nodes.get(url) {
-            return Ok(n.clone());
-        }
-        let n = Nodes::new(
-            vec![(url.to_owned(), url.to_owned())],
-            self.config.forward_timeout,
-            self.token.as_ref(),
-            self.tls.as_ref(),
-        )
-        .map_err(|e| ForwardError::Retry(format!("the leader's url {url:?}: {e:?}")))?;
-        let n = Arc::new(n);
-        nodes.insert(url.to_owned(), n.clone());
-        Ok(n)
-    }
-
-    /// `count` ids of `namespace` from the leader at `url`.
-    pub async fn forward(
-        &self,
-        url: &str,
-        namespace: &str,
-        count: u64,
-        consecutive: bool,
-    ) -> Result<(Vec<u64>, u64), ForwardError> {
-        let node = self.node(url)?;
-        let request = ForwardRequest {
-            namespace: namespace.to_owned(),
-            count,
-            consecutive,
-        };
-        let op = |mut client: idmint_proto::nodes::NodeClient| {
-            let request = request.clone();
-            async move { client.forward(request).await }
-        };
-        match node.call_one(0, &op).await {
-            Ok(answer) => Ok((answer.ids, answer.term)),
-            Err(CallError::Unavailable { message, .. }) => Err(ForwardError::Retry(message)),
-            Err(CallError::Status(_, status)) => {
-                let code = idmint_proto::nodes::error_code(&status).unwrap_or_default();
-                let message = format!("the leader at {url}: {}", status.message());
-                if code == "no_leader" || code == "shutting_down" || code.is_empty() {
-                    Err(ForwardError::Retry(message))
-                } else {
-                    Err(ForwardError::Answer { code, message })
-                }
-            }
-        }
-    }
-}
 
 /// One request waiting in the queue.
 #[derive(Debug)]

@@ -16,20 +16,17 @@
 //! - **followers forward**, batched ([`forward`]), to the url the leader recorded with its
 //!   lease, one hop: a node that does not lead answers `no_leader`, and the follower looks
 //!   again;
-//! - **no leader**: a request waits up to `strict.wait_ms` for one (a failover, an authority
+//! - **no leader**: a request waits up to `peers.wait_ms` for one (a failover, an authority
 //!   that does not answer), then answers `no_leader`. It never falls back to local ids.
 //!
 //! Only an authority that grants every block from one watermark serves strict namespaces
 //! (checked in the configuration): not `multi`, not `upstream`.
 
-pub mod config;
 pub mod forward;
 mod lead;
 pub mod term;
 
-pub(crate) use config::RawStrict;
-pub use config::StrictConfig;
-pub use forward::Peers;
+pub use crate::peers::Peers;
 
 use crate::config::LeaseSettings;
 use crate::error::IdError;
@@ -38,6 +35,7 @@ use crate::time::SharedClock;
 use arc_swap::ArcSwapOption;
 use forward::{Batcher, ForwardError};
 use idmint_core::{Backoff, Clock, NamespaceName};
+use idmint_proto::v1::ForwardRequest;
 use idmint_store::{Authority, WorkerLease};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -53,7 +51,7 @@ pub enum Role {
     Leader(Arc<Term>),
     /// Another node leads: where to forward, and who it is.
     Follower {
-        /// Its gRPC url (`strict.advertise` on that node).
+        /// Its gRPC url (`peers.advertise` on that node).
         url: String,
         /// The lease's holder (host, process, url).
         holder: String,
@@ -191,7 +189,7 @@ impl Strict {
     }
 
     /// `count` ids (`consecutive`: as one block), increasing, from the leader: this node's
-    /// supply while it leads, else forwarded. Waits up to `strict.wait_ms` for a leader.
+    /// supply while it leads, else forwarded. Waits up to `peers.wait_ms` for a leader.
     pub async fn take(&self, count: u64, consecutive: bool) -> Result<Vec<u64>, IdError> {
         let wait = self.peers.config().wait;
         let give_up = tokio::time::Instant::now() + wait;
@@ -224,10 +222,7 @@ impl Strict {
             if now >= give_up {
                 return Err(IdError::NoLeader {
                     name: self.name.to_string(),
-                    reason: format!(
-                        "none within {} ms (strict.wait_ms): {why}",
-                        wait.as_millis()
-                    ),
+                    reason: format!("none within {} ms (peers.wait_ms): {why}", wait.as_millis()),
                 });
             }
             let pause = (now + backoff.delay()).min(give_up);
@@ -356,7 +351,13 @@ fn send_batches(batcher: &Arc<Batcher>, peers: &Arc<Peers>, url: &str, name: &st
         let (batcher, peers) = (batcher.clone(), peers.clone());
         let (url, name) = (url.to_owned(), name.to_owned());
         tokio::spawn(async move {
-            let result = peers.forward(&url, &name, total, alone).await;
+            let request = ForwardRequest {
+                namespace: name.clone(),
+                count: total,
+                consecutive: alone,
+                shard: None,
+            };
+            let result = peers.forward(&url, request).await;
             forward::distribute(batch, result.map(|(ids, _)| ids));
             drop(permit);
             send_batches(&batcher, &peers, &url, &name);

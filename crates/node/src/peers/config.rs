@@ -1,36 +1,38 @@
-//! `[strict]`: how the nodes serving `order = "strict"` namespaces reach each other.
+//! `[peers]`: how the nodes of a cluster reach each other to forward requests (strict
+//! namespaces to their leader, shard-owned namespaces to a shard's holder).
 //!
-//! Every node of a strict namespace competes for its leader lease and, while it is not the
-//! leader, forwards requests to the node that is. It finds that node by the url the leader
-//! records with its lease (`advertise`), and calls it with `token` over TLS trusting `ca_file`
-//! (presenting `cert_file`/`key_file` to a leader that asks for a client certificate).
-//! Checked at parse: a strict namespace needs this section, and this section needs a url.
+//! A node records its url (`advertise`) with the leases it holds; a node forwarding to it calls
+//! that url with `token`, over TLS trusting `ca_file` (presenting `cert_file`/`key_file` to a
+//! node that asks for a client certificate). Checked at parse: a namespace that forwards needs
+//! this section, and this section needs a url and `server.grpc`.
 
 use crate::config::{invalid, ConfigError, MAX_TIMEOUT_MS};
 use serde::Deserialize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Default bound on how long a request of a strict namespace waits for a leader.
+/// Default bound on how long a request waits for the node that serves it (a strict
+/// namespace's leader, a shard's holder).
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
 
-/// Default bound on one forward to the leader.
+/// Default bound on one forward.
 pub const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The `[strict]` section, validated.
+/// The `[peers]` section, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StrictConfig {
+pub struct PeersConfig {
     /// `advertise`: the gRPC url (`http://` or `https://`) the other nodes reach this one at.
     pub advertise: String,
-    /// `token`: the bearer token sent with each forward (scope `ids` on the strict
-    /// namespaces, when the leader has `[auth]`).
+    /// `token`: the bearer token sent with each forward (scope `ids` on the namespaces
+    /// forwarded, when the node called has `[auth]`).
     pub token: Option<String>,
-    /// `ca_file`: the CA the leaders' certificates are checked against (else the public roots).
+    /// `ca_file`: the CA the other nodes' certificates are checked against (else the public
+    /// roots).
     pub ca_file: Option<PathBuf>,
-    /// `cert_file` and `key_file`: the client certificate presented to leaders.
+    /// `cert_file` and `key_file`: the client certificate presented to the other nodes.
     pub identity: Option<(PathBuf, PathBuf)>,
-    /// `wait_ms`: how long a request waits for a leader (a failover, an authority that does not
-    /// answer) before it answers `no_leader`.
+    /// `wait_ms`: how long a request waits for the node that serves it (a failover, an
+    /// authority that does not answer) before it answers `no_leader`.
     pub wait: Duration,
     /// `forward_timeout_ms`: the bound on one forward.
     pub forward_timeout: Duration,
@@ -38,7 +40,7 @@ pub struct StrictConfig {
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawStrict {
+pub(crate) struct RawPeers {
     advertise: Option<String>,
     token: Option<String>,
     ca_file: Option<PathBuf>,
@@ -48,19 +50,19 @@ pub(crate) struct RawStrict {
     forward_timeout_ms: Option<u64>,
 }
 
-impl RawStrict {
-    pub(crate) fn validate(self) -> Result<StrictConfig, ConfigError> {
+impl RawPeers {
+    pub(crate) fn validate(self) -> Result<PeersConfig, ConfigError> {
         let advertise = self.advertise.ok_or_else(|| {
             invalid(
-                "strict.advertise",
-                "missing: the gRPC url the other nodes reach this node at (e.g. \"http://10.0.0.7:7879\"), which the leader of a strict namespace records with its lease",
+                "peers.advertise",
+                "missing: the gRPC url the other nodes reach this node at (e.g. \"http://10.0.0.7:7879\"), which this node records with the leases other nodes forward by",
             )
         })?;
         if !(advertise.starts_with("http://") || advertise.starts_with("https://"))
             || advertise.contains(char::is_whitespace)
         {
             return Err(invalid(
-                "strict.advertise",
+                "peers.advertise",
                 format!("{advertise:?}: expected an http:// or https:// url"),
             ));
         }
@@ -69,23 +71,23 @@ impl RawStrict {
             (None, None) => None,
             _ => {
                 return Err(invalid(
-                    "strict.cert_file",
+                    "peers.cert_file",
                     "cert_file and key_file go together (the client certificate and its key)",
                 ))
             }
         };
         if matches!(&self.token, Some(t) if t.trim().is_empty()) {
-            return Err(invalid("strict.token", "empty"));
+            return Err(invalid("peers.token", "empty"));
         }
         let ms = |key: &str, value: Option<u64>, default: Duration| match value {
             None => Ok(default),
             Some(ms) if (1..=MAX_TIMEOUT_MS).contains(&ms) => Ok(Duration::from_millis(ms)),
             Some(ms) => Err(invalid(
-                format!("strict.{key}"),
+                format!("peers.{key}"),
                 format!("{ms}: must be from 1 to {MAX_TIMEOUT_MS} (an hour)"),
             )),
         };
-        Ok(StrictConfig {
+        Ok(PeersConfig {
             advertise,
             token: self.token,
             ca_file: self.ca_file,
@@ -106,7 +108,7 @@ mod tests {
     use crate::config::{FileConfig, KindConfig, Order};
 
     const STRICT_NS: &str = "[namespaces.chat]\nkind = \"sequence\"\norder = \"strict\"\n";
-    const SECTION: &str = "[strict]\nadvertise = \"http://10.0.0.7:7879\"\n";
+    const SECTION: &str = "[peers]\nadvertise = \"http://10.0.0.7:7879\"\n";
     const GRPC: &str = "[server]\ngrpc = \"127.0.0.1:7879\"\n";
 
     fn err(text: &str) -> String {
@@ -124,7 +126,7 @@ mod tests {
                 ..
             }
         ));
-        let strict = c.node.strict.unwrap();
+        let strict = c.node.peers.unwrap();
         assert_eq!(strict.advertise, "http://10.0.0.7:7879");
         assert_eq!(strict.wait, super::DEFAULT_WAIT);
     }
@@ -133,7 +135,7 @@ mod tests {
     fn mistakes_name_their_key() {
         let e = err(&format!("{GRPC}{STRICT_NS}"));
         assert!(
-            e.contains("namespaces.chat.order") && e.contains("[strict]"),
+            e.contains("namespaces.chat.order") && e.contains("[peers]"),
             "{e}"
         );
         let e = err(&format!("{SECTION}{STRICT_NS}"));
@@ -141,12 +143,12 @@ mod tests {
         let e = err(&format!("{GRPC}{SECTION}{STRICT_NS}cache = \"off\"\n"));
         assert!(e.contains("already in strict order"), "{e}");
         let e = err(&format!(
-            "{GRPC}[strict]\nadvertise = \"10.0.0.7:7879\"\n{STRICT_NS}"
+            "{GRPC}[peers]\nadvertise = \"10.0.0.7:7879\"\n{STRICT_NS}"
         ));
-        assert!(e.contains("strict.advertise") && e.contains("url"), "{e}");
-        let e = err(&format!("{GRPC}[strict]\nwait_ms = 10\n{STRICT_NS}"));
+        assert!(e.contains("peers.advertise") && e.contains("url"), "{e}");
+        let e = err(&format!("{GRPC}[peers]\nwait_ms = 10\n{STRICT_NS}"));
         assert!(
-            e.contains("strict.advertise") && e.contains("missing"),
+            e.contains("peers.advertise") && e.contains("missing"),
             "{e}"
         );
         let e = err(&format!(
