@@ -31,6 +31,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 mod family;
+pub mod shards;
 pub use family::Family;
 
 /// Default largest `count` of one request.
@@ -150,6 +151,9 @@ pub enum KindConfig {
         /// and one generator on a node, so their ids never collide with each other either.
         /// `None`: the namespace's own name.
         group: Option<NamespaceName>,
+        /// `shards = "owned"`: the node field is the data's shard, chosen by each request
+        /// ([`crate::shards`]); `None`: the node's worker id.
+        shards: Option<shards::ShardsConfig>,
     },
     /// RFC 9562 UUIDv7.
     Uuid7,
@@ -663,6 +667,9 @@ struct RawNamespace {
     order: Option<RawOrder>,
     /// A family's bound ([`Family::max_members`]); families only.
     max_members: Option<usize>,
+    shards: Option<String>,
+    logical_shards: Option<u64>,
+    shard_range: Option<u64>,
 }
 
 /// `order = "writer" | "strict"`.
@@ -845,6 +852,7 @@ impl FileConfig {
         }
         node.peers = raw.peers.map(|s| s.validate()).transpose()?;
         check_strict(&node, &authority)?;
+        check_owned_shards(&node)?;
         if node.peers.is_some() && grpc.is_none() {
             return Err(invalid(
                 "peers.advertise",
@@ -953,6 +961,26 @@ fn check_multi(node: &NodeConfig, offsets: &[u64]) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Shard-owned namespaces need `[peers]`: a request for a shard another node holds is
+/// forwarded to it.
+fn check_owned_shards(node: &NodeConfig) -> Result<(), ConfigError> {
+    if node.peers.is_some() {
+        return Ok(());
+    }
+    for (name, kind) in &node.namespaces {
+        if let KindConfig::Snowflake {
+            shards: Some(_), ..
+        } = kind
+        {
+            return Err(invalid(
+                format!("namespaces.{name}.shards"),
+                "a namespace with shards = \"owned\" needs a [peers] section with advertise = the gRPC url the other nodes reach this node at (a request for a shard another node holds is forwarded there)",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Strict namespaces need `[peers]` and one authority whose watermark every block comes
 /// from: blocks of several members, or of several upper nodes' buffers, do not increase in the
 /// order they are granted, and a new leader must start above every block an earlier one served.
@@ -1005,6 +1033,14 @@ fn namespace_kind(
         || sequence.max_block.is_some()
         || sequence.low_water.is_some()
         || ns.order.is_some();
+    let shard_keys_set =
+        ns.shards.is_some() || ns.logical_shards.is_some() || ns.shard_range.is_some();
+    if shard_keys_set && ns.kind != RawKind::Snowflake {
+        return Err(invalid(
+            key,
+            "shards, logical_shards and shard_range belong to snowflake namespaces",
+        ));
+    }
     match ns.kind {
         RawKind::Sequence => {
             if ns.layout.is_some()
@@ -1089,10 +1125,19 @@ fn namespace_kind(
             if ns.allow_short_layout != Some(true) {
                 check_layout_lifetime(&format!("{key}.layout"), &layout)?;
             }
+            let shards = shards::RawShards {
+                shards: ns.shards.as_deref(),
+                logical_shards: ns.logical_shards,
+                shard_range: ns.shard_range,
+                worker_set: ns.worker.is_some(),
+                group_set: ns.worker_group.is_some(),
+            }
+            .validate(key, &layout)?;
             Ok(KindConfig::Snowflake {
                 layout,
                 worker,
                 group,
+                shards,
             })
         }
         RawKind::Uuid7 | RawKind::Ulid => {
@@ -1150,6 +1195,7 @@ fn check_worker_groups(node: &NodeConfig) -> Result<(), ConfigError> {
             layout,
             worker,
             group,
+            shards: None,
         } = kind
         {
             let group = group.clone().unwrap_or_else(|| name.clone());
@@ -1428,7 +1474,7 @@ mod tests {
         );
         let events = &cfg.node.namespaces[&NamespaceName::new("events").unwrap()];
         assert!(
-            matches!(events, KindConfig::Snowflake { layout, worker: WorkerConfig::Fixed(1), group: None } if layout.sequence_bits() == 20)
+            matches!(events, KindConfig::Snowflake { layout, worker: WorkerConfig::Fixed(1), group: None, shards: None } if layout.sequence_bits() == 20)
         );
     }
 

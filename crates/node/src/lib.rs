@@ -56,6 +56,7 @@ pub(crate) mod node;
 pub mod peers;
 pub mod resp;
 pub mod server;
+pub mod shards;
 mod store;
 pub mod strict;
 pub(crate) mod supply;

@@ -25,24 +25,21 @@
 
 pub mod headroom;
 pub mod served_window;
+pub mod snowflake;
+
+pub use snowflake::SnowflakeNamespace;
 
 use crate::block_gate::IdSpace;
 use crate::config::CacheMode;
 use crate::error::IdError;
-use crate::metrics::{Metrics, NamespaceLabels};
 use crate::strict::Strict;
 use crate::supply::{Lease, Supply, SupplySnapshot, TakeBack};
-use crate::worker::LeasedWorker;
-use headroom::SequenceUse;
 use idmint_api as api;
-use idmint_core::snowflake::ClockCheck;
 use idmint_core::{
-    Block, NamespaceName, NextIdError, SequenceSpec, Sizing, Ulid, UlidGenerator, Uuid7,
-    Uuid7Generator,
+    Block, NamespaceName, SequenceSpec, Sizing, Ulid, UlidGenerator, Uuid7, Uuid7Generator,
 };
 use prometheus_client::metrics::counter::Counter;
 use served_window::{ServedRate, ServedWindow};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -94,8 +91,16 @@ impl Namespace {
     pub fn name(&self) -> &NamespaceName {
         match self {
             Namespace::Sequence(s) => s.supply.name(),
-            Namespace::Snowflake(s) => &s.name,
+            Namespace::Snowflake(s) => s.name(),
             Namespace::Uuid7(n, ..) | Namespace::Ulid(n, ..) => n,
+        }
+    }
+
+    /// The shard leases of a snowflake namespace with `shards = "owned"`.
+    pub fn owned_shards(&self) -> Option<&Arc<crate::shards::OwnedShards>> {
+        match self {
+            Namespace::Snowflake(s) => s.owned_shards(),
+            _ => None,
         }
     }
 
@@ -207,12 +212,11 @@ impl Namespace {
             Namespace::Snowflake(s) => {
                 let id = parse_u64_id(text)?;
                 let d = s
-                    .worker
                     .layout()
                     .decode(id)
                     .map_err(|e| IdError::InvalidId(e.to_string()))?;
                 let node = d.parts.node;
-                let (worker, shard) = match s.worker.layout().node_field() {
+                let (worker, shard) = match s.layout().node_field() {
                     idmint_core::NodeField::Worker => (Some(node), None),
                     idmint_core::NodeField::Shard => (None, Some(node)),
                 };
@@ -679,235 +683,6 @@ fn sequence_info(
             members: Vec::new(),
             leader: None,
         },
-    }
-}
-
-/// A snowflake namespace: ids from the generator of its group's worker lease
-/// (`crate::worker::LeasedWorker`).
-#[derive(Debug)]
-pub struct SnowflakeNamespace {
-    name: NamespaceName,
-    worker: Arc<LeasedWorker>,
-    metrics: Arc<Metrics>,
-    labels: NamespaceLabels,
-    served: AtomicU64,
-    /// The peak ids per time unit its requests saw ([`headroom`]).
-    sequence: SequenceUse,
-    /// `idmint_snowflake_sequence_exhausted_total` of this namespace.
-    exhausted: Counter,
-}
-
-/// Waits shorter than this for the next time unit are spun through, yielding to other tasks,
-/// rather than slept: tokio's timer has a resolution of 1 ms, so a 0.2 ms wait slept would
-/// leave most of the next millisecond unit unused (a twitter-layout batch request reached only
-/// 0.76 of the 4,096-per-ms limit that way).
-const SPIN_BELOW: Duration = Duration::from_millis(1);
-
-/// Waits `wait` for the generator's next time unit. A short wait is spun through on the real
-/// monotonic clock once; if the generator is still exhausted afterwards (its clock did not
-/// move: tokio's paused time in tests), the next wait sleeps on tokio's clock, which such a
-/// clock follows. `spun` records which of the two came last; a request resets it once it got
-/// ids.
-async fn wait_for_next_unit(wait: Duration, spun: &mut bool) {
-    if wait < SPIN_BELOW && !*spun {
-        *spun = true;
-        let until = std::time::Instant::now() + wait;
-        while std::time::Instant::now() < until {
-            tokio::task::yield_now().await;
-        }
-    } else {
-        *spun = false;
-        tokio::time::sleep(wait).await;
-    }
-}
-
-impl SnowflakeNamespace {
-    /// A namespace issuing ids from `worker`'s generator.
-    pub fn new(name: NamespaceName, worker: Arc<LeasedWorker>, metrics: Arc<Metrics>) -> Self {
-        let labels = NamespaceLabels {
-            namespace: name.to_string(),
-        };
-        let exhausted = metrics
-            .snowflake_sequence_exhausted
-            .get_or_create(&labels)
-            .clone();
-        SnowflakeNamespace {
-            labels,
-            name,
-            sequence: SequenceUse::new(worker.layout()),
-            worker,
-            metrics,
-            served: AtomicU64::new(0),
-            exhausted,
-        }
-    }
-
-    /// The worker lease and generator it issues with.
-    pub fn worker(&self) -> &Arc<LeasedWorker> {
-        &self.worker
-    }
-
-    /// Ids served.
-    pub fn served(&self) -> u64 {
-        self.served.load(Ordering::Relaxed)
-    }
-
-    /// `count` increasing ids, sleeping (asynchronously) through exhausted time units; all from
-    /// one generation of the worker lease (a lease lost meanwhile ends the request with 503).
-    pub async fn ids(&self, count: u64) -> Result<Vec<u64>, IdError> {
-        self.worker.refresh_clock();
-        let generation = self.worker.current().clone();
-        let generator = generation.generator();
-        let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(1 << 20));
-        let mut remaining = count;
-        let layout = generator.layout();
-        let mut spun = false;
-        while remaining > 0 {
-            match generator.next_ids(remaining, &mut out) {
-                Ok(n) => {
-                    remaining -= n;
-                    spun = false;
-                    // The ids just taken are of one unit; the last one's sequence + 1 is what
-                    // the worker issued in that unit so far.
-                    if let Some(d) = out.last().and_then(|&id| layout.decode(id).ok()) {
-                        self.sequence
-                            .record(d.parts.timestamp, d.parts.sequence + 1);
-                    }
-                }
-                Err(NextIdError::SequenceExhausted { wait }) => {
-                    if let Some(unit) = generator.last_timestamp() {
-                        self.sequence.record_exhausted(unit);
-                    }
-                    self.exhausted.inc();
-                    wait_for_next_unit(wait, &mut spun).await
-                }
-                Err(NextIdError::BeyondLimit { .. }) => {
-                    return Err(self.worker.not_issuing(&self.name))
-                }
-                Err(_) => return Err(IdError::TimeExhausted(self.name.to_string())),
-            }
-        }
-        self.served.fetch_add(count, Ordering::Relaxed);
-        self.metrics
-            .ids_served
-            .get_or_create(&self.labels)
-            .inc_by(count);
-        Ok(out)
-    }
-
-    /// The worker pool of its group as `authority` records it (`None`: no leases, a fixed
-    /// worker id on an authority without them). A read of the group, bounded by `timeout`; a
-    /// failure or timeout is reported in the pool's `error`.
-    pub async fn worker_pool(
-        &self,
-        authority: &dyn idmint_store::Authority,
-        timeout: Duration,
-    ) -> Option<api::WorkerPool> {
-        // A node holds a lease exactly when its authority stores them (worker.rs).
-        let leases = authority.worker_leases()?;
-        let group = self.worker.group();
-        let possible = self.worker.layout().max_node().saturating_add(1);
-        let (held, error) = match tokio::time::timeout(timeout, leases.group(group)).await {
-            Ok(Ok(Some((_, slots)))) => (Some(slots.iter().filter(|s| s.is_live()).count()), None),
-            Ok(Ok(None)) => (Some(0), None),
-            Ok(Err(e)) => (None, Some(e.to_string())),
-            Err(_) => (
-                None,
-                Some(format!(
-                    "the {} authority did not answer within {}",
-                    authority.kind(),
-                    humantime::format_duration(timeout)
-                )),
-            ),
-        };
-        let held = held.map(|n| u64::try_from(n).unwrap_or(u64::MAX));
-        Some(api::WorkerPool::new(
-            group.to_string(),
-            possible,
-            held,
-            error,
-        ))
-    }
-
-    /// The sequence headroom as of now ([`headroom`]).
-    pub fn sequence_headroom(&self) -> api::SequenceHeadroom {
-        let generation = self.worker.current();
-        let g = generation.generator();
-        self.sequence
-            .report(g.timestamp_at_unix_nanos(g.now_unix_nanos()))
-    }
-
-    fn info(&self, namespace: String, now: SystemTime) -> api::NamespaceInfo {
-        let generation = self.worker.current();
-        let g = generation.generator();
-        let l = g.layout();
-        let spec = l.spec();
-        let end_nanos = l.end_of_time_nanos();
-        let now_nanos = now
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-        api::NamespaceInfo::Snowflake {
-            namespace,
-            settings: api::SnowflakeSettings {
-                worker: g.node(),
-                layout: api::LayoutSettings {
-                    timestamp_bits: spec.timestamp_bits,
-                    node_bits: spec.node_bits,
-                    sequence_bits: spec.sequence_bits,
-                    time_unit: humantime::format_duration(spec.time_unit).to_string(),
-                    epoch: rfc3339_ms(spec.epoch_unix_ms),
-                    epoch_unix_ms: spec.epoch_unix_ms,
-                    order: match spec.order {
-                        idmint_core::FieldOrder::NodeThenSequence => {
-                            api::FieldOrder::NodeThenSequence
-                        }
-                        idmint_core::FieldOrder::SequenceThenNode => {
-                            api::FieldOrder::SequenceThenNode
-                        }
-                    },
-                    node_field: match l.node_field() {
-                        idmint_core::NodeField::Worker => api::NodeField::Worker,
-                        idmint_core::NodeField::Shard => api::NodeField::Shard,
-                    },
-                },
-            },
-            state: api::SnowflakeState {
-                ids_served: self.served(),
-                last_timestamp: g.last_timestamp(),
-                time_runs_out: rfc3339_ms(end_nanos / 1_000_000),
-                seconds_to_exhaustion: end_nanos.saturating_sub(now_nanos) / 1_000_000_000,
-                worker_pool: None,
-                sequence_headroom: Some(self.sequence_headroom()),
-                worker_lease: self.worker.lease_state(),
-            },
-        }
-    }
-
-    /// Compares the wall clock with the generator's time; logs and records steps.
-    pub fn check_clock(&self) {
-        match self
-            .worker
-            .current()
-            .generator()
-            .check_clock(Duration::from_millis(5))
-        {
-            ClockCheck::InStep => {
-                self.metrics
-                    .clock_behind
-                    .get_or_create(&self.labels)
-                    .set(0.0);
-            }
-            ClockCheck::WallBehind { by } => {
-                self.metrics
-                    .clock_behind
-                    .get_or_create(&self.labels)
-                    .set(by.as_secs_f64());
-                tracing::warn!(namespace = %self.name, behind = ?by, "wall clock stepped backwards; keeping monotonic time, ids stay increasing");
-            }
-            ClockCheck::WallAheadAdopted { by } => {
-                tracing::info!(namespace = %self.name, ahead = ?by, "wall clock stepped forwards; generator time moved forward");
-            }
-        }
     }
 }
 

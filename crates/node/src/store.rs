@@ -168,8 +168,15 @@ fn expectations(config: &FileConfig, init: bool) -> StoreExpectations {
     for (name, kind) in &config.node.namespaces {
         match kind {
             KindConfig::Sequence { .. } => expect.declared_namespaces.push(name.clone()),
-            KindConfig::Snowflake { group, .. } => {
-                let group = group.clone().unwrap_or_else(|| name.clone());
+            KindConfig::Snowflake { group, shards, .. } => {
+                let group = match (group, shards) {
+                    (_, Some(_)) => match crate::shards::shard_group(name) {
+                        Ok(g) => g,
+                        Err(_) => continue,
+                    },
+                    (Some(g), None) => g.clone(),
+                    (None, None) => name.clone(),
+                };
                 if !expect.declared_groups.contains(&group) {
                     expect.declared_groups.push(group);
                 }

@@ -101,17 +101,74 @@ pub enum WorkerError {
     },
 }
 
-/// The generator of the current lease, and the lease.
+/// Which values of the layout's node field a lease issues under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeSpan {
+    /// The leased worker id itself (a snowflake namespace's worker).
+    Worker,
+    /// Lease `r` holds shards `r*per_lease .. min((r+1)*per_lease, logical)`, one generator
+    /// each ([`crate::shards`]).
+    Shards {
+        /// Shards per lease.
+        per_lease: u64,
+        /// Shards in all.
+        logical: u64,
+    },
+}
+
+impl NodeSpan {
+    /// The node-field values lease `worker` issues under.
+    pub fn nodes_of(&self, worker: u64) -> std::ops::Range<u64> {
+        match *self {
+            NodeSpan::Worker => worker..worker.saturating_add(1),
+            NodeSpan::Shards { per_lease, logical } => {
+                let start = worker.saturating_mul(per_lease).min(logical);
+                start..start.saturating_add(per_lease).min(logical)
+            }
+        }
+    }
+
+    /// How many leases the group has, under `layout`.
+    fn leases(&self, layout: &Layout) -> u64 {
+        match *self {
+            NodeSpan::Worker => layout.max_node().saturating_add(1),
+            NodeSpan::Shards { per_lease, logical } => logical.div_ceil(per_lease.max(1)),
+        }
+    }
+}
+
+/// The generators of the current lease (one per node-field value it holds), and the lease.
+/// Every generator shares the lease's limit: they are renewed, stopped and released together.
 #[derive(Debug)]
 pub struct Generation {
-    generator: NodeGenerator,
+    /// The node-field value of `generators[0]`.
+    first: u64,
+    generators: Vec<NodeGenerator>,
     lease: Option<WorkerLease>,
 }
 
 impl Generation {
-    /// The generator.
+    /// The generator (of the first node-field value the lease holds).
     pub fn generator(&self) -> &NodeGenerator {
-        &self.generator
+        // Never empty: a generation is made with at least one generator.
+        &self.generators[0]
+    }
+
+    /// The generator of node-field value `node`, if the lease holds it.
+    pub fn generator_for(&self, node: u64) -> Option<&NodeGenerator> {
+        let i = usize::try_from(node.checked_sub(self.first)?).ok()?;
+        self.generators.get(i)
+    }
+
+    /// The lease's fencing token (0 without a lease).
+    pub fn token(&self) -> u64 {
+        self.lease.as_ref().map_or(0, |l| l.token)
+    }
+
+    fn set_limit(&self, limit: u64) {
+        for g in &self.generators {
+            g.set_limit(limit);
+        }
     }
 }
 
@@ -128,6 +185,7 @@ pub struct LeasedWorker {
     group: NamespaceName,
     layout: Layout,
     choice: WorkerChoice,
+    span: NodeSpan,
     holder: String,
     authority: Arc<dyn Authority>,
     settings: LeaseSettings,
@@ -201,6 +259,34 @@ impl LeasedWorker {
                 WorkerChoice::Exactly(ordinal_of(&host).ok_or(WorkerError::NoOrdinal { host })?)
             }
         };
+        Self::acquire_span(
+            group,
+            layout,
+            choice,
+            NodeSpan::Worker,
+            holder_name(),
+            authority,
+            settings,
+            clock,
+        )
+        .await
+    }
+
+    /// Takes lease `choice` of `group`, whose leases each hold the node-field values `span`
+    /// says, under `holder` (`host pid N`, or `host pid N at URL` for a lease other nodes
+    /// forward to). Otherwise as [`LeasedWorker::acquire`]; a lease held by another process is
+    /// refused ([`LeaseError::Held`]) at once unless it is a worker id of this host's.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn acquire_span(
+        group: NamespaceName,
+        layout: Layout,
+        choice: WorkerChoice,
+        span: NodeSpan,
+        holder: String,
+        authority: Arc<dyn Authority>,
+        settings: LeaseSettings,
+        clock: SharedClock,
+    ) -> Result<Arc<LeasedWorker>, WorkerError> {
         if authority.worker_leases().is_none() {
             return Err(WorkerError::NoLeases {
                 group: group.to_string(),
@@ -211,13 +297,15 @@ impl LeasedWorker {
             group,
             layout,
             choice,
-            holder: holder_name(),
+            span,
+            holder,
             authority,
             settings,
             clock,
             // Replaced below before anything is issued; limit 0 meanwhile.
             current: ArcSwap::from_pointee(Generation {
-                generator: Self::stopped_generator(layout)?,
+                first: 0,
+                generators: vec![Self::stopped_generator(layout)?],
                 lease: None,
             }),
             status: Mutex::new(Status {
@@ -297,22 +385,25 @@ impl LeasedWorker {
             })?;
         let max_wait_ms = u64::try_from(self.settings.max_floor_wait.as_millis()).unwrap_or(0);
         // Every timestamp the previous generation issued lies below this.
-        let own_floor = previous.map_or(0, |g| self.issued_below_ms(&g.generator));
+        let own_floor = previous.map_or(0, |g| self.issued_below_ms(g));
         let request = LeaseRequest {
             group: self.group.clone(),
-            workers: self.layout.max_node().saturating_add(1),
+            workers: self.span.leases(&self.layout),
             choice: self.choice,
             prefer_floor_at_most: Some(self.now_ms().saturating_add(max_wait_ms)),
             // Unique to this acquisition: renewals are matched on it with the token.
             holder: idmint_store::lease::unique_holder(&self.holder),
-            layout: layout_text(&self.layout),
+            layout: self.group_layout(),
             ttl: self.settings.ttl,
         };
+        // Shard ranges are taken on demand and held by whichever node asked first: one held
+        // elsewhere is forwarded to, never waited for.
+        let own_host_waits = self.span == NodeSpan::Worker;
         // A fixed worker id last held under this host's name was most likely held by this
         // node's previous run: after a kill -9 its floor is up to `floor_ahead` ahead (recorded
         // before issuing), which is worth waiting for rather than refusing to start.
         let mut allowed_wait = self.settings.max_floor_wait;
-        if let WorkerChoice::Exactly(w) = self.choice {
+        if let (WorkerChoice::Exactly(w), true) = (self.choice, own_host_waits) {
             if let Ok(Some((_, slots))) = leases.group(&self.group).await {
                 let ours = slots.iter().any(|s| {
                     s.worker == w && s.holder.split(" pid ").next() == Some(host_name().as_str())
@@ -327,7 +418,8 @@ impl LeasedWorker {
             // run, killed before it released. Wait once for that lease to expire.
             Err(LeaseError::Held {
                 holder, expires_in, ..
-            }) if holder.split(" pid ").next() == Some(host_name().as_str())
+            }) if own_host_waits
+                && holder.split(" pid ").next() == Some(host_name().as_str())
                 && expires_in <= self.settings.ttl =>
             {
                 tracing::info!(group = %self.group, %holder, ?expires_in,
@@ -364,18 +456,31 @@ impl LeasedWorker {
             tracing::info!(group = %self.group, worker = lease.worker, ?behind, "waiting for the worker id's time floor");
             tokio::time::sleep(behind.min(Duration::from_millis(100))).await;
         }
-        let generator = Self::generator(
-            &self.group,
-            self.layout,
-            lease.worker,
-            &self.clock,
-            floor.max(own_floor),
-        )?;
-        generator.set_limit(0);
+        let nodes = self.span.nodes_of(lease.worker);
+        let generators = nodes
+            .clone()
+            .map(|n| {
+                Self::generator(
+                    &self.group,
+                    self.layout,
+                    n,
+                    &self.clock,
+                    floor.max(own_floor),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if generators.is_empty() {
+            return Err(WorkerError::Generator {
+                group: self.group.to_string(),
+                message: format!("lease {} holds no node-field value", lease.worker),
+            });
+        }
         let generation = Generation {
-            generator,
+            first: nodes.start,
+            generators,
             lease: Some(lease),
         };
+        generation.set_limit(0);
         self.renew(&generation)
             .await
             .map_err(|e| self.lease_error(e))?;
@@ -394,7 +499,7 @@ impl LeasedWorker {
         let Some(leases) = self.authority.worker_leases() else {
             return Ok(());
         };
-        let g = &generation.generator;
+        let g = generation.generator();
         let sent_at = g.now_unix_nanos();
         let floor_ms = (sent_at / 1_000_000).saturating_add(
             u64::try_from(self.settings.floor_ahead.as_millis()).unwrap_or(u64::MAX),
@@ -410,7 +515,7 @@ impl LeasedWorker {
         let expiry_limit = g.timestamp_at_unix_nanos(expiry);
         // Only the current, unfenced generation is ever renewed (`keep` is the one caller
         // besides `take_lease`, which renews the generation it just made).
-        g.set_limit(floor_limit.min(expiry_limit));
+        generation.set_limit(floor_limit.min(expiry_limit));
         let mut status = self.lock_status();
         status.status = api::LeaseStatus::Held;
         status.last_error = None;
@@ -418,14 +523,31 @@ impl LeasedWorker {
         Ok(())
     }
 
-    /// A time (ms since the Unix epoch) above every timestamp `g` issued (or was started
-    /// above): every issued unit starts before the start of the unit after the last one.
-    fn issued_below_ms(&self, g: &NodeGenerator) -> u64 {
-        g.last_timestamp().map_or(0, |ts| {
-            self.layout
-                .unix_nanos_of(ts.saturating_add(1))
-                .div_ceil(1_000_000)
-        })
+    /// A time (ms since the Unix epoch) above every timestamp the generators of `generation`
+    /// issued (or were started above): every issued unit starts before the start of the unit
+    /// after the last one.
+    fn issued_below_ms(&self, generation: &Generation) -> u64 {
+        generation
+            .generators
+            .iter()
+            .filter_map(|g| g.last_timestamp())
+            .max()
+            .map_or(0, |ts| {
+                self.layout
+                    .unix_nanos_of(ts.saturating_add(1))
+                    .div_ceil(1_000_000)
+            })
+    }
+
+    /// The layout text the group records: the layout, and for shard ranges how the shards are
+    /// split (two namespaces that split them differently never share a group).
+    fn group_layout(&self) -> String {
+        match self.span {
+            NodeSpan::Worker => layout_text(&self.layout),
+            NodeSpan::Shards { per_lease, logical } => {
+                crate::shards::range_layout_text(&self.layout, logical, per_lease)
+            }
+        }
     }
 
     fn lock_status(&self) -> std::sync::MutexGuard<'_, Status> {
@@ -434,6 +556,11 @@ impl LeasedWorker {
 
     fn status(&self) -> Status {
         self.lock_status().clone()
+    }
+
+    /// Whether the lease was lost (superseded): nothing is issued under it again.
+    pub fn is_lost(&self) -> bool {
+        self.status().status == api::LeaseStatus::Lost
     }
 
     /// The current generation (lock-free).
@@ -542,6 +669,11 @@ impl LeasedWorker {
             last_attempt = tokio::time::Instant::now();
             let generation = self.current.load_full();
             if self.status().status == api::LeaseStatus::Lost {
+                if self.span != NodeSpan::Worker {
+                    // A shard range lost is dropped; its owner takes the range afresh
+                    // (`crate::shards`).
+                    return;
+                }
                 match self.take_lease(Some(&generation)).await {
                     Ok(g) => {
                         self.current.store(Arc::new(g));
@@ -562,7 +694,7 @@ impl LeasedWorker {
                     wait = period();
                 }
                 Err(e @ LeaseError::Superseded { .. }) => {
-                    generation.generator.set_limit(0);
+                    generation.set_limit(0);
                     tracing::error!(group = %self.group, error = %e, "worker lease lost; not issuing under it again");
                     let mut status = self.lock_status();
                     status.status = api::LeaseStatus::Lost;
@@ -584,8 +716,7 @@ impl LeasedWorker {
     /// Call after the front-ends drained and [`LeasedWorker::keep`] returned.
     pub async fn release(&self) {
         let generation = self.current.load_full();
-        let g = &generation.generator;
-        g.set_limit(0);
+        generation.set_limit(0);
         let (Some(lease), Some(leases)) = (&generation.lease, self.authority.worker_leases())
         else {
             return;
@@ -593,7 +724,7 @@ impl LeasedWorker {
         if self.status().status == api::LeaseStatus::Lost {
             return;
         }
-        let floor = self.issued_below_ms(g).max(lease.floor_unix_ms);
+        let floor = self.issued_below_ms(&generation).max(lease.floor_unix_ms);
         match leases.release(lease, floor).await {
             Ok(()) => {
                 tracing::info!(group = %self.group, worker = lease.worker, floor = %rfc3339_ms(floor), "worker lease released")

@@ -142,6 +142,7 @@ fn config(worker: WorkerConfig) -> NodeConfig {
             layout: Layout::twitter(),
             worker,
             group: None,
+            shards: None,
         },
     );
     config

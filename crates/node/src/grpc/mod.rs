@@ -323,6 +323,7 @@ impl proto::idmint_server::Idmint for IdmintService {
                 &req.namespace,
                 req.count,
                 req.consecutive,
+                req.shard,
             )
             .await;
         self.answer(

@@ -522,6 +522,11 @@ impl Node {
         for w in workers {
             w.release().await;
         }
+        for ns in self.all() {
+            if let Some(shards) = ns.owned_shards() {
+                shards.release().await;
+            }
+        }
         let mut report = ShutdownReport::default();
         let keep = self.config.keep_blocks.clone();
         let mut kept = Vec::new();

@@ -18,6 +18,7 @@ use crate::metrics::{NamespaceLabels, SupplyMetrics};
 use crate::namespace::{
     Namespace, NamespaceView, SequenceNamespace, SnowflakeNamespace, StoredSequence,
 };
+use crate::shards::OwnedShards;
 use crate::strict::Strict;
 use crate::supply::{Supply, SupplyConfig};
 use crate::worker::{LeasedWorker, WorkerError};
@@ -224,8 +225,35 @@ impl Node {
             }
             KindConfig::Snowflake {
                 layout,
+                shards: Some(shards),
+                ..
+            } => {
+                let Some(peers) = self.peers.clone() else {
+                    return Err(IdError::Conflict(format!(
+                        "namespace {name:?} has shards = \"owned\", and this node has no [peers] section"
+                    )));
+                };
+                let shards = OwnedShards::new(
+                    name.clone(),
+                    *layout,
+                    *shards,
+                    self.authority.clone(),
+                    self.config.leases,
+                    self.clock.clone(),
+                    peers,
+                    self.stop.subscribe(),
+                )?;
+                Namespace::Snowflake(SnowflakeNamespace::with_shards(
+                    name.clone(),
+                    shards,
+                    self.metrics.clone(),
+                ))
+            }
+            KindConfig::Snowflake {
+                layout,
                 worker,
                 group,
+                shards: None,
             } => {
                 let group = group.clone().unwrap_or_else(|| name.clone());
                 let worker = self.leased_worker(group, *layout, *worker).await?;

@@ -131,7 +131,7 @@ impl Node {
                         .then(|| "no ids buffered, and the authority does not answer".to_owned()),
                     Namespace::Snowflake(s) => s
                         .worker()
-                        .lease_state()
+                        .and_then(|w| w.lease_state())
                         .filter(|lease| lease.status == LeaseStatus::Lost)
                         .map(|lease| format!("the worker lease of group {} was lost", lease.group)),
                     Namespace::Uuid7(..) | Namespace::Ulid(..) => None,

@@ -188,32 +188,43 @@ impl Node {
         self.counted(result)
     }
 
-    /// Ids of strict namespace `name` for the requests a follower batched (gRPC `Forward`):
-    /// served by this node only while it leads the namespace, never forwarded again (one hop);
-    /// otherwise `no_leader`. Returns the ids and the leader's term (fencing token). `count` is
-    /// held to `server.max_block_request` (a batch of many requests).
+    /// Ids another node forwarded (gRPC `Forward`): of strict namespace `name` for the requests
+    /// a follower batched, served only while this node leads it; or (`shard` set) of `shard` of
+    /// a shard-owned snowflake namespace, served only while this node holds the shard's range
+    /// (taking it if nobody does). Never forwarded again (one hop): otherwise `no_leader`.
+    /// Returns the ids and the fencing token they were served under (the leader's term, the
+    /// range lease's token). `count` is held to `server.max_block_request` (a batch of many
+    /// requests).
     pub async fn take_forwarded(
         &self,
         who: Credentials<'_>,
         name: &str,
         count: u64,
         consecutive: bool,
+        shard: Option<u64>,
     ) -> Result<(Vec<u64>, u64), IdError> {
         let result = async {
             let count = self.count_of(Some(count), Limit::Block)?;
             let (served, admitted) = self.admit_taking(who, name, Scope::Ids, count).await?;
-            let strict = match &*served.ns {
-                Namespace::Sequence(s) => s.strict_order().cloned(),
-                _ => None,
+            let not_forwarded = || {
+                IdError::WrongKind(format!(
+                    "namespace {name:?} takes no forwards of this kind: only a strict namespace \
+                     (without a shard) or a shard-owned snowflake namespace (with one) is \
+                     forwarded; ask any node for its ids"
+                ))
             };
-            let Some(strict) = strict else {
-                return Err(IdError::WrongKind(format!(
-                    "namespace {name:?} is not in strict order: ask any node for its ids"
-                )));
+            let (ids, token) = match (&*served.ns, shard) {
+                (Namespace::Snowflake(s), Some(shard)) if !consecutive => {
+                    s.serve_forwarded(shard, count).await?
+                }
+                (Namespace::Sequence(s), None) => match s.strict_order() {
+                    Some(strict) => strict.serve_forwarded(count, consecutive).await?,
+                    None => return Err(not_forwarded()),
+                },
+                _ => return Err(not_forwarded()),
             };
-            let (ids, term) = strict.serve_forwarded(count, consecutive).await?;
             admitted.served(self.auth(), ids.len() as u64);
-            Ok((ids, term))
+            Ok((ids, token))
         }
         .await;
         self.counted(result)

@@ -17,6 +17,19 @@ use idmint_proto::v1::ForwardRequest;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+/// `host pid N at <url>`: the holder a lease records, naming where the other nodes reach its
+/// holder (`peers.advertise`).
+pub fn holder_base(url: &str) -> String {
+    format!("{} at {url}", crate::worker::holder_name())
+}
+
+/// The url a lease's holder names (`host pid N at URL`, made unique by the lease), if any.
+pub fn url_of(holder: &str) -> Option<&str> {
+    let (_, rest) = holder.rsplit_once(" at ")?;
+    let url = rest.split(' ').next()?;
+    (url.starts_with("http://") || url.starts_with("https://")).then_some(url)
+}
+
 /// Why a forward brought no ids.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ForwardError {

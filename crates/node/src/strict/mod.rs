@@ -26,7 +26,7 @@ pub mod forward;
 mod lead;
 pub mod term;
 
-pub use crate::peers::Peers;
+pub use crate::peers::{holder_base, url_of, Peers};
 
 use crate::config::LeaseSettings;
 use crate::error::IdError;
@@ -106,18 +106,6 @@ pub fn leader_group(name: &NamespaceName) -> Result<NamespaceName, IdError> {
 
 /// The layout text a leader group records.
 pub const LEADER_LAYOUT: &str = "strict-leader";
-
-/// `base at <url>`: a leader lease's holder names where followers reach it.
-fn holder_base(url: &str) -> String {
-    format!("{} at {url}", crate::worker::holder_name())
-}
-
-/// The url a leader lease's holder names (`host pid N at URL`, made unique by the lease).
-pub fn url_of(holder: &str) -> Option<&str> {
-    let (_, rest) = holder.rsplit_once(" at ")?;
-    let url = rest.split(' ').next()?;
-    (url.starts_with("http://") || url.starts_with("https://")).then_some(url)
-}
 
 impl Strict {
     /// The strict side of namespace `name` (of `bits`-bit ids) served from `supply`; its
