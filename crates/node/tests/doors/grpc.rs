@@ -3,9 +3,7 @@
 //! `idmint-error-code` metadata; a status without it is no answer (the transport failed).
 
 use super::raw::{self, Conn};
-use super::{
-    code_of, Answer, Decoded, Door, Failure, GivenBack, Lease, Route, Target, DEADLINE,
-};
+use super::{code_of, Answer, Decoded, Door, Failure, GivenBack, Lease, Route, Target, DEADLINE};
 use async_trait::async_trait;
 use idmint_node::grpc::proto;
 use idmint_node::grpc::proto::idmint_client::IdmintClient;

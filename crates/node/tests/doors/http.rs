@@ -5,9 +5,7 @@
 //! is the JSON body's `error.code`.
 
 use super::raw::{self, Conn};
-use super::{
-    code_of, Answer, Decoded, Door, Failure, GivenBack, Lease, Route, Target, DEADLINE,
-};
+use super::{code_of, Answer, Decoded, Door, Failure, GivenBack, Lease, Route, Target, DEADLINE};
 use async_trait::async_trait;
 use hyper_util::rt::TokioIo;
 use idmint_api::{BlockResponse, ErrorBody, GiveBackResponse, IdsResponse};
