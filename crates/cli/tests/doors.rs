@@ -178,6 +178,8 @@ fn next_request(ns: &str) -> tonic::Request<proto::NextRequest> {
     let mut request = tonic::Request::new(proto::NextRequest {
         namespace: ns.into(),
         count: Some(1),
+        shard: None,
+        key: None,
     });
     request
         .metadata_mut()
@@ -548,6 +550,8 @@ fn a_closed_log_pipe_leaves_answers_whole_and_the_stop_clean() {
         let request = proto::NextRequest {
             namespace: "third".into(),
             count: Some(100),
+            shard: None,
+            key: None,
         };
         client.next(request).await.unwrap().into_inner()
     });

@@ -1,6 +1,7 @@
 //! One namespace at run time: what it hands out, what it says about itself, and how it reads
 //! its own ids. This is the domain every front-end (HTTP and gRPC; RESP next) calls: a
-//! front-end parses its protocol, calls [`Namespace::ids`], [`Namespace::block`] (or
+//! front-end parses its protocol, calls [`Namespace::ids`] (or [`Namespace::ids_routed`] for a
+//! request that names a shard, [`route`]), [`Namespace::block`] (or
 //! [`Namespace::lease`] and [`Namespace::take_back`] for a lower tier that hands tails back),
 //! [`Namespace::info`] or [`Namespace::decode`], and formats the answer or maps the
 //! [`IdError`]; it computes nothing itself.
@@ -24,6 +25,7 @@
 //! [`POOL_READ_TIMEOUT`]).
 
 pub mod headroom;
+pub mod route;
 pub mod served_window;
 pub mod snowflake;
 

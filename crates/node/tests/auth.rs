@@ -432,6 +432,8 @@ async fn grpc_takes_the_token_from_metadata() {
         let mut request = tonic::Request::new(proto::NextRequest {
             namespace: ns.into(),
             count: Some(count),
+            shard: None,
+            key: None,
         });
         if let Some(token) = token {
             request

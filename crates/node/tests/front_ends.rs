@@ -10,7 +10,9 @@
 //! authentication refusals (`unauthorized`, `forbidden`, `rate_limited`) create nothing; a tiny
 //! 32-bit namespace hands out its ids then `namespace_exhausted` (invariant 6), and once
 //! retired `namespace_retired`, as one with ids left does after its retirement; a leased
-//! block's tail given back is handed out next, and only once (invariant 3); bad and oversized
+//! block's tail given back is handed out next, and only once (invariant 3); a `shard` or `key`
+//! sent to a namespace whose node field is not the data's shard (or both at once) is
+//! `invalid_request` naming the namespace, and creates and hands out nothing; bad and oversized
 //! input on the raw socket is refused and closes only its connection; the connection policy
 //! (the first request within `header_read_timeout_ms` of the accept, then
 //! `idle_timeout_ms` of quiet) and the connection limit, measured on the raw socket; and the
@@ -27,7 +29,9 @@ mod doors;
 
 use doors::gate::Gated;
 use doors::raw;
-use doors::{assert_refused, hash, ok, poll_until, Decoded, Door, Failure, Fixture, Security};
+use doors::{
+    assert_refused, hash, ok, poll_until, Decoded, Door, Failure, Fixture, Route, Security,
+};
 use idmint_api::ErrorCode;
 use idmint_core::NamespaceName;
 use std::collections::HashSet;
@@ -46,6 +50,7 @@ macro_rules! conformance_tests {
                 auth_refusals_create_nothing,
                 a_tiny_namespace_runs_out_clearly,
                 a_given_back_tail_is_handed_out_next_once,
+                a_shard_or_key_is_refused_by_an_ordinary_namespace,
                 bad_input_closes_only_its_connection,
                 silent_connections_do_not_hold_the_limit_past_their_deadline,
                 silent_and_quiet_connections_are_closed_at_their_deadlines,
@@ -275,6 +280,73 @@ async fn a_given_back_tail_is_handed_out_next_once<D: Door>(security: Security) 
         .give_back("lower", other.lease ^ 1, other.start + 5, other.end, 1)
         .await);
     assert!(!forged.given_back, "{forged:?}");
+    f.stop().await;
+}
+
+/// `orders` and `events` declared (a sequence, a snowflake on the node's worker lease), a
+/// family `tenant.*`, and auto-create on.
+const ORDINARY: &str = "[namespaces.orders]\nkind = \"sequence\"\ncache = \"off\"\n\n\
+                        [namespaces.events]\nkind = \"snowflake\"\nworker = 3\n\n\
+                        [namespaces.\"tenant.*\"]\nkind = \"sequence\"\n";
+
+/// `answer` refused as `invalid_request`, its message naming namespace `ns`.
+#[track_caller]
+fn assert_not_routed(answer: doors::Answer<Vec<u64>>, ns: &str) {
+    match &answer {
+        Err(Failure::Refused { message, .. }) => assert!(
+            message.contains(&format!("\"{ns}\"")) && message.contains("shard"),
+            "the refusal does not name {ns} and the shard: {message}"
+        ),
+        other => panic!("expected a refusal naming {ns}, got {other:?}"),
+    }
+    assert_refused(answer, ErrorCode::InvalidRequest);
+}
+
+async fn a_shard_or_key_is_refused_by_an_ordinary_namespace<D: Door>(security: Security) {
+    let f = Fixture::start(ORDINARY, security).await;
+    let door = f.door::<D>();
+    let shard = Route {
+        shard: Some(7),
+        key: None,
+    };
+    let key = Route {
+        shard: None,
+        key: Some(42),
+    };
+    // A name set up with the defaults (auto-created, a family's member) is a sequence: refused
+    // before it is set up, so nothing is created.
+    for ns in ["fresh", "tenant.eu"] {
+        for route in [shard, key] {
+            assert_not_routed(door.ids_routed(ns, Some(2), route).await, ns);
+        }
+        assert_not_created(&f, ns).await;
+    }
+    // A declared sequence hands out nothing for a refused request: its first ids come next.
+    assert_not_routed(door.ids_routed("orders", Some(5), shard).await, "orders");
+    assert_not_routed(door.ids_routed("orders", None, key).await, "orders");
+    assert_eq!(ok(door.ids("orders", Some(3)).await), vec![1, 2, 3]);
+    assert_not_routed(door.ids_routed("orders", Some(1), key).await, "orders");
+    assert_eq!(ok(door.ids("orders", Some(1)).await), vec![4]);
+    // A snowflake namespace on the node's worker lease: its node field is the worker id, not
+    // the data's shard.
+    for route in [shard, key] {
+        assert_not_routed(door.ids_routed("events", Some(1), route).await, "events");
+    }
+    let events = ok(door.ids("events", Some(2)).await);
+    assert_increasing(&events);
+    // Both at once: refused whatever the namespace, and nothing is created.
+    let both = Route {
+        shard: Some(1),
+        key: Some(1),
+    };
+    for ns in ["orders", "events", "fresh"] {
+        assert_refused(
+            door.ids_routed(ns, None, both).await,
+            ErrorCode::InvalidRequest,
+        );
+    }
+    assert_not_created(&f, "fresh").await;
+    assert_eq!(ok(door.ids("orders", None).await), vec![5]);
     f.stop().await;
 }
 

@@ -380,7 +380,16 @@ fn grpc_call() -> impl Strategy<Value = (u8, Vec<u8>)> {
     ];
     let generated = prop_oneof![
         (name(), count.clone()).prop_map(|(namespace, count)| {
-            (0u8, proto::NextRequest { namespace, count }.encode_to_vec())
+            (
+                0u8,
+                proto::NextRequest {
+                    namespace,
+                    count,
+                    shard: None,
+                    key: None,
+                }
+                .encode_to_vec(),
+            )
         }),
         (name(), 0u64..200_000_000, count.clone()).prop_map(|(namespace, total, chunk)| {
             let m = proto::NextStreamRequest {
@@ -772,7 +781,7 @@ fn decode_input() {
     // Ids each namespace handed out decode to themselves.
     rt.block_on(async {
         for ns in ["seq", "small", "flake", "u7", "ul"] {
-            let taken = node.take_ids(who, ns, Some(50)).await.unwrap();
+            let taken = node.take_ids(who, ns, Some(50), None).await.unwrap();
             for text in ids_text(&taken.ids) {
                 let decoded = node.decode(who, ns, &text).await.unwrap();
                 let value = serde_json::to_value(&decoded).unwrap();

@@ -126,6 +126,8 @@ async fn next_of(c: &mut IdmintClient<Channel>, ns: &str, count: Option<u64>) ->
     c.next(proto::NextRequest {
         namespace: ns.into(),
         count,
+        shard: None,
+        key: None,
     })
     .await
     .unwrap_or_else(|e| panic!("Next {ns} {count:?}: {e:?}"))
@@ -179,6 +181,8 @@ async fn every_kind_round_trips_and_decodes() {
         .next(proto::NextRequest {
             namespace: "photos".into(),
             count: Some(0),
+            shard: None,
+            key: None,
         })
         .await
         .unwrap_err();
@@ -415,6 +419,8 @@ async fn every_error_has_its_grpc_code_and_idmint_code() {
     let req = |ns: &str, count: u64| proto::NextRequest {
         namespace: ns.into(),
         count: Some(count),
+        shard: None,
+        key: None,
     };
     let cases: Vec<(Code, &str, (Code, String))> = vec![
         (

@@ -462,6 +462,8 @@ async fn alert_rules_and_dashboard_pass_promtool_and_name_only_exported_metrics(
     let next = idmint_node::grpc::proto::NextRequest {
         namespace: "orders".into(),
         count: Some(2),
+        shard: None,
+        key: None,
     };
     idmint_node::grpc::proto::idmint_client::IdmintClient::new(channel)
         .next(next)

@@ -11,7 +11,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use idmint_core::Layout;
-use idmint_node::namespace::{Namespace, SnowflakeNamespace};
+use idmint_node::namespace::route::ShardRoute;
+use idmint_node::namespace::{Ids, Namespace, SnowflakeNamespace};
 use idmint_node::Credentials;
 use idmint_node::{FileConfig, IdError, Node, Shutdown, ShutdownReport};
 use idmint_store::{Authority, MemoryAuthority};
@@ -69,10 +70,25 @@ fn snowflake(ns: &Namespace) -> &SnowflakeNamespace {
     }
 }
 
+/// `count` ids of `route` through `m`, by the request path every front-end takes.
+async fn take_routed(
+    node: &Node,
+    name: &str,
+    route: Option<ShardRoute>,
+    count: u64,
+) -> Result<Vec<u64>, IdError> {
+    let taken = node
+        .take_ids(Credentials::Header(None), name, Some(count), route)
+        .await?;
+    match taken.ids {
+        Ids::U64(ids) => Ok(ids),
+        other => panic!("not 64-bit ids: {other:?}"),
+    }
+}
+
 /// `count` ids of `shard` through `m`.
 async fn take(m: &Member, shard: u64, count: u64) -> Result<Vec<u64>, IdError> {
-    let ns = photos(m);
-    snowflake(&ns).ids_of_shard(shard, count).await
+    take_routed(&m.node, "photos", Some(ShardRoute::Shard(shard)), count).await
 }
 
 /// A small deterministic generator (xorshift), so a failing run can be replayed.
@@ -93,18 +109,23 @@ async fn load(members: &[&Member], clients: u64, rounds: usize) -> Vec<(u64, Vec
     let mut tasks = Vec::new();
     for (i, m) in members.iter().enumerate() {
         for c in 0..clients {
-            let ns = photos(m);
+            let node = m.node.clone();
             let seed = 0x9e37_79b9_7f4a_7c15 ^ ((i as u64) << 32 | c);
             tasks.push(tokio::spawn(async move {
                 let mut rng = Rng(seed);
                 let mut answers = Vec::new();
-                for _ in 0..rounds {
+                for round in 0..rounds {
+                    // Half by shard, half by a key of that shard.
                     let shard = rng.below(SHARDS);
+                    let route = if round % 2 == 0 {
+                        ShardRoute::Shard(shard)
+                    } else {
+                        ShardRoute::Key(shard + SHARDS * rng.below(1000))
+                    };
                     let count = 1 + rng.below(5);
-                    let ids = snowflake(&ns)
-                        .ids_of_shard(shard, count)
+                    let ids = take_routed(&node, "photos", Some(route), count)
                         .await
-                        .unwrap_or_else(|e| panic!("shard {shard}: {e}"));
+                        .unwrap_or_else(|e| panic!("{route}: {e}"));
                     assert_eq!(ids.len() as u64, count);
                     answers.push((shard, ids));
                 }
@@ -239,12 +260,23 @@ async fn shards_out_of_range_and_missing_shards_are_invalid_requests() {
     let e = take(&m, SHARDS, 1).await.unwrap_err();
     assert_eq!(e.code().as_str(), "invalid_request", "{e}");
     assert!(e.to_string().contains("logical_shards = 64"), "{e}");
-    let ns = photos(&m);
-    let e = snowflake(&ns).ids(1).await.unwrap_err();
+    let e = take_routed(&m.node, "photos", None, 1).await.unwrap_err();
     assert_eq!(e.code().as_str(), "invalid_request", "{e}");
-    let events = m.node.served_namespace("events").unwrap();
-    let e = snowflake(&events).ids_of_shard(1, 1).await.unwrap_err();
+    assert!(e.to_string().contains("shard"), "{e}");
+    let e = take_routed(&m.node, "events", Some(ShardRoute::Shard(1)), 1)
+        .await
+        .unwrap_err();
     assert_eq!(e.code().as_str(), "invalid_request", "{e}");
+    assert_eq!(
+        take_routed(&m.node, "photos", Some(ShardRoute::Key(SHARDS * 7 + 5)), 2)
+            .await
+            .unwrap()
+            .iter()
+            .map(|&id| Layout::instagram().decode(id).unwrap().parts.node)
+            .collect::<Vec<_>>(),
+        vec![5, 5],
+        "a key maps to key % logical_shards"
+    );
     assert_eq!(take(&m, SHARDS - 1, 3).await.unwrap().len(), 3);
     let url = m.url.clone();
     assert!(url.starts_with("http://"));

@@ -125,7 +125,7 @@ async fn load(
                 for _ in 0..per_client {
                     let start = epoch.elapsed().as_nanos() as u64;
                     let taken = node
-                        .take_ids(Credentials::Header(None), "chat", Some(1))
+                        .take_ids(Credentials::Header(None), "chat", Some(1), None)
                         .await;
                     let end = epoch.elapsed().as_nanos() as u64;
                     match taken {
@@ -230,7 +230,7 @@ async fn without_a_leader_requests_wait_then_answer_no_leader() {
     let started = Instant::now();
     let e = m
         .node
-        .take_ids(Credentials::Header(None), "chat", Some(1))
+        .take_ids(Credentials::Header(None), "chat", Some(1), None)
         .await
         .unwrap_err();
     let waited = started.elapsed();
@@ -274,7 +274,7 @@ async fn forwards_carry_the_peer_token_and_consecutive_ids_stay_one_block() {
     let who = || Credentials::Header(Some(header.as_bytes()));
     let first = follower
         .node
-        .take_ids(who(), "chat", Some(3))
+        .take_ids(who(), "chat", Some(3), None)
         .await
         .unwrap();
     let idmint_node::namespace::Ids::U64(first) = first.ids else {
@@ -290,7 +290,7 @@ async fn forwards_carry_the_peer_token_and_consecutive_ids_stay_one_block() {
     // Without a token the follower refuses before forwarding anything.
     let e = follower
         .node
-        .take_ids(Credentials::Header(None), "chat", Some(1))
+        .take_ids(Credentials::Header(None), "chat", Some(1), None)
         .await
         .unwrap_err();
     assert_eq!(e.code().as_str(), "unauthorized");
@@ -298,7 +298,11 @@ async fn forwards_carry_the_peer_token_and_consecutive_ids_stay_one_block() {
     // A follower whose peer token the leader does not know cannot forward: `no_leader`,
     // naming the leader's refusal.
     let c = member(store.clone(), &auth_section("idmint_wrong_peer")).await;
-    let e = c.node.take_ids(who(), "chat", Some(1)).await.unwrap_err();
+    let e = c
+        .node
+        .take_ids(who(), "chat", Some(1), None)
+        .await
+        .unwrap_err();
     assert!(
         matches!(&e, IdError::NoLeader { reason, .. } if reason.contains("unauthorized")),
         "{e}"
@@ -316,12 +320,12 @@ async fn forwards_go_over_tls_to_a_leader_with_a_certificate_of_the_trusted_ca()
     let follower = [&a, &b][1 - leader];
     let before = [&a, &b][leader]
         .node
-        .take_ids(Credentials::Header(None), "chat", Some(2))
+        .take_ids(Credentials::Header(None), "chat", Some(2), None)
         .await
         .unwrap();
     let after = follower
         .node
-        .take_ids(Credentials::Header(None), "chat", Some(2))
+        .take_ids(Credentials::Header(None), "chat", Some(2), None)
         .await
         .unwrap();
     let (idmint_node::namespace::Ids::U64(before), idmint_node::namespace::Ids::U64(after)) =
@@ -341,7 +345,7 @@ async fn forwards_go_over_tls_to_a_leader_with_a_certificate_of_the_trusted_ca()
     .await;
     let e = c
         .node
-        .take_ids(Credentials::Header(None), "chat", Some(1))
+        .take_ids(Credentials::Header(None), "chat", Some(1), None)
         .await
         .unwrap_err();
     assert!(matches!(e, IdError::NoLeader { .. }), "{e}");

@@ -289,6 +289,8 @@ async fn grpc_over_tls_with_the_tonic_client() {
         .next(proto::NextRequest {
             namespace: "photos".into(),
             count: Some(5),
+            shard: None,
+            key: None,
         })
         .await
         .unwrap()
@@ -310,6 +312,8 @@ async fn grpc_over_tls_with_the_tonic_client() {
             .next(proto::NextRequest {
                 namespace: "photos".into(),
                 count: Some(1),
+                shard: None,
+                key: None,
             })
             .await;
         assert!(answer.is_err(), "h2c answered on a TLS port");
@@ -318,6 +322,8 @@ async fn grpc_over_tls_with_the_tonic_client() {
         .next(proto::NextRequest {
             namespace: "photos".into(),
             count: Some(1),
+            shard: None,
+            key: None,
         })
         .await;
     assert!(again.is_ok());

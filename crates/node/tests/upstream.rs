@@ -130,6 +130,7 @@ async fn take(node: &Node, count: u64) -> Result<Vec<u64>, IdError> {
             idmint_node::Credentials::Header(None),
             "photos",
             Some(count),
+            None,
         )
         .await?;
     match taken.ids {
@@ -673,6 +674,7 @@ async fn snowflakes(node: &Node, count: u64) -> Vec<u64> {
             idmint_node::Credentials::Header(None),
             "events",
             Some(count),
+            None,
         )
         .await
         .unwrap();

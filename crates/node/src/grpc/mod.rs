@@ -39,6 +39,7 @@ pub use idmint_proto::v1 as proto;
 
 use crate::error::IdError;
 use crate::metrics::GrpcLabels;
+use crate::namespace::route::ShardRoute;
 use crate::node::requests::{Credentials, IdStream};
 use crate::node::Node;
 use crate::server::conn::{Activity, InFlight};
@@ -182,10 +183,17 @@ impl proto::idmint_server::Idmint for IdmintService {
         request: Request<proto::NextRequest>,
     ) -> Result<Response<proto::Ids>, Status> {
         let (metadata, _, req) = request.into_parts();
-        let taken = self
-            .node
-            .take_ids(credentials(&metadata), &req.namespace, req.count)
-            .await;
+        let taken = match ShardRoute::of(req.shard, req.key) {
+            Ok(route) => {
+                self.node
+                    .take_ids(credentials(&metadata), &req.namespace, req.count, route)
+                    .await
+            }
+            Err(e) => {
+                self.node.count_error(&e);
+                Err(e)
+            }
+        };
         self.answer(
             "Next",
             taken.map(|t| convert::ids(t.namespace.name().as_str(), t.ids)),

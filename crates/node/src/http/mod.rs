@@ -33,9 +33,11 @@ pub mod encode;
 pub mod error;
 pub mod login;
 pub mod openapi;
+mod query;
 pub mod status_page;
 
 pub(crate) use connection::serve_connection;
+use query::{count_param, query_pairs};
 
 use crate::error::IdError;
 use crate::node::requests::Credentials;
@@ -335,60 +337,6 @@ fn path_params<T>(path: Result<Path<T>, PathRejection>) -> Result<T, IdError> {
     }
 }
 
-/// The query's `(name, value)` pairs, percent-decoded (`+` is a space), in order.
-fn query_pairs(
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> Result<Vec<(String, String)>, IdError> {
-    query.map(|Query(pairs)| pairs).map_err(|_| {
-        IdError::InvalidRequest("the query string is not a list of name=value pairs".into())
-    })
-}
-
-/// `count` from the request's query string (absent: `None`), as a number; the node applies the
-/// count rule. A query with nothing to percent-decode (no `%`, no `+`: every request a client
-/// library sends) is split in place, as `application/x-www-form-urlencoded` splits it (on `&`,
-/// empty parts skipped, a part without `=` has an empty value), with no allocation; any other
-/// goes through axum's `Query`.
-fn count_param(uri: &Uri) -> Result<Option<u64>, IdError> {
-    let raw = uri.query().unwrap_or_default();
-    if raw.bytes().any(|b| b == b'%' || b == b'+') {
-        let pairs = query_pairs(Query::try_from_uri(uri))?;
-        return count_of(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    }
-    count_of(
-        raw.split('&')
-            .filter(|part| !part.is_empty())
-            .map(|part| part.split_once('=').unwrap_or((part, ""))),
-    )
-}
-
-/// `count` from query pairs that may hold nothing else, once.
-fn count_of<'a>(pairs: impl Iterator<Item = (&'a str, &'a str)>) -> Result<Option<u64>, IdError> {
-    let mut count = None;
-    for (k, v) in pairs {
-        match k {
-            "count" if count.is_some() => {
-                return Err(IdError::InvalidRequest(
-                    "query parameter \"count\" is given more than once; give it once".into(),
-                ))
-            }
-            "count" => count = Some(v),
-            other => {
-                return Err(IdError::InvalidRequest(format!(
-                    "unknown query parameter {other:?}; only count is accepted"
-                )))
-            }
-        }
-    }
-    count
-        .map(|raw| {
-            raw.parse::<u64>().map_err(|_| {
-                IdError::InvalidCount(format!("count must be a whole number, got {raw:?}"))
-            })
-        })
-        .transpose()
-}
-
 /// Marks an answer of the id routes as never to be stored by a cache: a replayed id is a
 /// duplicate.
 fn no_store(mut answer: Response) -> Response {
@@ -398,18 +346,22 @@ fn no_store(mut answer: Response) -> Response {
     answer
 }
 
-/// `GET /v1/ids/{namespace}?count=N`.
+/// `GET /v1/ids/{namespace}?count=N[&shard=S|&key=K]`.
 async fn get_ids(
     State(node): State<Arc<Node>>,
     who: Authorization,
     uri: Uri,
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
-    let (name, count) = match path_params(path).and_then(|name| Ok((name, count_param(&uri)?))) {
+    let parsed = path_params(path).and_then(|name| Ok((name, query::ids_query(&uri)?)));
+    let (name, asked) = match parsed {
         Ok(parsed) => parsed,
         Err(e) => return no_store(parse_error(&node, e)),
     };
-    no_store(match node.take_ids(who.credentials(), &name, count).await {
+    let taken = node
+        .take_ids(who.credentials(), &name, asked.count, asked.route)
+        .await;
+    no_store(match taken {
         Ok(taken) => {
             // Built directly: `(headers, String).into_response()` would set `text/plain`
             // first and then replace it.
@@ -687,41 +639,4 @@ async fn metrics(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response 
         node.scrape(format).await,
     )
         .into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    fn count(query: &str) -> Result<Option<u64>, IdError> {
-        count_param(&format!("/v1/ids/a?{query}").parse::<Uri>().unwrap())
-    }
-
-    #[test]
-    fn count_parsing() {
-        assert_eq!(count(""), Ok(None));
-        assert_eq!(count("count=7"), Ok(Some(7)));
-        assert_eq!(count("count=0"), Ok(Some(0)), "the node's rule refuses 0");
-        assert_eq!(count("count=%37"), Ok(Some(7)));
-        for bad in ["count=-1", "count=abc", "count="] {
-            assert_eq!(
-                count(bad).unwrap_err().code(),
-                ErrorCode::InvalidCount,
-                "{bad}"
-            );
-        }
-        assert_eq!(
-            count("cnt=1").unwrap_err().code(),
-            ErrorCode::InvalidRequest
-        );
-    }
-
-    /// `count=2&count=3` is refused, not answered with 3 ids.
-    #[test]
-    fn a_repeated_count_is_refused() {
-        let e = count("count=2&count=3").unwrap_err();
-        assert_eq!(e.code(), ErrorCode::InvalidRequest);
-        assert!(e.to_string().contains("count"), "{e}");
-    }
 }

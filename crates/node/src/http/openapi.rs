@@ -305,11 +305,18 @@ pub(crate) async fn serve(State(node): State<Arc<Node>>) -> Response {
             pattern = "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", example = "photos"),
         ("count" = Option<u64>, Query, description = "How many ids (default 1); the maximum is `server.max_count`",
             minimum = 1, maximum = 10000, example = 3),
+        ("shard" = Option<u64>, Query, description = "The data's shard, for a snowflake namespace with `shards = \"owned\"` \
+            (0 to its `logical_shards - 1`); never with `key`. Any other namespace answers 400 `invalid_request`.",
+            minimum = 0),
+        ("key" = Option<u64>, Query, description = "A key whose shard (`key % logical_shards`) the ids are of, for a snowflake \
+            namespace with `shards = \"owned\"`; never with `shard`. Any other namespace answers 400 `invalid_request`.",
+            minimum = 0),
     ),
     responses(
         (status = 200, description = "The ids", body = IdsResponse,
             headers(("Cache-Control" = String, description = "`no-store`: a replayed answer would repeat ids"))),
-        (status = 400, description = "`invalid_namespace`, `invalid_count` or `invalid_request`", body = ErrorBody),
+        (status = 400, description = "`invalid_namespace`, `invalid_count` or `invalid_request` (among others: `shard` or `key` \
+            sent to a namespace that does not take one, or both at once)", body = ErrorBody),
         (status = 404, description = "`unknown_namespace`: no such namespace and `auto_create` is off", body = ErrorBody),
         (status = 409, description = "`namespace_exhausted`, `time_exhausted`, `settings_conflict` or `too_many_namespaces`", body = ErrorBody),
         (status = 410, description = "`namespace_retired`: an operator retired the namespace (`idmint admin retire`); it hands out no id any more", body = ErrorBody),

@@ -12,7 +12,9 @@
 //!    ([`crate::auth::Auth::admit`]), before the namespace is looked up, so a refused request
 //!    creates and reserves nothing;
 //! 4. **which namespace**: looked up, or created on first use, by the requests that take ids or
-//!    blocks only; reads, give-backs and decodes never create ([`Node::read_namespace`]);
+//!    blocks only; reads, give-backs and decodes never create ([`Node::read_namespace`]). A
+//!    request for ids that names a shard or key ([`ShardRoute`]) is refused first when the
+//!    name's configuration rules a route out, so it creates nothing;
 //! 5. **the rate quota**, from the namespace's own buckets ([`crate::auth::Admitted::take_quota`]);
 //! 6. **carry out**, through the namespace ([`crate::namespace`]);
 //! 7. **count**: ids handed out to the token (`idmint_auth_ids_total`), and every error by its
@@ -25,10 +27,11 @@ use super::{Node, Served};
 use crate::auth::{Admitted, Caller, Scope};
 use crate::error::IdError;
 use crate::metrics::ErrorLabels;
+use crate::namespace::route::{self, ShardRoute};
 use crate::namespace::{Ids, Namespace, NamespaceView};
 use crate::supply::{Lease, TakeBack};
 use idmint_api as api;
-use idmint_core::Block;
+use idmint_core::{Block, NamespaceName};
 use idmint_store::Advance;
 use std::sync::Arc;
 
@@ -134,19 +137,38 @@ impl Node {
         }
     }
 
-    /// Steps 1 to 5 of a request that takes ids from `name` (creating it on first use).
+    /// Steps 1 to 5 of a request that takes ids from `name` (creating it on first use); a
+    /// `route` the configuration of `name` rules out is refused before step 4.
     async fn admit_taking(
         &self,
         who: Credentials<'_>,
         name: &str,
         scope: Scope,
         count: u64,
+        route: Option<ShardRoute>,
     ) -> Result<(Served, Admitted), IdError> {
         let caller = self.caller(who)?;
         let admitted = self.auth().admit(caller, name, scope, count)?;
+        if let Some(route) = route {
+            self.route_possible(name, route)?;
+        }
         let served = self.namespace(name).await?;
         admitted.take_quota(self.auth(), &served.buckets, name, count)?;
         Ok((served, admitted))
+    }
+
+    /// Refuses `route` when the configuration of `name` rules it out (a name that is not set
+    /// up at all is left to the lookup, which answers what it answers for any request).
+    fn route_possible(&self, name: &str, route: ShardRoute) -> Result<(), IdError> {
+        let parsed = NamespaceName::new(name)?;
+        let config = self.config();
+        let declared = config.namespaces.get(&parsed);
+        let defaults =
+            declared.is_none() && (config.family_of(&parsed).is_some() || config.auto_create);
+        if (declared.is_some() || defaults) && route::refused_before_setup(declared) {
+            return Err(route::not_routed(name, route));
+        }
+        Ok(())
     }
 
     /// Steps 1 and 3 of a read of `name`, then the namespace without creating it (step 4).
@@ -167,17 +189,22 @@ impl Node {
     }
 
     /// `count` ids of namespace `name` (1 when absent), increasing: HTTP `GET /v1/ids`, gRPC
-    /// `Next`, RESP `INCR`, `IDMINT.NEXT`.
+    /// `Next`, RESP `INCR`, `IDMINT.NEXT`. With a `route` (the request's `shard` or `key`),
+    /// the ids of that shard ([`Namespace::ids_routed`]); a name whose configuration rules a
+    /// route out is refused before it is looked up, so the refusal creates nothing.
     pub async fn take_ids(
         &self,
         who: Credentials<'_>,
         name: &str,
         count: Option<u64>,
+        route: Option<ShardRoute>,
     ) -> Result<Taken, IdError> {
         let result = async {
             let count = self.count_of(count, Limit::Ids)?;
-            let (served, admitted) = self.admit_taking(who, name, Scope::Ids, count).await?;
-            let ids = served.ns.ids(count).await?;
+            let (served, admitted) = self
+                .admit_taking(who, name, Scope::Ids, count, route)
+                .await?;
+            let ids = served.ns.ids_routed(count, route).await?;
             admitted.served(self.auth(), ids.len() as u64);
             Ok(Taken {
                 namespace: served.ns,
@@ -205,7 +232,10 @@ impl Node {
     ) -> Result<(Vec<u64>, u64), IdError> {
         let result = async {
             let count = self.count_of(Some(count), Limit::Block)?;
-            let (served, admitted) = self.admit_taking(who, name, Scope::Ids, count).await?;
+            let route = shard.map(ShardRoute::Shard);
+            let (served, admitted) = self
+                .admit_taking(who, name, Scope::Ids, count, route)
+                .await?;
             let not_forwarded = || {
                 IdError::WrongKind(format!(
                     "namespace {name:?} takes no forwards of this kind: only a strict namespace \
@@ -246,7 +276,9 @@ impl Node {
     ) -> Result<Lease, IdError> {
         let result = async {
             let count = self.count_of(count, Limit::Block)?;
-            let (served, admitted) = self.admit_taking(who, name, Scope::Blocks, count).await?;
+            let (served, admitted) = self
+                .admit_taking(who, name, Scope::Blocks, count, None)
+                .await?;
             let count = crate::config::block_request(&served.ns, count, admitted.max_block_32());
             let lease = served.ns.lease(count, min_start).await?;
             admitted.served(self.auth(), lease.block.len());
@@ -266,7 +298,9 @@ impl Node {
     ) -> Result<u64, IdError> {
         let result = async {
             let count = self.count_of(Some(count), Limit::Ids)?;
-            let (served, admitted) = self.admit_taking(who, name, Scope::Ids, count).await?;
+            let (served, admitted) = self
+                .admit_taking(who, name, Scope::Ids, count, None)
+                .await?;
             let seq = match &*served.ns {
                 Namespace::Sequence(s) if s.spec().step() == 1 => s,
                 Namespace::Sequence(s) => {

@@ -14,6 +14,7 @@
 
 use super::reply::Reply;
 use crate::error::IdError;
+use crate::namespace::route::ShardRoute;
 use bytes::Bytes;
 
 /// A request idmint answers; names and ids borrow from the request.
@@ -59,8 +60,9 @@ pub enum Command<'a> {
     Incr(&'a str),
     /// `INCRBY ns n` / `IDMINT.INCRBY`: `n` consecutive ids, answered as the last.
     IncrBy(&'a str, u64),
-    /// `IDMINT.NEXT ns [count]`: `count` ids (default 1), as an array.
-    Next(&'a str, Option<u64>),
+    /// `IDMINT.NEXT ns [count] [SHARD s | KEY k]`: `count` ids (default 1), as an array; of
+    /// shard `s`, or of key `k`'s shard, for a namespace whose node field is the data's shard.
+    Next(&'a str, Option<u64>, Option<ShardRoute>),
     /// `IDMINT.BLOCK ns count`: one contiguous block of up to `count` ids, leased.
     Block(&'a str, u64),
     /// `IDMINT.GIVEBACK ns lease start end step`: the unused tail of a leased block.
@@ -349,9 +351,8 @@ pub fn parse<'a>(args: &[&'a [u8]]) -> Result<Command<'a>, Refusal> {
             Ok(Command::IncrBy(namespace(rest[0])?, count(rest[1])?))
         }
         "IDMINT.NEXT" => {
-            arity(rest.len() == 1 || rest.len() == 2)?;
-            let n = rest.get(1).map(|c| count(c)).transpose()?;
-            Ok(Command::Next(namespace(rest[0])?, n))
+            arity(!rest.is_empty())?;
+            next(rest[0], &rest[1..])
         }
         "IDMINT.BLOCK" => {
             arity(rest.len() == 2)?;
@@ -448,6 +449,53 @@ fn namespace(arg: &[u8]) -> Result<&str, Refusal> {
             "invalid namespace name: it is not UTF-8".into(),
         ))
     })
+}
+
+/// The usage of `IDMINT.NEXT`, as its syntax errors quote it.
+const NEXT_USAGE: &str = "IDMINT.NEXT namespace [count] [SHARD shard | KEY key]";
+
+/// `IDMINT.NEXT`'s arguments after the namespace `ns`: an optional count, then at most one of
+/// `SHARD s` and `KEY k` (keywords in any case). Anything else is a syntax error.
+fn next<'a>(ns: &'a [u8], mut args: &[&[u8]]) -> Result<Command<'a>, Refusal> {
+    let syntax = |what: &str| Refusal::Syntax(format!("syntax error: {what}; {NEXT_USAGE}"));
+    let keyword = |arg: &[u8]| {
+        if arg.eq_ignore_ascii_case(b"SHARD") {
+            Some("shard")
+        } else if arg.eq_ignore_ascii_case(b"KEY") {
+            Some("key")
+        } else {
+            None
+        }
+    };
+    let mut n = None;
+    if let Some((first, tail)) = args.split_first() {
+        if keyword(first).is_none() {
+            n = Some(count(first)?);
+            args = tail;
+        }
+    }
+    let mut route = None;
+    while let Some((word, tail)) = args.split_first() {
+        let Some(name) = keyword(word) else {
+            return Err(syntax(&format!("unexpected '{}'", quote(word))));
+        };
+        let Some((value, tail)) = tail.split_first() else {
+            return Err(syntax(&format!(
+                "{} needs a value",
+                name.to_ascii_uppercase()
+            )));
+        };
+        if route.is_some() {
+            return Err(syntax("give one of SHARD and KEY, once"));
+        }
+        let value = number(value, name)?;
+        route = Some(match name {
+            "shard" => ShardRoute::Shard(value),
+            _ => ShardRoute::Key(value),
+        });
+        args = tail;
+    }
+    Ok(Command::Next(namespace(ns)?, n, route))
 }
 
 /// A count as a number; whether it is allowed is the node's count rule.
@@ -630,11 +678,11 @@ mod tests {
         assert_eq!(p(&["incr", "orders"]), Ok(Command::Incr("orders")));
         assert_eq!(
             p(&["IdMint.Next", "orders", "5"]),
-            Ok(Command::Next("orders", Some(5)))
+            Ok(Command::Next("orders", Some(5), None))
         );
         assert_eq!(
             p(&["IDMINT.NEXT", "orders"]),
-            Ok(Command::Next("orders", None))
+            Ok(Command::Next("orders", None, None))
         );
         assert_eq!(
             p(&["IDMINT.GIVEBACK", "orders", "7", "10", "20", "1"]),
@@ -682,7 +730,7 @@ mod tests {
         // Whether 0 or 101 is allowed is the node's count rule, not the parser's.
         assert_eq!(
             p(&["IDMINT.NEXT", "a", "0"]),
-            Ok(Command::Next("a", Some(0)))
+            Ok(Command::Next("a", Some(0), None))
         );
         for bad in ["-1", "x", "", "+1"] {
             assert!(
@@ -713,5 +761,55 @@ mod tests {
                 })
             );
         }
+    }
+
+    #[test]
+    fn next_takes_a_shard_or_a_key() {
+        assert_eq!(
+            p(&["IDMINT.NEXT", "photos", "5", "shard", "7"]),
+            Ok(Command::Next("photos", Some(5), Some(ShardRoute::Shard(7))))
+        );
+        assert_eq!(
+            p(&["idmint.next", "photos", "Key", "18446744073709551615"]),
+            Ok(Command::Next(
+                "photos",
+                None,
+                Some(ShardRoute::Key(u64::MAX))
+            ))
+        );
+        // A namespace may be called SHARD: the first argument is always the namespace.
+        assert_eq!(
+            p(&["IDMINT.NEXT", "shard", "SHARD", "0"]),
+            Ok(Command::Next("shard", None, Some(ShardRoute::Shard(0))))
+        );
+        for bad in [
+            &["IDMINT.NEXT", "a", "SHARD"][..],
+            &["IDMINT.NEXT", "a", "1", "KEY"],
+            &["IDMINT.NEXT", "a", "SHARD", "1", "KEY", "2"],
+            &["IDMINT.NEXT", "a", "KEY", "1", "key", "1"],
+            &["IDMINT.NEXT", "a", "SHARD", "1", "5"],
+            &["IDMINT.NEXT", "a", "1", "2"],
+            &["IDMINT.NEXT", "a", "1", "NODE", "2"],
+        ] {
+            let refusal = p(bad).unwrap_err();
+            assert!(
+                matches!(refusal, Refusal::Syntax(_)),
+                "{bad:?}: {refusal:?}"
+            );
+            let Reply::Error(line) = refusal.reply() else {
+                panic!("{bad:?}: not an error line");
+            };
+            assert!(line.starts_with("ERR syntax error"), "{bad:?}: {line}");
+        }
+        for (bad, name) in [("x", "shard"), ("-1", "shard"), ("", "key")] {
+            let keyword = name.to_ascii_uppercase();
+            match p(&["IDMINT.NEXT", "a", &keyword, bad]) {
+                Err(Refusal::Invalid(IdError::InvalidRequest(m))) => {
+                    assert!(m.starts_with(name), "{m}");
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        assert!(matches!(p(&["IDMINT.NEXT"]), Err(Refusal::Arity(_))));
     }
 }

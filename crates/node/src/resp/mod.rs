@@ -423,7 +423,7 @@ async fn operation(node: &Node, client: &Client, command: Command<'_>) -> Result
     match command {
         // `INCRBY ns 1` is `INCR ns` for every kind: clients send it for their `incr`.
         Command::Incr(name) | Command::IncrBy(name, 1) => {
-            let taken = node.take_ids(who, name, None).await?;
+            let taken = node.take_ids(who, name, None, None).await?;
             reply::one_id(&taken.ids).ok_or_else(|| IdError::Exhausted {
                 name: name.to_owned(),
                 bits: 0,
@@ -433,8 +433,8 @@ async fn operation(node: &Node, client: &Client, command: Command<'_>) -> Result
             .take_consecutive(who, name, count)
             .await
             .map(reply::u64_id),
-        Command::Next(name, count) => node
-            .take_ids(who, name, count)
+        Command::Next(name, count, route) => node
+            .take_ids(who, name, count, route)
             .await
             .map(|t| reply::ids(&t.ids)),
         Command::Block(name, count) => node

@@ -3,7 +3,7 @@
 //! `idmint-error-code` metadata; a status without it is no answer (the transport failed).
 
 use super::raw::{self, Conn};
-use super::{code_of, Answer, Decoded, Door, Failure, GivenBack, Lease, Target, DEADLINE};
+use super::{code_of, Answer, Decoded, Door, Failure, GivenBack, Lease, Route, Target, DEADLINE};
 use async_trait::async_trait;
 use idmint_node::grpc::proto;
 use idmint_node::grpc::proto::idmint_client::IdmintClient;
@@ -82,10 +82,12 @@ impl Door for Grpc {
         &self.target
     }
 
-    async fn ids(&self, ns: &str, count: Option<u64>) -> Answer<Vec<u64>> {
+    async fn ids_routed(&self, ns: &str, count: Option<u64>, route: Route) -> Answer<Vec<u64>> {
         let request = self.request(proto::NextRequest {
             namespace: ns.into(),
             count,
+            shard: route.shard,
+            key: route.key,
         });
         let ids = self
             .client()
@@ -193,6 +195,8 @@ impl Door for Grpc {
         let request = self.request(proto::NextRequest {
             namespace: "n".repeat(20 * 1024),
             count: None,
+            shard: None,
+            key: None,
         });
         let refused = self
             .client()

@@ -5,7 +5,7 @@
 //! is the JSON body's `error.code`.
 
 use super::raw::{self, Conn};
-use super::{code_of, Answer, Decoded, Door, Failure, GivenBack, Lease, Target, DEADLINE};
+use super::{code_of, Answer, Decoded, Door, Failure, GivenBack, Lease, Route, Target, DEADLINE};
 use async_trait::async_trait;
 use hyper_util::rt::TokioIo;
 use idmint_api::{BlockResponse, ErrorBody, GiveBackResponse, IdsResponse};
@@ -96,9 +96,17 @@ pub fn refusal_or<T: DeserializeOwned>(status: u16, body: &[u8]) -> Answer<T> {
     }
 }
 
-/// `?count=N`, or nothing.
-fn count_query(count: Option<u64>) -> String {
-    count.map_or(String::new(), |n| format!("?count={n}"))
+/// `?count=N&shard=S&key=K` with the parameters given, or nothing.
+fn ids_query(count: Option<u64>, route: Route) -> String {
+    let params: Vec<String> = [("count", count), ("shard", route.shard), ("key", route.key)]
+        .into_iter()
+        .filter_map(|(name, value)| value.map(|v| format!("{name}={v}")))
+        .collect();
+    if params.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", params.join("&"))
+    }
 }
 
 /// The status and body of a whole HTTP/1.1 answer read raw (headers, then `Content-Length`
@@ -132,8 +140,8 @@ impl Door for Http {
         &self.target
     }
 
-    async fn ids(&self, ns: &str, count: Option<u64>) -> Answer<Vec<u64>> {
-        let path = format!("/v1/ids/{ns}{}", count_query(count));
+    async fn ids_routed(&self, ns: &str, count: Option<u64>, route: Route) -> Answer<Vec<u64>> {
+        let path = format!("/v1/ids/{ns}{}", ids_query(count, route));
         let answer: IdsResponse = self.answer("GET", &path).await?;
         Ok(answer.ids.iter().map(|id| id.parse().unwrap()).collect())
     }

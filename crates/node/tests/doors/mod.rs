@@ -108,6 +108,16 @@ pub struct Decoded {
     pub residue: u64,
 }
 
+/// The shard a request for ids names, as a client sends it: `shard`, `key`, neither or both
+/// (the doors send what they are given; the node judges).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Route {
+    /// `shard`.
+    pub shard: Option<u64>,
+    /// `key`.
+    pub key: Option<u64>,
+}
+
 /// Where a door connects, and as whom.
 #[derive(Clone)]
 pub struct Target {
@@ -142,7 +152,13 @@ pub trait Door: Clone + Send + Sync + 'static {
     }
 
     /// `count` ids of `ns` (absent: the protocol's default request, one id).
-    async fn ids(&self, ns: &str, count: Option<u64>) -> Answer<Vec<u64>>;
+    async fn ids(&self, ns: &str, count: Option<u64>) -> Answer<Vec<u64>> {
+        self.ids_routed(ns, count, Route::default()).await
+    }
+
+    /// [`Door::ids`] naming a shard: `route`'s `shard` and `key` sent as this protocol sends
+    /// them (both when both are given), 64-bit ids.
+    async fn ids_routed(&self, ns: &str, count: Option<u64>, route: Route) -> Answer<Vec<u64>>;
 
     /// A block of up to `count` ids of `ns`, leased.
     async fn block(&self, ns: &str, count: u64) -> Answer<Lease>;

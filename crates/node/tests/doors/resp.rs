@@ -5,7 +5,7 @@
 //! backwards).
 
 use super::raw::{self, Conn};
-use super::{Answer, Decoded, Door, Failure, GivenBack, Lease, Target, DEADLINE};
+use super::{Answer, Decoded, Door, Failure, GivenBack, Lease, Route, Target, DEADLINE};
 use async_trait::async_trait;
 use idmint_api::ErrorCode;
 use idmint_node::server::Protocol;
@@ -142,10 +142,15 @@ impl Door for Resp {
         &self.target
     }
 
-    async fn ids(&self, ns: &str, count: Option<u64>) -> Answer<Vec<u64>> {
-        let count = count.map(|n| n.to_string());
+    async fn ids_routed(&self, ns: &str, count: Option<u64>, route: Route) -> Answer<Vec<u64>> {
+        let [count, shard, key] = [count, route.shard, route.key].map(|n| n.map(|n| n.to_string()));
         let mut words = vec!["IDMINT.NEXT", ns];
         words.extend(count.as_deref());
+        for (keyword, value) in [("SHARD", &shard), ("KEY", &key)] {
+            if let Some(value) = value {
+                words.extend([keyword, value.as_str()]);
+            }
+        }
         match self.command(&words).await? {
             Frame::Array(ids) => Ok(ids.iter().map(number).collect()),
             other => panic!("not an array of ids: {other:?}"),

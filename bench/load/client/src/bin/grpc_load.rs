@@ -123,6 +123,8 @@ async fn next_loop(
             .next(NextRequest {
                 namespace: args.namespace.clone(),
                 count: Some(args.count),
+                shard: None,
+                key: None,
             })
             .await;
         let elapsed = started.elapsed();
