@@ -34,8 +34,8 @@ pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use ids::{BlockResponse, GiveBackResponse, IdsResponse};
 pub use namespace::{
     CacheSettings, FieldOrder, LayoutSettings, LeaderState, LeaseStatus, NamespaceInfo,
-    NamespaceList, NodeField, SequenceHeadroom, SequenceSettings, SequenceState, SnowflakeSettings,
-    SnowflakeState, WorkerLeaseState, WorkerPool,
+    NamespaceList, NodeField, SequenceHeadroom, SequenceSettings, SequenceState, ShardMap,
+    ShardRangeHolder, SnowflakeSettings, SnowflakeState, WorkerLeaseState, WorkerPool,
 };
 
 use serde::{Deserialize, Serialize};

@@ -325,10 +325,49 @@ pub struct SnowflakeState {
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub sequence_headroom: Option<SequenceHeadroom>,
     /// The worker lease this node holds for the namespace's group (`null`: a fixed worker id on
-    /// an authority that stores no leases).
+    /// an authority that stores no leases, or a namespace whose shards are owned).
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub worker_lease: Option<WorkerLeaseState>,
+    /// With `shards = "owned"`: the shards, and which node holds each range (`null`
+    /// otherwise). Absent from older servers.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub shards: Option<ShardMap>,
+}
+
+/// The shards of a namespace with `shards = "owned"` and where each range of them is served: a
+/// client sends a shard's requests to its range's holder, which serves them without a forward.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ShardMap {
+    /// Shards `0` to `logical_shards - 1`; a key goes to `key % logical_shards`.
+    pub logical_shards: u64,
+    /// Shards per range: range `r` holds shards `r * shard_range` to `(r + 1) * shard_range - 1`.
+    pub shard_range: u64,
+    /// This node's url as the holders below name it (`peers.advertise`).
+    pub this_node: String,
+    /// Every range with a live lease by the authority's clock, by range; a range absent is
+    /// held by nobody (the next node asked takes it). Empty when the authority could not be
+    /// read (see `error`).
+    pub ranges: Vec<ShardRangeHolder>,
+    /// Why the authority's leases could not be read, if they could not.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub error: Option<String>,
+}
+
+/// One range of shards and the node holding its lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ShardRangeHolder {
+    /// The range.
+    pub range: u64,
+    /// Its first shard.
+    pub first_shard: u64,
+    /// Its last shard.
+    pub last_shard: u64,
+    /// The holder's url (its `peers.advertise`).
+    pub holder: String,
 }
 
 /// The worker ids of a lease group: how many are leased out of how many the layout's node
@@ -565,6 +604,7 @@ mod tests {
                 time_runs_out: "2080-07-10T17:30:30.208Z".into(),
                 seconds_to_exhaustion: 1_700_000_000,
                 worker_pool: Some(WorkerPool::new("events".into(), 1024, Some(2), None)),
+                shards: None,
                 sequence_headroom: Some(SequenceHeadroom::new(4096, 1_000_000, 4096, 1, 60)),
                 worker_lease: None,
             },

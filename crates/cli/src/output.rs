@@ -208,6 +208,7 @@ mod tests {
             )),
             sequence_headroom: Some(SequenceHeadroom::new(4096, 1_000_000, 1024, 0, 60)),
             worker_lease: None,
+            shards: None,
         }
     }
 

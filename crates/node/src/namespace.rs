@@ -195,7 +195,7 @@ impl Namespace {
         if let (Namespace::Snowflake(s), api::NamespaceInfo::Snowflake { state, .. }) =
             (self, &mut info)
         {
-            state.worker_pool = s.worker_pool(authority, POOL_READ_TIMEOUT).await;
+            (state.worker_pool, state.shards) = s.live_state(authority, POOL_READ_TIMEOUT).await;
         }
         info
     }

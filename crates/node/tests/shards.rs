@@ -203,6 +203,31 @@ async fn random_shards_are_served_once_each_by_their_holder_and_handed_over_at_a
     }
     assert_eq!(owner.len() as u64, SHARDS / PER_RANGE, "{holders:?}");
 
+    // Every node's shard map (read from the authority) says the same: which url holds each
+    // range.
+    for m in all {
+        let info = m
+            .node
+            .namespace_info(Credentials::Header(None), "photos")
+            .await
+            .unwrap();
+        let idmint_api::NamespaceInfo::Snowflake { state, .. } = info else {
+            panic!("photos is a snowflake namespace");
+        };
+        let map = state.shards.expect("an owned namespace has a shard map");
+        assert_eq!((map.logical_shards, map.shard_range), (SHARDS, PER_RANGE));
+        assert_eq!(map.this_node, m.url);
+        assert_eq!(map.error, None);
+        assert_eq!(map.ranges.len(), owner.len());
+        for r in &map.ranges {
+            assert_eq!(r.holder, all[owner[&r.range]].url, "range {}", r.range);
+            assert_eq!(
+                (r.first_shard, r.last_shard),
+                (r.range * PER_RANGE, r.range * PER_RANGE + PER_RANGE - 1)
+            );
+        }
+    }
+
     // A forward for a shard this node does not hold is refused, not forwarded again.
     let (&r, &i) = owner.iter().next().unwrap();
     let other = all[(i + 1) % 3];

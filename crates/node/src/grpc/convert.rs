@@ -167,6 +167,22 @@ pub fn namespace_info(info: api::NamespaceInfo) -> proto::NamespaceInfo {
                     units_exhausted: h.units_exhausted,
                     window_seconds: h.window_seconds,
                 }),
+                shards: state.shards.map(|m| proto::ShardMap {
+                    logical_shards: m.logical_shards,
+                    shard_range: m.shard_range,
+                    this_node: m.this_node,
+                    ranges: m
+                        .ranges
+                        .into_iter()
+                        .map(|r| proto::ShardRangeHolder {
+                            range: r.range,
+                            first_shard: r.first_shard,
+                            last_shard: r.last_shard,
+                            holder: r.holder,
+                        })
+                        .collect(),
+                    error: m.error,
+                }),
             }),
         ),
         api::NamespaceInfo::Uuid7 { namespace } => (namespace, Kind::Uuid7(proto::Uuid7Info {})),

@@ -30,7 +30,7 @@ use idmint_api::{
     AdvanceResponse, BlockResponse, CacheSettings, Decoded, ErrorBody, ErrorCode, ErrorDetail,
     FieldOrder, GiveBackResponse, Health, IdsResponse, LayoutSettings, LeaseStatus, MemberState,
     NamespaceInfo, NamespaceList, Ready, SequenceHeadroom, SequenceSettings, SequenceState,
-    SnowflakeSettings, SnowflakeState, WorkerLeaseState, WorkerPool,
+    ShardMap, ShardRangeHolder, SnowflakeSettings, SnowflakeState, WorkerLeaseState, WorkerPool,
 };
 use serde_json::Value;
 use std::sync::Arc;
@@ -80,6 +80,8 @@ use utoipa::OpenApi;
         FieldOrder,
         SnowflakeState,
         WorkerPool,
+        ShardMap,
+        ShardRangeHolder,
         SequenceHeadroom,
         WorkerLeaseState,
         LeaseStatus,

@@ -197,6 +197,7 @@ fn snowflake_state(held: Option<u64>) -> idmint_api::SnowflakeState {
             4096, 1_000_000, 1024, 0, 60,
         )),
         worker_lease: None,
+        shards: None,
     }
 }
 

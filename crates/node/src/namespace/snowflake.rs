@@ -326,23 +326,26 @@ impl SnowflakeNamespace {
         Ok((out, generation.token()))
     }
 
-    /// The worker pool of its group as `authority` records it (`None`: no leases, a fixed
-    /// worker id on an authority without them). A read of the group, bounded by `timeout`; a
-    /// failure or timeout is reported in the pool's `error`.
-    pub async fn worker_pool(
+    /// What only the authority knows, read from its leases of the namespace's group within
+    /// `timeout`: the worker pool (`None`: no leases, a fixed worker id on an authority without
+    /// them) and, with owned shards, the shard map. A read; a failure or timeout is reported
+    /// in their `error`.
+    pub async fn live_state(
         &self,
         authority: &dyn idmint_store::Authority,
         timeout: Duration,
-    ) -> Option<api::WorkerPool> {
+    ) -> (Option<api::WorkerPool>, Option<api::ShardMap>) {
         // A node holds a lease exactly when its authority stores them (worker.rs).
-        let leases = authority.worker_leases()?;
+        let Some(leases) = authority.worker_leases() else {
+            return (None, None);
+        };
         let (group, possible) = match &self.issuer {
             Issuer::Worker(w) => (w.group(), self.layout.max_node().saturating_add(1)),
             Issuer::Shards(s) => (s.group(), s.config().ranges()),
         };
-        let (held, error) = match tokio::time::timeout(timeout, leases.group(group)).await {
-            Ok(Ok(Some((_, slots)))) => (Some(slots.iter().filter(|s| s.is_live()).count()), None),
-            Ok(Ok(None)) => (Some(0), None),
+        let (slots, error) = match tokio::time::timeout(timeout, leases.group(group)).await {
+            Ok(Ok(Some((_, slots)))) => (Some(slots), None),
+            Ok(Ok(None)) => (Some(Vec::new()), None),
             Ok(Err(e)) => (None, Some(e.to_string())),
             Err(_) => (
                 None,
@@ -353,13 +356,44 @@ impl SnowflakeNamespace {
                 )),
             ),
         };
-        let held = held.map(|n| u64::try_from(n).unwrap_or(u64::MAX));
-        Some(api::WorkerPool::new(
-            group.to_string(),
-            possible,
-            held,
-            error,
-        ))
+        let live = |slots: &[idmint_store::lease::WorkerSlot]| {
+            slots
+                .iter()
+                .filter(|s| s.is_live())
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let live = slots.as_deref().map(live);
+        let held = live
+            .as_ref()
+            .map(|l| u64::try_from(l.len()).unwrap_or(u64::MAX));
+        let pool = api::WorkerPool::new(group.to_string(), possible, held, error.clone());
+        let map = self.owned_shards().map(|shards| {
+            let config = shards.config();
+            let ranges = live
+                .iter()
+                .flatten()
+                .filter_map(|slot| {
+                    let holder = crate::peers::url_of(&slot.holder)?.to_owned();
+                    let covered = config.shards_of(slot.worker);
+                    let last_shard = covered.end.checked_sub(1)?;
+                    Some(api::ShardRangeHolder {
+                        range: slot.worker,
+                        first_shard: covered.start,
+                        last_shard,
+                        holder,
+                    })
+                })
+                .collect();
+            api::ShardMap {
+                logical_shards: config.logical,
+                shard_range: config.range,
+                this_node: shards.advertise().to_owned(),
+                ranges,
+                error,
+            }
+        });
+        (Some(pool), map)
     }
 
     /// The sequence headroom of this node's worker as of now ([`super::headroom`]; `None`
@@ -416,6 +450,7 @@ impl SnowflakeNamespace {
                 worker_pool: None,
                 sequence_headroom: self.sequence_headroom(),
                 worker_lease: self.worker().and_then(|w| w.lease_state()),
+                shards: None,
             },
         }
     }

@@ -158,6 +158,11 @@ impl OwnedShards {
         &self.config
     }
 
+    /// This node's url as the leases it holds name it (`peers.advertise`).
+    pub fn advertise(&self) -> &str {
+        &self.peers.config().advertise
+    }
+
     /// How long a request waits for a shard's holder (`peers.wait_ms`).
     pub fn wait(&self) -> Duration {
         self.peers.config().wait

@@ -462,6 +462,7 @@ mod tests {
                     60,
                 )),
                 worker_lease: None,
+                shards: None,
             },
         }
     }
