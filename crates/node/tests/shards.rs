@@ -203,6 +203,21 @@ async fn random_shards_are_served_once_each_by_their_holder_and_handed_over_at_a
     }
     assert_eq!(owner.len() as u64, SHARDS / PER_RANGE, "{holders:?}");
 
+    // The nodes forwarded the shards they did not hold, and count it.
+    let mut forwards = 0.0;
+    for m in all {
+        let text = m
+            .node
+            .scrape(idmint_node::metrics::Format::Prometheus)
+            .await;
+        forwards += text
+            .lines()
+            .find(|l| l.starts_with("idmint_shard_forwards_total{namespace=\"photos\"}"))
+            .and_then(|l| l.rsplit(' ').next())
+            .map_or(0.0, |v| v.parse::<f64>().unwrap());
+    }
+    assert!(forwards > 100.0, "{forwards} forwards");
+
     // Every node's shard map (read from the authority) says the same: which url holds each
     // range.
     for m in all {

@@ -171,6 +171,13 @@ pub struct Metrics {
     /// Strict namespaces: 1 while this node knows a leader (itself or another), 0 while it
     /// looks for one (its requests wait, then answer `no_leader`).
     pub strict_leader_known: Family<NamespaceLabels, Gauge>,
+    /// Owned shards: ranges whose lease this node holds.
+    pub shard_ranges_held: Family<NamespaceLabels, Gauge>,
+    /// Owned shards: requests forwarded to a range's holder, and those whose forward failed
+    /// (the holder unreachable or no longer holding: the node looks the range up again).
+    pub shard_forwards: Family<NamespaceLabels, Counter>,
+    /// See `shard_forwards`.
+    pub shard_forward_failures: Family<NamespaceLabels, Counter>,
 }
 
 /// The labels of `idmint_build_info`.
@@ -231,6 +238,24 @@ impl Metrics {
         let snowflake_sequence_exhausted = Family::<NamespaceLabels, Counter>::default();
         let strict_leader = Family::<NamespaceLabels, Gauge>::default();
         let strict_leader_known = Family::<NamespaceLabels, Gauge>::default();
+        let shard_ranges_held = Family::<NamespaceLabels, Gauge>::default();
+        let shard_forwards = Family::<NamespaceLabels, Counter>::default();
+        let shard_forward_failures = Family::<NamespaceLabels, Counter>::default();
+        registry.register(
+            "shard_ranges_held",
+            "Owned shards: ranges of shards whose lease this node holds",
+            shard_ranges_held.clone(),
+        );
+        registry.register(
+            "shard_forwards",
+            "Owned shards: requests forwarded to the node holding the shard's range",
+            shard_forwards.clone(),
+        );
+        registry.register(
+            "shard_forward_failures",
+            "Owned shards: forwards that failed (holder unreachable or no longer holding the range)",
+            shard_forward_failures.clone(),
+        );
         registry.register(
             "strict_leader",
             "Strict namespaces: whether this node leads (1) or not (0)",
@@ -447,6 +472,9 @@ impl Metrics {
             snowflake_lease_held,
             strict_leader,
             strict_leader_known,
+            shard_ranges_held,
+            shard_forwards,
+            shard_forward_failures,
         }
     }
 

@@ -183,16 +183,26 @@ impl SnowflakeNamespace {
                         other => return other.map(|(ids, _)| ids),
                     }
                 }
-                Located::At(url) => match shards.forward(&url, shard, count).await {
-                    Ok(ids) => return self.checked(shard, ids, count),
-                    Err(ForwardError::Answer { code, message }) => {
-                        return Err(self.holder_error(&code, message))
+                Located::At(url) => {
+                    self.metrics
+                        .shard_forwards
+                        .get_or_create(&self.labels)
+                        .inc();
+                    match shards.forward(&url, shard, count).await {
+                        Ok(ids) => return self.checked(shard, ids, count),
+                        Err(ForwardError::Answer { code, message }) => {
+                            return Err(self.holder_error(&code, message))
+                        }
+                        Err(ForwardError::Retry(reason)) => {
+                            self.metrics
+                                .shard_forward_failures
+                                .get_or_create(&self.labels)
+                                .inc();
+                            shards.forget(shard, &url);
+                            reason
+                        }
                     }
-                    Err(ForwardError::Retry(reason)) => {
-                        shards.forget(shard, &url);
-                        reason
-                    }
-                },
+                }
             };
             let now = tokio::time::Instant::now();
             if now >= give_up {

@@ -25,6 +25,15 @@ impl Node {
         );
         let now = self.now();
         for ns in self.all() {
+            if let Some(shards) = ns.owned_shards() {
+                let labels = NamespaceLabels {
+                    namespace: ns.name().to_string(),
+                };
+                self.metrics
+                    .shard_ranges_held
+                    .get_or_create(&labels)
+                    .set(i64::try_from(shards.held().len()).unwrap_or(i64::MAX));
+            }
             if let Namespace::Snowflake(_) = &*ns {
                 if let idmint_api::NamespaceInfo::Snowflake { state, .. } =
                     ns.info_live(now, &*self.authority).await
