@@ -96,7 +96,7 @@ enum Command {
     Token(TokenCommand),
     /// Fetch ids from a running node.
     #[command(
-        after_help = "Examples:\n  idmint next photos\n  idmint next photos -n 5\n  idmint next tweets --server http://10.0.0.5:7878\n  idmint next tweets --server 10.0.0.5:7878   (no scheme: http://)\n  idmint next photos --server https://ids.internal:7878 --ca-file /etc/idmint/tls/ca.pem\n  idmint next photos -n 10000 > ids.txt"
+        after_help = "Examples:\n  idmint next photos\n  idmint next photos -n 5\n  idmint next photos --shard 1341   (a namespace with shards = \"owned\")\n  idmint next photos --shard-key 31341   (the shard of key 31341)\n  idmint next tweets --server http://10.0.0.5:7878\n  idmint next tweets --server 10.0.0.5:7878   (no scheme: http://)\n  idmint next photos --server https://ids.internal:7878 --ca-file /etc/idmint/tls/ca.pem\n  idmint next photos -n 10000 > ids.txt"
     )]
     Next {
         /// Namespace name.
@@ -104,6 +104,12 @@ enum Command {
         /// How many ids; more than 10,000 are fetched in requests of 10,000.
         #[arg(short = 'n', long, default_value_t = 1)]
         count: u64,
+        /// The data's shard the ids carry (a namespace with shards = "owned").
+        #[arg(long, conflicts_with = "shard_key")]
+        shard: Option<u64>,
+        /// A key whose shard the ids carry: key % the namespace's logical_shards.
+        #[arg(long = "shard-key", id = "shard_key", value_name = "KEY")]
+        shard_key: Option<u64>,
         /// Node URL; without a scheme, http:// (127.0.0.1:7878, localhost:7878).
         #[arg(long, env = "IDMINT_SERVER", default_value = DEFAULT_SERVER)]
         server: ServerUrl,
@@ -472,17 +478,25 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
         Command::Next {
             namespace,
             count,
+            shard,
+            shard_key,
             server,
             tls,
         } => {
             let client = Client::new(server, &tls)?;
+            let route = match (shard, shard_key) {
+                (Some(shard), _) => Some(("shard", shard.to_string())),
+                (None, Some(key)) => Some(("key", key.to_string())),
+                (None, None) => None,
+            };
             // Pages of at most the node's default `max_count`: one request per page, printed
             // as it arrives. A count of 0 is sent as it is, for the node's error.
             let mut left = count;
             loop {
                 let page = left.min(NEXT_PAGE);
-                let answer: IdsResponse =
-                    client.get(&["v1", "ids", &namespace], &[("count", page.to_string())])?;
+                let mut query = vec![("count", page.to_string())];
+                query.extend(route.clone());
+                let answer: IdsResponse = client.get(&["v1", "ids", &namespace], &query)?;
                 for id in &answer.ids {
                     out.line(format_args!("{id}"))?;
                 }

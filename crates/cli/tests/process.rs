@@ -535,6 +535,26 @@ fn next_and_status_talk_to_a_running_server() {
 
     let out = run(idmint().args(["next", "_bad", "--server", &url]));
     assert!(!out.status.success());
+    // A shard is sent, and a namespace whose ids carry none refuses it by name.
+    let out = run(idmint().args(["next", "photos", "--shard", "3", "--server", &url]));
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("invalid_request") && stderr.contains("shard 3"),
+        "{stderr}"
+    );
+    let out = run(idmint().args([
+        "next",
+        "photos",
+        "--shard",
+        "3",
+        "--shard-key",
+        "9",
+        "--server",
+        &url,
+    ]));
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("cannot be used with"), "{out:?}");
 
     let out = run(idmint().args(["status", "--server", &url]));
     assert!(out.status.success(), "{out:?}");
