@@ -81,8 +81,9 @@ impl Out {
 /// its "time runs out" date: the time left until its layout's timestamp bits run out, its worker
 /// pool (leases held of worker ids possible) and its sequence headroom (the peak ids per time
 /// unit of the last one to two minutes against the per-unit limit), e.g. ` (in 52 years 256
-/// days), workers 2/1024 leased, peak 1024/4096 per 1ms (25%)`. What an older server does not
-/// send is left out.
+/// days), workers 2/1024 leased, peak 1024/4096 per 1ms (25%)`; with owned shards, the ranges
+/// held instead of the workers (`, 2000 shards owned, ranges of 64: 30/32 held, 10 here`). What
+/// an older server does not send is left out.
 pub fn snowflake_foresight(time_unit: &str, state: &idmint_api::SnowflakeState) -> String {
     const YEAR: u64 = 365 * 86_400;
     let s = state.seconds_to_exhaustion;
@@ -93,7 +94,26 @@ pub fn snowflake_foresight(time_unit: &str, state: &idmint_api::SnowflakeState) 
     } else {
         String::new()
     };
-    if let Some(p) = &state.worker_pool {
+    if let Some(map) = &state.shards {
+        let ranges = map.logical_shards.div_ceil(map.shard_range.max(1));
+        let here = map
+            .ranges
+            .iter()
+            .filter(|r| r.holder == map.this_node)
+            .count();
+        out.push_str(&match &map.error {
+            None => format!(
+                ", {} shards owned, ranges of {}: {}/{ranges} held, {here} here",
+                map.logical_shards,
+                map.shard_range,
+                map.ranges.len()
+            ),
+            Some(e) => format!(
+                ", {} shards owned, ranges of {}: ?/{ranges} held ({e})",
+                map.logical_shards, map.shard_range
+            ),
+        });
+    } else if let Some(p) = &state.worker_pool {
         out.push_str(&match p.held {
             Some(held) if held >= p.possible => {
                 format!(", workers {held}/{} leased (FULL)", p.possible)
@@ -231,5 +251,31 @@ mod tests {
         old.worker_pool = None;
         old.sequence_headroom = None;
         assert_eq!(snowflake_foresight("1ms", &old), "");
+        let mut owned = state(0, Some(3));
+        owned.sequence_headroom = None;
+        owned.shards = Some(idmint_api::ShardMap {
+            logical_shards: 100,
+            shard_range: 16,
+            this_node: "http://a:7879".into(),
+            ranges: [0, 1, 5]
+                .iter()
+                .map(|&r| idmint_api::ShardRangeHolder {
+                    range: r,
+                    first_shard: r * 16,
+                    last_shard: r * 16 + 15,
+                    holder: if r == 5 {
+                        "http://b:7879"
+                    } else {
+                        "http://a:7879"
+                    }
+                    .into(),
+                })
+                .collect(),
+            error: None,
+        });
+        assert_eq!(
+            snowflake_foresight("1ms", &owned),
+            ", 100 shards owned, ranges of 16: 3/7 held, 2 here"
+        );
     }
 }
