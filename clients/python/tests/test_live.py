@@ -96,6 +96,35 @@ def test_http_is_the_fallback_when_no_grpc_node_answers(node: Topology) -> None:
         assert uuids == sorted(uuids) and all(u.version == 7 for u in uuids)
 
 
+@pytest.mark.parametrize("transport", ["grpc", "http"])
+def test_a_shard_sent_to_an_ordinary_namespace_is_invalid_request(node: Topology,
+                                                                  transport: str) -> None:
+    urls = node.urls(transport)
+    client = idmint.Client(urls) if transport == "grpc" else idmint.Client(http_urls=urls)
+    with client:
+        for ns in ("seq_fixed", "flake"):
+            for route in ({"shard": 7}, {"key": 42}):
+                with pytest.raises(idmint.InvalidRequest, match=f'"{ns}"'):
+                    client.next_batch(ns, 2, **route)
+                with pytest.raises(idmint.InvalidRequest, match=f'"{ns}"'):
+                    client.next(ns, **route)
+        # Nothing was handed out: the namespace's first id comes next.
+        assert client.next("seq_fixed") == 1
+
+
+def test_the_async_client_sends_a_shard_too(node: Topology) -> None:
+    async def main() -> None:
+        async with idmint.AsyncClient(node.urls("grpc")) as client:
+            with pytest.raises(idmint.InvalidRequest, match='"seq"'):
+                await client.next_batch("seq", 3, shard=1)
+            with pytest.raises(idmint.InvalidRequest, match='"flake"'):
+                await client.next("flake", key=5)
+            with pytest.raises(idmint.InvalidRequest, match="shard or key"):
+                await client.next("flake", shard=1, key=5)
+
+    asyncio.run(main())
+
+
 def test_nodes_decode_what_they_issued(node: Topology) -> None:
     with idmint.Client(node.urls("grpc")) as grpc_client, \
             idmint.Client(http_urls=node.urls("http")) as http_client:

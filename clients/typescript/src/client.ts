@@ -12,10 +12,18 @@
 
 import { readFileSync } from "node:fs";
 import { DEFAULT_POLICY, type BufferPolicy } from "./buffer.js";
-import { ClosedError, InvalidConfigError, UnknownNamespaceError, UnsafeIdError } from "./errors.js";
+import {
+  ClosedError,
+  InvalidConfigError,
+  InvalidCountError,
+  ProtocolError,
+  UnknownNamespaceError,
+  UnsafeIdError,
+} from "./errors.js";
 import { Namespace, statsOf, type IdType } from "./namespace.js";
 import { Nodes, transports, type NodeUrl, type TransportKind } from "./nodes.js";
 import { SequenceIds, SpecCheck } from "./sequence.js";
+import { routeFields, type RouteFields, type ShardRoute } from "./shard.js";
 import { TimedIds } from "./timed.js";
 import type { Credentials, NamespaceInfo, RemoteDecoded } from "./transport.js";
 
@@ -159,17 +167,39 @@ export class Client {
     return h;
   }
 
-  /** One id of `name` (bigint for 64-bit kinds, text for UUIDv7 and ULID). */
-  async next(name: string): Promise<bigint | string> {
+  /**
+   * One id of `name` (bigint for 64-bit kinds, text for UUIDv7 and ULID). With `route.shard`
+   * or `route.key`: an id of that shard (see `nextBatch`).
+   */
+  async next(name: string, route?: ShardRoute): Promise<bigint | string> {
     if (this.closed) throw new ClosedError();
+    const fields = routeFields(route);
+    if (fields !== undefined) return (await this.routed(name, 1, fields))[0] as bigint;
     const h = this.handles.get(name) ?? (await this.handle(name));
     return h.tryNext() ?? h.next();
   }
 
-  /** `count` increasing ids of `name`. */
-  async nextBatch(name: string, count: number): Promise<(bigint | string)[]> {
+  /**
+   * `count` increasing ids of `name`. With `route.shard` (or `route.key`, whose shard is
+   * `key % logical_shards`; never both): ids of that shard of a snowflake namespace with
+   * `shards = "owned"`, fetched from a node on every call, never buffered. Any other namespace
+   * answers `InvalidRequestError`.
+   */
+  async nextBatch(name: string, count: number, route?: ShardRoute): Promise<(bigint | string)[]> {
     if (this.closed) throw new ClosedError();
+    const fields = routeFields(route);
+    if (fields !== undefined) return this.routed(name, count, fields);
     return (this.handles.get(name) ?? (await this.handle(name))).nextBatch(count);
+  }
+
+  /** `count` ids of the shard `route` names, straight from a node. */
+  private async routed(name: string, count: number, route: RouteFields): Promise<bigint[]> {
+    if (!Number.isSafeInteger(count) || count < 1) {
+      throw new InvalidCountError("invalid_count", `count must be a whole number from 1, got ${count}`);
+    }
+    const { answer } = await this.nodes.call((t) => t.next(name, count, this.timeoutMs, route));
+    if (answer.kind !== "u64") throw new ProtocolError(`${name}: a shard's ids that are not snowflake ids`);
+    return answer.ids;
   }
 
   /** The namespace's settings and state, read from a node (creates nothing). */

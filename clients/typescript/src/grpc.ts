@@ -9,6 +9,7 @@
 import * as grpc from "@grpc/grpc-js";
 import { IdmintError, ProtocolError } from "./errors.js";
 import { fromGrpc } from "./wire_errors.js";
+import type { RouteFields } from "./shard.js";
 import { idmintService } from "./proto.js";
 import { ulidText, uuidText } from "./decode.js";
 import {
@@ -71,10 +72,10 @@ export class GrpcTransport implements Transport {
     return fromGrpc({ code: err.code, details: err.details, idmintCode: typeof code === "string" ? code : undefined }, this.label);
   }
 
-  async next(namespace: string, count: number, timeoutMs: number): Promise<IdsAnswer> {
+  async next(namespace: string, count: number, timeoutMs: number, route?: RouteFields): Promise<IdsAnswer> {
     const a = await this.call<{ ids?: string; u64?: { ids: string[] }; uuid7?: { ids: Buffer[] }; ulid?: { ids: Buffer[] } }>(
       "Next",
-      { namespace, count: String(count) },
+      { namespace, count: String(count), ...route },
       timeoutMs,
     );
     switch (a.ids) {

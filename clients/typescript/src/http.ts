@@ -8,6 +8,7 @@
 import { Agent, fetch } from "undici";
 import { IdmintError, ProtocolError, UnavailableError } from "./errors.js";
 import { fromHttp } from "./wire_errors.js";
+import { idsQuery, type RouteFields } from "./shard.js";
 import type {
   Credentials,
   GiveBackAnswer,
@@ -74,8 +75,8 @@ export class HttpTransport implements Transport {
     return body as Record<string, unknown>;
   }
 
-  async next(namespace: string, count: number, timeoutMs: number): Promise<IdsAnswer> {
-    const body = await this.request("GET", `/v1/ids/${encodeURIComponent(namespace)}?count=${count}`, timeoutMs);
+  async next(namespace: string, count: number, timeoutMs: number, route?: RouteFields): Promise<IdsAnswer> {
+    const body = await this.request("GET", `/v1/ids/${encodeURIComponent(namespace)}?${idsQuery(count, route)}`, timeoutMs);
     const ids = body.ids;
     if (!Array.isArray(ids) || ids.some((id) => typeof id !== "string")) {
       throw new ProtocolError(`${this.label}: an answer without ids`);

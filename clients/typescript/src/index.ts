@@ -22,6 +22,7 @@ export {
   type DecodedTime,
 } from "./decode.js";
 export { CompositeKey, memberOf, parseKey, residueOf, shardFor, shardOf } from "./keys.js";
+export { idsQuery, routeFields, type RouteFields, type ShardRoute } from "./shard.js";
 export { fromGrpc, fromHttp, grpcStatusNumber, type GrpcFailure } from "./wire_errors.js";
 export type { NodeUrl, TransportKind } from "./nodes.js";
 export type { NamespaceInfo, RemoteDecoded } from "./transport.js";

@@ -5,6 +5,8 @@
 //! with a code, `UnavailableError` when no answer came (connection refused, TLS refused, no
 //! answer within the deadline), `ProtocolError` for an answer that breaks the protocol.
 
+import type { RouteFields } from "./shard.js";
+
 /** One contiguous block `[start, end)` with `step`, and the lease its tail goes back with. */
 export interface LeasedBlock {
   start: bigint;
@@ -57,7 +59,8 @@ export interface RemoteDecoded {
 export interface Transport {
   /** `node #1`, `node #2`...: never the url, which may hold a secret. */
   readonly label: string;
-  next(namespace: string, count: number, timeoutMs: number): Promise<IdsAnswer>;
+  /** `route`: the shard the ids are of (a snowflake namespace with `shards = "owned"`). */
+  next(namespace: string, count: number, timeoutMs: number, route?: RouteFields): Promise<IdsAnswer>;
   /** `minStart`: the client's floor (gRPC only; over HTTP the client cuts what lies below). */
   block(namespace: string, count: number, timeoutMs: number, minStart?: bigint): Promise<LeasedBlock>;
   giveBack(namespace: string, tail: LeasedBlock, timeoutMs: number): Promise<GiveBackAnswer>;

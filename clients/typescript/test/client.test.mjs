@@ -216,3 +216,52 @@ test("routing helpers: an id's shard, a key's shard, residue classes and composi
   assert.throws(() => idmint.CompositeKey.parse("4-"), /local id is empty/);
   assert.throws(() => new idmint.CompositeKey(-1, 0), idmint.DecodeError);
 });
+
+test("a shard or key is checked before anything is sent, and sent as its one field", async () => {
+  assert.equal(idmint.routeFields(undefined), undefined);
+  assert.equal(idmint.routeFields({}), undefined);
+  assert.deepEqual(idmint.routeFields({ shard: 7 }), { shard: "7" });
+  assert.deepEqual(idmint.routeFields({ key: 2n ** 64n - 1n }), { key: "18446744073709551615" });
+  assert.throws(() => idmint.routeFields({ shard: 1, key: 2 }), idmint.InvalidRequestError);
+  for (const bad of [-1, 1.5, 2n ** 64n, -1n, Number.MAX_SAFE_INTEGER + 1]) {
+    assert.throws(() => idmint.routeFields({ shard: bad }), (e) => e instanceof idmint.InvalidRequestError && /^shard/.test(e.message));
+    assert.throws(() => idmint.routeFields({ key: bad }), (e) => e instanceof idmint.InvalidRequestError && /^key/.test(e.message));
+  }
+  assert.equal(idmint.idsQuery(3, undefined), "count=3");
+  assert.equal(idmint.idsQuery(3, { shard: "7" }), "count=3&shard=7");
+  assert.equal(idmint.idsQuery(1, { key: "42" }), "count=1&key=42");
+  // Both at once is refused by the client itself: nothing listens at this url.
+  const client = new idmint.Client(`http://127.0.0.1:${await freePort()}`);
+  try {
+    await assert.rejects(client.next("photos", { shard: 1, key: 2 }), idmint.InvalidRequestError);
+    await assert.rejects(client.nextBatch("photos", 3, { shard: 1, key: 2 }), idmint.InvalidRequestError);
+    await assert.rejects(client.nextBatch("photos", 0, { shard: 1 }), idmint.InvalidCountError);
+  } finally {
+    await client.close();
+  }
+});
+
+test("a shard or key sent to an ordinary namespace is invalid_request on both wires, and hands out nothing", () =>
+  withTopology("single", async (t) => {
+    for (const transport of ["grpc", "http"]) {
+      const client = new idmint.Client(t.urls(transport), { transport });
+      try {
+        for (const ns of ["seq_fixed", "flake"]) {
+          for (const route of [{ shard: 7 }, { key: 42n }]) {
+            const named = (e) => e instanceof idmint.InvalidRequestError && e.code === "invalid_request" && e.message.includes(`"${ns}"`);
+            await assert.rejects(client.nextBatch(ns, 2, route), named, `${transport} ${ns}`);
+            await assert.rejects(client.next(ns, route), named);
+          }
+        }
+      } finally {
+        await client.close();
+      }
+    }
+    // Nothing was handed out of the sequence namespace: its first id comes next.
+    const client = new idmint.Client(t.urls("grpc"));
+    try {
+      assert.equal(await client.next("seq_fixed"), 1n);
+    } finally {
+      await client.close();
+    }
+  }));

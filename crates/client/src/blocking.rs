@@ -14,6 +14,7 @@ use crate::error::ClientError;
 use crate::id::Id;
 use crate::local::LocalIds;
 use crate::namespace::{Namespace, NamespaceStats};
+use crate::shard::ShardRoute;
 use idmint_core::{Clock, SystemClock};
 use std::sync::Arc;
 use tokio::runtime::Runtime;
@@ -104,6 +105,17 @@ impl BlockingClient {
     /// `count` ids of `ns`, increasing.
     pub fn next_batch(&self, ns: &str, count: u64) -> Result<Vec<Id>, ClientError> {
         self.runtime.block_on(self.client.next_batch(ns, count))
+    }
+
+    /// `count` ids of one shard of `ns` ([`Client::next_routed`]).
+    pub fn next_routed(
+        &self,
+        ns: &str,
+        count: u64,
+        route: ShardRoute,
+    ) -> Result<Vec<Id>, ClientError> {
+        self.runtime
+            .block_on(self.client.next_routed(ns, count, route))
     }
 
     /// The handle of `ns` (set up on first use), with its blocking calls.

@@ -18,6 +18,7 @@ use crate::id::{Id, Kind};
 use crate::namespace::{refill_loop, Ids, Namespace, NamespaceStats, State};
 use crate::nodes::{CallError, IntoClientError, Nodes};
 use crate::sequence::{SequenceIds, SpecCheck};
+use crate::shard::ShardRoute;
 use crate::timed::TimedIds;
 use idmint_core::{Buffer, Clock, NamespaceName, SystemClock};
 use idmint_proto::v1 as proto;
@@ -166,6 +167,22 @@ impl Client {
     /// `count` ids of `ns` (1 to 10,000,000), increasing.
     pub async fn next_batch(&self, ns: &str, count: u64) -> Result<Vec<Id>, ClientError> {
         self.namespace(ns).await?.next_batch(count).await
+    }
+
+    /// `count` ids (1 to 10,000,000) of one shard of `ns`, a snowflake namespace with
+    /// `shards = "owned"`: the shard `route` names, or its key's. Fetched from a node on every
+    /// call, never buffered (see [`ShardRoute`]). A namespace that does not take a shard
+    /// answers [`ClientError::Rejected`] with code `invalid_request`.
+    pub async fn next_routed(
+        &self,
+        ns: &str,
+        count: u64,
+        route: ShardRoute,
+    ) -> Result<Vec<Id>, ClientError> {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            return Err(ClientError::Closed);
+        }
+        crate::shard::next_routed(&self.inner.nodes, ns, count, route).await
     }
 
     /// The next id of `ns` if one is buffered; `None` without waiting if not, or if `ns` was

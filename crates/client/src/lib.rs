@@ -12,6 +12,8 @@
 //!   [`Client::close`] hands the unused tail back with `GiveBack` and the block's lease.
 //! - Snowflake, UUIDv7 and ULID namespaces: batches fetched with `Next`, each id handed out
 //!   only within [`ClientConfig::validity`] of the request that fetched it.
+//! - Shard-owned snowflake namespaces: [`Client::next_routed`] asks for ids of one shard
+//!   ([`ShardRoute`]: a shard, or a key), unbuffered.
 //! - Several node urls: a call moves to the next url when a node is unavailable.
 //! - [`BlockingClient`]: the same for code that is not async.
 //! - [`Namespace::stats`]: buffered, served, burned, given back, expired, refills, waits.
@@ -74,6 +76,7 @@ mod local;
 mod namespace;
 mod nodes;
 mod sequence;
+mod shard;
 mod timed;
 mod window;
 
@@ -86,5 +89,6 @@ pub use idmint_core::{BufferConfig, BufferPolicy, Clock, ManualClock, Sizing, Sy
 pub use idmint_proto::nodes::BearerToken;
 pub use local::LocalIds;
 pub use namespace::{Namespace, NamespaceStats};
+pub use shard::ShardRoute;
 /// The gRPC status codes, as [`ClientError::from_grpc`] takes them.
 pub use tonic::Code as GrpcCode;

@@ -20,7 +20,9 @@
 
 mod support;
 
-use idmint_client::{BlockingClient, Client, ClientError, Id, Kind, ManualClock, SystemClock};
+use idmint_client::{
+    BlockingClient, Client, ClientError, Id, Kind, ManualClock, ShardRoute, SystemClock,
+};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -270,6 +272,41 @@ async fn errors_map_to_their_variants() {
         Err(ClientError::InvalidConfig { .. })
     ));
     assert!(client.next("photos").await.is_ok());
+    client.close().await;
+    node.stop().await;
+}
+
+/// A shard or key sent to a namespace whose node field is not the data's shard (a sequence, a
+/// snowflake on the node's worker lease) comes back `Rejected` with `invalid_request`, naming
+/// the namespace; nothing is handed out (the sequence's first ids come next).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_sent_to_an_ordinary_namespace_is_rejected() {
+    let node = TestNode::start(
+        "[namespaces.photos]\nkind = \"sequence\"\ncache = \"off\"\n\n\
+         [namespaces.events]\nkind = \"snowflake\"\nworker = 2\n",
+    )
+    .await;
+    let client = support::client([node.url()]).await;
+    for ns in ["photos", "events"] {
+        for route in [ShardRoute::Shard(7), ShardRoute::Key(42)] {
+            match client.next_routed(ns, 2, route).await {
+                Err(e @ ClientError::Rejected { .. }) => {
+                    assert_eq!(e.code(), Some("invalid_request"), "{e}");
+                    assert!(e.to_string().contains(&format!("\"{ns}\"")), "{e}");
+                }
+                other => panic!("{ns} {route:?}: {other:?}"),
+            }
+        }
+    }
+    assert_eq!(
+        client.next_routed("photos", 0, ShardRoute::Shard(1)).await,
+        Err(ClientError::InvalidCount {
+            count: 0,
+            max: idmint_client::MAX_BATCH
+        })
+    );
+    let photos = client.next_batch("photos", 2).await.unwrap();
+    assert_eq!(u64s(&photos), vec![1, 2]);
     client.close().await;
     node.stop().await;
 }

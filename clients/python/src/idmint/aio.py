@@ -16,7 +16,7 @@ from .client import backoff, first_block_size, ids_of_blocks
 from .config import ClientConfig, Tls
 from .errors import Closed, IdmintError, NodeError, Unavailable, UnknownNamespace
 from .grpc_transport import GrpcTransport
-from .names import check_count, check_name
+from .names import check_count, check_name, check_route
 from .nodes import AsyncNodes, check_token
 from .sequence import SequenceCore, Stats, Tail
 from .timed import TimedCore
@@ -247,13 +247,26 @@ class AsyncClient:
             return AsyncNamespace(_Timed(name, timed, self._nodes, self.config), info)
         raise NodeError(f"namespace {name} is of a kind this client does not know: {info.kind}")
 
-    async def next(self, namespace: str) -> Id:
+    async def next(self, namespace: str, *, shard: Optional[int] = None,
+                   key: Optional[int] = None) -> Id:
+        if check_route(shard, key):
+            return (await self._routed(namespace, 1, shard, key))[0]
         handle = self._namespaces.get(namespace) or await self.namespace(namespace)
         return await handle._impl.next()
 
-    async def next_batch(self, namespace: str, count: int) -> list[Id]:
+    async def next_batch(self, namespace: str, count: int, *, shard: Optional[int] = None,
+                         key: Optional[int] = None) -> list[Id]:
+        """As `Client.next_batch`: with `shard` or `key`, ids of that shard, unbuffered."""
         check_count(count)
+        if check_route(shard, key):
+            return await self._routed(namespace, count, shard, key)
         return await (await self.namespace(namespace)).next_batch(count)
+
+    async def _routed(self, namespace: str, count: int, shard: Optional[int],
+                      key: Optional[int]) -> list[Id]:
+        check_name(namespace)
+        return await self._node_call(
+            lambda t: t.next(namespace, count, "snowflake", shard, key))
 
     async def _node_call(self, fn: Callable[[AsyncTransport], Awaitable[T]]) -> T:
         if self._closed:

@@ -16,7 +16,7 @@ from .buffer import Block
 from .config import ClientConfig, Tls
 from .errors import Closed, IdmintError, NodeError, Unavailable, UnknownNamespace
 from .local import LocalIds
-from .names import check_count, check_name
+from .names import check_count, check_name, check_route
 from .nodes import Nodes
 from .sequence import SequenceCore, Stats, Tail
 from .timed import TimedCore
@@ -259,14 +259,28 @@ class Client:
             return Namespace(_Timed(name, timed, self._nodes, self.config), info)
         raise NodeError(f"namespace {name} is of a kind this client does not know: {info.kind}")
 
-    def next(self, namespace: str) -> Id:
-        """The next id of `namespace`."""
+    def next(self, namespace: str, *, shard: Optional[int] = None,
+             key: Optional[int] = None) -> Id:
+        """The next id of `namespace`; of one shard with `shard` or `key` (see `next_batch`)."""
+        if check_route(shard, key):
+            return self._routed(namespace, 1, shard, key)[0]
         return self.namespace(namespace).next()
 
-    def next_batch(self, namespace: str, count: int) -> list[Id]:
-        """`count` ids of `namespace`, increasing."""
+    def next_batch(self, namespace: str, count: int, *, shard: Optional[int] = None,
+                   key: Optional[int] = None) -> list[Id]:
+        """`count` ids of `namespace`, increasing. With `shard` (or `key`, whose shard is
+        `key % logical_shards`; never both): ids of that shard of a snowflake namespace with
+        `shards = "owned"`, fetched from a node on every call, never buffered. Any other
+        namespace answers `InvalidRequest`."""
         check_count(count)
+        if check_route(shard, key):
+            return self._routed(namespace, count, shard, key)
         return self.namespace(namespace).next_batch(count)
+
+    def _routed(self, namespace: str, count: int, shard: Optional[int],
+                key: Optional[int]) -> list[Id]:
+        check_name(namespace)
+        return self._node_call(lambda t: t.next(namespace, count, "snowflake", shard, key))
 
     def local(self, namespace: str) -> LocalIds:
         """A one-owner handle of a sequence namespace (see `LocalIds`)."""

@@ -122,8 +122,10 @@ class GrpcTransport(_Base):
         except grpc.RpcError as e:
             raise error_of(e, self.label) from None
 
-    def next(self, namespace: str, count: int, kind: str) -> list[Id]:
-        return ids_of(self._call(self.stub.Next, pb.NextRequest(namespace=namespace, count=count)))
+    def next(self, namespace: str, count: int, kind: str, shard: Optional[int] = None,
+             key: Optional[int] = None) -> list[Id]:
+        request = pb.NextRequest(namespace=namespace, count=count, shard=shard, key=key)
+        return ids_of(self._call(self.stub.Next, request))
 
     def block(self, namespace: str, count: int, min_start: Optional[int] = None) -> Leased:
         b = self._call(self.stub.Block, pb.BlockRequest(namespace=namespace, count=count,
@@ -164,9 +166,10 @@ class AsyncGrpcTransport(_Base):
         except grpc.RpcError as e:
             raise error_of(e, self.label) from None
 
-    async def next(self, namespace: str, count: int, kind: str) -> list[Id]:
-        return ids_of(await self._call(self.stub.Next,
-                                       pb.NextRequest(namespace=namespace, count=count)))
+    async def next(self, namespace: str, count: int, kind: str, shard: Optional[int] = None,
+                   key: Optional[int] = None) -> list[Id]:
+        request = pb.NextRequest(namespace=namespace, count=count, shard=shard, key=key)
+        return ids_of(await self._call(self.stub.Next, request))
 
     async def block(self, namespace: str, count: int, min_start: Optional[int] = None) -> Leased:
         b = await self._call(self.stub.Block, pb.BlockRequest(namespace=namespace, count=count,

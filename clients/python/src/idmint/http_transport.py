@@ -32,6 +32,17 @@ def _id_of(text: str, kind: str) -> Id:
     return int(text)
 
 
+def ids_path(namespace: str, count: int, shard: Optional[int] = None,
+             key: Optional[int] = None) -> str:
+    """The path and query of `GET /v1/ids`: `count`, and `shard` or `key` when given."""
+    query = f"count={count}"
+    if shard is not None:
+        query += f"&shard={shard}"
+    if key is not None:
+        query += f"&key={key}"
+    return f"/v1/ids/{namespace}?{query}"
+
+
 def http_error(label: str, status: int, body: bytes) -> IdmintError:
     """An error answer as a typed error: the body's code, else by status."""
     try:
@@ -98,8 +109,9 @@ class HttpTransport:
         except ValueError:
             raise NodeError(f"{self.label} answered {answer.status} without JSON") from None
 
-    def next(self, namespace: str, count: int, kind: str) -> list[Id]:
-        answer = self._request("GET", f"/v1/ids/{namespace}?count={count}")
+    def next(self, namespace: str, count: int, kind: str, shard: Optional[int] = None,
+             key: Optional[int] = None) -> list[Id]:
+        answer = self._request("GET", ids_path(namespace, count, shard, key))
         return [_id_of(text, kind) for text in answer["ids"]]
 
     def block(self, namespace: str, count: int, min_start: Optional[int] = None) -> Leased:
@@ -141,8 +153,9 @@ class AsyncHttpTransport:
         self.sync = HttpTransport(url, label, token, tls, timeout)
         self.label = label
 
-    async def next(self, namespace: str, count: int, kind: str) -> list[Id]:
-        return await asyncio.to_thread(self.sync.next, namespace, count, kind)
+    async def next(self, namespace: str, count: int, kind: str, shard: Optional[int] = None,
+                   key: Optional[int] = None) -> list[Id]:
+        return await asyncio.to_thread(self.sync.next, namespace, count, kind, shard, key)
 
     async def block(self, namespace: str, count: int, min_start: Optional[int] = None) -> Leased:
         return await asyncio.to_thread(self.sync.block, namespace, count)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from .errors import InvalidCount, InvalidNamespace
+from typing import Optional
+
+from .errors import InvalidCount, InvalidNamespace, InvalidRequest
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 
@@ -24,3 +26,16 @@ def check_count(count: int) -> int:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InvalidCount(f"count must be a whole number of at least 1, got {count!r}")
     return count
+
+
+def check_route(shard: Optional[int], key: Optional[int]) -> bool:
+    """Whether a request names a shard: `shard` or `key`, each a whole number from 0 to
+    2^64 - 1, never both (a key names its shard), else `InvalidRequest`."""
+    for name, value in (("shard", shard), ("key", key)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
+            raise InvalidRequest(f"{name} must be a whole number from 0 to 2^64 - 1, got {value!r}")
+    if shard is not None and key is not None:
+        raise InvalidRequest("give shard or key, not both: a key names its shard")
+    return shard is not None or key is not None
