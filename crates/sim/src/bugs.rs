@@ -48,6 +48,13 @@ pub const STRICT_SERVES_AFTER_EXPIRY: u64 = 1 << 24;
 /// buffered before its term, below those an earlier leader served since.
 pub const STRICT_NEW_LEADER_BELOW_WATERMARK: u64 = 1 << 25;
 
+/// A new holder of a shard range ignores the range lease's floor: it neither waits for its
+/// clock to reach it nor starts its generators above it.
+pub const SHARD_TAKEOVER_BELOW_FLOOR: u64 = 1 << 26;
+/// A shard range's holder skips its deadline check: a paused or cut-off holder answers its own
+/// and forwarded requests after its lease could have expired and another node took it over.
+pub const SHARD_SERVES_AFTER_EXPIRY: u64 = 1 << 27;
+
 /// The bits of the real crates' bugs.
 pub const REAL: u64 = (1 << 16) - 1;
 
@@ -154,6 +161,18 @@ pub const ALL: &[Bug] = &[
         bit: STRICT_NEW_LEADER_BELOW_WATERMARK,
         place: "sim node model (strict leader)",
         what: "a new strict leader does not raise its floor to the watermark: it serves a block buffered before its term",
+    },
+    Bug {
+        name: "shard-takeover-below-floor",
+        bit: SHARD_TAKEOVER_BELOW_FLOOR,
+        place: "sim node model (shard range holder)",
+        what: "a new holder of a shard range ignores the lease's floor: its generators start at its own clock, below ids an earlier holder issued",
+    },
+    Bug {
+        name: "shard-serves-after-expiry",
+        bit: SHARD_SERVES_AFTER_EXPIRY,
+        place: "sim node model (shard range holder)",
+        what: "a shard range's holder skips its deadline check: it issues after its lease expired, while another node holds the range",
     },
 ];
 

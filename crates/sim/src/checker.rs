@@ -11,6 +11,15 @@
 //! (`linearizable::check`): its ids are unique and inside a grant of its authority, and its
 //! buffers are accounted.
 //!
+//! The shard-owned snowflake namespace adds, for every answer a range holder issues:
+//! - **one issuer per shard at a time**: the store holds the issuer's range lease, live, as it
+//!   issues;
+//! - **its shard**: every id decodes to the shard asked for;
+//! - **unique**: no id is issued twice, across holders;
+//! - **increasing per issuer**: the ids one lease issued for a shard increase;
+//! - **above earlier issuers**: a shard's ids under a later lease (a larger fencing token) are
+//!   above every id of it under an earlier one (the takeover starts above the floor).
+//!
 //! A restore of a member rolls back what was served and granted of its class at or above the
 //! restored watermark (that history is undone with the data), and restarts the order per writer.
 
@@ -37,6 +46,12 @@ pub struct Checker {
     snow_order: BTreeMap<(usize, u64), u64>,
     /// Per node, the highest rebase floor it applied.
     floors: BTreeMap<usize, u64>,
+    /// The shard namespace: ids issued.
+    shard_ids: HashSet<u64>,
+    /// Per shard, per lease token: the lowest and highest id it issued, and the last.
+    shard_spans: BTreeMap<u64, BTreeMap<u64, (u64, u64, u64)>>,
+    /// Shard ids issued in all.
+    pub shard_count: u64,
     /// The first violation.
     pub violation: Option<String>,
     /// Ids served in all.
@@ -160,6 +175,62 @@ impl Checker {
                     "snowflake id {id:#x} issued twice (second by node {node})"
                 ));
             }
+        }
+    }
+
+    /// Node `node`, under its lease of token `token` on the shard's range (`live`: the store
+    /// holds that lease, live, now), issued `ids` for `shard`, in order.
+    pub fn shard_issued(&mut self, node: usize, shard: u64, token: u64, live: bool, ids: &[u64]) {
+        if !live && !ids.is_empty() {
+            self.fail(format!(
+                "node {node} issued ids of shard {shard} under range lease token {token}, which the store does not hold live: two issuers at once"
+            ));
+        }
+        let layout = crate::shards::layout();
+        let spans = self.shard_spans.entry(shard).or_default();
+        let below = spans.range(..token).map(|(_, s)| s.1).max();
+        let above = spans.range(token + 1..).map(|(_, s)| s.0).min();
+        let mut why = Vec::new();
+        for &id in ids {
+            self.shard_count += 1;
+            match layout.decode(id) {
+                Ok(d) if d.parts.node == shard => {}
+                Ok(d) => why.push(format!(
+                    "node {node} answered shard {shard} with id {id:#x} of shard {}",
+                    d.parts.node
+                )),
+                Err(e) => why.push(format!(
+                    "node {node} answered id {id:#x}, which does not decode: {e}"
+                )),
+            }
+            if !self.shard_ids.insert(id) {
+                why.push(format!(
+                    "shard id {id:#x} issued twice (second by node {node}, token {token})"
+                ));
+            }
+            let span = spans.entry(token).or_insert((id, 0, 0));
+            if span.2 != 0 && id <= span.2 {
+                why.push(format!(
+                    "lease {token} issued shard {shard}'s id {id:#x} after {:#x}",
+                    span.2
+                ));
+            }
+            span.0 = span.0.min(id);
+            span.1 = span.1.max(id);
+            span.2 = id;
+            if let Some(b) = below.filter(|&b| id <= b) {
+                why.push(format!(
+                    "node {node} issued shard {shard}'s id {id:#x} under lease {token}, not above {b:#x} of an earlier lease"
+                ));
+            }
+            if let Some(a) = above.filter(|&a| id >= a) {
+                why.push(format!(
+                    "node {node} issued shard {shard}'s id {id:#x} under lease {token}, not below {a:#x} of a later lease"
+                ));
+            }
+        }
+        if let Some(w) = why.into_iter().next() {
+            self.fail(w);
         }
     }
 

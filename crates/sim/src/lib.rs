@@ -1,6 +1,6 @@
 //! A deterministic simulation of idmint: the real buffer, block gate, snowflake generator and
 //! in-memory authority, driven step by step by one seeded scheduler with simulated time, a
-//! faulty network, crashes, clock steps, slow storage and operator actions, under a checker
+//! faulty network, crashes, pauses, clock steps, slow storage and operator actions, under a checker
 //! of the uniqueness invariants. See docs/simulation.md.
 //!
 //! A seed names a run exactly: [`run`] twice with one seed gives the same trace hash.
@@ -15,6 +15,7 @@ pub mod clock;
 pub mod linearizable;
 pub mod node;
 pub mod rng;
+pub mod shards;
 pub mod store;
 pub mod strict;
 pub mod world;

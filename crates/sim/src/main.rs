@@ -100,8 +100,8 @@ fn main() -> ExitCode {
                 ids += o.ids;
                 if seeds == 1 {
                     println!(
-                        "seed {seed}: trace {:016x}, {} steps, {} ids ({} of the strict namespace)",
-                        o.trace, o.step, o.ids, o.strict_ids
+                        "seed {seed}: trace {:016x}, {} steps, {} ids ({} of the strict namespace, {} of the shard namespace)",
+                        o.trace, o.step, o.ids, o.strict_ids, o.shard_ids
                     );
                 }
                 if let Some(v) = o.violation {

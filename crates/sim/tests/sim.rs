@@ -90,3 +90,29 @@ fn the_strict_namespace_is_checked_for_linearizability() {
         );
     }
 }
+
+/// The shard-owned namespace's planted bugs are caught by its own checks (one issuer per shard
+/// at a time; a takeover above every earlier issuer's ids), and a clean run issues shard ids,
+/// some of them answered through a forward to the range's holder.
+#[test]
+fn the_shard_namespace_is_checked_for_one_issuer_per_shard() {
+    for (name, check) in [
+        ("shard-takeover-below-floor", "of an earlier lease"),
+        ("shard-serves-after-expiry", "two issuers at once"),
+    ] {
+        let bug = Bugs(bugs::by_name(name).expect("planted").bit);
+        let found = first_failure(0, BUG_SEEDS, bug).expect("caught");
+        let why = found.violation.unwrap_or_default();
+        assert!(why.contains(check), "{name}: seed {}: {why}", found.seed);
+    }
+    for seed in 0..20 {
+        let clean = run(seed, Bugs::default(), STEPS);
+        assert_eq!(clean.violation, None);
+        assert!(
+            clean.shard_ids >= 50 && clean.shard_forwarded >= 5,
+            "seed {seed}: {} shard ids, {} answers forwarded",
+            clean.shard_ids,
+            clean.shard_forwarded
+        );
+    }
+}

@@ -91,6 +91,7 @@ impl World {
                 Err(_) => {}
             },
             Msg::Strict(m) => self.strict_at_store(from, m),
+            Msg::Shard(m) => self.shard_at_store(from, m),
             _ => {}
         }
     }

@@ -4,13 +4,15 @@
 //! A run is a fixed number of steps. Each step moves simulated time forward by a random
 //! amount, delivers every message now due (in due-time order, ties by send order), then takes
 //! one action chosen by the run's generator: a client request, a completion, a refill check,
-//! a lease, a give-back, a renewal, a snowflake batch, or a fault. Everything random comes from
+//! a lease, a give-back, a renewal, a snowflake batch, or a fault; the strict and the shard-owned
+//! namespaces then take one each, from random streams of their own. Everything random comes from
 //! the seed, no decision reads the host's clock (the in-memory authority stamps its audit
 //! entries with it, which nothing reads back), and every collection iterates in a fixed
 //! order, so a seed replays bit for bit; the trace hash folds every step, message and id.
 
 mod backend;
 mod sequence;
+mod shards;
 mod strict;
 mod worker;
 
@@ -19,6 +21,7 @@ use crate::checker::{class_of, Checker};
 use crate::clock::{ready, Now, SimClock};
 use crate::node::{layout, Direct, Node, Request};
 use crate::rng::Rng;
+use crate::shards::{ShardMsg, Shards};
 use crate::store::{group, Answer, Store};
 use crate::strict::{Strict, StrictMsg};
 use idmint_core::buffer::Taken;
@@ -107,6 +110,8 @@ enum Msg {
     },
     /// The strict namespace's messages.
     Strict(StrictMsg),
+    /// The shard namespace's messages.
+    Shard(ShardMsg),
 }
 
 impl Msg {
@@ -126,12 +131,21 @@ impl Msg {
             Msg::Renewed { .. } => 12,
             Msg::Superseded { .. } => 13,
             Msg::Strict(m) => 100 + m.code(),
+            Msg::Shard(m) => 200 + m.code(),
         }
     }
 }
 
 /// A message in flight: from, to, what.
 type Envelope = (usize, usize, Msg);
+
+/// The random stream a message's faults are drawn from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    World,
+    Strict,
+    Shards,
+}
 
 /// How one run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,11 +158,16 @@ pub struct Outcome {
     pub step: u64,
     /// FNV-1a of everything that happened.
     pub trace: u64,
-    /// Sequence ids served and snowflake ids issued (the strict namespace's included).
+    /// Sequence ids served and snowflake ids issued (the strict and shard namespaces'
+    /// included).
     pub ids: u64,
     /// Ids of the strict namespace's history that passed its linearizability check (0 when
     /// the run stopped at a violation).
     pub strict_ids: u64,
+    /// Ids the shard namespace's holders issued.
+    pub shard_ids: u64,
+    /// Answers of the shard namespace that came back through a forward to the range's holder.
+    pub shard_forwarded: u64,
 }
 
 /// The world of one run.
@@ -173,6 +192,8 @@ pub struct World {
     checker: Checker,
     /// The strict namespace, on its own random stream.
     strict: Strict,
+    /// The shard-owned snowflake namespace, on its own random stream.
+    shards: Shards,
     trace: u64,
     /// `SIM_DEBUG` set: every message and action on stderr.
     debug: bool,
@@ -186,6 +207,7 @@ impl World {
         let now = Now::default();
         let store_clock = SimClock::new(now.clone(), 0);
         let store = Store::new(store_clock.clone());
+        let shards = Shards::new(seed, NODES, &now, &store_clock);
         let nodes = (0..NODES)
             .map(|i| {
                 let skew = rng.range(0, 60 * MS) as i64 - (30 * MS) as i64;
@@ -207,6 +229,7 @@ impl World {
             given_back: std::collections::BTreeSet::new(),
             checker: Checker::default(),
             strict: Strict::new(seed, NODES, &store_clock),
+            shards,
             trace: 0xcbf2_9ce4_8422_2325,
             debug: std::env::var_os("SIM_DEBUG").is_some(),
         }
@@ -234,17 +257,16 @@ impl World {
 
     /// Sends with the network's faults: loss, duplication, delay (hence reordering), partitions.
     fn send(&mut self, from: usize, to: usize, msg: Msg) {
-        self.post(false, from, to, msg, 0);
+        self.post(Stream::World, from, to, msg, 0);
     }
 
-    /// [`World::send`] with the faults drawn from the strict namespace's stream (`strict`) or
-    /// the world's, each copy delayed by `extra` more.
-    fn post(&mut self, strict: bool, from: usize, to: usize, msg: Msg, extra: u64) {
+    /// [`World::send`] with the faults drawn from `stream`, each copy delayed by `extra` more.
+    fn post(&mut self, stream: Stream, from: usize, to: usize, msg: Msg, extra: u64) {
         let cut = self.cut_off(from) || self.cut_off(to);
-        let rng = if strict {
-            &mut self.strict.rng
-        } else {
-            &mut self.rng
+        let rng = match stream {
+            Stream::World => &mut self.rng,
+            Stream::Strict => &mut self.strict.rng,
+            Stream::Shards => &mut self.shards.rng,
         };
         if cut || rng.chance(40) {
             self.fold(0xdead);
@@ -295,6 +317,7 @@ impl World {
             }
             self.act();
             self.strict_act();
+            self.shards_act();
             self.check_accounts();
         }
         let strict_ids = if self.checker.violation.is_none() {
@@ -307,8 +330,12 @@ impl World {
             violation: self.checker.violation.take(),
             step,
             trace: self.trace,
-            ids: self.checker.served_count + self.checker.snowflake_count,
+            ids: self.checker.served_count
+                + self.checker.snowflake_count
+                + self.checker.shard_count,
             strict_ids,
+            shard_ids: self.checker.shard_count,
+            shard_forwarded: self.shards.forwarded_answers,
         }
     }
 
@@ -436,6 +463,7 @@ impl World {
             Msg::Renewed { req, lease } => self.renewed(to, req, lease),
             Msg::Superseded { req } => self.superseded(to, req),
             Msg::Strict(m) => self.strict_at_node(from, to, m),
+            Msg::Shard(m) => self.shard_at_node(from, to, m),
             _ => {}
         }
     }

@@ -213,6 +213,7 @@ impl World {
         }
         self.release_worker(i);
         self.strict_stop(i);
+        self.shard_stop(i);
         self.nodes[i].up = false;
         self.restart(i);
     }
@@ -220,6 +221,7 @@ impl World {
     pub(super) fn crash(&mut self, i: usize) {
         self.nodes[i].up = false;
         self.strict_crash(i);
+        self.shard_crash(i);
         self.fold(0xc0);
     }
 

@@ -24,7 +24,7 @@ impl World {
         } else {
             0
         };
-        self.post(true, from, to, Msg::Strict(m), extra);
+        self.post(Stream::Strict, from, to, Msg::Strict(m), extra);
     }
 
     fn strict_paused(&self, j: usize) -> bool {
