@@ -478,7 +478,8 @@ async fn alert_rules_and_dashboard_pass_promtool_and_name_only_exported_metrics(
     })
     .await;
     let (_, mut text) = scrape(&node, None).await;
-    // A strict namespace's families, from a node that serves one (a multi authority cannot).
+    // The families of a strict and of a shard-owned namespace, from a node that serves them
+    // (a multi authority cannot).
     let strict = FileConfig::parse(
         r#"
         [server]
@@ -488,6 +489,10 @@ async fn alert_rules_and_dashboard_pass_promtool_and_name_only_exported_metrics(
         [namespaces.chat]
         kind = "sequence"
         order = "strict"
+        [namespaces.photos]
+        kind = "snowflake"
+        layout = "instagram"
+        shards = "owned"
         "#,
     )
     .unwrap()

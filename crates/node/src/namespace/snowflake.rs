@@ -101,6 +101,11 @@ impl SnowflakeNamespace {
             .snowflake_sequence_exhausted
             .get_or_create(&labels)
             .clone();
+        if let Issuer::Shards(_) = &issuer {
+            // From 0, so a rate of failures is defined before the first one.
+            metrics.shard_forwards.get_or_create(&labels);
+            metrics.shard_forward_failures.get_or_create(&labels);
+        }
         SnowflakeNamespace {
             labels,
             name,
