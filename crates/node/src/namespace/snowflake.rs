@@ -103,8 +103,8 @@ impl SnowflakeNamespace {
             .clone();
         if let Issuer::Shards(_) = &issuer {
             // From 0, so a rate of failures is defined before the first one.
-            metrics.shard_forwards.get_or_create(&labels);
-            metrics.shard_forward_failures.get_or_create(&labels);
+            drop(metrics.shard_forwards.get_or_create(&labels));
+            drop(metrics.shard_forward_failures.get_or_create(&labels));
         }
         SnowflakeNamespace {
             labels,
