@@ -180,3 +180,72 @@ fn ordinals_are_trailing_numbers() {
     assert_eq!(ordinal_of("web-3a"), None);
     assert_eq!(ordinal_of(""), None);
 }
+
+/// A shard range's lease drives one generator per shard of the range (the last range short),
+/// each issuing ids of its shard; its release records a floor above every one of them, which
+/// the next holder of the range starts above.
+#[tokio::test(start_paused = true)]
+async fn a_shard_range_issues_each_of_its_shards_and_releases_above_all() {
+    let clock = Arc::new(SteppedClock {
+        origin: tokio::time::Instant::now(),
+        step_ms: AtomicU64::new(0),
+    });
+    let authority: Arc<dyn Authority> = Arc::new(MemoryAuthority::with_clock(clock.clone()));
+    let settings = LeaseSettings {
+        ttl: Duration::from_secs(30),
+        floor_ahead: Duration::from_secs(5),
+        max_floor_wait: Duration::from_secs(2),
+        safety_margin: Duration::from_secs(2),
+    };
+    let span = NodeSpan::Shards {
+        per_lease: 4,
+        logical: 10,
+    };
+    let group = NamespaceName::new("photos:shards").unwrap();
+    let take = || {
+        LeasedWorker::acquire_span(
+            group.clone(),
+            Layout::instagram(),
+            WorkerChoice::Exactly(2),
+            span,
+            "host pid 1 at http://127.0.0.1:1".into(),
+            authority.clone(),
+            settings,
+            SharedClock(clock.clone()),
+        )
+    };
+    let first = take().await.unwrap();
+    let layout = Layout::instagram();
+    let mut last = 0;
+    {
+        let generation = first.current();
+        assert!(
+            generation.generator_for(7).is_none(),
+            "shard 7 is range 1's"
+        );
+        assert!(
+            generation.generator_for(10).is_none(),
+            "there is no shard 10"
+        );
+        for shard in [8, 9] {
+            let g = generation.generator_for(shard).unwrap();
+            for _ in 0..3 {
+                let id = g.next_id().unwrap();
+                assert_eq!(layout.decode(id).unwrap().parts.node, shard);
+                last = last.max(id);
+            }
+        }
+    }
+    // Ids of shard 9 a little later: the release floor must cover them too.
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    let later = first.current().generator_for(9).unwrap().next_id().unwrap();
+    first.release().await;
+    assert!(
+        matches!(
+            take().await.map(|w| w.current().generator_for(9).unwrap().next_id()),
+            Ok(Ok(id)) if id > later
+        ),
+        "the next holder of the range starts above {later}"
+    );
+    assert!(later > last);
+}
