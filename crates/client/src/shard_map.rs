@@ -91,9 +91,7 @@ impl Routes {
             return None;
         }
         let range = shard / self.shard_range;
-        self.holders
-            .get(&range)
-            .map(|&node| Choice { node, range })
+        self.holders.get(&range).map(|&node| Choice { node, range })
     }
 }
 
@@ -185,11 +183,11 @@ impl ShardMaps {
         };
         let routes = match plan {
             Plan::Use(routes) => routes,
-            Plan::FetchAndWait => self.fetch(ns).await,
+            // A task of its own, so the fetch in flight ends (and is stored) even when the
+            // request waiting for it is dropped.
+            Plan::FetchAndWait => self.spawn_fetch(ns).await.ok().flatten(),
             Plan::UseAndRefresh(routes) => {
-                let maps = self.clone();
-                let ns = ns.to_owned();
-                tokio::spawn(async move { maps.fetch(&ns).await });
+                drop(self.spawn_fetch(ns));
                 routes
             }
         };
@@ -203,6 +201,13 @@ impl ShardMaps {
         if let Some(entry) = entries.get_mut(ns) {
             entry.forget(choice);
         }
+    }
+
+    /// [`ShardMaps::fetch`] on a task of its own.
+    fn spawn_fetch(self: &Arc<Self>, ns: &str) -> tokio::task::JoinHandle<Option<Routes>> {
+        let maps = self.clone();
+        let ns = ns.to_owned();
+        tokio::spawn(async move { maps.fetch(&ns).await })
     }
 
     /// Asks every node for `ns`'s map at once, stores what they say (ending the fetch in
@@ -228,16 +233,16 @@ impl ShardMaps {
             let Ok((node, outcome)) = joined else {
                 continue;
             };
-            match outcome {
-                // Not shard-owned (`shards` unset, another kind), unknown, or no answer:
-                // nothing to learn from this node.
-                Ok(proto::NamespaceInfo {
-                    kind: Some(InfoKind::Snowflake(proto::SnowflakeInfo {
-                        shards: Some(map), ..
-                    })),
-                    ..
-                }) => answers.push((node, map)),
-                Ok(_) | Err(_) => {}
+            // Not shard-owned (`shards` unset, another kind), unknown, or no answer: nothing
+            // to learn from this node.
+            if let Ok(proto::NamespaceInfo {
+                kind: Some(InfoKind::Snowflake(info)),
+                ..
+            }) = outcome
+            {
+                if let Some(map) = info.shards {
+                    answers.push((node, map));
+                }
             }
         }
         answers.sort_by_key(|(node, _)| *node);
@@ -282,7 +287,11 @@ mod tests {
     fn a_range_goes_to_the_configured_node_whose_advertise_url_holds_it() {
         let ranges = [(0, A), (1, B), (2, C), (7, B)];
         // Configured in another order than the advertise urls: node #0 is C, #1 is A, #2 is B.
-        let answers = [(0, map(C, &ranges)), (1, map(A, &ranges)), (2, map(B, &ranges))];
+        let answers = [
+            (0, map(C, &ranges)),
+            (1, map(A, &ranges)),
+            (2, map(B, &ranges)),
+        ];
         let routes = Routes::from_answers(&answers).unwrap();
         let node = |route| routes.choose(route).map(|c| c.node);
         assert_eq!(node(ShardRoute::Shard(0)), Some(1));

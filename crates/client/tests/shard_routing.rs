@@ -88,7 +88,11 @@ async fn ask(client: &Client, seed: u64) {
             let Id::Snowflake(id) = id else {
                 panic!("{id:?} is not a snowflake id")
             };
-            assert_eq!(shard_of_preset("instagram", id).unwrap(), shard, "{route:?}");
+            assert_eq!(
+                shard_of_preset("instagram", id).unwrap(),
+                shard,
+                "{route:?}"
+            );
         }
     }
 }
