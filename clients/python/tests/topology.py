@@ -1,7 +1,8 @@
 """Live idmint nodes for the conformance scenarios, started as clients/conformance/README.md
 says: fresh ports and data directories, configuration from the templates, `idmint serve
---config FILE --init`, up once stdout says `idmint listening on`. Every node is stopped at the
-end (SIGTERM, then SIGKILL), also when a test fails.
+--config FILE --init`, up once stdout says `idmint listening on`; a topology with
+`"postgres": true` gets a fresh database (`TempDatabase`), dropped after its nodes stop. Every
+node is stopped at the end (SIGTERM, then SIGKILL), also when a test fails.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 import urllib.request
 import ssl
 from dataclasses import dataclass, field
@@ -38,6 +40,46 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class TempDatabase:
+    """A fresh PostgreSQL database for a topology with `"postgres": true`, made and dropped
+    with `psql` on $IDMINT_TEST_POSTGRES_ADDR (default 127.0.0.1:5432) as
+    $IDMINT_TEST_POSTGRES_USER (default postgres; $IDMINT_TEST_POSTGRES_PASSWORD if set).
+    The server unreachable or psql missing is an error saying so, never a skip."""
+
+    _count = 0
+
+    def __init__(self) -> None:
+        addr = os.environ.get("IDMINT_TEST_POSTGRES_ADDR", "127.0.0.1:5432")
+        self.host, _, port = addr.rpartition(":")
+        self.port = int(port)
+        self.user = os.environ.get("IDMINT_TEST_POSTGRES_USER", "postgres")
+        TempDatabase._count += 1
+        self.name = f"idmint_test_py_{os.getpid()}_{time.time_ns()}_{TempDatabase._count}"
+        self._psql(f'CREATE DATABASE "{self.name}"')
+
+    def _psql(self, sql: str) -> None:
+        if shutil.which("psql") is None:
+            raise RuntimeError("psql is missing: the owned-shard topology needs PostgreSQL "
+                               "(its client, psql, and a server on 127.0.0.1:5432)")
+        done = subprocess.run(
+            ["psql", "-h", self.host, "-p", str(self.port), "-U", self.user, "-d", "postgres",
+             "-v", "ON_ERROR_STOP=1", "-c", sql], capture_output=True, text=True, timeout=30,
+            env={**os.environ, "PGPASSWORD": os.environ.get("IDMINT_TEST_POSTGRES_PASSWORD", "")})
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"PostgreSQL at {self.host}:{self.port} refused {sql!r}: {done.stderr.strip()} "
+                "(these tests need a server with trust authentication for user postgres, or "
+                "IDMINT_TEST_POSTGRES_ADDR/_USER/_PASSWORD)")
+
+    def url(self) -> str:
+        url = f"host={self.host} port={self.port} user={self.user} dbname={self.name}"
+        password = os.environ.get("IDMINT_TEST_POSTGRES_PASSWORD")
+        return url if password is None else f"{url} password='{password}'"
+
+    def drop(self) -> None:
+        self._psql(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
 
 
 def scenarios() -> dict[str, Any]:
@@ -72,7 +114,10 @@ class Topology:
         self.certs = self.dir / "certs"
         self.nodes: dict[str, Node] = {}
         self.client_names: list[str] = list(spec["client"])
+        self.postgres: Optional[TempDatabase] = None
         try:
+            if spec.get("postgres"):
+                self.postgres = TempDatabase()
             if self.tls:
                 if shutil.which("openssl") is None:
                     raise RuntimeError("openssl is needed for the TLS scenarios and is missing")
@@ -98,7 +143,8 @@ class Topology:
         text = (CONFORMANCE / spec["template"]).read_text()
         for key, value in {"HTTP": f"127.0.0.1:{http}", "GRPC": f"127.0.0.1:{grpc_port}",
                            "DATA_DIR": str(data), "CERTS": str(self.certs),
-                           "UPSTREAM": upstream_url}.items():
+                           "UPSTREAM": upstream_url,
+                           "POSTGRES": self.postgres.url() if self.postgres else ""}.items():
             text = text.replace("{{" + key + "}}", value)
         config = self.dir / f"{name}.toml"
         config.write_text(text)
@@ -170,3 +216,6 @@ class Topology:
                 node.process.kill()
                 node.process.wait(timeout=5)
         shutil.rmtree(self.dir, ignore_errors=True)
+        if self.postgres is not None:
+            self.postgres.drop()
+            self.postgres = None

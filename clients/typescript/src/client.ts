@@ -24,8 +24,9 @@ import { Namespace, statsOf, type IdType } from "./namespace.js";
 import { Nodes, transports, type NodeUrl, type TransportKind } from "./nodes.js";
 import { SequenceIds, SpecCheck } from "./sequence.js";
 import { routeFields, type RouteFields, type ShardRoute } from "./shard.js";
+import { SHARD_MAP_REFRESH_MS, ShardMaps } from "./shard_map.js";
 import { TimedIds } from "./timed.js";
-import type { Credentials, NamespaceInfo, RemoteDecoded } from "./transport.js";
+import type { Credentials, IdsAnswer, NamespaceInfo, RemoteDecoded, Transport } from "./transport.js";
 
 export interface TlsOptions {
   /** The CA to trust (only that one), as a file or PEM; default: the public roots. */
@@ -54,7 +55,9 @@ export interface ClientOptions {
   maxTimeBatch?: number;
   /** Block sizing of sequence namespaces (default: 10 s of demand, 1,000 to 1,000,000 ids, refill below half). */
   buffer?: Partial<BufferPolicy>;
-  /** The monotonic clock of time-ordered batches, ms (tests inject one). */
+  /** How old a shard-owned namespace's shard map may grow before the next routed request refreshes it (in the background), ms (default 10,000). */
+  shardMapRefreshMs?: number;
+  /** The monotonic clock of time-ordered batches and shard maps' age, ms (tests inject one). */
   now?: () => number;
 }
 
@@ -102,6 +105,8 @@ function policy(p: Partial<BufferPolicy> | undefined): BufferPolicy {
 
 export class Client {
   private readonly nodes: Nodes;
+  /** Where each shard-owned namespace's ranges are held (`shard_map.ts`). */
+  private readonly shardMaps: ShardMaps;
   private readonly states = new Map<string, Promise<State>>();
   private readonly opened: State[] = [];
   /** The bigint handles `next` and `nextBatch` use, by name. */
@@ -130,6 +135,9 @@ export class Client {
     this.now = options.now ?? (() => performance.now());
     const transport = options.transport ?? "grpc";
     this.nodes = new Nodes(transports(list, transport, credentials(options)), this.timeoutMs);
+    const refreshMs = options.shardMapRefreshMs ?? SHARD_MAP_REFRESH_MS;
+    if (!(refreshMs >= 0)) throw new InvalidConfigError("shardMapRefreshMs must be at least 0");
+    this.shardMaps = new ShardMaps(this.nodes.list, this.timeoutMs, refreshMs, this.now);
   }
 
   /**
@@ -182,8 +190,10 @@ export class Client {
   /**
    * `count` increasing ids of `name`. With `route.shard` (or `route.key`, whose shard is
    * `key % logical_shards`; never both): ids of that shard of a snowflake namespace with
-   * `shards = "owned"`, fetched from a node on every call, never buffered. Any other namespace
-   * answers `InvalidRequestError`.
+   * `shards = "owned"`, fetched from a node on every call, never buffered: with several nodes,
+   * from the node holding the shard's range first (the namespace's shard map, learned from the
+   * nodes, refreshed every `shardMapRefreshMs`). Any other namespace answers
+   * `InvalidRequestError`.
    */
   async nextBatch(name: string, count: number, route?: ShardRoute): Promise<(bigint | string)[]> {
     if (this.closed) throw new ClosedError();
@@ -192,12 +202,23 @@ export class Client {
     return (this.handles.get(name) ?? (await this.handle(name))).nextBatch(count);
   }
 
-  /** `count` ids of the shard `route` names, straight from a node. */
+  /** `count` ids of the shard `route` names, straight from a node: its range's holder first. */
   private async routed(name: string, count: number, route: RouteFields): Promise<bigint[]> {
     if (!Number.isSafeInteger(count) || count < 1) {
       throw new InvalidCountError("invalid_count", `count must be a whole number from 1, got ${count}`);
     }
-    const { answer } = await this.nodes.call((t) => t.next(name, count, this.timeoutMs, route));
+    const choice = await this.shardMaps.choose(name, route);
+    let tried = 0;
+    const take = (t: Transport) => {
+      tried++;
+      return t.next(name, count, this.timeoutMs, route);
+    };
+    let answer: IdsAnswer;
+    try {
+      ({ answer } = await this.nodes.call(take, choice?.node));
+    } finally {
+      if (choice !== undefined && tried > 1) this.shardMaps.failed(name, choice);
+    }
     if (answer.kind !== "u64") throw new ProtocolError(`${name}: a shard's ids that are not snowflake ids`);
     return answer.ids;
   }

@@ -23,6 +23,7 @@ export {
 } from "./decode.js";
 export { CompositeKey, memberOf, parseKey, residueOf, shardFor, shardOf } from "./keys.js";
 export { idsQuery, routeFields, type RouteFields, type ShardRoute } from "./shard.js";
+export { Entry as ShardMapEntry, Routes as ShardRoutes, shardMapOf, SHARD_MAP_REFRESH_MS, type Choice as ShardChoice, type WireShardMap } from "./shard_map.js";
 export { fromGrpc, fromHttp, grpcStatusNumber, type GrpcFailure } from "./wire_errors.js";
 export type { NodeUrl, TransportKind } from "./nodes.js";
 export type { NamespaceInfo, RemoteDecoded } from "./transport.js";

@@ -74,17 +74,26 @@ export class Nodes {
     readonly timeoutMs: number,
   ) {}
 
-  /** Runs `op` on the nodes in turn from the current one; answers with the node's index. */
-  async call<T>(op: (t: Transport) => Promise<T>): Promise<{ node: number; answer: T }> {
+  /** The nodes a call tries, in order: from the current one on; with `first` (a shard's holder), that node, then the others from the current one on. */
+  order(first?: number): number[] {
     const n = this.list.length;
-    const first = this.current;
+    const usual = Array.from({ length: n }, (_, i) => (this.current + i) % n);
+    if (first === undefined || first < 0 || first >= n) return usual;
+    return [first, ...usual.filter((i) => i !== first)];
+  }
+
+  /**
+   * Runs `op` on the nodes in turn from the current one; answers with the node's index. With
+   * `first` (a shard's holder, from the shard map), that node is tried first, and the usual
+   * order is left as it was when it answers.
+   */
+  async call<T>(op: (t: Transport) => Promise<T>, first?: number): Promise<{ node: number; answer: T }> {
     const failures: string[] = [];
     let answered: IdmintError | undefined;
-    for (let i = 0; i < n; i++) {
-      const index = (first + i) % n;
+    for (const index of this.order(first)) {
       try {
         const answer = await this.callOne(index, op);
-        this.current = index;
+        if (index !== first) this.current = index;
         return { node: index, answer };
       } catch (e) {
         if (!movesOn(e)) throw e;

@@ -1,6 +1,7 @@
 // Starts and stops the conformance suite's topologies (clients/conformance/README.md): real
 // `idmint serve` processes on free loopback ports, each with a temporary data directory, and
-// certificates from certs.sh; every process is stopped (SIGTERM, SIGKILL after 5 s) and every
+// certificates from certs.sh, a PostgreSQL database for a topology with `"postgres": true`
+// (dropped after its nodes stop); every process is stopped (SIGTERM, SIGKILL after 5 s) and every
 // directory removed, also when a test fails.
 
 import { spawn, execFileSync } from "node:child_process";
@@ -99,6 +100,49 @@ function startNode(bin, name, config, dir) {
   });
 }
 
+/**
+ * A fresh PostgreSQL database for a topology with `"postgres": true`, made and dropped with
+ * `psql` on $IDMINT_TEST_POSTGRES_ADDR (default 127.0.0.1:5432) as $IDMINT_TEST_POSTGRES_USER
+ * (default postgres). An unreachable server, or psql missing, fails with how to fix it.
+ */
+let databases = 0;
+class TempDatabase {
+  constructor() {
+    const addr = process.env.IDMINT_TEST_POSTGRES_ADDR ?? "127.0.0.1:5432";
+    const colon = addr.lastIndexOf(":");
+    this.host = addr.slice(0, colon);
+    this.port = addr.slice(colon + 1);
+    this.user = process.env.IDMINT_TEST_POSTGRES_USER ?? "postgres";
+    this.name = `idmint_test_js_${process.pid}_${Date.now()}_${databases++}`;
+    this.psql(`CREATE DATABASE "${this.name}"`);
+  }
+
+  psql(sql) {
+    const password = process.env.IDMINT_TEST_POSTGRES_PASSWORD;
+    try {
+      execFileSync("psql", ["-h", this.host, "-p", this.port, "-U", this.user, "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", sql], {
+        stdio: ["ignore", "ignore", "pipe"],
+        env: { ...process.env, ...(password === undefined ? {} : { PGPASSWORD: password }) },
+      });
+    } catch (e) {
+      throw new Error(
+        `PostgreSQL at ${this.host}:${this.port} refused ${sql} (${e.code ?? e.stderr ?? e.message}): the owned-shard topology needs psql and a server ` +
+          "with trust authentication for user postgres (or IDMINT_TEST_POSTGRES_ADDR/_USER/_PASSWORD)",
+      );
+    }
+  }
+
+  url() {
+    const password = process.env.IDMINT_TEST_POSTGRES_PASSWORD;
+    const url = `host=${this.host} port=${this.port} user=${this.user} dbname=${this.name}`;
+    return password === undefined ? url : `${url} password='${password}'`;
+  }
+
+  drop() {
+    this.psql(`DROP DATABASE IF EXISTS "${this.name}" WITH (FORCE)`);
+  }
+}
+
 /** A running topology: its nodes, the certificate directory, and how a client reaches them. */
 export class Topology {
   static async start(spec) {
@@ -108,7 +152,9 @@ export class Topology {
     t.nodes = new Map();
     t.dirs = [];
     t.certs = undefined;
+    t.postgres = undefined;
     try {
+      if (spec.postgres) t.postgres = new TempDatabase();
       if (spec.certs) {
         t.certs = mkdtempSync(join(tmpdir(), "idmint-certs-"));
         t.dirs.push(t.certs);
@@ -132,7 +178,8 @@ export class Topology {
           .replaceAll("{{GRPC}}", `127.0.0.1:${grpc}`)
           .replaceAll("{{DATA_DIR}}", data)
           .replaceAll("{{CERTS}}", t.certs ?? "")
-          .replaceAll("{{UPSTREAM}}", upstream);
+          .replaceAll("{{UPSTREAM}}", upstream)
+          .replaceAll("{{POSTGRES}}", t.postgres?.url() ?? "");
         for (const left of config.match(/\{\{[A-Z_]+\}\}/g) ?? []) throw new Error(`${n.template}: unknown placeholder ${left}`);
         const proc = await startNode(bin, n.name, config, dir);
         t.nodes.set(n.name, new Node(n.name, proc, http, grpc, dir));
@@ -182,5 +229,27 @@ export class Topology {
   async stop() {
     await Promise.all([...this.nodes.values()].map((n) => n.stop()));
     for (const d of this.dirs) rmSync(d, { recursive: true, force: true });
+    const db = this.postgres;
+    this.postgres = undefined;
+    db?.drop();
+  }
+
+  /** The sum over the nodes of the counter line `name{labels}` of `GET /metrics` (plain HTTP). */
+  async metric(line) {
+    let total = 0;
+    for (const n of this.nodes.values()) {
+      const text = await new Promise((ok, fail) => {
+        const req = plainRequest({ host: "127.0.0.1", port: n.http, path: "/metrics" }, (res) => {
+          let body = "";
+          res.on("data", (d) => (body += d));
+          res.on("end", () => ok(body));
+        });
+        req.on("error", fail);
+        req.end();
+      });
+      const found = text.split("\n").find((l) => l.startsWith(`${line} `));
+      total += found === undefined ? 0 : Number(found.slice(line.length + 1));
+    }
+    return total;
   }
 }

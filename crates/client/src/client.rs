@@ -19,6 +19,7 @@ use crate::namespace::{refill_loop, Ids, Namespace, NamespaceStats, State};
 use crate::nodes::{CallError, IntoClientError, Nodes};
 use crate::sequence::{SequenceIds, SpecCheck};
 use crate::shard::ShardRoute;
+use crate::shard_map::ShardMaps;
 use crate::timed::TimedIds;
 use idmint_core::{Buffer, Clock, NamespaceName, SystemClock};
 use idmint_proto::v1 as proto;
@@ -78,6 +79,8 @@ pub struct Client {
 #[derive(Debug)]
 struct Inner {
     nodes: Arc<Nodes>,
+    /// Where each shard-owned namespace's ranges are held (`shard_map.rs`).
+    shard_maps: Arc<ShardMaps>,
     config: Arc<ClientConfig>,
     clock: crate::config::SharedClock,
     /// Set up namespaces. A std lock: held for a lookup or an insert, never across `.await`.
@@ -142,11 +145,19 @@ impl Client {
             .await
             .map_err(|e| e.into_client_error(""))?;
         let (stop, _) = watch::channel(false);
+        let nodes = Arc::new(nodes);
+        let clock = crate::config::SharedClock(clock);
+        let shard_maps = Arc::new(ShardMaps::new(
+            nodes.clone(),
+            clock.clone(),
+            config.shard_map_refresh,
+        ));
         Ok(Client {
             inner: Arc::new(Inner {
-                nodes: Arc::new(nodes),
+                nodes,
+                shard_maps,
                 config: Arc::new(config),
-                clock: crate::config::SharedClock(clock),
+                clock,
                 namespaces: RwLock::new(HashMap::new()),
                 creating: tokio::sync::Mutex::new(()),
                 tasks: Mutex::new(Vec::new()),
@@ -171,7 +182,10 @@ impl Client {
 
     /// `count` ids (1 to 10,000,000) of one shard of `ns`, a snowflake namespace with
     /// `shards = "owned"`: the shard `route` names, or its key's. Fetched from a node on every
-    /// call, never buffered (see [`ShardRoute`]). A namespace that does not take a shard
+    /// call, never buffered (see [`ShardRoute`]). With several nodes, the request goes first to
+    /// the node holding the shard's range, from the namespace's shard map (learned from the
+    /// nodes, refreshed every [`ClientConfig::shard_map_refresh`]), else in the usual order.
+    /// A namespace that does not take a shard
     /// answers [`ClientError::Rejected`] with code `invalid_request`.
     pub async fn next_routed(
         &self,
@@ -182,7 +196,8 @@ impl Client {
         if self.inner.closed.load(Ordering::SeqCst) {
             return Err(ClientError::Closed);
         }
-        crate::shard::next_routed(&self.inner.nodes, ns, count, route).await
+        let inner = &self.inner;
+        crate::shard::next_routed(&inner.nodes, &inner.shard_maps, ns, count, route).await
     }
 
     /// The next id of `ns` if one is buffered; `None` without waiting if not, or if `ns` was

@@ -40,12 +40,17 @@ pub struct ClientConfig {
     /// a CA file or PEM, and a certificate and key ([`ClientTls`]). Default: none, so the
     /// public roots are trusted and no certificate is presented. `http://` urls ignore it.
     pub tls: Option<ClientTls>,
+    /// How old a shard-owned namespace's shard map may grow before the next routed request
+    /// refreshes it (in the background); a map is refetched at once after its chosen node
+    /// failed. Default: 10 s.
+    pub shard_map_refresh: Duration,
 }
 
 impl ClientConfig {
     /// The defaults for `urls`: 5 s per call, the core's default buffer (10 s of demand in
     /// blocks of 1,000 to 1,000,000 ids, refilled below half), a 100 ms refill tick, a 2 s
-    /// refill wait, time-ordered ids valid for 1 s, fetched up to 1,000 at a time.
+    /// refill wait, time-ordered ids valid for 1 s, fetched up to 1,000 at a time, shard maps
+    /// refreshed every 10 s.
     pub fn new<I, S>(urls: I) -> ClientConfig
     where
         I: IntoIterator<Item = S>,
@@ -61,6 +66,7 @@ impl ClientConfig {
             max_time_batch: 1_000,
             token: None,
             tls: None,
+            shard_map_refresh: Duration::from_secs(10),
         }
     }
 

@@ -13,7 +13,8 @@
 //! - Snowflake, UUIDv7 and ULID namespaces: batches fetched with `Next`, each id handed out
 //!   only within [`ClientConfig::validity`] of the request that fetched it.
 //! - Shard-owned snowflake namespaces: [`Client::next_routed`] asks for ids of one shard
-//!   ([`ShardRoute`]: a shard, or a key), unbuffered.
+//!   ([`ShardRoute`]: a shard, or a key), unbuffered; with several nodes, sent first to the
+//!   node holding the shard's range, from the namespace's shard map (`shard_map.rs`).
 //! - Several node urls: a call moves to the next url when a node is unavailable.
 //! - [`BlockingClient`]: the same for code that is not async.
 //! - [`Namespace::stats`]: buffered, served, burned, given back, expired, refills, waits.
@@ -77,6 +78,7 @@ mod namespace;
 mod nodes;
 mod sequence;
 mod shard;
+mod shard_map;
 mod timed;
 mod window;
 

@@ -2,6 +2,9 @@
 //! whose ids' node field is the data's shard: [`ShardRoute`] names the shard, by number or by
 //! a key the node maps to one, and [`next_routed`] asks a node for ids of it.
 //!
+//! A client of several nodes sends a shard's request to the node holding its range first
+//! (`shard_map.rs`), saving the node it would reach the forward to the holder.
+//!
 //! Invariants: routed ids are fetched per call with `Next` and returned as the node answered
 //! them (strictly increasing, all of the one shard); nothing is buffered, since a namespace's
 //! buffer holds ids of whatever shard the node chose. A namespace that does not take a shard
@@ -10,9 +13,11 @@
 use crate::config::MAX_BATCH;
 use crate::error::ClientError;
 use crate::id::Id;
-use crate::nodes::{IntoClientError, Nodes};
+use crate::nodes::{CallError, IntoClientError, Nodes};
+use crate::shard_map::ShardMaps;
 use idmint_core::NamespaceName;
 use idmint_proto::v1 as proto;
+use std::sync::Arc;
 
 /// Which shard a request for ids names. One or the other, never both: a key names its shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -56,21 +61,35 @@ pub(crate) fn request(
     })
 }
 
-/// `count` ids of `route` in `ns` from the nodes, as one of them answered.
+/// `count` ids of `route` in `ns` from the nodes, as one of them answered: first the node the
+/// shard map names for the shard's range, if one (`shard_map.rs`), then the usual order.
 pub(crate) async fn next_routed(
     nodes: &Nodes,
+    maps: &Arc<ShardMaps>,
     ns: &str,
     count: u64,
     route: ShardRoute,
 ) -> Result<Vec<Id>, ClientError> {
     let request = request(ns, count, route)?;
-    let (_, ids) = nodes
-        .call(|mut c| {
-            let request = request.clone();
-            async move { c.next(request).await }
-        })
-        .await
-        .map_err(|e| e.into_client_error(ns))?;
+    let op = |mut c: idmint_proto::nodes::NodeClient| {
+        let request = request.clone();
+        async move { c.next(request).await }
+    };
+    let answered = match maps.choose(ns, route).await {
+        None => nodes.call(op).await,
+        Some(choice) => {
+            let answered = nodes.call_from(choice.node, op).await;
+            let chosen_failed = match &answered {
+                Ok((node, _)) | Err(CallError::Status(node, _)) => *node != choice.node,
+                Err(CallError::Unavailable { .. }) => true,
+            };
+            if chosen_failed {
+                maps.failed(ns, choice);
+            }
+            answered
+        }
+    };
+    let (_, ids) = answered.map_err(|e| e.into_client_error(ns))?;
     let ids = match ids.ids {
         Some(proto::ids::Ids::U64(list)) => list.ids,
         _ => {

@@ -303,6 +303,45 @@ impl Nodes {
         })
     }
 
+    /// Runs `op` on node `first` (a shard's holder: the caller knows it serves the call
+    /// without a forward), then, if it fails in a way another node may not, on the others as
+    /// [`Nodes::call`] does: from the current one on, each at most once, `first` not again.
+    /// Calls start at the node that answered only when it is not `first` (an answer of the
+    /// chosen node leaves the usual order as it was). The index of the node that answered,
+    /// and its answer.
+    pub async fn call_from<T, F, Fut>(&self, first: usize, op: F) -> Result<(usize, T), CallError>
+    where
+        F: Fn(NodeClient) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let n = self.nodes.len();
+        let current = self.current.load(Ordering::Relaxed) % n;
+        let order = std::iter::once(first)
+            .chain((0..n).map(|i| (current + i) % n).filter(|&i| i != first))
+            .filter(|&i| i < n);
+        let mut failures = Vec::new();
+        let mut last_code = None;
+        for index in order {
+            match self.call_one(index, &op).await {
+                Ok(answer) => {
+                    if index != first {
+                        self.current.store(index, Ordering::Relaxed);
+                    }
+                    return Ok((index, answer));
+                }
+                Err(CallError::Unavailable { message, code }) => {
+                    failures.push(message);
+                    last_code = code.or(last_code);
+                }
+                Err(answer) => return Err(answer),
+            }
+        }
+        Err(CallError::Unavailable {
+            message: failures.join("; "),
+            code: last_code,
+        })
+    }
+
     /// Runs `op` on node `index` alone, under the timeout (a give-back goes to the node that
     /// leased the block, and to no other).
     pub async fn call_one<T, F, Fut>(&self, index: usize, op: &F) -> Result<T, CallError>

@@ -19,6 +19,7 @@ from .grpc_transport import GrpcTransport
 from .names import check_count, check_name, check_route
 from .nodes import AsyncNodes, check_token
 from .sequence import SequenceCore, Stats, Tail
+from .shard_map import AsyncShardMaps
 from .timed import TimedCore
 from .types import AsyncTransport, Id, Leased, NamespaceInfo
 
@@ -202,6 +203,8 @@ class AsyncClient:
         AsyncNodes.check(self._urls, self._http_urls)
         check_token(token)
         self._connected: Optional[AsyncNodes] = None
+        self._shard_maps = AsyncShardMaps(len(self._urls) + len(self._http_urls),
+                                          self.config.shard_map_refresh)
         self._lock = asyncio.Lock()
         self._namespaces: dict[str, AsyncNamespace] = {}
         self._closed = False
@@ -264,9 +267,23 @@ class AsyncClient:
 
     async def _routed(self, namespace: str, count: int, shard: Optional[int],
                       key: Optional[int]) -> list[Id]:
+        """As `Client._routed`: the shard's holder first, from the shard map."""
         check_name(namespace)
-        return await self._node_call(
-            lambda t: t.next(namespace, count, "snowflake", shard, key))
+        if self._closed:
+            raise Closed("the client is closed")
+        nodes = self._nodes
+        choice = await self._shard_maps.choose(namespace, shard, key, nodes.transports)
+        tried: list[AsyncTransport] = []
+
+        async def take(t: AsyncTransport) -> list[Id]:
+            tried.append(t)
+            return await t.next(namespace, count, "snowflake", shard, key)
+
+        try:
+            return (await nodes.call(take, None if choice is None else choice.node))[1]
+        finally:
+            if choice is not None and len(tried) > 1:
+                self._shard_maps.failed(namespace, choice)
 
     async def _node_call(self, fn: Callable[[AsyncTransport], Awaitable[T]]) -> T:
         if self._closed:

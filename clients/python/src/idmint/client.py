@@ -19,6 +19,7 @@ from .local import LocalIds
 from .names import check_count, check_name, check_route
 from .nodes import Nodes
 from .sequence import SequenceCore, Stats, Tail
+from .shard_map import ShardMaps
 from .timed import TimedCore
 from .types import Id, Leased, NamespaceInfo, Transport
 
@@ -221,6 +222,7 @@ class Client:
         self.config = config or ClientConfig()
         urls = [urls] if isinstance(urls, str) else list(urls)
         self._nodes = Nodes.connect(urls, list(http_urls), token, tls, self.config.op_timeout)
+        self._shard_maps = ShardMaps(len(self._nodes.transports), self.config.shard_map_refresh)
         self._lock = threading.Lock()
         self._namespaces: dict[str, Namespace] = {}
         self._closed = False
@@ -270,7 +272,9 @@ class Client:
                    key: Optional[int] = None) -> list[Id]:
         """`count` ids of `namespace`, increasing. With `shard` (or `key`, whose shard is
         `key % logical_shards`; never both): ids of that shard of a snowflake namespace with
-        `shards = "owned"`, fetched from a node on every call, never buffered. Any other
+        `shards = "owned"`, fetched from a node on every call, never buffered: with several
+        nodes, from the node holding the shard's range first (the namespace's shard map,
+        learned from the nodes, refreshed every `config.shard_map_refresh` seconds). Any other
         namespace answers `InvalidRequest`."""
         check_count(count)
         if check_route(shard, key):
@@ -279,8 +283,23 @@ class Client:
 
     def _routed(self, namespace: str, count: int, shard: Optional[int],
                 key: Optional[int]) -> list[Id]:
+        """Ids of one shard: first from the node the shard map names for its range, if one
+        (`shard_map.py`), then in the usual order."""
         check_name(namespace)
-        return self._node_call(lambda t: t.next(namespace, count, "snowflake", shard, key))
+        if self._closed:
+            raise Closed("the client is closed")
+        choice = self._shard_maps.choose(namespace, shard, key, self._nodes.transports)
+        tried: list[Transport] = []
+
+        def take(t: Transport) -> list[Id]:
+            tried.append(t)
+            return t.next(namespace, count, "snowflake", shard, key)
+
+        try:
+            return self._nodes.call(take, None if choice is None else choice.node)[1]
+        finally:
+            if choice is not None and len(tried) > 1:
+                self._shard_maps.failed(namespace, choice)
 
     def local(self, namespace: str) -> LocalIds:
         """A one-owner handle of a sequence namespace (see `LocalIds`)."""

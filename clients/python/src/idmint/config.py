@@ -54,7 +54,9 @@ class ClientConfig:
     - `validity`: time-ordered ids are handed out only this long after their request;
     - `max_time_batch`: most ids one `Next` of a time-ordered namespace asks for (at most the
       nodes' `server.max_count`), and `max_request` the most any one request asks for;
-    - `buffer`: sequence blocks' sizing.
+    - `buffer`: sequence blocks' sizing;
+    - `shard_map_refresh`: seconds a shard-owned namespace's shard map is used before the next
+      routed request refreshes it (in the background; at once after its chosen node failed).
     """
 
     op_timeout: float = 5.0
@@ -64,10 +66,13 @@ class ClientConfig:
     max_time_batch: int = 1_000
     max_request: int = 1_000
     buffer: BufferPolicy = field(default_factory=BufferPolicy)
+    shard_map_refresh: float = 10.0
 
     def __post_init__(self) -> None:
         for name in ("op_timeout", "refill_wait", "refill_tick", "validity"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be above 0")
+        if not self.shard_map_refresh >= 0:
+            raise ValueError("shard_map_refresh must be at least 0")
         if not 1 <= self.max_time_batch <= self.max_request:
             raise ValueError("need 1 <= max_time_batch <= max_request")

@@ -2,7 +2,9 @@
 "Several nodes"): a call goes to the node that answered last; a failure another node may not
 have (no answer, `authority_unavailable`, `shutting_down`, `internal_error`, a protocol error)
 moves on to the next, each node at most once per call; other errors are the answer. When every
-node failed, the last failure is raised. Nodes are named by position (`node #1`), never by url.
+node failed, the last failure is raised. A call given `first` (a shard's holder, from the shard
+map) tries that node first and leaves the usual order as it was when that node answers. Nodes
+are named by position (`node #1`), never by url.
 """
 
 from __future__ import annotations
@@ -45,10 +47,15 @@ class _Order(Generic[N]):
         self.transports = transports
         self.current = 0
 
-    def order(self) -> list[int]:
+    def order(self, first: Optional[int] = None) -> list[int]:
+        """The nodes a call tries, in order: from the current one on; with `first` (a shard's
+        holder), that node, then the others from the current one on."""
         n = len(self.transports)
         start = self.current
-        return [(start + i) % n for i in range(n)]
+        usual = [(start + i) % n for i in range(n)]
+        if first is None or not 0 <= first < n:
+            return usual
+        return [first] + [i for i in usual if i != first]
 
 
 class Nodes(_Order[Transport]):
@@ -63,9 +70,10 @@ class Nodes(_Order[Transport]):
             for url, label, is_http in _labels(urls, http_urls)]
         return Nodes(transports)
 
-    def call(self, fn: Callable[[Transport], T]) -> tuple[int, T]:
+    def call(self, fn: Callable[[Transport], T],
+             first: Optional[int] = None) -> tuple[int, T]:
         error: Optional[IdmintError] = None
-        for index in self.order():
+        for index in self.order(first):
             try:
                 answer = fn(self.transports[index])
             except IdmintError as e:
@@ -73,7 +81,8 @@ class Nodes(_Order[Transport]):
                     raise
                 error = e
                 continue
-            self.current = index
+            if index != first:
+                self.current = index
             return index, answer
         raise error or Unavailable("no node")
 
@@ -105,9 +114,10 @@ class AsyncNodes(_Order[AsyncTransport]):
             for url, label, is_http in _labels(urls, http_urls)]
         return AsyncNodes(transports)
 
-    async def call(self, fn: Callable[[AsyncTransport], Awaitable[T]]) -> tuple[int, T]:
+    async def call(self, fn: Callable[[AsyncTransport], Awaitable[T]],
+                   first: Optional[int] = None) -> tuple[int, T]:
         error: Optional[IdmintError] = None
-        for index in self.order():
+        for index in self.order(first):
             try:
                 answer = await fn(self.transports[index])
             except IdmintError as e:
@@ -115,7 +125,8 @@ class AsyncNodes(_Order[AsyncTransport]):
                     raise
                 error = e
                 continue
-            self.current = index
+            if index != first:
+                self.current = index
             return index, answer
         raise error or Unavailable("no node")
 

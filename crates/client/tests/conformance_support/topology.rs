@@ -3,6 +3,9 @@
 //! filled, `serve --config FILE --init`, up once stdout prints `idmint listening on `), and
 //! stopped when the [`Topology`] drops (SIGTERM, SIGKILL after 5 s), also when a run fails.
 //!
+//! A topology with `"postgres": true` gets a fresh database (`{{POSTGRES}}`), dropped after its
+//! nodes stop.
+//!
 //! Invariants: no node outlives its `Topology`; a node that exits before listening, or does not
 //! listen within 30 s, is an error showing its stderr; the binary missing is an error saying how
 //! to build it, never a skip.
@@ -60,6 +63,21 @@ fn free_port() -> Result<u16, String> {
         .local_addr()
         .map(|a| a.port())
         .map_err(|e| format!("reading a bound port: {e}"))
+}
+
+/// A fresh database on the test PostgreSQL server (`idmint_testkit::postgres`: it panics,
+/// saying how to start the server, when it is unreachable), made on a thread of its own so a
+/// caller inside a runtime is not blocked on.
+fn temp_database() -> idmint_testkit::postgres::TempDatabase {
+    std::thread::spawn(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("a runtime to create the test database: {e}"));
+        runtime.block_on(idmint_testkit::postgres::TempDatabase::create())
+    })
+    .join()
+    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// One running node.
@@ -134,6 +152,9 @@ pub struct Topology {
     pub tls: bool,
     /// The certificates of `certs.sh`, when `tls`.
     pub certs: PathBuf,
+    /// The topology's PostgreSQL database, when it has `"postgres": true`; dropped after the
+    /// nodes stopped (fields drop after `Drop::drop`).
+    postgres: Option<idmint_testkit::postgres::TempDatabase>,
     /// Removed after `drop` stopped the nodes (fields drop after `Drop::drop`).
     dir: TempDir,
 }
@@ -168,11 +189,17 @@ impl Topology {
             .map(|n| n.as_str().map(str::to_owned))
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| format!("topology {name}: a client entry is not a name"))?;
+        let postgres = if spec.get("postgres").and_then(Value::as_bool) == Some(true) {
+            Some(temp_database())
+        } else {
+            None
+        };
         let mut topology = Topology {
             nodes: BTreeMap::new(),
             client,
             tls,
             certs,
+            postgres,
             dir,
         };
         if tls {
@@ -236,6 +263,13 @@ impl Topology {
             ("DATA_DIR", data_dir),
             ("CERTS", certs),
             ("UPSTREAM", upstream),
+            (
+                "POSTGRES",
+                self.postgres
+                    .as_ref()
+                    .map(idmint_testkit::postgres::TempDatabase::url)
+                    .unwrap_or_default(),
+            ),
         ] {
             text = text.replace(&format!("{{{{{key}}}}}"), &value);
         }
