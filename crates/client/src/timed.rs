@@ -218,6 +218,8 @@ impl TimedIds {
         let request = proto::NextRequest {
             namespace: name.to_owned(),
             count: Some(count),
+            shard: None,
+            key: None,
         };
         let answer = nodes
             .call(|mut c| {
