@@ -50,6 +50,10 @@ const RANGES: u64 = SHARDS / PER_RANGE;
 const PER_PHASE: u64 = 1000;
 const TTL_MS: u64 = 3000;
 const SAFETY_MARGIN_MS: u64 = 600;
+/// Renewals come every 1 s (the smaller of a third of the TTL and half of this), so a renewal
+/// may be 1 s late on a loaded machine before a range's generator reaches its recorded floor
+/// and answers 503 `authority_unavailable`.
+const FLOOR_AHEAD_MS: u64 = 2000;
 /// Shorter than the lease's TTL: requests for the killed node's shards sent soon after the
 /// kill give up (`no_leader`) before its leases expire.
 const WAIT_MS: u64 = 2000;
@@ -104,7 +108,7 @@ fn start_node(dir: &Path, authority: &str, n: usize) -> Server {
             &config,
             format!(
                 "[server]\ngrpc = \"127.0.0.1:{grpc}\"\n\n{authority}\n\
-                 [leases]\nttl_ms = {TTL_MS}\nsafety_margin_ms = {SAFETY_MARGIN_MS}\nfloor_ahead_ms = 1000\n\n\
+                 [leases]\nttl_ms = {TTL_MS}\nsafety_margin_ms = {SAFETY_MARGIN_MS}\nfloor_ahead_ms = {FLOOR_AHEAD_MS}\n\n\
                  [peers]\nadvertise = {}\nwait_ms = {WAIT_MS}\nforward_timeout_ms = 1000\n\n\
                  [namespaces.photos]\nkind = \"snowflake\"\nlayout = \"instagram\"\nshards = \"owned\"\n\
                  logical_shards = {SHARDS}\nshard_range = {PER_RANGE}\n",
