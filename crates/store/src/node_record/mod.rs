@@ -34,6 +34,10 @@
 //!   before `ensure_namespace` returns, so no id of it is handed out before the record exists;
 //!   watermarks are written at most once per [`WRITE_INTERVAL`] per node record (a crash loses
 //!   at most that much of the record, which only weakens the check, never falsifies it);
+//! - writes never overlap, and a write never replaces the file with an older state than one
+//!   already written (each render has a generation; one writer at a time, skipping any render a
+//!   later one already covers): concurrent lease acquisitions (a node taking many shard ranges
+//!   at once) all land;
 //! - a data directory that holds the record under its previous name, [`OLD_FILE_NAME`]
 //!   (`ledger.toml`), and not under [`NODE_RECORD_FILE`] is migrated by [`NodeRecord::open`]:
 //!   the old file is read and validated, written to the new name durably (as above), then
@@ -56,7 +60,7 @@ use idmint_core::{NamespaceName, SequenceSpec};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The node record's file name in the data directory.
@@ -113,6 +117,8 @@ struct RecordState {
     file: RecordFile,
     last_write: Option<Instant>,
     dirty: bool,
+    /// Renders of `file` taken for writing so far: each write is of one generation.
+    rendered: u64,
 }
 
 /// The node record of one data directory. See the module docs.
@@ -123,6 +129,9 @@ pub struct NodeRecord {
     authority: String,
     existed: bool,
     state: Mutex<RecordState>,
+    /// The generation last written to the file. A writer holds it while it writes, so writes
+    /// never overlap (they share one temporary file) and a render never replaces a later one.
+    written: Arc<Mutex<u64>>,
 }
 
 /// Why a node record could not be opened or written.
@@ -171,7 +180,9 @@ impl NodeRecord {
                 file,
                 last_write: None,
                 dirty: false,
+                rendered: 0,
             }),
+            written: Arc::new(Mutex::new(0)),
         })
     }
 
@@ -226,7 +237,7 @@ impl NodeRecord {
             }
             guard.dirty = false;
             guard.last_write = Some(Instant::now());
-            self.render(&guard.file)?
+            self.render(&mut guard)?
         };
         self.write(text).await
     }
@@ -250,7 +261,7 @@ impl NodeRecord {
             }
             guard.dirty = false;
             guard.last_write = Some(Instant::now());
-            self.render(&guard.file)?
+            self.render(&mut guard)?
         };
         self.write(text).await
     }
@@ -412,7 +423,7 @@ impl NodeRecord {
             }
             guard.dirty = false;
             guard.last_write = Some(Instant::now());
-            self.render(&guard.file)?
+            self.render(&mut guard)?
         };
         self.write(text).await
     }
@@ -429,19 +440,32 @@ impl NodeRecord {
         .await
     }
 
-    fn render(&self, file: &RecordFile) -> Result<String, StoreError> {
-        render(file).map_err(|e| StoreError::Corrupt {
+    /// The file's contents as of now, and their generation.
+    fn render(&self, state: &mut RecordState) -> Result<(String, u64), StoreError> {
+        let text = render(&state.file).map_err(|e| StoreError::Corrupt {
             message: format!("node record {}: {e}", self.path.display()),
-        })
+        })?;
+        state.rendered += 1;
+        Ok((text, state.rendered))
     }
 
-    /// Writes `text` durably: a temporary file, fsync, rename, fsync of the directory.
-    async fn write(&self, text: String) -> Result<(), StoreError> {
+    /// Writes `text` (of generation `generation`) durably: a temporary file, fsync, rename,
+    /// fsync of the directory; nothing if a later generation is written already (it holds all
+    /// this one does).
+    async fn write(&self, (text, generation): (String, u64)) -> Result<(), StoreError> {
         let path = self.path.clone();
-        let result = tokio::task::spawn_blocking(move || write_durably(&path, text.as_bytes()))
-            .await
-            .map_err(|e| std::io::Error::other(e.to_string()))
-            .and_then(|r| r);
+        let written = self.written.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            let mut last = written.lock().unwrap_or_else(|p| p.into_inner());
+            if *last < generation {
+                write_durably(&path, text.as_bytes())?;
+                *last = generation;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|r| r);
         result.map_err(|e| StoreError::Unavailable {
             backend: "node record",
             message: format!("writing {}: {e}", self.path.display()),
@@ -684,5 +708,37 @@ floor_unix_ms = 1700000005000
         let err = NodeRecord::open(dir.path(), "memory".into()).unwrap_err();
         assert!(matches!(err, NodeRecordError::Corrupt { .. }), "{err}");
         assert!(old.exists() && !dir.path().join(NODE_RECORD_FILE).exists());
+    }
+
+    /// Leases recorded at once (one node taking many shard ranges of one group): every write
+    /// succeeds, and the file ends with what the last one recorded, readable.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_writes_all_land_and_the_last_state_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = Arc::new(NodeRecord::open(dir.path(), "memory".into()).unwrap());
+        for round in 0..20u64 {
+            let writes: Vec<_> = (1..=16u64)
+                .map(|worker| {
+                    let record = record.clone();
+                    let lease = WorkerLease {
+                        group: NamespaceName::new("photos:shards").unwrap(),
+                        worker,
+                        token: round * 16 + worker,
+                        floor_unix_ms: 1_700_000_000_000,
+                        ttl: Duration::from_secs(10),
+                        holder: "test".into(),
+                    };
+                    tokio::spawn(async move { record.record_lease(&lease).await })
+                })
+                .collect();
+            for w in writes {
+                w.await.unwrap().unwrap();
+            }
+            let reread = NodeRecord::open(dir.path(), "memory".into()).unwrap();
+            let group = reread
+                .group(&NamespaceName::new("photos:shards").unwrap())
+                .unwrap();
+            assert_eq!(group.last_token, round * 16 + 16, "round {round}");
+        }
     }
 }
