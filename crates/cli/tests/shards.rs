@@ -238,7 +238,7 @@ fn shards_run(authority: &str) {
                     let shard = rng.below(SHARDS);
                     let count = 1 + rng.below(4);
                     // Every third request names a key of the shard rather than the shard.
-                    let path = if round % 3 == 0 {
+                    let path = if round.is_multiple_of(3) {
                         let key = shard + SHARDS * rng.below(1 << 40);
                         format!("/v1/ids/photos?key={key}&count={count}")
                     } else {
