@@ -1,5 +1,5 @@
 //! Snowflake namespaces: ids from a leased generator. The node field is either this node's
-//! worker id (one worker lease per lease group, [`crate::worker`]) or, with `shards = "owned"`,
+//! worker id (one worker lease per lease group, `crate::worker`) or, with `shards = "owned"`,
 //! the data's shard each request names (one range lease per range of shards, held by one node
 //! at a time and forwarded to by the others, [`crate::shards`]).
 //!

@@ -4,7 +4,7 @@
 //! Uniqueness needs one issuer per shard at a time, so shards are leased like worker ids, in
 //! ranges: range `r` (shards `r*shard_range ..`) is worker id `r` of lease group
 //! `<namespace>:shards` ([`idmint_store::WorkerLeases`], every backend), held by one node
-//! ([`crate::worker::LeasedWorker`] with one generator per shard of the range).
+//! (`crate::worker::LeasedWorker` with one generator per shard of the range).
 //!
 //! Invariants:
 //! - **one issuer per shard**: a node issues ids of a shard only under its range's lease,
