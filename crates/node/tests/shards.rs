@@ -189,7 +189,13 @@ async fn random_shards_are_served_once_each_by_their_holder_and_handed_over_at_a
     let b = member(store.clone()).await;
     let c = member(store.clone()).await;
     let all = [&a, &b, &c];
-    let mut answers = load(&all, 4, 150).await;
+    // Node k takes range k first, so every node holds one.
+    let mut answers = Vec::new();
+    for (k, m) in all.iter().enumerate() {
+        let shard = k as u64 * PER_RANGE;
+        answers.push((shard, take(m, shard, 1).await.unwrap()));
+    }
+    answers.extend(load(&all, 4, 150).await);
     let before = check(&answers);
     assert_eq!(before.len() as u64, SHARDS, "every shard was asked for");
 
@@ -254,6 +260,7 @@ async fn random_shards_are_served_once_each_by_their_holder_and_handed_over_at_a
             1,
             false,
             Some(r * PER_RANGE),
+            &[],
         )
         .await
         .unwrap_err();
@@ -261,7 +268,55 @@ async fn random_shards_are_served_once_each_by_their_holder_and_handed_over_at_a
     // A shard of a namespace of worker ids is refused.
     let e = other
         .node
-        .take_forwarded(Credentials::Header(None), "events", 1, false, Some(1))
+        .take_forwarded(Credentials::Header(None), "events", 1, false, Some(1), &[])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code().as_str(), "invalid_request", "{e}");
+    // A batch of parts to the holder: each part's ids in order, each of its shard; all or
+    // none when one part is not the node's; counts that do not add up are refused.
+    let holder = all[i];
+    let (a, b) = (r * PER_RANGE, r * PER_RANGE + PER_RANGE - 1);
+    let (ids, _) = holder
+        .node
+        .take_forwarded(
+            Credentials::Header(None),
+            "photos",
+            5,
+            false,
+            None,
+            &[(a, 2), (b, 3)],
+        )
+        .await
+        .unwrap();
+    let of = |id: u64| Layout::instagram().decode(id).unwrap().parts.node;
+    assert_eq!(
+        ids.iter().map(|&id| of(id)).collect::<Vec<_>>(),
+        [a, a, b, b, b]
+    );
+    let (&elsewhere, _) = owner.iter().find(|(_, &j)| j != i).unwrap();
+    let e = holder
+        .node
+        .take_forwarded(
+            Credentials::Header(None),
+            "photos",
+            2,
+            false,
+            None,
+            &[(a, 1), (elsewhere * PER_RANGE, 1)],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code().as_str(), "no_leader", "{e}");
+    let e = holder
+        .node
+        .take_forwarded(
+            Credentials::Header(None),
+            "photos",
+            4,
+            false,
+            None,
+            &[(a, 2), (b, 3)],
+        )
         .await
         .unwrap_err();
     assert_eq!(e.code().as_str(), "invalid_request", "{e}");

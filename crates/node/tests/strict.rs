@@ -169,7 +169,7 @@ async fn one_leader_serves_in_real_time_order_and_a_stopped_leader_hands_over() 
     let follower = all[(leader + 1) % 3];
     let refused = follower
         .node
-        .take_forwarded(Credentials::Header(None), "chat", 1, false, None)
+        .take_forwarded(Credentials::Header(None), "chat", 1, false, None, &[])
         .await
         .unwrap_err();
     assert!(matches!(refused, IdError::NoLeader { .. }), "{refused}");

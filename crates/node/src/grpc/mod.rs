@@ -324,6 +324,7 @@ impl proto::idmint_server::Idmint for IdmintService {
         request: Request<proto::ForwardRequest>,
     ) -> Result<Response<proto::ForwardAnswer>, Status> {
         let (metadata, _, req) = request.into_parts();
+        let parts: Vec<(u64, u64)> = req.parts.iter().map(|p| (p.shard, p.count)).collect();
         let served = self
             .node
             .take_forwarded(
@@ -332,6 +333,7 @@ impl proto::idmint_server::Idmint for IdmintService {
                 req.count,
                 req.consecutive,
                 req.shard,
+                &parts,
             )
             .await;
         self.answer(

@@ -223,26 +223,34 @@ impl SnowflakeNamespace {
         }
     }
 
-    /// A forward from another node for `shard`: served only while this node holds the shard's
-    /// range (taking it if nobody does), never forwarded again (one hop). Returns the ids and
-    /// the range lease's fencing token.
-    pub async fn serve_forwarded(
-        &self,
-        shard: u64,
-        count: u64,
-    ) -> Result<(Vec<u64>, u64), IdError> {
+    /// A forward from another node for `parts` (each a shard and a count, in order): served
+    /// only while this node holds each shard's range (taking it if nobody does), never
+    /// forwarded again (one hop); all or none. Returns the ids, part after part, and the
+    /// largest fencing token of the range leases they were issued under.
+    pub async fn serve_forwarded(&self, parts: &[(u64, u64)]) -> Result<(Vec<u64>, u64), IdError> {
         let shards = self.shards_or_refuse()?;
-        shards.check_shard(shard)?;
-        match shards.locate(shard, false).await? {
-            Located::Here(worker) => {
-                let generation = worker.current().clone();
-                self.issue(&worker, &generation, Some(shard), count).await
+        let mut ids = Vec::new();
+        let mut token = 0;
+        for &(shard, count) in parts {
+            shards.check_shard(shard)?;
+            match shards.locate(shard, false).await? {
+                Located::Here(worker) => {
+                    let generation = worker.current().clone();
+                    let (issued, t) = self.issue(&worker, &generation, Some(shard), count).await?;
+                    ids.extend(issued);
+                    token = token.max(t);
+                }
+                Located::At(url) => {
+                    return Err(IdError::NoLeader {
+                        name: self.name.to_string(),
+                        reason: format!(
+                            "this node does not hold shard {shard}; the node at {url} does"
+                        ),
+                    })
+                }
             }
-            Located::At(url) => Err(IdError::NoLeader {
-                name: self.name.to_string(),
-                reason: format!("this node does not hold shard {shard}; the node at {url} does"),
-            }),
         }
+        Ok((ids, token))
     }
 
     /// The error a shard's holder answered, as this node answers it.

@@ -242,6 +242,7 @@ impl Node {
                     self.clock.clone(),
                     peers,
                     self.stop.subscribe(),
+                    self.config.max_block_request,
                 )?;
                 Namespace::Snowflake(SnowflakeNamespace::with_shards(
                     name.clone(),

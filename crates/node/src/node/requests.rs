@@ -216,9 +216,10 @@ impl Node {
     }
 
     /// Ids another node forwarded (gRPC `Forward`): of strict namespace `name` for the requests
-    /// a follower batched, served only while this node leads it; or (`shard` set) of `shard` of
-    /// a shard-owned snowflake namespace, served only while this node holds the shard's range
-    /// (taking it if nobody does). Never forwarded again (one hop): otherwise `no_leader`.
+    /// a follower batched, served only while this node leads it; or of a shard-owned snowflake
+    /// namespace, `count` ids of `shard`, or for each of `parts` (shard, count, in order, summing
+    /// to `count`) its ids, served only while this node holds each shard's range (taking it if
+    /// nobody does). Never forwarded again (one hop): otherwise `no_leader`.
     /// Returns the ids and the fencing token they were served under (the leader's term, the
     /// range lease's token). `count` is held to `server.max_block_request` (a batch of many
     /// requests).
@@ -229,10 +230,32 @@ impl Node {
         count: u64,
         consecutive: bool,
         shard: Option<u64>,
+        parts: &[(u64, u64)],
     ) -> Result<(Vec<u64>, u64), IdError> {
         let result = async {
             let count = self.count_of(Some(count), Limit::Block)?;
-            let route = shard.map(ShardRoute::Shard);
+            let parts = match (shard, parts) {
+                (None, []) => Vec::new(),
+                (Some(shard), []) => vec![(shard, count)],
+                (None, parts)
+                    if parts
+                        .iter()
+                        .map(|&(_, n)| n)
+                        .try_fold(0u64, u64::checked_add)
+                        == Some(count)
+                        && parts.iter().all(|&(_, n)| n > 0) =>
+                {
+                    parts.to_vec()
+                }
+                _ => {
+                    return Err(IdError::InvalidRequest(
+                        "a forward names one shard, or parts of at least one id each whose \
+                         counts sum to its count"
+                            .into(),
+                    ))
+                }
+            };
+            let route = parts.first().map(|&(shard, _)| ShardRoute::Shard(shard));
             let (served, admitted) = self
                 .admit_taking(who, name, Scope::Ids, count, route)
                 .await?;
@@ -243,11 +266,11 @@ impl Node {
                      forwarded; ask any node for its ids"
                 ))
             };
-            let (ids, token) = match (&*served.ns, shard) {
-                (Namespace::Snowflake(s), Some(shard)) if !consecutive => {
-                    s.serve_forwarded(shard, count).await?
+            let (ids, token) = match (&*served.ns, parts.is_empty()) {
+                (Namespace::Snowflake(s), false) if !consecutive => {
+                    s.serve_forwarded(&parts).await?
                 }
-                (Namespace::Sequence(s), None) => match s.strict_order() {
+                (Namespace::Sequence(s), true) => match s.strict_order() {
                     Some(strict) => strict.serve_forwarded(count, consecutive).await?,
                     None => return Err(not_forwarded()),
                 },

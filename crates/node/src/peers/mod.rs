@@ -6,6 +6,7 @@
 //! (`advertise`), and calls its gRPC `Forward` with `token`, over TLS when the url is `https://`.
 //! One hop: the node called serves the request itself or refuses it.
 
+pub mod batch;
 pub mod config;
 
 pub use config::PeersConfig;

@@ -27,13 +27,15 @@
 use crate::config::shards::ShardsConfig;
 use crate::config::LeaseSettings;
 use crate::error::IdError;
+use crate::peers::batch::{self, Batcher};
 use crate::peers::{holder_base, url_of, ForwardError, Peers};
 use crate::time::SharedClock;
 use crate::worker::{LeasedWorker, NodeSpan, WorkerError};
 use idmint_core::{Clock, Layout, NamespaceName};
-use idmint_proto::v1::ForwardRequest;
+use idmint_proto::v1::{ForwardRequest, ShardPart};
 use idmint_store::lease::LeaseError;
 use idmint_store::{Authority, WorkerChoice};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -95,6 +97,10 @@ pub struct OwnedShards {
     ranges: Vec<Range>,
     stop: watch::Receiver<bool>,
     keepers: Mutex<Vec<JoinHandle<()>>>,
+    /// The requests queued for each holder (by url), each tagged with its shard.
+    batchers: Mutex<HashMap<String, Arc<Batcher<u64>>>>,
+    /// The most ids one forward carries (`server.max_block_request`).
+    max_batch: u64,
 }
 
 /// The lease group of `name`'s shard ranges: `<name>:shards`.
@@ -113,8 +119,8 @@ pub fn range_layout_text(layout: &Layout, logical: u64, per_lease: u64) -> Strin
 
 impl OwnedShards {
     /// The shards of namespace `name` (of `layout`, split as `config` says), leased from
-    /// `authority` as `[leases]` says, forwarded through `peers`; range leases are renewed
-    /// until `stop` turns true.
+    /// `authority` as `[leases]` says, forwarded through `peers` in batches of at most
+    /// `max_batch` ids; range leases are renewed until `stop` turns true.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         name: NamespaceName,
@@ -125,6 +131,7 @@ impl OwnedShards {
         clock: SharedClock,
         peers: Arc<Peers>,
         stop: watch::Receiver<bool>,
+        max_batch: u64,
     ) -> Result<Arc<OwnedShards>, IdError> {
         let ranges = (0..config.ranges()).map(|_| Range::default()).collect();
         Ok(Arc::new(OwnedShards {
@@ -140,6 +147,8 @@ impl OwnedShards {
             ranges,
             stop,
             keepers: Mutex::new(Vec::new()),
+            batchers: Mutex::new(HashMap::new()),
+            max_batch,
         }))
     }
 
@@ -323,23 +332,66 @@ impl OwnedShards {
         }
     }
 
-    /// `count` ids of `shard` from its holder at `url`.
+    /// `count` ids of `shard` from its holder at `url`: queued with the other requests for
+    /// that node, and carried by the next forward to it ([`crate::peers::batch`]).
     pub async fn forward(
-        &self,
+        self: &Arc<Self>,
         url: &str,
         shard: u64,
         count: u64,
     ) -> Result<Vec<u64>, ForwardError> {
-        let request = ForwardRequest {
-            namespace: self.name.to_string(),
-            count,
-            consecutive: false,
-            shard: Some(shard),
-        };
-        self.peers
-            .forward(url, request)
-            .await
-            .map(|(ids, _token)| ids)
+        let batcher = self
+            .batchers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(url.to_owned())
+            .or_insert_with(|| Arc::new(Batcher::new(self.max_batch)))
+            .clone();
+        let answer = batcher.enqueue(count, false, shard);
+        self.send_batches(&batcher, url);
+        answer.await.unwrap_or_else(|_| {
+            Err(ForwardError::Retry(
+                "the forward carrying the request was dropped".into(),
+            ))
+        })
+    }
+
+    /// Sends every batch a free slot of `batcher` allows, each from its own task (a batch is
+    /// answered even if the request that queued it is dropped); a finished forward sends what
+    /// queued up meanwhile.
+    fn send_batches(self: &Arc<Self>, batcher: &Arc<Batcher<u64>>, url: &str) {
+        while let Some((permit, batch)) = batcher.next_batch() {
+            let count = batch.iter().map(|w| w.count).sum();
+            let request = match &batch[..] {
+                [one] => ForwardRequest {
+                    namespace: self.name.to_string(),
+                    count,
+                    consecutive: false,
+                    shard: Some(one.tag),
+                    parts: Vec::new(),
+                },
+                many => ForwardRequest {
+                    namespace: self.name.to_string(),
+                    count,
+                    consecutive: false,
+                    shard: None,
+                    parts: many
+                        .iter()
+                        .map(|w| ShardPart {
+                            shard: w.tag,
+                            count: w.count,
+                        })
+                        .collect(),
+                },
+            };
+            let (shards, batcher, url) = (self.clone(), batcher.clone(), url.to_owned());
+            tokio::spawn(async move {
+                let answer = shards.peers.forward(&url, request).await;
+                batch::distribute(batch, answer.map(|(ids, _token)| ids));
+                drop(permit);
+                shards.send_batches(&batcher, &url);
+            });
+        }
     }
 
     fn not_here(&self, shard: u64, url: &str) -> IdError {

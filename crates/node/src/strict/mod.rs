@@ -13,7 +13,7 @@
 //!   authority's watermark read once the lease is held (`Supply::start_above`):
 //!   every id an earlier term served came from a block below it. Blocks kept in the data
 //!   directory are never used by a strict namespace;
-//! - **followers forward**, batched ([`forward`]), to the url the leader recorded with its
+//! - **followers forward**, batched ([`crate::peers::batch`]), to the url the leader recorded with its
 //!   lease, one hop: a node that does not lead answers `no_leader`, and the follower looks
 //!   again;
 //! - **no leader**: a request waits up to `peers.wait_ms` for one (a failover, an authority
@@ -22,7 +22,6 @@
 //! Only an authority that grants every block from one watermark serves strict namespaces
 //! (checked in the configuration): not `multi`, not `upstream`.
 
-pub mod forward;
 mod lead;
 pub mod term;
 
@@ -30,10 +29,11 @@ pub use crate::peers::{holder_base, url_of, Peers};
 
 use crate::config::LeaseSettings;
 use crate::error::IdError;
+use crate::peers::batch::{self, Batcher};
+use crate::peers::ForwardError;
 use crate::supply::{ServeGate, Supply};
 use crate::time::SharedClock;
 use arc_swap::ArcSwapOption;
-use forward::{Batcher, ForwardError};
 use idmint_core::{Backoff, Clock, NamespaceName};
 use idmint_proto::v1::ForwardRequest;
 use idmint_store::{Authority, WorkerLease};
@@ -90,7 +90,7 @@ pub struct Strict {
     peers: Arc<Peers>,
     role: watch::Sender<Role>,
     gate: Arc<TermGate>,
-    batcher: Arc<Batcher>,
+    batcher: Arc<Batcher<()>>,
     /// Wakes the leadership task early (a forward failed: the leader may be gone).
     look_again: Notify,
     /// The leader lease held when the leadership task stopped, released after the hand-back.
@@ -289,7 +289,7 @@ impl Strict {
         count: u64,
         consecutive: bool,
     ) -> Result<Vec<u64>, ForwardError> {
-        let answer = self.batcher.enqueue(count, consecutive);
+        let answer = self.batcher.enqueue(count, consecutive, ());
         send_batches(&self.batcher, &self.peers, url, self.name.as_str());
         answer
             .await
@@ -332,10 +332,10 @@ impl Strict {
 
 /// Sends every batch a free slot allows, each from its own task (a batch is answered even if
 /// the request that sent it is dropped); a finished forward sends what queued up meanwhile.
-fn send_batches(batcher: &Arc<Batcher>, peers: &Arc<Peers>, url: &str, name: &str) {
+fn send_batches(batcher: &Arc<Batcher<()>>, peers: &Arc<Peers>, url: &str, name: &str) {
     while let Some((permit, batch)) = batcher.next_batch() {
         let total = batch.iter().map(|w| w.count).sum();
-        let alone = batch.len() == 1 && batch[0].consecutive;
+        let alone = batch.len() == 1 && batch[0].alone;
         let (batcher, peers) = (batcher.clone(), peers.clone());
         let (url, name) = (url.to_owned(), name.to_owned());
         tokio::spawn(async move {
@@ -344,9 +344,10 @@ fn send_batches(batcher: &Arc<Batcher>, peers: &Arc<Peers>, url: &str, name: &st
                 count: total,
                 consecutive: alone,
                 shard: None,
+                parts: Vec::new(),
             };
             let result = peers.forward(&url, request).await;
-            forward::distribute(batch, result.map(|(ids, _)| ids));
+            batch::distribute(batch, result.map(|(ids, _)| ids));
             drop(permit);
             send_batches(&batcher, &peers, &url, &name);
         });
