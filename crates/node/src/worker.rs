@@ -36,6 +36,7 @@
 //! id, the host's ordinal): on `multi` the first member stores them, on `upstream` the tier
 //! above. An authority that stores none is refused ([`WorkerError::NoLeases`]).
 
+use crate::config::shards::ShardsConfig;
 use crate::config::{LeaseSettings, WorkerConfig};
 use crate::error::IdError;
 use crate::time::SharedClock;
@@ -106,14 +107,9 @@ pub enum WorkerError {
 pub enum NodeSpan {
     /// The leased worker id itself (a snowflake namespace's worker).
     Worker,
-    /// Lease `r` holds shards `r*per_lease .. min((r+1)*per_lease, logical)`, one generator
+    /// Lease `r` holds the shards of range `r` ([`ShardsConfig::shards_of`]), one generator
     /// each ([`crate::shards`]).
-    Shards {
-        /// Shards per lease.
-        per_lease: u64,
-        /// Shards in all.
-        logical: u64,
-    },
+    Shards(ShardsConfig),
 }
 
 impl NodeSpan {
@@ -121,10 +117,7 @@ impl NodeSpan {
     pub fn nodes_of(&self, worker: u64) -> std::ops::Range<u64> {
         match *self {
             NodeSpan::Worker => worker..worker.saturating_add(1),
-            NodeSpan::Shards { per_lease, logical } => {
-                let start = worker.saturating_mul(per_lease).min(logical);
-                start..start.saturating_add(per_lease).min(logical)
-            }
+            NodeSpan::Shards(config) => config.shards_of(worker),
         }
     }
 
@@ -132,7 +125,7 @@ impl NodeSpan {
     fn leases(&self, layout: &Layout) -> u64 {
         match *self {
             NodeSpan::Worker => layout.max_node().saturating_add(1),
-            NodeSpan::Shards { per_lease, logical } => logical.div_ceil(per_lease.max(1)),
+            NodeSpan::Shards(config) => config.ranges(),
         }
     }
 }
@@ -544,9 +537,7 @@ impl LeasedWorker {
     fn group_layout(&self) -> String {
         match self.span {
             NodeSpan::Worker => layout_text(&self.layout),
-            NodeSpan::Shards { per_lease, logical } => {
-                crate::shards::range_layout_text(&self.layout, logical, per_lease)
-            }
+            NodeSpan::Shards(config) => crate::shards::range_layout_text(&self.layout, &config),
         }
     }
 

@@ -385,7 +385,13 @@ async fn an_unreachable_holder_means_no_leader_after_the_wait() {
     let store: Arc<dyn Authority> = Arc::new(MemoryAuthority::new());
     let leases = store.worker_leases().unwrap();
     let group = idmint_core::NamespaceName::new("photos:shards").unwrap();
-    let layout = idmint_node::shards::range_layout_text(&Layout::instagram(), SHARDS, PER_RANGE);
+    let layout = idmint_node::shards::range_layout_text(
+        &Layout::instagram(),
+        &idmint_node::config::shards::ShardsConfig {
+            logical: SHARDS,
+            range: PER_RANGE,
+        },
+    );
     leases
         .acquire(&idmint_store::LeaseRequest {
             group,

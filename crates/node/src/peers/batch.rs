@@ -94,14 +94,6 @@ impl<T> Batcher<T> {
         drop(queue);
         (!batch.is_empty()).then_some((permit, batch))
     }
-
-    /// Fails every queued request with `error` (no node to forward to).
-    pub fn fail_all(&self, error: &ForwardError) {
-        let waiting: Vec<Waiter<T>> = self.lock().drain(..).collect();
-        for w in waiting {
-            let _ = w.reply.send(Err(error.clone()));
-        }
-    }
 }
 
 /// Hands each request of `batch` its share of `answer`, in queue order: the first request the

@@ -110,10 +110,12 @@ pub fn shard_group(name: &NamespaceName) -> Result<NamespaceName, IdError> {
 
 /// The layout text a shard group records: the layout and how the shards are split, so two
 /// namespaces that split them differently never share a group.
-pub fn range_layout_text(layout: &Layout, logical: u64, per_lease: u64) -> String {
+pub fn range_layout_text(layout: &Layout, config: &ShardsConfig) -> String {
     format!(
-        "{} shards={logical} shards_per_lease={per_lease}",
-        crate::worker::layout_text(layout)
+        "{} shards={} shards_per_lease={}",
+        crate::worker::layout_text(layout),
+        config.logical,
+        config.range
     )
 }
 
@@ -243,10 +245,7 @@ impl OwnedShards {
             self.group.clone(),
             self.layout,
             WorkerChoice::Exactly(r),
-            NodeSpan::Shards {
-                per_lease: self.config.range,
-                logical: self.config.logical,
-            },
+            NodeSpan::Shards(self.config),
             self.holder.clone(),
             self.authority.clone(),
             self.leases,

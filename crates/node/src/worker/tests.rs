@@ -197,10 +197,10 @@ async fn a_shard_range_issues_each_of_its_shards_and_releases_above_all() {
         max_floor_wait: Duration::from_secs(2),
         safety_margin: Duration::from_secs(2),
     };
-    let span = NodeSpan::Shards {
-        per_lease: 4,
+    let span = NodeSpan::Shards(crate::config::shards::ShardsConfig {
         logical: 10,
-    };
+        range: 4,
+    });
     let group = NamespaceName::new("photos:shards").unwrap();
     let take = || {
         LeasedWorker::acquire_span(
