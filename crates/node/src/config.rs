@@ -318,9 +318,33 @@ pub struct NodeConfig {
     /// after the restart ([`idmint_store::kept`]); `None`: they are burned. The binary sets it
     /// to the data directory for every durable authority.
     pub keep_blocks: Option<KeepBlocks>,
+    /// `server.kept_blocks`: what becomes of unused blocks at a clean stop and how they are
+    /// served after the restart ([`KeptBlocks`]).
+    pub kept_blocks: KeptBlocks,
     /// `[peers]`: how the nodes reach each other to forward requests (needed by strict and
     /// shard-owned namespaces).
     pub peers: Option<crate::peers::PeersConfig>,
+}
+
+/// `server.kept_blocks`: the unused blocks a node holds at a clean stop that do not go back to
+/// its authority (older blocks, a tail refused because ids were granted after it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeptBlocks {
+    /// `"claimed"` (the default): parked in the authority at the stop
+    /// ([`idmint_store::Authority::park`]) and served after the restart only once the
+    /// authority confirms them with a claim ([`idmint_store::Authority::claim`]): a copied data
+    /// directory, an edited file, a rebase or retirement while stopped, or a store that lost
+    /// data serves none of them. Blocks that cannot be parked (the authority did not answer, or
+    /// keeps no parks) are burned.
+    #[default]
+    Claimed,
+    /// `"unconfirmed"`: as `claimed`, and blocks that cannot be parked are kept in the data
+    /// directory all the same, and every kept block is served at the restart before the
+    /// authority answers. For a lower tier that prefers serving through an outage of the tier
+    /// above: a copied or restored data directory then repeats ids.
+    Unconfirmed,
+    /// `"off"`: burned at the stop.
+    Off,
 }
 
 /// The data directory and the authority of [`NodeConfig::keep_blocks`].
@@ -379,6 +403,7 @@ impl Default for NodeConfig {
             auth: None,
             audit_retention: None,
             keep_blocks: None,
+            kept_blocks: KeptBlocks::default(),
             peers: None,
         }
     }
@@ -554,6 +579,7 @@ struct RawServer {
     refill_wait_ms: Option<u64>,
     exhaustion_warning_days: Option<u64>,
     audit_retention_days: Option<u64>,
+    kept_blocks: Option<String>,
     header_read_timeout_ms: Option<u64>,
     idle_timeout_ms: Option<u64>,
     max_connections: Option<usize>,
@@ -813,6 +839,18 @@ impl FileConfig {
                 ));
             }
             node.audit_retention = Some(Duration::from_secs(days * DAY_SECS));
+        }
+        if let Some(text) = &raw.server.kept_blocks {
+            node.kept_blocks = choose(
+                "server.kept_blocks",
+                text,
+                &[
+                    ("claimed", KeptBlocks::Claimed),
+                    ("unconfirmed", KeptBlocks::Unconfirmed),
+                    ("off", KeptBlocks::Off),
+                ],
+            )
+            .map_err(|e| invalid("server.kept_blocks", e))?;
         }
         node.listen = listen_settings(&raw.server)?;
         node.leases = lease_settings(&raw.leases)?;

@@ -65,8 +65,8 @@ pub mod tls;
 pub(crate) mod worker;
 
 pub use config::{
-    CacheMode, ConfigError, FileConfig, KeepBlocks, KindConfig, LeaseSettings, ListenConfig,
-    NodeConfig, TlsFiles, WorkerConfig,
+    CacheMode, ConfigError, FileConfig, KeepBlocks, KeptBlocks, KindConfig, LeaseSettings,
+    ListenConfig, NodeConfig, TlsFiles, WorkerConfig,
 };
 pub use error::{IdError, NodeError};
 pub use idmint_store::Authority;

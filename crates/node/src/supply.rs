@@ -50,7 +50,7 @@ use crate::error::IdError;
 use crate::time::SharedClock;
 use idmint_core::buffer::{PutBack, Taken};
 use idmint_core::{Backoff, Block, Buffer, BufferPolicy, BufferStats, Clock, NamespaceName};
-use idmint_store::{BlockSource, GiveBack, StoreError};
+use idmint_store::{BlockSource, GiveBack, Outcome, StoreError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -900,11 +900,13 @@ impl Supply {
     }
 
     /// Empties the buffer at a graceful shutdown (after the refill task stopped). The newest
-    /// block's unused tail goes back to the source. With `keep`, every unused id that does not
-    /// go back (older blocks, and whatever of the tail the source does not take) is handed to
-    /// the caller in [`HandBack::kept`], to keep durably and serve after a restart
-    /// ([`idmint_store::kept`]); without, those ids are burned. Kept ids were granted to this
-    /// node and none of them was served, so nobody else holds them.
+    /// block's unused tail goes back to the source. With `keep`, every unused id that is still
+    /// this node's (older blocks, and whatever of the tail the source answered it did not take)
+    /// is handed to the caller in [`HandBack::kept`], to park in the store and claim after a
+    /// restart ([`idmint_store::parks`]); without, those ids are burned.
+    ///
+    /// A tail whose give-back outcome is unknown (no answer, a lost reply) is burned, whatever
+    /// `keep` says: the source may have taken it and granted it again (invariant 3).
     pub async fn give_back(&self, keep: bool) -> HandBack {
         let mut unused = self.with_buffer(|b| b.take_unused());
         let Some(tail) = unused.pop() else {
@@ -912,28 +914,36 @@ impl Supply {
         };
         let mut kept = unused;
         let n = tail.len();
-        let (given_back, not_returned) = match self.source.give_back(&self.name, tail).await {
-            Ok(GiveBack::Returned) => (n, None),
-            Ok(GiveBack::Partly { ids }) => {
+        let (given_back, not_returned, unknown) = match self
+            .source
+            .give_back(&self.name, tail)
+            .await
+        {
+            Outcome::Applied(GiveBack::Returned) => (n, None, 0),
+            Outcome::Applied(GiveBack::Partly { ids }) => {
                 // The source took the tail's last `ids`; its first ones are still this node's.
                 let ids = ids.min(n);
                 tracing::info!(namespace = %self.name, given_back = ids, not_returned = n - ids, "only the newest block's part of the tail was returned");
                 let rest_end = tail.start() + (n - ids) * tail.step();
-                (ids, Block::new(tail.start(), rest_end, tail.step()))
+                (ids, Block::new(tail.start(), rest_end, tail.step()), 0)
             }
-            Ok(GiveBack::Refused { watermark }) => {
+            Outcome::Applied(GiveBack::Refused { watermark }) => {
                 tracing::info!(namespace = %self.name, watermark, ids = n, "tail not returned: ids were reserved after it");
-                (0, Some(tail))
+                (0, Some(tail), 0)
             }
-            Err(e) => {
-                tracing::warn!(namespace = %self.name, error = %e, ids = n, "could not hand back the unused tail");
-                (0, Some(tail))
+            Outcome::Refused(e) => {
+                tracing::warn!(namespace = %self.name, error = %e, ids = n, "the source refused the unused tail");
+                (0, Some(tail), 0)
+            }
+            Outcome::Unknown(e) => {
+                tracing::warn!(namespace = %self.name, error = %e, ids = n, "the unused tail's give-back has no known outcome; burned");
+                (0, None, n)
             }
         };
         kept.extend(not_returned);
-        let mut burned = 0;
+        let mut burned = unknown;
         if !keep {
-            burned = kept.iter().map(Block::len).sum();
+            burned += kept.iter().map(Block::len).sum::<u64>();
             kept.clear();
         }
         self.with_buffer(|b| {
@@ -1055,12 +1065,8 @@ mod tests {
             }
             Authority::reserve(&self.inner, name, count).await
         }
-        async fn give_back(
-            &self,
-            name: &NamespaceName,
-            tail: Block,
-        ) -> Result<GiveBack, StoreError> {
-            Authority::give_back(&self.inner, name, tail).await
+        async fn give_back(&self, name: &NamespaceName, tail: Block) -> Outcome<GiveBack> {
+            Outcome::of(Authority::give_back(&self.inner, name, tail).await)
         }
     }
 

@@ -110,6 +110,21 @@ pub enum AuditEvent {
         /// The watermark after: one past the namespace's largest id.
         to: u64,
     },
+    /// Unused blocks parked by their holder at its clean stop ([`crate::Authority::park`]):
+    /// still granted to it, claimable once.
+    Parked {
+        /// First id.
+        start: u64,
+        /// One past the last id.
+        end: u64,
+    },
+    /// Parked blocks claimed back by their holder ([`crate::Authority::claim`]).
+    Claimed {
+        /// First id.
+        start: u64,
+        /// One past the last id.
+        end: u64,
+    },
     /// Written by pruning in place of the entries it removed ([`prune`]): every id below
     /// `below` was granted and not given back by then, and `token` was the highest fencing
     /// token leased (0: none).
@@ -130,6 +145,8 @@ impl AuditEvent {
             AuditEvent::Leased { .. } => "leased",
             AuditEvent::Rebased { .. } => "rebased",
             AuditEvent::Retired { .. } => "retired",
+            AuditEvent::Parked { .. } => "parked",
+            AuditEvent::Claimed { .. } => "claimed",
             AuditEvent::Checkpoint { .. } => "checkpoint",
         }
     }
@@ -137,9 +154,10 @@ impl AuditEvent {
     /// Its two numbers, in the order [`AuditEvent::from_parts`] takes them.
     pub fn numbers(&self) -> (u64, u64) {
         match *self {
-            AuditEvent::Granted { start, end } | AuditEvent::GivenBack { start, end } => {
-                (start, end)
-            }
+            AuditEvent::Granted { start, end }
+            | AuditEvent::GivenBack { start, end }
+            | AuditEvent::Parked { start, end }
+            | AuditEvent::Claimed { start, end } => (start, end),
             AuditEvent::Leased { worker, token } => (worker, token),
             AuditEvent::Rebased { from, to } | AuditEvent::Retired { from, to } => (from, to),
             AuditEvent::Checkpoint { below, token } => (below, token),
@@ -158,6 +176,8 @@ impl AuditEvent {
             "rebased" => AuditEvent::Rebased { from: a, to: b },
             "retired" => AuditEvent::Retired { from: a, to: b },
             "checkpoint" => AuditEvent::Checkpoint { below: a, token: b },
+            "parked" => AuditEvent::Parked { start: a, end: b },
+            "claimed" => AuditEvent::Claimed { start: a, end: b },
             _ => return None,
         })
     }
@@ -172,6 +192,8 @@ impl AuditEvent {
             }
             AuditEvent::GivenBack { .. }
             | AuditEvent::Leased { .. }
+            | AuditEvent::Parked { .. }
+            | AuditEvent::Claimed { .. }
             | AuditEvent::Checkpoint { .. } => None,
         }
     }

@@ -19,8 +19,8 @@
 use crate::audit::{AuditEntry, AuditEvent, AuditLog};
 use crate::lease::{GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases, WorkerSlot};
 use crate::{
-    Advance, Advanced, Authority, GiveBack, Incarnation, Members, NamespaceState, Reservation,
-    StoreError,
+    Advance, Advanced, Authority, ClaimKey, GiveBack, Incarnation, Members, NamespaceState,
+    Reservation, StoreError,
 };
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec};
@@ -171,6 +171,19 @@ impl Authority for DeferredAuthority {
 
     async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
         self.get()?.give_back(name, tail).await
+    }
+
+    async fn park(
+        &self,
+        name: &NamespaceName,
+        key: &ClaimKey,
+        blocks: &[Block],
+    ) -> Result<(), StoreError> {
+        self.get()?.park(name, key, blocks).await
+    }
+
+    async fn claim(&self, name: &NamespaceName, key: &ClaimKey) -> Result<Vec<Block>, StoreError> {
+        self.get()?.claim(name, key).await
     }
 }
 

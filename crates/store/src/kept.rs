@@ -1,28 +1,30 @@
-//! Kept blocks: the unused sequence blocks a node held at a clean stop and did not hand back
-//! (its authority or the tier above did not answer, or the blocks were not the newest one's
-//! tail), written to `kept-blocks.json` in the data directory and served first after the
-//! restart. So a lower tier stopped during an outage of the tier above burns nothing, and it
-//! serves after a restart even while that outage lasts.
+//! Kept blocks: the unused sequence blocks a node held at a clean stop that did not go back
+//! to its authority (older blocks, a tail the authority answered it would not take), written to
+//! `kept-blocks.json` in the data directory, with the key they were parked under in the
+//! authority ([`crate::parks`]).
+//!
+//! The file is a claim ticket, never a grant: a namespace with a claim key is served after the
+//! restart only with the blocks the authority returns to [`crate::Authority::claim`], once
+//! (a copied or edited file claims nothing). A namespace without one holds blocks the
+//! authority could not park; only a node told to serve kept blocks unconfirmed
+//! (`server.kept_blocks = "unconfirmed"`) serves them, and the node burns them otherwise.
 //!
 //! Invariants:
-//! - only blocks the authority granted to this node, with no id of them handed out, are kept:
-//!   nobody else holds them, so serving them after the restart repeats nothing;
+//! - a block whose give-back outcome is unknown is never written here (the node burns it);
 //! - the file is written durably (a temporary file, fsync, rename, fsync of the directory), and
 //!   [`take`] removes it durably before returning its blocks, so before any of them is served:
 //!   a crash after that burns them (at most what was buffered, as any crash), and no block is
-//!   ever served by two starts;
-//! - blocks are given back only to a node on the authority they came from (the configured
-//!   authority's text is recorded with them): a file of another authority, or one that cannot
-//!   be read, is set aside under another name and serves nothing;
+//!   ever served by two starts of one data directory;
+//! - blocks are claimed only on the authority they came from (the configured authority's text
+//!   is recorded with them): a file of another authority, or one that cannot be read, is set
+//!   aside under another name and serves nothing;
 //! - every block is checked against its namespace's spec when read (the node checks it again
 //!   with its gate before serving it).
 //!
-//! What it does not do: decide what to keep (the node's shutdown does) or check a kept block
-//! against a watermark moved by an operator on another node while this one was stopped (a
-//! block granted before such a move is this node's, as are the blocks a running lower tier
-//! holds).
+//! What it does not do: decide what to keep, park or claim (the node does).
 
 use crate::node_record::{sync_dir, write_durably};
+use crate::parks::ClaimKey;
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -39,6 +41,9 @@ pub struct KeptNamespace {
     pub spec: SequenceSpec,
     /// Unused blocks, in the order they were granted (increasing).
     pub blocks: Vec<Block>,
+    /// The key the blocks were parked under in the authority; `None`: not parked (served only
+    /// unconfirmed).
+    pub claim: Option<ClaimKey>,
 }
 
 impl KeptNamespace {
@@ -74,6 +79,9 @@ struct FileNamespace {
     offset: u64,
     /// `[start, end)` pairs.
     blocks: Vec<[u64; 2]>,
+    /// The claim key the blocks were parked under; absent: not parked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    claim: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -84,9 +92,9 @@ struct File {
     namespaces: Vec<FileNamespace>,
 }
 
-const ABOUT: &str = "Unused blocks this node held at its last clean stop; served first at its \
-                     next start, which removes this file. Written by idmint: never copy it to \
-                     another node or data directory.";
+const ABOUT: &str = "Unused blocks this node held at its last clean stop, parked in its \
+                     authority under the claim key: its next start claims them from the \
+                     authority (once) and removes this file. Written by idmint.";
 
 /// Writes `namespaces` (those with blocks) to the data directory `dir`, durably, for a node
 /// on `authority`. Writes nothing when there is nothing to keep.
@@ -105,6 +113,7 @@ pub fn write(dir: &Path, authority: &str, namespaces: &[KeptNamespace]) -> Resul
                 step: n.spec.step(),
                 offset: n.spec.offset(),
                 blocks: n.blocks.iter().map(|b| [b.start(), b.end()]).collect(),
+                claim: n.claim.as_ref().map(|k| k.as_str().to_owned()),
             })
             .collect(),
     };
@@ -169,6 +178,13 @@ fn parse_namespace(n: FileNamespace) -> Result<KeptNamespace, String> {
         .ok_or_else(|| format!("namespace {name}: width {} is not 32 or 64", n.width))?;
     let spec = SequenceSpec::new(width, n.first, n.step, n.offset)
         .map_err(|e| format!("namespace {name}: {e}"))?;
+    let claim = match &n.claim {
+        Some(text) => Some(
+            ClaimKey::parse(text)
+                .ok_or_else(|| format!("namespace {name}: the claim key is not 32 hex digits"))?,
+        ),
+        None => None,
+    };
     let mut blocks = Vec::with_capacity(n.blocks.len());
     let mut above = 0u64;
     for [start, end] in n.blocks {
@@ -180,7 +196,12 @@ fn parse_namespace(n: FileNamespace) -> Result<KeptNamespace, String> {
         above = block.end();
         blocks.push(block);
     }
-    Ok(KeptNamespace { name, spec, blocks })
+    Ok(KeptNamespace {
+        name,
+        spec,
+        blocks,
+        claim,
+    })
 }
 
 #[cfg(test)]
@@ -196,6 +217,7 @@ mod tests {
                 .iter()
                 .map(|&(s, e)| Block::new(s, e, 2).unwrap())
                 .collect(),
+            claim: Some(ClaimKey::random()),
         }
     }
 

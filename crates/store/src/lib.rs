@@ -76,6 +76,8 @@ mod multi;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 pub mod node_record;
+mod outcome;
+pub mod parks;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod pool;
 #[cfg(feature = "postgres")]
@@ -100,6 +102,8 @@ pub use lease::{LeaseError, LeaseRequest, WorkerChoice, WorkerLease, WorkerLease
 pub use memory::MemoryAuthority;
 pub use multi::{AuditedMember, MemberEvents, MemberHealth, MemberSlot, Members, MultiAuthority};
 pub use node_record::{CheckedAuthority, NodeRecord, NodeRecordError, StoreExpectations};
+pub use outcome::Outcome;
+pub use parks::{ClaimKey, Parks};
 pub use source::BlockSource;
 #[cfg(feature = "upstream")]
 pub use upstream::UpstreamAuthority;
@@ -276,6 +280,38 @@ pub trait Authority: Send + Sync + std::fmt::Debug + 'static {
     /// class, below the first id) is `Err(StoreError::InvalidTail{..})`; unknown namespace is
     /// `Err(StoreError::UnknownNamespace)`.
     async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError>;
+
+    /// Parks `blocks` of `name` under `key` ([`parks`]): unused blocks this caller holds at its
+    /// clean stop, recorded (with a `parked` entry per block in the audit ledger) so that it can
+    /// claim them back with [`Authority::claim`] after a restart. One atomic, durable write; the
+    /// blocks must lie below the watermark, be of the namespace's spec and overlap no other
+    /// park (else [`StoreError::InvalidTail`]); a retired namespace is
+    /// [`StoreError::Retired`]. Backends that keep no parks answer
+    /// [`StoreError::NotSupported`] (the caller burns the blocks).
+    async fn park(
+        &self,
+        name: &NamespaceName,
+        key: &ClaimKey,
+        blocks: &[Block],
+    ) -> Result<(), StoreError> {
+        let _ = (name, key, blocks);
+        Err(StoreError::NotSupported {
+            backend: self.kind(),
+            what: "parking blocks",
+        })
+    }
+
+    /// Claims the blocks parked under `key` ([`parks`]) and returns them: one atomic, durable
+    /// write that removes the park and records a `claimed` entry per block, so a second claim
+    /// is [`StoreError::NotParked`]. A retired namespace is [`StoreError::Retired`]; what a
+    /// rebase dropped is not returned. Once this answers `Ok`, the blocks are the caller's.
+    async fn claim(&self, name: &NamespaceName, key: &ClaimKey) -> Result<Vec<Block>, StoreError> {
+        let _ = (name, key);
+        Err(StoreError::NotSupported {
+            backend: self.kind(),
+            what: "claiming parked blocks",
+        })
+    }
 }
 
 /// A namespace as the authority records it.
@@ -445,6 +481,13 @@ pub enum StoreError {
         backend: &'static str,
         /// What was asked.
         what: &'static str,
+    },
+    /// [`Authority::claim`] found no park under the key: it was claimed before (a copied or
+    /// restored data directory), dropped by a retirement or rebase, or never made in this store.
+    #[error("no blocks of namespace {name} are parked under this claim key (claimed before, dropped by a rebase or retirement, or never parked in this store)")]
+    NotParked {
+        /// The namespace.
+        name: NamespaceName,
     },
     /// [`Authority::give_back`] was given a tail that no reservation of the namespace returns.
     #[error("cannot give back [{start}, {end}) step {step} to namespace {name}: {reason}")]

@@ -18,6 +18,7 @@ use crate::lease::{
     is_current, plan_acquire, superseded, GroupRecord, LeaseError, LeaseRequest, WorkerLease,
     WorkerLeases, WorkerSlot,
 };
+use crate::parks::{self, ClaimKey, Parks};
 use crate::{ops, Authority, GiveBack, Incarnation, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, Clock, NamespaceName, SequenceSpec, SystemClock};
@@ -29,6 +30,8 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct MemoryAuthority {
     namespaces: Mutex<BTreeMap<NamespaceName, NamespaceState>>,
+    /// Parked blocks per namespace ([`crate::parks`]); taken only while `namespaces` is held.
+    parks: Mutex<BTreeMap<NamespaceName, Parks>>,
     /// The audit ledger: the last sequence number given, and the entries kept.
     audit: Mutex<(u64, Vec<AuditEntry>)>,
     leases: Mutex<BTreeMap<NamespaceName, MemoryGroup>>,
@@ -68,6 +71,7 @@ impl MemoryAuthority {
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         MemoryAuthority {
             namespaces: Mutex::new(BTreeMap::new()),
+            parks: Mutex::new(BTreeMap::new()),
             audit: Mutex::new((0, Vec::new())),
             leases: Mutex::new(BTreeMap::new()),
             incarnation: Mutex::new(None),
@@ -114,6 +118,11 @@ impl MemoryAuthority {
             event,
             holder: holder.to_string(),
         });
+    }
+
+    /// The parks, taken while the namespaces' lock is held (one order: namespaces, then parks).
+    fn parks(&self) -> MutexGuard<'_, BTreeMap<NamespaceName, Parks>> {
+        self.parks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<NamespaceName, NamespaceState>> {
@@ -170,6 +179,10 @@ impl Authority for MemoryAuthority {
         if let Some(next) = ops::advance(state, to, why)? {
             self.record(name, ops::advance_event(why, from, next.watermark));
             *state = next;
+        }
+        let mut parks = self.parks();
+        if let Some(p) = parks.get_mut(name) {
+            *p = p.after_advance(state, to);
         }
         Ok(Advanced {
             from,
@@ -243,6 +256,47 @@ impl Authority for MemoryAuthority {
             }
             Err(refused) => Ok(refused),
         }
+    }
+
+    async fn park(
+        &self,
+        name: &NamespaceName,
+        key: &ClaimKey,
+        blocks: &[Block],
+    ) -> Result<(), StoreError> {
+        let map = self.lock();
+        let state = map
+            .get(name)
+            .ok_or_else(|| StoreError::UnknownNamespace { name: name.clone() })?;
+        let mut parks = self.parks();
+        let next = parks
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
+            .park(state, key, blocks)?;
+        parks.insert(name.clone(), next);
+        for event in parks::events(blocks, false) {
+            self.record(name, event);
+        }
+        Ok(())
+    }
+
+    async fn claim(&self, name: &NamespaceName, key: &ClaimKey) -> Result<Vec<Block>, StoreError> {
+        let map = self.lock();
+        let state = map
+            .get(name)
+            .ok_or_else(|| StoreError::UnknownNamespace { name: name.clone() })?;
+        let mut parks = self.parks();
+        let (next, blocks) = parks
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
+            .claim(state, key)?;
+        parks.insert(name.clone(), next);
+        for event in parks::events(&blocks, true) {
+            self.record(name, event);
+        }
+        Ok(blocks)
     }
 }
 

@@ -11,12 +11,13 @@
 //! the caller's alone and recorded durably at its source before `Ok` (invariant 1 of
 //! docs/design.md, transitively: a source that is itself a buffer hands out only blocks its own
 //! source granted); `give_back` is a compare-and-swap that succeeds only while nothing was
-//! granted after the tail's block (invariant 2).
+//! granted after the tail's block (invariant 2), and answers an [`Outcome`]: a give-back whose
+//! outcome is unknown may have happened, so the caller burns its tail (invariant 3).
 //!
 //! What it does not do: create namespaces, report state, or retry. Those stay with
 //! [`Authority`] and with the caller.
 
-use crate::{Authority, GiveBack, Reservation, StoreError};
+use crate::{Authority, GiveBack, Outcome, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName};
 use std::sync::Arc;
@@ -31,8 +32,9 @@ pub trait BlockSource: Send + Sync + std::fmt::Debug + 'static {
     /// [`Authority::reserve`].
     async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError>;
 
-    /// Hands back the unused tail of the newest block; as [`Authority::give_back`].
-    async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError>;
+    /// Hands back the unused tail of the newest block; as [`Authority::give_back`], read as
+    /// an [`Outcome`].
+    async fn give_back(&self, name: &NamespaceName, tail: Block) -> Outcome<GiveBack>;
 }
 
 #[async_trait]
@@ -43,8 +45,8 @@ impl<A: Authority + ?Sized> BlockSource for A {
     async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError> {
         Authority::reserve(self, name, count).await
     }
-    async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
-        Authority::give_back(self, name, tail).await
+    async fn give_back(&self, name: &NamespaceName, tail: Block) -> Outcome<GiveBack> {
+        Outcome::of(Authority::give_back(self, name, tail).await)
     }
 }
 
@@ -56,7 +58,7 @@ impl BlockSource for Arc<dyn Authority> {
     async fn reserve(&self, name: &NamespaceName, count: u64) -> Result<Reservation, StoreError> {
         Authority::reserve(&**self, name, count).await
     }
-    async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
-        Authority::give_back(&**self, name, tail).await
+    async fn give_back(&self, name: &NamespaceName, tail: Block) -> Outcome<GiveBack> {
+        Outcome::of(Authority::give_back(&**self, name, tail).await)
     }
 }

@@ -12,11 +12,14 @@ use idmint_store::conformance::MemoryBackend;
 idmint_store::conformance_tests!(memory => MemoryBackend);
 idmint_store::conformance_tests!(memory_leases => MemoryBackend, leases);
 idmint_store::conformance_tests!(memory_audit => MemoryBackend, audit);
+idmint_store::conformance_tests!(memory_parks => MemoryBackend, parks);
 
 #[cfg(feature = "file")]
 idmint_store::conformance_tests!(file => idmint_store::conformance::FileBackend);
 #[cfg(feature = "file")]
 idmint_store::conformance_tests!(file_audit => idmint_store::conformance::FileBackend, audit);
+#[cfg(feature = "file")]
+idmint_store::conformance_tests!(file_parks => idmint_store::conformance::FileBackend, parks);
 #[cfg(feature = "file")]
 idmint_store::conformance_tests!(file_leases => idmint_store::conformance::FileBackend, leases);
 

@@ -27,6 +27,7 @@
 //! count), [`readiness`] (whether every declared namespace can serve now), [`scrape`] (`/metrics`), [`leases`] (worker
 //! leases for a lower tier).
 
+mod kept;
 pub mod leases;
 mod namespaces;
 pub mod readiness;
@@ -34,7 +35,7 @@ pub mod requests;
 mod scrape;
 
 use crate::auth::{Auth, Buckets};
-use crate::config::{KeepBlocks, KindConfig, NodeConfig};
+use crate::config::{KindConfig, NodeConfig};
 use crate::error::{IdError, NodeError};
 use crate::metrics::Metrics;
 use crate::namespace::Namespace;
@@ -42,7 +43,7 @@ use crate::server::shutdown::{Shutdown, Stage};
 use crate::time::{SharedClock, TokioClock};
 use crate::worker::LeasedWorker;
 use idmint_core::{Backoff, Clock, NamespaceName};
-use idmint_store::kept::{self, KeptNamespace};
+use idmint_store::kept::KeptNamespace;
 use idmint_store::{Authority, BlockSource, StoreError};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
@@ -108,6 +109,9 @@ pub struct Node {
     streams: Arc<tokio::sync::Semaphore>,
     /// The channels to the other nodes, for forwards (`[peers]`).
     peers: Option<Arc<crate::peers::Peers>>,
+    /// Blocks kept at the last clean stop, parked in the authority, whose namespace was not
+    /// set up yet: claimed at its set-up (`kept.rs`).
+    pending_claims: Mutex<Vec<KeptNamespace>>,
 }
 
 impl Node {
@@ -159,6 +163,7 @@ impl Node {
             resp: crate::resp::Shared::new(&metrics_for_resp),
             streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
             peers,
+            pending_claims: Mutex::new(Vec::new()),
         });
         let declared: Vec<(NamespaceName, KindConfig)> = node
             .config
@@ -232,28 +237,6 @@ impl Node {
             node.lock_tasks().push(pruner);
         }
         Ok(node)
-    }
-
-    /// Reads (and durably removes) the blocks kept at the previous clean stop and serves them
-    /// first ([`Node::adopt_kept`]). An unreadable data directory is an error: the node would
-    /// otherwise start without the ids it kept, and write over them at its next stop.
-    async fn take_kept(&self, keep: KeepBlocks) -> Result<(), NodeError> {
-        let dir = keep.dir.clone();
-        let taken =
-            tokio::task::spawn_blocking(move || kept::take(&keep.dir, &keep.authority)).await;
-        let taken = match taken {
-            Ok(Ok(t)) => t,
-            Ok(Err(e)) => return Err(NodeError::Kept(format!("{}: {e}", dir.display()))),
-            Err(e) => return Err(NodeError::Kept(e.to_string())),
-        };
-        if let Some((aside, reason)) = taken.set_aside {
-            tracing::warn!(file = %aside.display(), reason, "kept blocks not served (set aside)");
-        }
-        if !taken.namespaces.is_empty() {
-            let (adopted, burned) = self.adopt_kept(taken.namespaces);
-            tracing::info!(ids = adopted, burned, "blocks kept at the last clean stop");
-        }
-        Ok(())
     }
 
     /// Sets up the declared namespaces the authority could not set up at start, retrying with
@@ -528,13 +511,13 @@ impl Node {
             }
         }
         let mut report = ShutdownReport::default();
-        let keep = self.config.keep_blocks.clone();
+        let keep = self.keeps_blocks();
         let mut kept = Vec::new();
         for ns in self.all() {
             if let Namespace::Sequence(s) = &*ns {
                 // A strict namespace's blocks are never kept: a later leader may serve above
                 // them while this node is down.
-                let keeps = keep.is_some() && s.strict_order().is_none();
+                let keeps = keep && s.strict_order().is_none();
                 let done = s.supply().give_back(keeps).await;
                 if let Some(strict) = s.strict_order() {
                     strict.release().await;
@@ -546,26 +529,13 @@ impl Node {
                         name: s.supply().name().clone(),
                         spec: s.spec(),
                         blocks: done.kept,
+                        claim: None,
                     });
                 }
             }
         }
-        if let Some(keep) = keep.filter(|_| !kept.is_empty()) {
-            let ids: u64 = kept.iter().map(KeptNamespace::ids).sum();
-            let written =
-                tokio::task::spawn_blocking(move || kept::write(&keep.dir, &keep.authority, &kept))
-                    .await;
-            match written {
-                Ok(Ok(())) => report.kept += ids,
-                Ok(Err(e)) => {
-                    tracing::error!(error = %e, ids, "could not keep the unused blocks; burned");
-                    report.burned += ids;
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, ids, "could not keep the unused blocks; burned");
-                    report.burned += ids;
-                }
-            }
+        if keep {
+            self.keep_unused(kept, &mut report).await;
         }
         if let Err(e) = self.authority.flush().await {
             tracing::warn!(error = %e, "the authority could not write what it held at shutdown");
@@ -594,9 +564,11 @@ fn authority_error(name: &str, e: StoreError) -> IdError {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::config::KeepBlocks;
     use crate::namespace::Ids;
     use idmint_api::NamespaceInfo;
     use idmint_core::SequenceSpec;
+    use idmint_store::kept;
     use idmint_store::MemoryAuthority;
 
     fn name(s: &str) -> NamespaceName {
@@ -778,6 +750,7 @@ mod tests {
                 name: name("orders"),
                 spec,
                 blocks: vec![idmint_core::Block::new(1, 101, 1).unwrap()],
+                claim: Some(idmint_store::ClaimKey::random()),
             }],
         )
         .unwrap();

@@ -23,7 +23,6 @@ use crate::strict::Strict;
 use crate::supply::{Supply, SupplyConfig};
 use crate::worker::{LeasedWorker, WorkerError};
 use idmint_core::{NamespaceName, SequenceSpec, UlidGenerator, Uuid7Generator};
-use idmint_store::kept::KeptNamespace;
 use idmint_store::{BlockSource, StoreError};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -218,6 +217,7 @@ impl Node {
                     .sequence(name, *spec, *cache)
                     .await?
                     .auto_created(auto_created);
+                self.claim_kept(name, *order, &seq).await?;
                 if *order == Order::Strict {
                     seq = self.strict_order(name, seq)?;
                 }
@@ -391,7 +391,7 @@ impl Node {
         }
     }
 
-    fn sequence_on(
+    pub(super) fn sequence_on(
         &self,
         name: &NamespaceName,
         spec: SequenceSpec,
@@ -418,102 +418,15 @@ impl Node {
         ns
     }
 
-    /// Serves the blocks kept at the previous clean stop ([`idmint_store::kept`]) first: each
-    /// namespace with kept blocks is set up from them, without asking the authority (which
-    /// granted them, and may be unreachable now); its refills go to the authority as usual. A
-    /// namespace whose configuration changed (another kind or spec, or no longer served) does
-    /// not take them: they are burned. Runs at start, before anything is served. Returns the
-    /// ids taken in and the ids burned.
-    pub(super) fn adopt_kept(&self, kept: Vec<KeptNamespace>) -> (u64, u64) {
-        let (mut adopted, mut burned) = (0, 0);
-        for k in kept {
-            let ids = k.ids();
-            let cache = match self.config.namespaces.get(&k.name) {
-                // Strict order: a kept block may lie below what a later leader served.
-                Some(KindConfig::Sequence {
-                    spec,
-                    cache,
-                    order: Order::Writer,
-                }) if *spec == k.spec => Some(*cache),
-                Some(_) => None,
-                None => match self.config.family_of(&k.name) {
-                    Some(family) => (family.spec == k.spec
-                        && self.members_of(family) < family.max_members)
-                        .then_some(family.cache),
-                    None => self.auto_create_cache(&k.spec),
-                },
-            };
-            let Some(cache) = cache else {
-                tracing::warn!(namespace = %k.name, ids, "kept blocks of a namespace this node no longer serves with the same settings; burned");
-                burned += ids;
-                continue;
-            };
-            let auto_created = !self.config.namespaces.contains_key(&k.name)
-                && self.config.family_of(&k.name).is_none();
-            let watermark = k.blocks.last().map_or(0, |b| b.end());
-            let seq = self
-                .sequence_on(&k.name, k.spec, cache, watermark)
-                .auto_created(auto_created);
-            let took = seq.supply().adopt(&k.blocks);
-            adopted += took;
-            burned += ids - took;
-            if auto_created {
-                self.auto_created.fetch_add(1, Ordering::Relaxed);
-            }
-            // What this node held: the authority grants above it (a tier above with a stale
-            // buffer would otherwise hand out a block below the kept ones, which the buffer
-            // refuses), as a set-up would tell it.
-            self.authority.note_floor(&k.name, watermark);
-            tracing::info!(namespace = %k.name, ids = took, "serving the blocks kept at the last clean stop first");
-            self.serve_sequence(&k.name, seq, auto_created);
-            let task = tokio::spawn(self.set_up_in_store(k.name, k.spec));
-            self.lock_tasks().push(task);
-        }
-        (adopted, burned)
-    }
-
     /// The cache of a namespace of `spec` that auto-create would set up now, if it would.
-    fn auto_create_cache(&self, spec: &SequenceSpec) -> Option<CacheMode> {
+    pub(super) fn auto_create_cache(&self, spec: &SequenceSpec) -> Option<CacheMode> {
         (self.config.auto_create
             && self.auto_created.load(Ordering::Relaxed) < self.config.max_namespaces)
             .then(|| crate::config::fit_cache(self.config.default_sequence.1, spec))
     }
 
-    /// The set-up a namespace served from kept blocks skipped, done once the authority answers
-    /// (retried with a backoff while it does not): the store checked against the node record,
-    /// the namespace's settings and floors told to the authority. A refusal is logged; the
-    /// namespace's refills then answer it.
-    fn set_up_in_store(
-        &self,
-        name: NamespaceName,
-        spec: SequenceSpec,
-    ) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let authority = self.authority.clone();
-        let mut stop = self.stop.subscribe();
-        async move {
-            let mut backoff = idmint_core::Backoff::new(
-                std::time::Duration::from_millis(200),
-                std::time::Duration::from_secs(5),
-            );
-            loop {
-                match authority.ensure_namespace(&name, spec).await {
-                    Ok(_) => return,
-                    Err(e) if e.is_unavailable() => {}
-                    Err(e) => {
-                        tracing::error!(namespace = %name, error = %e, "the authority refuses a namespace served from kept blocks");
-                        return;
-                    }
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff.delay()) => {}
-                    _ = stop.changed() => return,
-                }
-            }
-        }
-    }
-
     /// Starts `seq`'s refill task and serves it.
-    fn serve_sequence(
+    pub(super) fn serve_sequence(
         &self,
         name: &NamespaceName,
         seq: SequenceNamespace,

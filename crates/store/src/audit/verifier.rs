@@ -85,6 +85,10 @@ pub struct SubjectVerifier {
     lowest: Option<u64>,
     /// Per fencing token: the worker id, the holder and the entry that first leased it.
     leases: BTreeMap<u64, (u64, String, u64)>,
+    /// Parked ranges not claimed yet, start → end.
+    parked: BTreeMap<u64, u64>,
+    /// Whether a checkpoint was read: a park it stands for is not in the ledger any more.
+    checkpointed: bool,
     last_seq: Option<u64>,
     report: AuditReport,
 }
@@ -99,6 +103,8 @@ impl SubjectVerifier {
             checkpoint_token: 0,
             lowest: None,
             leases: BTreeMap::new(),
+            parked: BTreeMap::new(),
+            checkpointed: false,
             last_seq: None,
             report: AuditReport {
                 subjects: 1,
@@ -128,10 +134,16 @@ impl SubjectVerifier {
         self.last_seq = Some(entry.seq);
         if let Some((start, end)) = entry.event.taken() {
             self.report.grants += 1;
+            // An operator's move drops the parked ids below it (a retirement: every one).
+            if let AuditEvent::Rebased { to, .. } | AuditEvent::Retired { to, .. } = entry.event {
+                self.parked.retain(|_, e| *e > to);
+            }
             self.take(entry, start, end);
             return;
         }
         match entry.event {
+            AuditEvent::Parked { start, end } => self.park(entry, start, end),
+            AuditEvent::Claimed { start, end } => self.claim(entry, start, end),
             AuditEvent::GivenBack { start, end } => {
                 self.report.give_backs += 1;
                 self.note_lowest(start);
@@ -172,6 +184,47 @@ impl SubjectVerifier {
         }
     }
 
+    /// A park must hold ids granted and not given back, parked once.
+    fn park(&mut self, entry: &AuditEntry, start: u64, end: u64) {
+        let granted = self
+            .live
+            .range(..=start)
+            .next_back()
+            .is_some_and(|(_, &e)| e >= end);
+        if !granted {
+            self.violation(format!(
+                "entry {}: parks [{start}, {end}), which are not ids granted and not given back",
+                entry.seq
+            ));
+        }
+        if let Some((&s, &e)) = self.parked.range(..end).next_back() {
+            if e > start {
+                self.violation(format!(
+                    "entry {}: parks [{start}, {end}), which overlaps [{s}, {e}) parked before                      and not claimed",
+                    entry.seq
+                ));
+                return;
+            }
+        }
+        self.parked.insert(start, end);
+    }
+
+    /// A claim must take back ids parked and not claimed before; what a rebase dropped of a
+    /// park is not claimed.
+    fn claim(&mut self, entry: &AuditEntry, start: u64, end: u64) {
+        match self.parked.range(..=start).next_back().map(|(&s, &e)| (s, e)) {
+            Some((s, e)) if e >= end => {
+                self.parked.remove(&s);
+            }
+            // Its park may have been folded into a checkpoint.
+            _ if self.checkpointed => {}
+            _ => self.violation(format!(
+                "entry {}: {} claims [{start}, {end}), which were not parked, or were claimed                  before: ids served twice",
+                entry.seq, entry.holder
+            )),
+        }
+    }
+
     fn note_lowest(&mut self, id: u64) {
         self.lowest = Some(self.lowest.map_or(id, |l| l.min(id)));
     }
@@ -180,6 +233,7 @@ impl SubjectVerifier {
     /// ranges above it stay.
     fn checkpoint(&mut self, below: u64, token: u64) {
         self.note_lowest(0);
+        self.checkpointed = true;
         if below > 0 {
             let mut end = below;
             let covered: Vec<u64> = self.live.range(..=below).map(|(&s, _)| s).collect();
@@ -411,6 +465,69 @@ mod tests {
         assert!(r.is_clean(), "{:?}", r.violations);
         assert_eq!((r.entries, r.grants, r.give_backs), (5, 4, 1));
         assert_eq!(r.unmatched_give_backs, 0);
+    }
+
+    #[test]
+    fn a_park_is_claimed_once() {
+        let granted = [
+            Granted { start: 1, end: 101 },
+            Parked {
+                start: 51,
+                end: 101,
+            },
+        ];
+        let once = [
+            granted.as_slice(),
+            &[Claimed {
+                start: 51,
+                end: 101,
+            }],
+        ]
+        .concat();
+        assert!(run(&once, 101).is_clean());
+        let twice = [
+            once.as_slice(),
+            &[Claimed {
+                start: 51,
+                end: 101,
+            }],
+        ]
+        .concat();
+        assert_eq!(run(&twice, 101).violations.len(), 1);
+        let unparked = [
+            Granted { start: 1, end: 101 },
+            Claimed { start: 1, end: 51 },
+        ];
+        assert_eq!(run(&unparked, 101).violations.len(), 1);
+        // Parking ids that were given back (or never granted) is a violation.
+        let given_back = [
+            Granted { start: 1, end: 101 },
+            GivenBack {
+                start: 51,
+                end: 101,
+            },
+            Parked {
+                start: 51,
+                end: 101,
+            },
+        ];
+        assert_eq!(run(&given_back, 51).violations.len(), 1);
+        // A retirement drops the park: claiming it after is a violation.
+        let retired = [
+            granted.as_slice(),
+            &[
+                Retired {
+                    from: 101,
+                    to: 1000,
+                },
+                Claimed {
+                    start: 51,
+                    end: 101,
+                },
+            ],
+        ]
+        .concat();
+        assert_eq!(run(&retired, 1000).violations.len(), 1);
     }
 
     #[test]

@@ -61,6 +61,8 @@ mod backend;
 pub mod faults;
 #[cfg(feature = "conformance")]
 pub mod leases;
+#[cfg(feature = "conformance")]
+pub mod parks;
 pub mod retired;
 mod switched;
 pub use switched::SwitchedAuthority;
@@ -799,6 +801,10 @@ pub mod cases {
         a_renewal_never_takes_over_another_holders_lease, an_expired_lease_is_taken_over,
         leases_never_overlap, reading_a_group_changes_nothing,
     };
+    pub use super::parks::cases::{
+        only_granted_ids_are_parked, parked_blocks_are_claimed_once,
+        rebase_and_retirement_drop_parked_ids,
+    };
     pub use super::retired::cases::retirement_is_not_exhaustion;
     use super::Backend;
 
@@ -904,6 +910,8 @@ pub mod cases {
 ///   for a backend that stores leases;
 /// - `conformance_tests!(name => Fixture, audit)`: the audit-ledger properties ([`audit`]),
 ///   for a backend that keeps a ledger;
+/// - `conformance_tests!(name => Fixture, parks)`: the parking properties ([`parks`]), for a
+///   backend that keeps parked blocks;
 /// - `conformance_tests!(name => Fixture, faults only)`: cut, stall and lost reply alone (a
 ///   backend that grants single tickets rather than blocks, such as MySQL ticket mode).
 ///
@@ -942,6 +950,13 @@ macro_rules! conformance_tests {
             a_give_back_into_the_pruned_region_verifies,
             pruning_measures_age_by_the_stores_clock,
             an_empty_ledger_does_not_verify,
+        ]);
+    };
+    ($module:ident => $backend:ty, parks) => {
+        $crate::conformance_tests!(@tests $module, $backend, [
+            parked_blocks_are_claimed_once,
+            only_granted_ids_are_parked,
+            rebase_and_retirement_drop_parked_ids,
         ]);
     };
     ($module:ident => $backend:ty, faults only) => {

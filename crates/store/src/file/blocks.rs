@@ -1,21 +1,88 @@
-//! The namespaces of the file authority: every `ensure_namespace`, `reserve`, `give_back` and
-//! `advance` is one redb write transaction on the namespace's record (with its audit entry),
-//! committed with fsync before the call returns; and the [`Authority`] implementation.
+//! The namespaces of the file authority: every `ensure_namespace`, `reserve`, `give_back`,
+//! `advance`, `park` and `claim` is one redb write transaction on the namespace's record and
+//! its parks (with its audit entries), committed with fsync before the call returns; and the
+//! [`Authority`] implementation.
 
 use super::audit::append_entry;
-use super::record::{decode, decode_incarnation, encode, INCARNATION_KEY, META, NAMESPACES};
+use super::record::{decode, decode_incarnation, encode, INCARNATION_KEY, META, NAMESPACES, PARKS};
 use super::{begin_durable, redb_error, FileAuthority, KIND};
 use crate::audit::{Advance, Advanced, AuditEvent, AuditLog};
 use crate::lease::WorkerLeases;
+use crate::parks::{self, ClaimKey, Parks};
 use crate::{ops, Authority, GiveBack, Incarnation, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec};
 use redb::{Durability, ReadableDatabase, ReadableTable};
 
+/// What one write transaction of [`FileAuthority::change`] writes and answers.
+struct Change<T> {
+    /// The namespace's record to write, if it changes.
+    state: Option<NamespaceState>,
+    /// The namespace's parks to write, if they change.
+    parks: Option<Parks>,
+    /// The audit entries recording the change.
+    events: Vec<AuditEvent>,
+    /// The answer.
+    out: T,
+}
+
 impl FileAuthority {
-    /// One write transaction on `name`'s record: `op` gets the current state and returns the
-    /// state to write (if any), the audit entry recording it (if any) and the result. Commits
-    /// with fsync before returning.
+    /// One write transaction on `name`'s record and parks: `op` gets the current state and
+    /// parks and returns what to write, the audit entries recording it and the result. Commits
+    /// with fsync before returning; an `Err` of `op` writes nothing.
+    async fn change<T, F>(&self, name: &NamespaceName, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Option<NamespaceState>, Parks) -> Result<Change<T>, StoreError> + Send + 'static,
+    {
+        let name = name.clone();
+        self.blocking(move |db| {
+            let mut txn = db.begin_write().map_err(redb_error)?;
+            txn.set_durability(Durability::Immediate)
+                .map_err(redb_error)?;
+            let out = {
+                let mut table = txn.open_table(NAMESPACES).map_err(redb_error)?;
+                let mut parked = txn.open_table(PARKS).map_err(redb_error)?;
+                let current = match table.get(name.as_str()).map_err(redb_error)? {
+                    Some(value) => Some(decode(name.as_str(), value.value())?),
+                    None => None,
+                };
+                let parks = match (&current, parked.get(name.as_str()).map_err(redb_error)?) {
+                    (Some(state), Some(text)) => Parks::decode(text.value(), state.spec.step())
+                        .map_err(|e| parks::corrupt(&name, e))?,
+                    _ => Parks::none(),
+                };
+                let change = op(current, parks)?;
+                if let Some(state) = change.state {
+                    table
+                        .insert(name.as_str(), encode(&state).as_slice())
+                        .map_err(redb_error)?;
+                }
+                match change.parks {
+                    Some(p) if p.is_empty() => {
+                        parked.remove(name.as_str()).map_err(redb_error)?;
+                    }
+                    Some(p) => {
+                        parked
+                            .insert(name.as_str(), p.encode().as_str())
+                            .map_err(redb_error)?;
+                    }
+                    None => {}
+                }
+                for event in &change.events {
+                    append_entry(&txn, name.as_str(), event)?;
+                }
+                change.out
+            };
+            // Dropping an uncommitted transaction (the `?`s above) aborts it: nothing changes.
+            txn.commit().map_err(redb_error)?;
+            Ok(out)
+        })
+        .await
+    }
+
+    /// [`FileAuthority::change`] of the record alone: `op` gets the current state and returns
+    /// the state to write (if any), the audit entry recording it (if any) and the result.
     async fn update<T, F>(&self, name: &NamespaceName, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
@@ -26,31 +93,14 @@ impl FileAuthority {
             + Send
             + 'static,
     {
-        let name = name.clone();
-        self.blocking(move |db| {
-            let mut txn = db.begin_write().map_err(redb_error)?;
-            txn.set_durability(Durability::Immediate)
-                .map_err(redb_error)?;
-            let out = {
-                let mut table = txn.open_table(NAMESPACES).map_err(redb_error)?;
-                let current = match table.get(name.as_str()).map_err(redb_error)? {
-                    Some(value) => Some(decode(name.as_str(), value.value())?),
-                    None => None,
-                };
-                let (write, event, out) = op(current)?;
-                if let Some(state) = write {
-                    table
-                        .insert(name.as_str(), encode(&state).as_slice())
-                        .map_err(redb_error)?;
-                }
-                if let Some(event) = event {
-                    append_entry(&txn, name.as_str(), &event)?;
-                }
-                out
-            };
-            // Dropping an uncommitted transaction (the `?`s above) aborts it: nothing changes.
-            txn.commit().map_err(redb_error)?;
-            Ok(out)
+        self.change(name, move |current, _| {
+            let (state, event, out) = op(current)?;
+            Ok(Change {
+                state,
+                parks: None,
+                events: event.into_iter().collect(),
+                out,
+            })
         })
         .await
     }
@@ -115,16 +165,23 @@ impl Authority for FileAuthority {
         why: Advance,
     ) -> Result<Advanced, StoreError> {
         let key = name.clone();
-        self.update(name, move |current| {
+        self.change(name, move |current, parks| {
             let state = current.ok_or(StoreError::UnknownNamespace { name: key })?;
             let from = state.watermark;
-            match ops::advance(&state, to, why)? {
-                Some(state) => {
-                    let event = ops::advance_event(why, from, state.watermark);
-                    Ok((Some(state.clone()), Some(event), Advanced { from, state }))
+            let (write, events, state) = match ops::advance(&state, to, why)? {
+                Some(next) => {
+                    let event = ops::advance_event(why, from, next.watermark);
+                    (Some(next.clone()), vec![event], next)
                 }
-                None => Ok((None, None, Advanced { from, state })),
-            }
+                None => (None, Vec::new(), state),
+            };
+            let trimmed = parks.after_advance(&state, to);
+            Ok(Change {
+                state: write,
+                parks: (trimmed != parks).then_some(trimmed),
+                events,
+                out: Advanced { from, state },
+            })
         })
         .await
     }
@@ -213,6 +270,41 @@ impl Authority for FileAuthority {
                 }
                 Err(refused) => Ok((None, None, refused)),
             }
+        })
+        .await
+    }
+
+    async fn park(
+        &self,
+        name: &NamespaceName,
+        key: &ClaimKey,
+        blocks: &[Block],
+    ) -> Result<(), StoreError> {
+        let (id, key, blocks) = (name.clone(), key.clone(), blocks.to_vec());
+        self.change(name, move |current, parks| {
+            let state = current.ok_or(StoreError::UnknownNamespace { name: id })?;
+            let next = parks.park(&state, &key, &blocks)?;
+            Ok(Change {
+                state: None,
+                parks: Some(next),
+                events: parks::events(&blocks, false),
+                out: (),
+            })
+        })
+        .await
+    }
+
+    async fn claim(&self, name: &NamespaceName, key: &ClaimKey) -> Result<Vec<Block>, StoreError> {
+        let (id, key) = (name.clone(), key.clone());
+        self.change(name, move |current, parks| {
+            let state = current.ok_or(StoreError::UnknownNamespace { name: id })?;
+            let (next, blocks) = parks.claim(&state, &key)?;
+            Ok(Change {
+                state: None,
+                parks: Some(next),
+                events: parks::events(&blocks, true),
+                out: blocks,
+            })
         })
         .await
     }

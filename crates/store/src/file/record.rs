@@ -53,6 +53,9 @@ pub(super) const AUDIT: TableDefinition<(&str, u64), &[u8]> =
 pub(super) const AUDIT_SEQ: TableDefinition<&str, u64> =
     TableDefinition::new("idmint.audit_seq.v1");
 /// Facts about the store itself: key `incarnation` ([`crate::incarnation`]).
+/// Parked blocks per namespace ([`crate::parks`]), as [`crate::Parks::encode`]'s text; a
+/// namespace without parks has no row.
+pub(super) const PARKS: TableDefinition<&str, &str> = TableDefinition::new("idmint.parks.v1");
 pub(super) const META: TableDefinition<&str, &str> = TableDefinition::new("idmint.meta.v1");
 pub(super) const INCARNATION_KEY: &str = "incarnation";
 pub(super) fn decode_incarnation(text: &str) -> Result<Incarnation, StoreError> {

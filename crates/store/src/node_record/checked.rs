@@ -6,7 +6,9 @@
 
 use super::NodeRecord;
 use crate::lease::{GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases, WorkerSlot};
-use crate::{Authority, GiveBack, Incarnation, Members, NamespaceState, Reservation, StoreError};
+use crate::{
+    Authority, ClaimKey, GiveBack, Incarnation, Members, NamespaceState, Reservation, StoreError,
+};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec};
 use std::sync::Arc;
@@ -263,6 +265,43 @@ impl CheckedAuthority {
         }
     }
 
+    /// The node record's checks of `name`, run before anything is set up or claimed in the
+    /// store: the store is still this node's incarnation, and has the namespace the record
+    /// holds at a watermark at least the record's. Returns what the record holds.
+    async fn check_namespace(
+        &self,
+        name: &NamespaceName,
+    ) -> Result<Option<super::Entry>, StoreError> {
+        self.check_store().await?;
+        let seen = self.node_record.recorded(name);
+        if let Some(entry) = seen.clone() {
+            match self.inner.state(name).await? {
+                None => {
+                    return Err(self.node_record.lost(
+                        name,
+                        &entry,
+                        &format!("the {} authority has no record of it", self.inner.kind()),
+                    ))
+                }
+                Some(s)
+                    if s.watermark < entry.watermark && self.inner.reports_store_watermark() =>
+                {
+                    return Err(self.node_record.lost(
+                        name,
+                        &entry,
+                        &format!(
+                            "the {} authority's watermark is {}, below what this node saw",
+                            self.inner.kind(),
+                            s.watermark
+                        ),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(seen)
+    }
+
     fn leases(&self) -> Result<&dyn WorkerLeases, LeaseError> {
         self.inner.worker_leases().ok_or_else(|| {
             LeaseError::Store(StoreError::NotSupported {
@@ -347,33 +386,7 @@ impl Authority for CheckedAuthority {
         name: &NamespaceName,
         spec: SequenceSpec,
     ) -> Result<NamespaceState, StoreError> {
-        self.check_store().await?;
-        let seen = self.node_record.recorded(name);
-        if let Some(entry) = seen.clone() {
-            match self.inner.state(name).await? {
-                None => {
-                    return Err(self.node_record.lost(
-                        name,
-                        &entry,
-                        &format!("the {} authority has no record of it", self.inner.kind()),
-                    ))
-                }
-                Some(s)
-                    if s.watermark < entry.watermark && self.inner.reports_store_watermark() =>
-                {
-                    return Err(self.node_record.lost(
-                        name,
-                        &entry,
-                        &format!(
-                            "the {} authority's watermark is {}, below what this node saw",
-                            self.inner.kind(),
-                            s.watermark
-                        ),
-                    ))
-                }
-                Some(_) => {}
-            }
-        }
+        let seen = self.check_namespace(name).await?;
         let state = self.inner.ensure_namespace(name, spec).await?;
         self.node_record.record(&state).await?;
         // The highest end this node itself reserved: what it may have served.
@@ -425,6 +438,22 @@ impl Authority for CheckedAuthority {
     async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
         self.node_record.lower(name, tail.start()).await?;
         self.inner.give_back(name, tail).await
+    }
+
+    async fn park(
+        &self,
+        name: &NamespaceName,
+        key: &ClaimKey,
+        blocks: &[Block],
+    ) -> Result<(), StoreError> {
+        self.inner.park(name, key, blocks).await
+    }
+
+    /// Claims only in a store that passes the node record's checks of the namespace (this
+    /// node's incarnation, the namespace not lost or rolled back below what this node saw).
+    async fn claim(&self, name: &NamespaceName, key: &ClaimKey) -> Result<Vec<Block>, StoreError> {
+        self.check_namespace(name).await?;
+        self.inner.claim(name, key).await
     }
 }
 

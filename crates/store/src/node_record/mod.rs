@@ -74,7 +74,7 @@ pub const WRITE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// One namespace as recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Entry {
+pub(super) struct Entry {
     /// The authority it was set up on, as the configuration described it.
     authority: String,
     bits: u32,
