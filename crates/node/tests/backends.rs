@@ -10,6 +10,9 @@
 //! - a refill whose reply is lost (the commit happened, the node never learns it) fails, the
 //!   next one succeeds, and the lost block is never served: ids continue above it, as the
 //!   authority's durable watermark (read through a separate, direct authority) confirms;
+//! - a give-back at a clean stop whose reply is lost (the backend applied it) burns the tail:
+//!   another node is granted it, and the node restarted on its data directory serves none of
+//!   it;
 //! - a slow backend (100 ms per chunk each way) does not slow requests served from the buffer
 //!   (p99 of single-id requests printed for a fast and a slow backend; no timing is asserted);
 //! - ticket mode without a cache: every request's id is one `REPLACE INTO`, dense, increasing,
@@ -513,6 +516,67 @@ async fn mysql_lost_refill_reply_burns_the_block() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_lost_refill_reply_burns_the_block() {
     lost_refill_reply_burns_the_block(Backend::Etcd).await;
+}
+
+/// The give-back of a clean stop is applied by the backend but its reply is lost: the node
+/// burns the tail, never keeps it (the outcome is unknown), so once another node was granted
+/// those ids, the node restarted on its data directory serves none of them.
+async fn lost_give_back_reply_burns_the_tail(backend: Backend) {
+    let b = backing(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = node_config(BLOCK, 0.5);
+    config.keep_blocks = Some(idmint_node::KeepBlocks {
+        dir: dir.path().to_owned(),
+        authority: format!("{} (test)", b.kind),
+    });
+    let node = TestNode::start(config.clone(), b.via_proxy.clone()).await;
+    let n = &node;
+    poll_until("the first block is buffered", move || async move {
+        n.ids_buffered().await == BLOCK
+    })
+    .await;
+    let mut served = node.ids(NS, 10).await;
+    assert_eq!(served, (1..=10).collect::<Vec<u64>>());
+    b.proxy.set_fault(Fault::DropNextReply);
+    let report = node.stop().await;
+    assert_eq!(b.proxy.fault(), Fault::None, "{}: no reply was dropped", b.kind);
+    assert_eq!(
+        (report.given_back, report.kept, report.burned),
+        (0, 0, BLOCK - 10),
+        "{}: the tail whose give-back has no answer is burned",
+        b.kind
+    );
+    assert_eq!(
+        b.durable_watermark().await,
+        11,
+        "{}: the backend applied the give-back",
+        b.kind
+    );
+    let other = TestNode::start(node_config(BLOCK, 0.5), b.direct.clone()).await;
+    let granted = other.ids(NS, 100).await;
+    assert_eq!(granted[0], 11, "{}: the tail was granted again", b.kind);
+    served.extend(granted);
+    let node = TestNode::start(config, b.via_proxy.clone()).await;
+    served.extend(node.ids(NS, 100).await);
+    let unique: HashSet<u64> = served.iter().copied().collect();
+    assert_eq!(unique.len(), served.len(), "{}: an id served twice", b.kind);
+    node.stop().await;
+    other.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_lost_give_back_reply_burns_the_tail() {
+    lost_give_back_reply_burns_the_tail(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_lost_give_back_reply_burns_the_tail() {
+    lost_give_back_reply_burns_the_tail(Backend::Mysql).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_lost_give_back_reply_burns_the_tail() {
+    lost_give_back_reply_burns_the_tail(Backend::Etcd).await;
 }
 
 // ---------------------------------------------------------------------------------------------
