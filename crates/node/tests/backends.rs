@@ -539,7 +539,12 @@ async fn lost_give_back_reply_burns_the_tail(backend: Backend) {
     assert_eq!(served, (1..=10).collect::<Vec<u64>>());
     b.proxy.set_fault(Fault::DropNextReply);
     let report = node.stop().await;
-    assert_eq!(b.proxy.fault(), Fault::None, "{}: no reply was dropped", b.kind);
+    assert_eq!(
+        b.proxy.fault(),
+        Fault::None,
+        "{}: no reply was dropped",
+        b.kind
+    );
     assert_eq!(
         (report.given_back, report.kept, report.burned),
         (0, 0, BLOCK - 10),

@@ -240,9 +240,9 @@ async fn a_grant_on_the_family_pattern_covers_its_members_only() {
     node.stop().await;
 }
 
-/// Blocks kept at a clean stop are served first by a member with the family's settings, and
-/// the adopted member counts toward the bound: kept blocks of a member past it, or of one
-/// stored with other settings, are burned, not served.
+/// Blocks kept at a clean stop (parked in the store) are claimed and served first by a member
+/// with the family's settings when it is set up, within the bound: a member past it, or one
+/// stored with other settings, serves none of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kept_blocks_of_members_are_adopted_within_the_bound() {
     use idmint_core::Block;
@@ -252,10 +252,13 @@ async fn kept_blocks_of_members_are_adopted_within_the_bound() {
     let family = &config.families["invoices.*"];
     let spec = family.spec;
     let other = SequenceSpec::default_64();
+    let block = Block::new(1001, 1101, 1).unwrap();
+    let key = idmint_store::ClaimKey::random();
     let kept = |ns: &str, spec: SequenceSpec| KeptNamespace {
         name: name(ns),
         spec,
-        blocks: vec![Block::new(1001, 1101, 1).unwrap()],
+        blocks: vec![block],
+        claim: Some(key.clone()),
     };
     kept::write(
         dir.path(),
@@ -272,13 +275,14 @@ async fn kept_blocks_of_members_are_adopted_within_the_bound() {
         dir: dir.path().to_owned(),
         authority: "memory (test)".into(),
     });
-    // The store granted the kept blocks: each member's watermark is past them, as a real
-    // store's is after a clean stop that kept blocks (a refill then starts above them).
+    // The store granted the kept blocks and holds them parked, as after a clean stop that
+    // kept them: each member's watermark is past them (a refill then starts above them).
     let store = Arc::new(MemoryAuthority::new());
     for ns in ["invoices.2", "invoices.3", "invoices.4"] {
         store.ensure_namespace(&name(ns), spec).await.unwrap();
         let granted = store.reserve(&name(ns), 1100).await.unwrap();
         assert_eq!(granted.block.end(), 1101, "{ns}");
+        store.park(&name(ns), &key, &[block]).await.unwrap();
     }
     let node = TestNode::start(config, store).await;
     for ns in ["invoices.2", "invoices.3"] {

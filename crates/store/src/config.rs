@@ -492,6 +492,10 @@ pub struct PostgresConfig {
     /// only by, `tls = "verify-full"`. Read when the authority connects.
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
+    /// `accept_unsafe_durability`: use a server whose `fsync` or `full_page_writes` is off
+    /// (a crash may then lose or tear acknowledged commits, and ids repeat); refused otherwise.
+    #[serde(default)]
+    pub accept_unsafe_durability: bool,
 }
 
 impl PostgresConfig {
@@ -512,6 +516,7 @@ impl PostgresConfig {
             pool_size: Self::DEFAULT_POOL_SIZE,
             tls: crate::tls::TlsMode::Off,
             ca_file: None,
+            accept_unsafe_durability: false,
         }
     }
 
@@ -534,6 +539,7 @@ impl fmt::Debug for PostgresConfig {
             .field("pool_size", &self.pool_size)
             .field("tls", &self.tls)
             .field("ca_file", &self.ca_file)
+            .field("accept_unsafe_durability", &self.accept_unsafe_durability)
             .finish()
     }
 }

@@ -1,7 +1,13 @@
 //! One PostgreSQL connection as the shared pool ([`crate::pool`]) manages it: opening it
 //! (tokio-postgres, over rustls when `tls` asks for it: [`crate::tls`]) with
-//! `synchronous_commit` forced on, its prepared statements, and
-//! the mapping of driver errors.
+//! `synchronous_commit` forced on and the server's durability checked, its prepared statements,
+//! and the mapping of driver errors.
+//!
+//! No connection is used unless the server it reaches has `fsync` and `full_page_writes` on
+//! (with either off a crash can lose or tear acknowledged commits, and a reservation it forgets
+//! would be granted again: invariant 1), or the config says `accept_unsafe_durability = true`
+//! (then a warning is logged, once per authority). Every new connection is checked, so a
+//! failover to a server configured differently is caught too.
 //!
 //! Invariants: a connection's statements are prepared once, on first use (the table may not
 //! exist yet when the connection opens); dropping a connection aborts the task driving its
@@ -27,6 +33,80 @@ pub(super) struct PgConnector {
     pub(super) sql: Arc<StatementsSql>,
     /// TLS (`tls` other than `off`): the URL's `sslmode` is then forced to `require`.
     pub(super) tls: Option<MakeRustlsConnect>,
+    /// `accept_unsafe_durability`: use a server whose `fsync` or `full_page_writes` is off.
+    pub(super) accept_unsafe_durability: bool,
+    /// Whether that was said once already.
+    pub(super) warned: std::sync::atomic::AtomicBool,
+    /// `host:port` of the server, for messages.
+    pub(super) target: String,
+}
+
+/// The settings of `fsync` and `full_page_writes` that let an acknowledged commit be lost or
+/// torn in a crash, with what each needs; empty when both are on.
+pub(super) fn durability_problems(fsync: &str, full_page_writes: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if fsync != "on" {
+        problems.push(format!(
+            "fsync = {fsync} (needs on: without it a crash can lose commits the server acknowledged)"
+        ));
+    }
+    if full_page_writes != "on" {
+        problems.push(format!(
+            "full_page_writes = {full_page_writes} (needs on: without it a crash can leave torn pages that recovery cannot repair)"
+        ));
+    }
+    problems
+}
+
+/// The refusal (or, with `accept_unsafe_durability`, the warning) for `problems` of `target`.
+fn durability_message(target: &str, problems: &[String]) -> String {
+    format!(
+        "the PostgreSQL server at {target} does not make every commit durable: {}. A server \
+         crash could then forget reservations already handed out, and ids would repeat. Fix it \
+         in postgresql.conf: `fsync = on` and `full_page_writes = on`, then reload (SELECT \
+         pg_reload_conf()), or accept the risk with accept_unsafe_durability = true in this \
+         authority's table",
+        problems.join("; ")
+    )
+}
+
+impl PgConnector {
+    /// Refuses a server that may lose acknowledged commits, unless accepted (then warns once).
+    async fn check_durability(&self, conn: &mut PgConn) -> Result<(), StoreError> {
+        let rows = match conn
+            .query_text(
+                "SELECT current_setting('fsync'), current_setting('full_page_writes')",
+                &[],
+            )
+            .await
+        {
+            Ok(rows) => rows,
+            // A protocol-compatible server without these settings: nothing to check.
+            Err(_) if conn.last_code.is_some() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let setting = |i: usize| -> String {
+            rows.first()
+                .and_then(|r| r.try_get::<_, String>(i).ok())
+                .unwrap_or_default()
+        };
+        let problems = durability_problems(&setting(0), &setting(1));
+        if problems.is_empty() {
+            return Ok(());
+        }
+        if !self.accept_unsafe_durability {
+            return Err(StoreError::InvalidSetup {
+                message: durability_message(&self.target, &problems),
+            });
+        }
+        if !self.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(
+                "accept_unsafe_durability = true: {}",
+                durability_message(&self.target, &problems)
+            );
+        }
+        Ok(())
+    }
 }
 
 impl Connector for PgConnector {
@@ -69,6 +149,7 @@ impl Connector for PgConnector {
             }
             // A protocol-compatible server without these functions: use it as it is.
         }
+        self.check_durability(&mut conn).await?;
         Ok(conn)
     }
 
@@ -389,5 +470,25 @@ pub(super) fn describe_server(pg: &tokio_postgres::Config) -> String {
         "postgres server".to_owned()
     } else {
         hosts.join(",")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_servers_with_fsync_and_full_page_writes_are_durable() {
+        assert!(durability_problems("on", "on").is_empty());
+        let problems = durability_problems("off", "off");
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].starts_with("fsync = off"), "{problems:?}");
+        assert!(
+            problems[1].starts_with("full_page_writes = off"),
+            "{problems:?}"
+        );
+        let message = durability_message("db:5432", &problems);
+        assert!(message.contains("fsync = on"), "{message}");
+        assert!(message.contains("accept_unsafe_durability"), "{message}");
     }
 }

@@ -106,7 +106,8 @@
 //! Every write is its own transaction (autocommitted, or `advance`'s and a lease acquisition's
 //! explicit one), and the call returns `Ok` only after the
 //! server reported the commit. With `synchronous_commit` on (forced per session, see above) and
-//! `fsync` on (the server's default; idmint cannot check it), the commit is flushed to the WAL
+//! `fsync` and `full_page_writes` on (checked on every new connection: a server with either off is
+//! refused unless `accept_unsafe_durability`), the commit is flushed to the WAL
 //! before the server answers; with synchronous replication it also reached the standbys the
 //! server is configured to wait for.
 //!
@@ -236,6 +237,9 @@ impl PostgresAuthority {
         let connector = PgConnector {
             pg,
             tls,
+            accept_unsafe_durability: config.accept_unsafe_durability,
+            warned: std::sync::atomic::AtomicBool::new(false),
+            target: server.clone(),
             sql: Arc::new(StatementsSql::new(
                 &table,
                 &audit_table,

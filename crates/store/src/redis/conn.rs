@@ -227,6 +227,7 @@ impl RedisAuthority {
         get.arg("GET")
             .arg("appendonly")
             .arg("appendfsync")
+            .arg("no-appendfsync-on-rewrite")
             .arg("maxmemory-policy");
         let settings: Result<Vec<(String, String)>, RedisError> = self
             .conn
@@ -253,7 +254,8 @@ impl RedisAuthority {
             message: format!(
                 "redis: refusing the server at {}: {text}. A crash could then forget \
                  reservations already handed out, and ids would repeat. Set `appendonly yes`, \
-                 `appendfsync always` and `maxmemory-policy noeviction` in its redis.conf (or \
+                 `appendfsync always`, `no-appendfsync-on-rewrite no` and \
+                 `maxmemory-policy noeviction` in its redis.conf (or \
                  CONFIG SET them and CONFIG REWRITE), or set accept_unsafe_durability = true \
                  for a server whose data may be lost",
                 self.conn.shown
@@ -262,7 +264,8 @@ impl RedisAuthority {
     }
 }
 
-/// What is unsafe in a server's `appendonly`, `appendfsync` and `maxmemory-policy`.
+/// What is unsafe in a server's `appendonly`, `appendfsync`, `no-appendfsync-on-rewrite` and
+/// `maxmemory-policy`.
 fn unsafe_settings(pairs: &[(String, String)]) -> Vec<String> {
     let get = |name: &str| {
         pairs
@@ -282,6 +285,14 @@ fn unsafe_settings(pairs: &[(String, String)]) -> Vec<String> {
         Some("always") => {}
         other => problems.push(format!(
             "appendfsync is {} (not always: acknowledged writes may be lost in a crash)",
+            other.unwrap_or("unknown")
+        )),
+    }
+    match get("no-appendfsync-on-rewrite") {
+        Some("no") => {}
+        other => problems.push(format!(
+            "no-appendfsync-on-rewrite is {} (not no: writes are not fsynced while the log is \
+             rewritten, so a crash then loses acknowledged writes)",
             other.unwrap_or("unknown")
         )),
     }
@@ -319,19 +330,22 @@ mod tests {
         let safe = pairs(&[
             ("appendonly", "yes"),
             ("appendfsync", "always"),
+            ("no-appendfsync-on-rewrite", "no"),
             ("maxmemory-policy", "noeviction"),
         ]);
         assert!(unsafe_settings(&safe).is_empty());
         let everysec = pairs(&[
             ("appendonly", "yes"),
             ("appendfsync", "everysec"),
+            ("no-appendfsync-on-rewrite", "yes"),
             ("maxmemory-policy", "allkeys-lru"),
         ]);
         let problems = unsafe_settings(&everysec);
-        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert_eq!(problems.len(), 3, "{problems:?}");
         assert!(problems[0].contains("everysec"));
-        assert!(problems[1].contains("allkeys-lru"));
-        assert_eq!(unsafe_settings(&[]).len(), 3);
+        assert!(problems[1].contains("no-appendfsync-on-rewrite"));
+        assert!(problems[2].contains("allkeys-lru"));
+        assert_eq!(unsafe_settings(&[]).len(), 4);
     }
 
     #[test]
