@@ -109,7 +109,7 @@ pub fn shard_group(name: &NamespaceName) -> Result<NamespaceName, IdError> {
 }
 
 /// What a shard group's name ends with ([`shard_group`]); no lower tier reaches such a group
-/// ([`crate::node::leases::is_internal_group`]).
+/// (the node's `leases::is_internal_group`).
 pub const SHARDS_SUFFIX: &str = ":shards";
 
 /// The layout text a shard group records: the layout and how the shards are split, so two

@@ -105,7 +105,7 @@ pub fn leader_group(name: &NamespaceName) -> Result<NamespaceName, IdError> {
 }
 
 /// What a leader group's name ends with ([`leader_group`]); no lower tier reaches such a group
-/// ([`crate::node::leases::is_internal_group`]).
+/// (the node's `leases::is_internal_group`).
 pub const LEADER_SUFFIX: &str = ":leader";
 
 /// The layout text a leader group records.
