@@ -242,13 +242,18 @@ enum TokenCommand {
     /// Make a new random token: prints it once, and the [[auth.tokens]] entry (its SHA-256, never
     /// the token) to put in idmint.toml.
     #[command(
-        after_help = "Example:\n  idmint token new --name orders-service\n\nThen send it: curl -H 'Authorization: Bearer idmint_…' http://host:7878/v1/ids/orders"
+        after_help = "Examples:\n  idmint token new --name orders-service\n  idmint token new --name eu-tier --role tier   (a lower tier's [authority] token)\n  idmint token new --name cluster --role peer   (every node's [peers] token)\n\nThen send it: curl -H 'Authorization: Bearer idmint_…' http://host:7878/v1/ids/orders"
     )]
     New {
         /// The token's name in metrics and messages [default: the first 12 hex digits of its
         /// hash].
         #[arg(long)]
         name: Option<String>,
+        /// Who uses it, which sets its scopes: application (ids, read), tier (a lower tier's
+        /// [authority] token: blocks, tier, read), peer (the [peers] token of the nodes of one
+        /// cluster: peer), admin (rebase and retire: admin, read).
+        #[arg(long, value_enum, default_value = "application")]
+        role: token::Role,
     },
 }
 
@@ -665,8 +670,11 @@ fn client_command(out: &mut Out, command: Command) -> Result<()> {
                 },
             }
         }
-        Command::Token(TokenCommand::New { name }) => {
-            out.line(format_args!("{}", token::new(name.as_deref())?.trim_end()))?;
+        Command::Token(TokenCommand::New { name, role }) => {
+            out.line(format_args!(
+                "{}",
+                token::new(name.as_deref(), role)?.trim_end()
+            ))?;
             Ok(())
         }
     }

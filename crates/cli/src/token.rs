@@ -1,6 +1,7 @@
 //! `idmint token new`: a fresh bearer token for `[auth]`, printed once with the configuration
 //! lines that name it by hash. The node never stores the token itself (docs/configuration.md,
-//! `[auth]`), so this is the only time it is shown.
+//! `[auth]`), so this is the only time it is shown. Its scopes follow the role it is for
+//! ([`Role`]; docs/grpc.md "Tokens and roles").
 
 use anyhow::{bail, Result};
 use idmint_node::auth::TokenHash;
@@ -9,6 +10,32 @@ use std::fmt::Write;
 
 /// The text every token starts with, so one found in a log or a repository is recognisable.
 const PREFIX: &str = "idmint_";
+
+/// Who a token is for, which decides its scopes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    /// An application taking ids: `ids` and `read`.
+    Application,
+    /// A lower tier of nodes (its `[authority] token`): blocks and worker leases, `blocks`,
+    /// `tier` and `read`.
+    Tier,
+    /// The nodes of one cluster forwarding to each other (their `[peers] token`): `peer`.
+    Peer,
+    /// An operator moving watermarks (`idmint admin`): `admin` and `read`.
+    Admin,
+}
+
+impl Role {
+    /// The scopes the role's token is granted on `*`.
+    pub fn scopes(self) -> &'static [&'static str] {
+        match self {
+            Role::Application => &["ids", "read"],
+            Role::Tier => &["blocks", "tier", "read"],
+            Role::Peer => &["peer"],
+            Role::Admin => &["admin", "read"],
+        }
+    }
+}
 
 /// A new token: [`PREFIX`] and 32 random bytes (256 bits) in hex.
 fn new_token() -> String {
@@ -23,7 +50,7 @@ fn new_token() -> String {
 }
 
 /// What `idmint token new` prints: the token, then a `[[auth.tokens]]` entry for it.
-pub fn new(name: Option<&str>) -> Result<String> {
+pub fn new(name: Option<&str>, role: Role) -> Result<String> {
     if let Some(name) = name {
         let usable = !name.is_empty()
             && name.len() <= 64
@@ -37,15 +64,21 @@ pub fn new(name: Option<&str>) -> Result<String> {
     let token = new_token();
     let hash = TokenHash::of(token.as_bytes());
     let name_line = name.map_or(String::new(), |n| format!("name = \"{n}\"\n"));
+    let scopes = role
+        .scopes()
+        .iter()
+        .map(|s| format!("\"{s}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
     Ok(format!(
         "# The token, shown this once (the node keeps only its hash); give it to the client:\n\
          {token}\n\
          \n\
-         # For idmint.toml; grant the scopes the client needs (ids, blocks, read, admin):\n\
+         # For idmint.toml; narrow \"*\" to the namespaces the client needs:\n\
          [[auth.tokens]]\n\
          {name_line}\
          hash = \"{hash}\"\n\
-         scopes = {{ \"*\" = [\"ids\", \"read\"] }}\n"
+         scopes = {{ \"*\" = [{scopes}] }}\n"
     ))
 }
 
@@ -56,7 +89,7 @@ mod tests {
 
     #[test]
     fn the_printed_hash_is_the_printed_tokens() {
-        let text = new(Some("orders-service")).unwrap();
+        let text = new(Some("orders-service"), Role::Application).unwrap();
         let token = text.lines().nth(1).unwrap();
         assert!(
             token.starts_with(PREFIX) && token.len() == PREFIX.len() + 64,
@@ -69,7 +102,43 @@ mod tests {
         let toml = text.split_once("[[auth.tokens]]").unwrap().1;
         let config = idmint_node::FileConfig::parse(&format!("[[auth.tokens]]{toml}")).unwrap();
         assert_eq!(config.node.auth.unwrap().tokens[0].label, "orders-service");
-        assert_ne!(new(None).unwrap(), new(None).unwrap());
-        assert!(new(Some("a b")).is_err());
+        assert_ne!(
+            new(None, Role::Application).unwrap(),
+            new(None, Role::Application).unwrap()
+        );
+        assert!(new(Some("a b"), Role::Application).is_err());
+    }
+
+    /// Each role's entry parses and grants its scopes on `*`, and only a tier's token holds
+    /// `tier`, only a peer's `peer` (issue 31: the node-to-node calls need scopes no
+    /// application token holds).
+    #[test]
+    fn each_role_gets_its_scopes() {
+        use idmint_node::auth::{Caller, Scope};
+        for (role, holds) in [
+            (Role::Application, vec![Scope::Ids, Scope::Read]),
+            (Role::Tier, vec![Scope::Blocks, Scope::Tier, Scope::Read]),
+            (Role::Peer, vec![Scope::Peer]),
+            (Role::Admin, vec![Scope::Admin, Scope::Read]),
+        ] {
+            let text = new(None, role).unwrap();
+            let token = text.lines().nth(1).unwrap();
+            let toml = text.split_once("[[auth.tokens]]").unwrap().1;
+            let config = idmint_node::FileConfig::parse(&format!("[[auth.tokens]]{toml}")).unwrap();
+            let auth = idmint_node::auth::Auth::new(
+                config.node.auth,
+                std::sync::Arc::new(idmint_core::ManualClock::default()),
+                std::sync::Arc::new(idmint_node::metrics::Metrics::new()),
+            );
+            let caller = auth.authenticate_token(token.as_bytes()).unwrap();
+            assert!(matches!(caller, Caller::Token(_)));
+            for scope in Scope::ALL {
+                assert_eq!(
+                    auth.may(caller, "orders", scope),
+                    holds.contains(&scope),
+                    "{role:?} {scope}"
+                );
+            }
+        }
     }
 }

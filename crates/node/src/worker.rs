@@ -12,8 +12,8 @@
 //!   behind the floor by at most `leases.max_floor_wait_ms` the node waits for it; further
 //!   behind, it refuses to start and names both times (a clock stepped back while the node was
 //!   down would otherwise repeat timestamps). A fixed worker id last held under this host's
-//!   name (this node's previous run, killed before it released) may also wait out the
-//!   `leases.floor_ahead_ms` that run recorded ahead;
+//!   name (this node's previous run) may also wait out the `leases.floor_ahead_ms` that run
+//!   recorded ahead, and so may a range of owned shards (passed between nodes);
 //! - **nothing is issued above a recorded floor**: the generator's limit
 //!   ([`SnowflakeGenerator::set_limit`]) is raised only after a renewal recorded a floor
 //!   durably (`now + leases.floor_ahead_ms`), and only to that floor; renewals come at least
@@ -26,7 +26,8 @@
 //! - **a lost lease is never used again**: a renewal answered `Superseded` sets the limit to 0
 //!   for good; the node then acquires a new lease and swaps in a new generator for it;
 //! - a clean shutdown stops issuing first, then releases the lease with a floor just above the
-//!   last timestamp issued, so a restart does not wait for a floor that was recorded ahead;
+//!   last timestamp issued; the authority keeps the higher floor recorded ahead (a floor never
+//!   goes down, `idmint_store::lease::kept_floor`), which the next holder waits out;
 //! - a generator at its limit while the lease is held (its time jumped past the floor recorded
 //!   ahead: a wall clock stepped forward and adopted, or the process paused) asks for a
 //!   renewal at once ([`LeasedWorker::not_issuing`]) rather than refusing until the next
@@ -396,6 +397,12 @@ impl LeasedWorker {
         // node's previous run: after a kill -9 its floor is up to `floor_ahead` ahead (recorded
         // before issuing), which is worth waiting for rather than refusing to start.
         let mut allowed_wait = self.settings.max_floor_wait;
+        // A range of shards passes between nodes on every clean stop, and a release never
+        // lowers the floor its holder recorded up to `floor_ahead` ahead
+        // (`idmint_store::lease::kept_floor`): the next holder waits that out.
+        if !own_host_waits {
+            allowed_wait += self.settings.floor_ahead;
+        }
         if let (WorkerChoice::Exactly(w), true) = (self.choice, own_host_waits) {
             if let Ok(Some((_, slots))) = leases.group(&self.group).await {
                 let ours = slots.iter().any(|s| {
@@ -616,7 +623,7 @@ impl LeasedWorker {
             status: status.status,
             token: lease.token,
             floor: rfc3339_ms(status.floor_unix_ms.max(lease.floor_unix_ms)),
-            holder: lease.holder.clone(),
+            holder: idmint_store::lease::public_holder(&lease.holder).to_owned(),
             last_error: status.last_error,
         })
     }

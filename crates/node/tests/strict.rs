@@ -246,14 +246,14 @@ async fn without_a_leader_requests_wait_then_answer_no_leader() {
 const CLIENT_TOKEN: &str = "idmint_chat_client";
 const PEER_TOKEN: &str = "idmint_chat_peer";
 
-/// `[auth]` with a client token and a peer token (both `ids` on `chat`), and `[peers]`
-/// sending `peer` with every forward.
+/// `[auth]` with a client token (`ids` and `read` on `chat`) and a peer token (`peer` on
+/// `chat`), and `[peers]` sending `peer` with every forward.
 fn auth_section(peer: &str) -> String {
     let hash = |t: &str| idmint_node::auth::TokenHash::of(t.as_bytes()).to_string();
     format!(
         "token = \"{peer}\"\n\n[auth]\n\
          [[auth.tokens]]\nname = \"client\"\nhash = \"{}\"\nscopes = {{ \"chat\" = [\"ids\", \"read\"] }}\n\
-         [[auth.tokens]]\nname = \"peer\"\nhash = \"{}\"\nscopes = {{ \"chat\" = [\"ids\"] }}\n",
+         [[auth.tokens]]\nname = \"peer\"\nhash = \"{}\"\nscopes = {{ \"chat\" = [\"peer\"] }}\n",
         hash(CLIENT_TOKEN),
         hash(PEER_TOKEN)
     )
@@ -294,6 +294,28 @@ async fn forwards_carry_the_peer_token_and_consecutive_ids_stay_one_block() {
         .await
         .unwrap_err();
     assert_eq!(e.code().as_str(), "unauthorized");
+
+    // Guards against issue 31: an application's token called `Forward` itself, and a count
+    // of 1,000,000 got a million ids where `Next` refuses more than `server.max_count`. Only
+    // a peer's token forwards, and a forward is held to `server.max_count` like `Next`.
+    let leader_node = &[&a, &b][leader].node;
+    let e = leader_node
+        .take_forwarded(who(), "chat", 1, false, None, &[])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code().as_str(), "forbidden", "{e}");
+    let peer = bearer(PEER_TOKEN);
+    let as_peer = || Credentials::Header(Some(peer.as_bytes()));
+    let e = leader_node
+        .take_forwarded(as_peer(), "chat", 1_000_000, false, None, &[])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code().as_str(), "invalid_count", "{e}");
+    let (ids, _) = leader_node
+        .take_forwarded(as_peer(), "chat", 3, false, None, &[])
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 3);
 
     // A follower whose peer token the leader does not know cannot forward: `no_leader`,
     // naming the leader's refusal.

@@ -752,3 +752,285 @@ async fn two_regional_nodes_never_share_a_worker_id() {
     );
     upper.stop().await;
 }
+
+/// A lease call on `upper` with `token` (none: no header).
+fn with_token<T>(message: T, token: Option<&str>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(token) = token {
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    }
+    request
+}
+
+fn acquire_request(group: &str, holder: &str) -> proto::AcquireWorkerRequest {
+    proto::AcquireWorkerRequest {
+        group: group.into(),
+        workers: 4,
+        worker: None,
+        prefer_floor_at_most: None,
+        holder: holder.into(),
+        layout: "L".into(),
+        ttl_ms: 60_000,
+    }
+}
+
+fn release_request(lease: proto::WorkerLease, floor: u64) -> proto::RenewWorkerRequest {
+    proto::RenewWorkerRequest {
+        lease: Some(lease),
+        floor_unix_ms: floor,
+    }
+}
+
+/// The lease an answer granted, or the refusal's reason.
+fn granted(
+    answer: proto::WorkerLeaseAnswer,
+) -> Result<proto::WorkerLease, proto::lease_refused::Reason> {
+    match answer.outcome {
+        Some(proto::worker_lease_answer::Outcome::Lease(lease)) => Ok(lease),
+        Some(proto::worker_lease_answer::Outcome::Refused(r)) => Err(r.reason()),
+        None => panic!("an empty answer"),
+    }
+}
+
+/// Guards against issue 31's lease attacks: a token with `blocks` and `read` (an application's
+/// scopes) read `photos:shards` and `chat:leader` with `WorkerGroup` and released them with
+/// floor 0 (1,395 duplicate shard ids, 7,533 strict-order violations), and acquired
+/// `chat:leader` naming a fake url (11,794 duplicates). Now every lease call needs `tier`; no
+/// token reaches an internal group; a group read shows no holder's secret, so a caller with
+/// the token and the public holder cannot release another holder's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_calls_serve_lower_tiers_only_on_their_own_groups() {
+    let store = Arc::new(MemoryAuthority::new());
+    let hash = |t: &str| idmint_node::auth::TokenHash::of(t.as_bytes()).to_string();
+    let tokens = format!(
+        "block_size = 1000\n\n\
+         [[auth.tokens]]\nname = \"app\"\nhash = \"{}\"\nscopes = {{ \"*\" = [\"ids\", \"blocks\", \"read\"] }}\n\
+         [[auth.tokens]]\nname = \"tier\"\nhash = \"{}\"\nscopes = {{ \"*\" = [\"blocks\", \"read\", \"tier\"] }}\n",
+        hash("idmint_app"),
+        hash("idmint_tier")
+    );
+    let upper = Upper::start_with(
+        store,
+        &tokens,
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    )
+    .await;
+    let mut c = upper.client().await;
+    let (app, tier) = (Some("idmint_app"), Some("idmint_tier"));
+
+    // An application token reaches no lease call.
+    let e = c
+        .acquire_worker(with_token(acquire_request("events", "x"), app))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    let e = c
+        .worker_group(with_token(
+            proto::WorkerGroupRequest {
+                group: "events".into(),
+            },
+            app,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+
+    // A lower tier's token reaches no internal group, for any call.
+    for group in ["photos:shards", "chat:leader"] {
+        let e = c
+            .acquire_worker(with_token(
+                acquire_request(group, "a at http://fake:1"),
+                tier,
+            ))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{group}: {e:?}");
+        let e = c
+            .worker_group(with_token(
+                proto::WorkerGroupRequest {
+                    group: group.into(),
+                },
+                tier,
+            ))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{group}: {e:?}");
+        let lease = proto::WorkerLease {
+            group: group.into(),
+            worker: 0,
+            token: 1,
+            floor_unix_ms: 0,
+            ttl_ms: 1000,
+            holder: "h".into(),
+        };
+        let e = c
+            .release_worker(with_token(release_request(lease, 0), tier))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{group}: {e:?}");
+    }
+
+    // Its own group: the acquisition answers a holder with a secret made above; a group read
+    // shows only the public part; a release with what the read shows is refused as
+    // superseded and the lease stays live.
+    let mine = granted(
+        c.acquire_worker(with_token(
+            acquire_request("events", "lower pid 1 at http://10.0.0.7:7879"),
+            tier,
+        ))
+        .await
+        .unwrap()
+        .into_inner(),
+    )
+    .unwrap();
+    assert!(
+        mine.holder
+            .starts_with("lower pid 1 at http://10.0.0.7:7879 lease "),
+        "{}",
+        mine.holder
+    );
+    let renewed = granted(
+        c.renew_worker(with_token(release_request(mine.clone(), 9_000), tier))
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .unwrap();
+    assert_eq!(renewed.floor_unix_ms, 9_000);
+    let read = c
+        .worker_group(with_token(
+            proto::WorkerGroupRequest {
+                group: "events".into(),
+            },
+            tier,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let slot = &read.slots[0];
+    assert_eq!(slot.holder, "lower pid 1 at http://10.0.0.7:7879");
+    let forged = proto::WorkerLease {
+        holder: slot.holder.clone(),
+        ..mine.clone()
+    };
+    let refused = granted(
+        c.release_worker(with_token(release_request(forged, 0), tier))
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .unwrap_err();
+    assert_eq!(refused, proto::lease_refused::Reason::Superseded);
+    let held = granted(
+        c.acquire_worker(with_token(
+            proto::AcquireWorkerRequest {
+                worker: Some(mine.worker),
+                ..acquire_request("events", "other")
+            },
+            tier,
+        ))
+        .await
+        .unwrap()
+        .into_inner(),
+    )
+    .unwrap_err();
+    assert_eq!(held, proto::lease_refused::Reason::Held, "still held");
+
+    // The holder's own release with floor 0 keeps the floor it recorded.
+    granted(
+        c.release_worker(with_token(release_request(renewed, 0), tier))
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .unwrap();
+    let next = granted(
+        c.acquire_worker(with_token(
+            proto::AcquireWorkerRequest {
+                worker: Some(mine.worker),
+                ..acquire_request("events", "next")
+            },
+            tier,
+        ))
+        .await
+        .unwrap()
+        .into_inner(),
+    )
+    .unwrap();
+    assert_eq!(
+        next.floor_unix_ms, 9_000,
+        "a release never lowers the floor"
+    );
+    upper.stop().await;
+}
+
+/// Guards against issue 31's attack without `[auth]`: a plain snowflake worker's lease read
+/// with `WorkerGroup` and released with floor 0 let a third node take worker 0 while its
+/// holder still issued (153 duplicates). The read shows no secret: the release is refused and
+/// the holder keeps issuing alone; internal groups stay unreachable without `[auth]` too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_auth_a_worker_lease_cannot_be_released_by_another_caller() {
+    let store = Arc::new(MemoryAuthority::new());
+    let upper = Upper::start(store, TcpListener::bind("127.0.0.1:0").await.unwrap()).await;
+    let regional = lower_with(&[upper.url()], &snowflake("0")).await;
+    let before = snowflakes(&regional, 10).await;
+    let mut c = upper.client().await;
+    let read = c
+        .worker_group(proto::WorkerGroupRequest {
+            group: "events".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let slot = read
+        .slots
+        .iter()
+        .find(|s| s.worker == 0 && s.expires_in_ms.is_some())
+        .expect("worker 0 is held through the tier")
+        .clone();
+    assert!(!slot.holder.contains(" lease "), "{}", slot.holder);
+    let forged = proto::WorkerLease {
+        group: "events".into(),
+        worker: 0,
+        token: slot.token,
+        floor_unix_ms: 0,
+        ttl_ms: 1500,
+        holder: slot.holder.clone(),
+    };
+    let refused = granted(
+        c.release_worker(release_request(forged, 0))
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .unwrap_err();
+    assert_eq!(refused, proto::lease_refused::Reason::Superseded);
+    let held = granted(
+        c.acquire_worker(proto::AcquireWorkerRequest {
+            worker: Some(0),
+            workers: 1024,
+            layout: read.layout.clone(),
+            ..acquire_request("events", "thief")
+        })
+        .await
+        .unwrap()
+        .into_inner(),
+    )
+    .unwrap_err();
+    assert_eq!(held, proto::lease_refused::Reason::Held);
+    let after = snowflakes(&regional, 10).await;
+    assert!(after[0] > *before.last().unwrap());
+    for group in ["events:leader", "events:shards"] {
+        let e = c
+            .worker_group(proto::WorkerGroupRequest {
+                group: group.into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{group}: {e:?}");
+    }
+    regional.shutdown().await;
+    upper.stop().await;
+}

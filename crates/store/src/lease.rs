@@ -22,9 +22,16 @@
 //!   never decides whether another node's lease expired;
 //! - **time floor**: each worker id carries `floor_unix_ms`, above every timestamp any holder
 //!   of it ever issued. A holder raises it with `renew` *before* issuing up to it (the node keeps
-//!   it some seconds ahead of its clock) and may set it to its last issued time + 1 on
-//!   `release`; it is never removed. A new holder never issues below it, so a restart, a
-//!   takeover, or a clock stepped back while the node was down cannot repeat a timestamp;
+//!   it some seconds ahead of its clock); it is never removed and **never lowered**: `renew`
+//!   and `release` store [`kept_floor`] of the stored floor and the one they name, so a
+//!   release naming a lower floor (a stale read, a caller that is not the holder, a holder
+//!   that renewed in between) cannot reopen timestamps a holder may have issued. A new holder
+//!   never issues below it, so a restart, a takeover, or a clock stepped back while the node
+//!   was down cannot repeat a timestamp;
+//! - **the holder's secret**: a holder name is `<who> lease <16 hex digits>` ([`unique_holder`]);
+//!   the digits are random, and whoever knows the whole name (with the token) may renew or
+//!   release the lease. Only the part before them is ever shown ([`public_holder`]): error
+//!   messages here, and every answer a node gives about leases, carry that part alone;
 //! - **layout lock**: the first acquisition of a group records its layout; a later one with
 //!   another layout is [`LeaseError::LayoutConflict`] (ids already issued under the recorded
 //!   layout could collide with ids of the new one).
@@ -109,6 +116,14 @@ pub struct WorkerSlot {
 }
 
 impl WorkerSlot {
+    /// The slot with its holder cut to the [`public_holder`] part.
+    pub fn public(self) -> WorkerSlot {
+        WorkerSlot {
+            holder: public_holder(&self.holder).to_owned(),
+            ..self
+        }
+    }
+
     /// Whether a lease on it is live.
     pub fn is_live(&self) -> bool {
         self.expires_in.is_some()
@@ -152,8 +167,9 @@ pub enum LeaseError {
         live: Vec<WorkerSlot>,
     },
     /// The worker id asked for has a live lease.
-    #[error("worker {worker} of group {group} is held by {holder} (lease expires in {} ms); \
-             two nodes with one worker id would issue the same ids", expires_in.as_millis())]
+    #[error("worker {worker} of group {group} is held by {} (lease expires in {} ms); \
+             two nodes with one worker id would issue the same ids",
+             public_holder(holder), expires_in.as_millis())]
     Held {
         /// The group.
         group: NamespaceName,
@@ -178,7 +194,8 @@ pub enum LeaseError {
     /// never existed (the store lost it): its holder must not issue under it any more.
     #[error(
         "the lease on worker {worker} of group {group} (token {token}) was superseded \
-             (current token {current}, holder {holder})"
+             (current token {current}, holder {})",
+        public_holder(holder)
     )]
     Superseded {
         /// The group.
@@ -219,6 +236,47 @@ pub enum LeaseError {
 }
 
 impl LeaseError {
+    /// The error with every holder name it carries cut to its [`public_holder`] part: what
+    /// may be answered to anyone but the holder.
+    pub fn public(self) -> LeaseError {
+        match self {
+            LeaseError::PoolFull {
+                group,
+                workers,
+                live,
+            } => LeaseError::PoolFull {
+                group,
+                workers,
+                live: live.into_iter().map(WorkerSlot::public).collect(),
+            },
+            LeaseError::Held {
+                group,
+                worker,
+                holder,
+                expires_in,
+            } => LeaseError::Held {
+                group,
+                worker,
+                holder: public_holder(&holder).to_owned(),
+                expires_in,
+            },
+            LeaseError::Superseded {
+                group,
+                worker,
+                token,
+                current,
+                holder,
+            } => LeaseError::Superseded {
+                group,
+                worker,
+                token,
+                current,
+                holder: public_holder(&holder).to_owned(),
+            },
+            other => other,
+        }
+    }
+
     /// Whether the authority could not be reached (retry later).
     pub fn is_unavailable(&self) -> bool {
         matches!(self, LeaseError::Store(e) if e.is_unavailable())
@@ -236,7 +294,7 @@ fn describe_full(group: &NamespaceName, workers: u64, live: &[WorkerSlot]) -> St
         s.push_str(&format!(
             " {} by {} (expires in {} ms);",
             slot.worker,
-            slot.holder,
+            public_holder(&slot.holder),
             left.as_millis()
         ));
     }
@@ -253,7 +311,7 @@ pub trait WorkerLeases: Send + Sync + std::fmt::Debug + 'static {
     async fn acquire(&self, request: &LeaseRequest) -> Result<WorkerLease, LeaseError>;
 
     /// Extends `lease` by its TTL from now (the authority's clock) and raises the worker id's
-    /// floor to `floor_unix_ms` (a lower value leaves it). Succeeds even after the lease
+    /// floor to `floor_unix_ms` (a lower value leaves it: [`kept_floor`]). Succeeds even after the lease
     /// expired, as long as nobody acquired the worker id since (the record still names the
     /// lease's token and holder: [`is_current`]); otherwise [`LeaseError::Superseded`] and
     /// nothing is written: a renewal never extends another holder's lease.
@@ -264,10 +322,10 @@ pub trait WorkerLeases: Send + Sync + std::fmt::Debug + 'static {
         floor_unix_ms: u64,
     ) -> Result<WorkerLease, LeaseError>;
 
-    /// Ends `lease` and sets the worker id's floor to `floor_unix_ms`, which the holder
-    /// guarantees is above every timestamp it issued and at or above the floor it was granted
-    /// (it may be below a floor it recorded with `renew` but did not reach). The worker id is
-    /// free at once. [`LeaseError::Superseded`] (nothing written) unless the record still
+    /// Ends `lease` and raises the worker id's floor to `floor_unix_ms`, which the holder
+    /// guarantees is above every timestamp it issued; a value below the stored floor leaves
+    /// the stored one ([`kept_floor`]), so a floor recorded with `renew` stays even where the
+    /// holder did not reach it. The worker id is free at once. [`LeaseError::Superseded`] (nothing written) unless the record still
     /// names the lease ([`is_current`]).
     async fn release(&self, lease: &WorkerLease, floor_unix_ms: u64) -> Result<(), LeaseError>;
 
@@ -391,11 +449,27 @@ pub fn plan_acquire(
     })
 }
 
+/// The floor `renew` and `release` store when the worker id's record holds `stored` and the
+/// call names `asked`: the larger. The one rule by which a floor never goes down, on every
+/// backend (the SQL backends write it as `GREATEST(floor_unix_ms, ?)` in the statement that
+/// checks the lease, which is the same comparison inside the database's atomic update).
+pub fn kept_floor(stored: u64, asked: u64) -> u64 {
+    stored.max(asked)
+}
+
 /// `base` (who asks: `host pid N`) made unique to one acquisition: `base lease <16 hex
 /// digits>`, random. The holder of a [`LeaseRequest`].
 pub fn unique_holder(base: &str) -> String {
     use rand::RngCore;
     format!("{base} lease {:016x}", rand::rng().next_u64())
+}
+
+/// The part of `holder` that may be shown to anyone: the name before its secret ` lease
+/// <digits>` ([`unique_holder`]); a name without one is shown whole.
+pub fn public_holder(holder: &str) -> &str {
+    holder
+        .split_once(" lease ")
+        .map_or(holder, |(public, _)| public)
 }
 
 /// Whether the record `slot` names `lease`: its token and its holder. The one test of
@@ -557,5 +631,50 @@ mod tests {
         let a = unique_holder("web-1 pid 7");
         assert!(a.starts_with("web-1 pid 7 lease "), "{a}");
         assert_ne!(a, unique_holder("web-1 pid 7"));
+    }
+
+    /// The secret part of a holder name appears in no message and no public form of an error
+    /// or a slot; the part before it (host, pid, url) does.
+    #[test]
+    fn holder_secrets_are_never_shown() {
+        let holder = unique_holder("web-1 pid 7 at http://10.0.0.7:7879");
+        let secret = holder.rsplit(' ').next().unwrap().to_owned();
+        assert_eq!(
+            public_holder(&holder),
+            "web-1 pid 7 at http://10.0.0.7:7879"
+        );
+        assert_eq!(public_holder("plain"), "plain");
+        let group = NamespaceName::new("events").unwrap();
+        let live = WorkerSlot {
+            holder: holder.clone(),
+            ..slot(0, 1, true, 0)
+        };
+        let errors = [
+            LeaseError::Held {
+                group: group.clone(),
+                worker: 0,
+                holder: holder.clone(),
+                expires_in: Duration::from_secs(1),
+            },
+            LeaseError::Superseded {
+                group: group.clone(),
+                worker: 0,
+                token: 1,
+                current: 2,
+                holder: holder.clone(),
+            },
+            LeaseError::PoolFull {
+                group,
+                workers: 1,
+                live: vec![live.clone()],
+            },
+        ];
+        for e in errors {
+            assert!(!e.to_string().contains(&secret), "{e}");
+            let public = e.public();
+            assert!(!format!("{public:?}").contains(&secret), "{public:?}");
+            assert!(format!("{public:?}").contains("web-1 pid 7 at http://10.0.0.7:7879"));
+        }
+        assert_eq!(live.public().holder, "web-1 pid 7 at http://10.0.0.7:7879");
     }
 }

@@ -414,7 +414,7 @@ impl WorkerLeases for MemoryAuthority {
             Some((slot, expires)) if is_current(lease, slot) => (slot, expires),
             other => return Err(superseded(lease, other.map(|(s, _)| &*s))),
         };
-        slot.floor_unix_ms = slot.floor_unix_ms.max(floor_unix_ms);
+        slot.floor_unix_ms = crate::lease::kept_floor(slot.floor_unix_ms, floor_unix_ms);
         *expires = Some(now.saturating_add(nanos(lease.ttl)));
         Ok(WorkerLease {
             floor_unix_ms: slot.floor_unix_ms,
@@ -429,7 +429,7 @@ impl WorkerLeases for MemoryAuthority {
             .and_then(|g| g.slots.get_mut(&lease.worker));
         match entry {
             Some((slot, expires)) if is_current(lease, slot) => {
-                slot.floor_unix_ms = floor_unix_ms;
+                slot.floor_unix_ms = crate::lease::kept_floor(slot.floor_unix_ms, floor_unix_ms);
                 *expires = None;
                 Ok(())
             }

@@ -4,6 +4,11 @@
 //! namespace name (`orders`: that namespace only) or a name followed by `.*` (`orders.*`: every
 //! namespace whose name starts with `orders.`, not `orders` itself). Scopes are independent:
 //! `admin` does not imply the others, so a token holds exactly what it lists.
+//!
+//! Each role has its scopes (docs/grpc.md "Tokens and roles"): an application `ids` (and
+//! `read`), a lower tier `blocks` and `tier` (and `read`), a peer node `peer`, an operator
+//! `admin`. `tier` and `peer` are the node-to-node protocol: worker leases held for a lower
+//! tier, and forwards between the nodes of a cluster; an application token never needs them.
 
 use idmint_core::NamespaceName;
 use std::fmt;
@@ -23,11 +28,24 @@ pub enum Scope {
     /// Move a sequence namespace's watermark up: HTTP `POST /v1/admin/rebase` and
     /// `/v1/admin/retire` (`idmint admin rebase`, `idmint admin retire`).
     Admin,
+    /// Hold worker leases as a lower tier: gRPC `AcquireWorker`, `RenewWorker`,
+    /// `ReleaseWorker`, `WorkerGroup`, on the lease group's name (a namespace's name, or its
+    /// `worker_group`).
+    Tier,
+    /// Forward requests as a node of the same cluster: gRPC `Forward`, on the namespace.
+    Peer,
 }
 
 impl Scope {
     /// Every scope, in the order of [`Scope::name`].
-    pub const ALL: [Scope; 4] = [Scope::Ids, Scope::Blocks, Scope::Read, Scope::Admin];
+    pub const ALL: [Scope; 6] = [
+        Scope::Ids,
+        Scope::Blocks,
+        Scope::Read,
+        Scope::Admin,
+        Scope::Tier,
+        Scope::Peer,
+    ];
 
     /// The name in the configuration.
     pub fn name(self) -> &'static str {
@@ -36,6 +54,8 @@ impl Scope {
             Scope::Blocks => "blocks",
             Scope::Read => "read",
             Scope::Admin => "admin",
+            Scope::Tier => "tier",
+            Scope::Peer => "peer",
         }
     }
 
@@ -45,7 +65,10 @@ impl Scope {
             .into_iter()
             .find(|s| s.name() == text)
             .ok_or_else(|| {
-                format!("unknown scope {text:?}; the scopes are ids, blocks, read and admin")
+                format!(
+                    "unknown scope {text:?}; the scopes are ids, blocks, read, admin, tier \
+                     and peer"
+                )
             })
     }
 
@@ -55,6 +78,8 @@ impl Scope {
             Scope::Blocks => 2,
             Scope::Read => 4,
             Scope::Admin => 8,
+            Scope::Tier => 16,
+            Scope::Peer => 32,
         }
     }
 }
@@ -168,7 +193,9 @@ mod tests {
         assert_eq!(Scope::parse("ids"), Ok(Scope::Ids));
         assert!(Scope::parse("write")
             .unwrap_err()
-            .contains("ids, blocks, read and admin"));
+            .contains("ids, blocks, read, admin, tier and peer"));
+        assert_eq!(Scope::parse("tier"), Ok(Scope::Tier));
+        assert_eq!(Scope::parse("peer"), Ok(Scope::Peer));
     }
 
     #[test]

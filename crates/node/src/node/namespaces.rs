@@ -242,7 +242,7 @@ impl Node {
                     self.clock.clone(),
                     peers,
                     self.stop.subscribe(),
-                    self.config.max_block_request,
+                    self.config.max_count,
                 )?;
                 Namespace::Snowflake(SnowflakeNamespace::with_shards(
                     name.clone(),
@@ -297,7 +297,7 @@ impl Node {
             self.clock.clone(),
             self.config.leases,
             peers,
-            self.config.max_block_request,
+            self.config.max_count,
         )?;
         let task = tokio::spawn(strict.clone().lead(self.stop.subscribe()));
         self.lock_tasks().push(task);

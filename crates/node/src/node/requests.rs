@@ -221,8 +221,12 @@ impl Node {
     /// to `count`) its ids, served only while this node holds each shard's range (taking it if
     /// nobody does). Never forwarded again (one hop): otherwise `no_leader`.
     /// Returns the ids and the fencing token they were served under (the leader's term, the
-    /// range lease's token). `count` is held to `server.max_block_request` (a batch of many
-    /// requests).
+    /// range lease's token).
+    ///
+    /// Admitted as a request for ids is, under the forwarding node's own token: the `peer`
+    /// scope on `name` (no application token holds it), the count rule with
+    /// `server.max_count` (a follower's batches are cut to it, [`crate::peers::batch`]), the
+    /// token's `max_count`, then its rate quota.
     pub async fn take_forwarded(
         &self,
         who: Credentials<'_>,
@@ -233,7 +237,7 @@ impl Node {
         parts: &[(u64, u64)],
     ) -> Result<(Vec<u64>, u64), IdError> {
         let result = async {
-            let count = self.count_of(Some(count), Limit::Block)?;
+            let count = self.count_of(Some(count), Limit::Ids)?;
             let parts = match (shard, parts) {
                 (None, []) => Vec::new(),
                 (Some(shard), []) => vec![(shard, count)],
@@ -257,7 +261,7 @@ impl Node {
             };
             let route = parts.first().map(|&(shard, _)| ShardRoute::Shard(shard));
             let (served, admitted) = self
-                .admit_taking(who, name, Scope::Ids, count, route)
+                .admit_taking(who, name, Scope::Peer, count, route)
                 .await?;
             let not_forwarded = || {
                 IdError::WrongKind(format!(

@@ -3,7 +3,7 @@
 //!
 //! Requests queue per destination ([`Batcher`]); at most [`MAX_IN_FLIGHT`] forwards are in
 //! flight per queue, and each carries every request queued when it leaves (up to a total of
-//! `server.max_block_request` ids), then splits the answer in queue order. A request's ids are
+//! `server.max_count` ids, the most the node called admits in one forward), then splits the answer in queue order. A request's ids are
 //! therefore taken by the node called after the request arrived and before it is answered,
 //! which is what strict order needs. A request marked `alone` (consecutive ids, RESP `INCRBY`)
 //! travels alone, so its answer is one block. Each request carries a tag (the shard it asks

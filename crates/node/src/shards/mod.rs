@@ -99,14 +99,18 @@ pub struct OwnedShards {
     keepers: Mutex<Vec<JoinHandle<()>>>,
     /// The requests queued for each holder (by url), each tagged with its shard.
     batchers: Mutex<HashMap<String, Arc<Batcher<u64>>>>,
-    /// The most ids one forward carries (`server.max_block_request`).
+    /// The most ids one forward carries (`server.max_count`, what the holder admits).
     max_batch: u64,
 }
 
 /// The lease group of `name`'s shard ranges: `<name>:shards`.
 pub fn shard_group(name: &NamespaceName) -> Result<NamespaceName, IdError> {
-    Ok(NamespaceName::new(&format!("{name}:shards"))?)
+    Ok(NamespaceName::new(&format!("{name}{SHARDS_SUFFIX}"))?)
 }
+
+/// What a shard group's name ends with ([`shard_group`]); no lower tier reaches such a group
+/// (the node's `leases::is_internal_group`).
+pub const SHARDS_SUFFIX: &str = ":shards";
 
 /// The layout text a shard group records: the layout and how the shards are split, so two
 /// namespaces that split them differently never share a group.

@@ -101,8 +101,12 @@ pub struct Strict {
 /// that too; the group's recorded layout ([`LEADER_LAYOUT`]) keeps the two apart (the second
 /// to acquire is refused, never shares).
 pub fn leader_group(name: &NamespaceName) -> Result<NamespaceName, IdError> {
-    Ok(NamespaceName::new(&format!("{name}:leader"))?)
+    Ok(NamespaceName::new(&format!("{name}{LEADER_SUFFIX}"))?)
 }
+
+/// What a leader group's name ends with ([`leader_group`]); no lower tier reaches such a group
+/// (the node's `leases::is_internal_group`).
+pub const LEADER_SUFFIX: &str = ":leader";
 
 /// The layout text a leader group records.
 pub const LEADER_LAYOUT: &str = "strict-leader";
@@ -166,7 +170,7 @@ impl Strict {
             Role::Follower { url, holder } => {
                 state.role = "follower".into();
                 state.url = Some(url);
-                state.holder = Some(holder);
+                state.holder = Some(idmint_store::lease::public_holder(&holder).to_owned());
             }
             Role::Seeking(why) => {
                 state.role = "seeking".into();

@@ -15,7 +15,7 @@
 //! far above any backend's TTL rounding), instead of sleeping a guessed time.
 
 use super::{unique_name, Backend};
-use crate::lease::{LeaseError, LeaseRequest, WorkerChoice, WorkerLease, WorkerLeases};
+use crate::lease::{LeaseError, LeaseRequest, WorkerChoice, WorkerLease, WorkerLeases, WorkerSlot};
 use crate::Authority;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -214,8 +214,9 @@ pub async fn an_expired_lease_is_taken_over(a: Arc<dyn Authority>, b: Arc<dyn Au
     );
 }
 
-/// Renewals raise the floor and never lower it; a released lease keeps the floor its holder
-/// gave, frees the worker id at once, and the next holder gets that floor and a larger token.
+/// Renewals raise the floor and never lower it; a release frees the worker id at once and
+/// keeps the higher of the stored floor and the one it names; the next holder gets that floor
+/// and a larger token.
 pub async fn a_released_lease_keeps_its_floor(a: Arc<dyn Authority>, b: Arc<dyn Authority>) {
     let kind = a.kind();
     let group = unique_name("a_released_lease_keeps_its_floor");
@@ -231,23 +232,94 @@ pub async fn a_released_lease_keeps_its_floor(a: Arc<dyn Authority>, b: Arc<dyn 
         renewed.floor_unix_ms, 5_000,
         "{kind}: a renewal never lowers the floor"
     );
-    leases_of(&a).release(&renewed, 4_000).await.unwrap();
+    leases_of(&a).release(&renewed, 7_000).await.unwrap();
 
     let (_, slots) = leases_of(&b).group(&group).await.unwrap().unwrap();
     let slot = slots.iter().find(|s| s.worker == 0).unwrap();
     assert!(!slot.is_live(), "{kind}: released");
-    assert_eq!(slot.floor_unix_ms, 4_000, "{kind}");
+    assert_eq!(slot.floor_unix_ms, 7_000, "{kind}");
 
     let second = leases_of(&b)
         .acquire(&request(&group, WorkerChoice::LowestFree, "second"))
         .await
         .unwrap();
     assert_eq!(second.worker, 0, "{kind}: the lowest free worker id again");
-    assert_eq!(second.floor_unix_ms, 4_000, "{kind}");
+    assert_eq!(second.floor_unix_ms, 7_000, "{kind}");
     assert!(second.token > first.token, "{kind}");
-    let again = leases_of(&b).renew(&second, 6_000).await.unwrap();
-    assert_eq!(again.floor_unix_ms, 6_000, "{kind}");
-    leases_of(&b).release(&again, 6_000).await.unwrap();
+    let again = leases_of(&b).renew(&second, 8_000).await.unwrap();
+    assert_eq!(again.floor_unix_ms, 8_000, "{kind}");
+    leases_of(&b).release(&again, 8_000).await.unwrap();
+}
+
+/// A release never lowers a worker id's floor, whoever sends it and whatever it names: the
+/// holder renews its floor to 9,000 after a second caller read the record (token, holder and
+/// the floor 5,000 then), and that caller's release naming the floor it read, or 0, keeps
+/// 9,000. Otherwise the next holder issues timestamps the first may have issued (issue 31: a
+/// release with floor 0 gave two nodes worker 0, 153 duplicate ids; a release with the floor
+/// read before a renewal, 12).
+pub async fn a_release_never_lowers_the_floor(a: Arc<dyn Authority>, b: Arc<dyn Authority>) {
+    let kind = a.kind();
+    let group = unique_name("a_release_never_lowers_the_floor");
+    let held = leases_of(&a)
+        .acquire(&request(&group, WorkerChoice::LowestFree, "holder"))
+        .await
+        .unwrap();
+    let held = leases_of(&a).renew(&held, 5_000).await.unwrap();
+    let (_, slots) = leases_of(&b).group(&group).await.unwrap().unwrap();
+    let read = slots
+        .iter()
+        .find(|s| s.worker == held.worker)
+        .unwrap()
+        .clone();
+    let held = leases_of(&a).renew(&held, 9_000).await.unwrap();
+    assert_eq!(held.floor_unix_ms, 9_000, "{kind}");
+    let as_read = WorkerLease {
+        group: group.clone(),
+        worker: read.worker,
+        token: read.token,
+        floor_unix_ms: read.floor_unix_ms,
+        ttl: held.ttl,
+        holder: read.holder.clone(),
+    };
+    leases_of(&b)
+        .release(&as_read, read.floor_unix_ms)
+        .await
+        .unwrap();
+    let floor = |slots: Vec<WorkerSlot>| {
+        slots
+            .into_iter()
+            .find(|s| s.worker == held.worker)
+            .map(|s| (s.floor_unix_ms, s.is_live()))
+    };
+    let (_, slots) = leases_of(&a).group(&group).await.unwrap().unwrap();
+    assert_eq!(
+        floor(slots),
+        Some((9_000, false)),
+        "{kind}: a release naming the floor read before a renewal keeps the renewed floor"
+    );
+    let next = leases_of(&b)
+        .acquire(&request(&group, WorkerChoice::Exactly(held.worker), "next"))
+        .await
+        .unwrap();
+    assert_eq!(
+        next.floor_unix_ms, 9_000,
+        "{kind}: the next holder starts above it"
+    );
+    leases_of(&b).release(&next, 0).await.unwrap();
+    let (_, slots) = leases_of(&a).group(&group).await.unwrap().unwrap();
+    assert_eq!(
+        floor(slots),
+        Some((9_000, false)),
+        "{kind}: a release naming floor 0 keeps the stored floor"
+    );
+    let last = leases_of(&a)
+        .acquire(&request(&group, WorkerChoice::Exactly(held.worker), "last"))
+        .await
+        .unwrap();
+    assert_eq!(last.floor_unix_ms, 9_000, "{kind}");
+    let last = leases_of(&a).renew(&last, 1).await.unwrap();
+    assert_eq!(last.floor_unix_ms, 9_000, "{kind}: nor does a renewal");
+    leases_of(&a).release(&last, 9_001).await.unwrap();
 }
 
 /// A worker id's record without the time left: worker, token, holder, floor, live.
@@ -566,6 +638,13 @@ pub mod cases {
         let storage = B::create().await;
         let (a, b) = pair(&storage).await;
         super::a_released_lease_keeps_its_floor(a, b).await;
+    }
+
+    /// [`super::a_release_never_lowers_the_floor`].
+    pub async fn a_release_never_lowers_the_floor<B: Backend>() {
+        let storage = B::create().await;
+        let (a, b) = pair(&storage).await;
+        super::a_release_never_lowers_the_floor(a, b).await;
     }
 
     /// [`super::a_renewal_never_takes_over_another_holders_lease`] on two independent stores.

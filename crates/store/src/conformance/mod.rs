@@ -797,9 +797,9 @@ pub mod cases {
         stall_is_unavailable_within_the_timeout, two_authorities_never_overlap,
     };
     pub use super::leases::cases::{
-        a_node_record_refuses_an_emptied_or_swapped_lease_store, a_released_lease_keeps_its_floor,
-        a_renewal_never_takes_over_another_holders_lease, an_expired_lease_is_taken_over,
-        leases_never_overlap, reading_a_group_changes_nothing,
+        a_node_record_refuses_an_emptied_or_swapped_lease_store, a_release_never_lowers_the_floor,
+        a_released_lease_keeps_its_floor, a_renewal_never_takes_over_another_holders_lease,
+        an_expired_lease_is_taken_over, leases_never_overlap, reading_a_group_changes_nothing,
     };
     pub use super::parks::cases::{
         only_granted_ids_are_parked, parked_blocks_are_claimed_once,
@@ -936,6 +936,7 @@ macro_rules! conformance_tests {
             leases_never_overlap,
             an_expired_lease_is_taken_over,
             a_released_lease_keeps_its_floor,
+            a_release_never_lowers_the_floor,
             reading_a_group_changes_nothing,
             a_renewal_never_takes_over_another_holders_lease,
             a_node_record_refuses_an_emptied_or_swapped_lease_store,

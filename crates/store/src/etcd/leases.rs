@@ -476,7 +476,7 @@ impl WorkerLeases for EtcdAuthority {
                 return Err(crate::lease::superseded(lease, None));
             };
             let mut slot = record.slot.clone();
-            slot.floor_unix_ms = slot.floor_unix_ms.max(floor_unix_ms);
+            slot.floor_unix_ms = crate::lease::kept_floor(slot.floor_unix_ms, floor_unix_ms);
             let renewed = WorkerLease {
                 floor_unix_ms: slot.floor_unix_ms,
                 ..lease.clone()
@@ -567,7 +567,7 @@ impl WorkerLeases for EtcdAuthority {
                 return Err(crate::lease::superseded(lease, None));
             };
             let mut slot = record.slot.clone();
-            slot.floor_unix_ms = floor_unix_ms;
+            slot.floor_unix_ms = crate::lease::kept_floor(slot.floor_unix_ms, floor_unix_ms);
             let mut ops = vec![request::put(worker_key.clone(), encode_record(&slot), 0)];
             if live.is_some() {
                 ops.push(request::delete_op(live_key.clone()));

@@ -244,7 +244,7 @@ impl WorkerLeases for FileAuthority {
                 let slot = read_slot(&workers, name, lease.worker)?;
                 check_current(&lease, slot.as_ref())?;
                 let mut slot = slot.ok_or_else(|| unavailable("lease record vanished".into()))?;
-                slot.floor_unix_ms = floor_unix_ms;
+                slot.floor_unix_ms = crate::lease::kept_floor(slot.floor_unix_ms, floor_unix_ms);
                 workers
                     .insert((name, lease.worker), encode_worker(&slot).as_slice())
                     .map_err(redb_error)?;

@@ -386,7 +386,7 @@ async fn swap(
             vec![ttl_us.into(), floor_unix_ms.into()],
         ),
         None => (
-            "expires_at = NULL, floor_unix_ms = ?".into(),
+            "expires_at = NULL, floor_unix_ms = GREATEST(floor_unix_ms, ?)".into(),
             vec![floor_unix_ms.into()],
         ),
     };

@@ -180,7 +180,8 @@ impl LeaseSql {
                  AND holder = $6::text RETURNING floor_unix_ms"
             ),
             release: format!(
-                "UPDATE {leases} SET expires_at = NULL, floor_unix_ms = $4::bigint \
+                "UPDATE {leases} SET expires_at = NULL, \
+                 floor_unix_ms = GREATEST(floor_unix_ms, $4::bigint) \
                  WHERE grp = $1::text AND worker = $2::bigint AND token = $3::bigint \
                  AND holder = $5::text RETURNING floor_unix_ms"
             ),

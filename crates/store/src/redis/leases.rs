@@ -253,7 +253,9 @@ impl WorkerLeases for RedisAuthority {
         floor_unix_ms: u64,
     ) -> Result<WorkerLease, LeaseError> {
         let floor = self
-            .update_worker(lease, Some(lease.ttl), |stored| stored.max(floor_unix_ms))
+            .update_worker(lease, Some(lease.ttl), |stored| {
+                crate::lease::kept_floor(stored, floor_unix_ms)
+            })
             .await?;
         Ok(WorkerLease {
             floor_unix_ms: floor,
@@ -262,9 +264,11 @@ impl WorkerLeases for RedisAuthority {
     }
 
     async fn release(&self, lease: &WorkerLease, floor_unix_ms: u64) -> Result<(), LeaseError> {
-        self.update_worker(lease, None, |_| floor_unix_ms)
-            .await
-            .map(drop)
+        self.update_worker(lease, None, |stored| {
+            crate::lease::kept_floor(stored, floor_unix_ms)
+        })
+        .await
+        .map(drop)
     }
 
     async fn group(

@@ -357,7 +357,7 @@ impl ZookeeperAuthority {
                 return Err(superseded(lease, other.as_ref().map(|(s, _)| s)));
             }
         };
-        let floor = slot.floor_unix_ms.max(floor_unix_ms);
+        let floor = crate::lease::kept_floor(slot.floor_unix_ms, floor_unix_ms);
         let renewed = WorkerLease {
             floor_unix_ms: floor,
             ..lease.clone()
@@ -472,7 +472,7 @@ impl ZookeeperAuthority {
         };
         let (worker_path, live_path) = self.worker_paths(&lease.group, lease.worker);
         let new_record = encode_worker(&WorkerSlot {
-            floor_unix_ms,
+            floor_unix_ms: crate::lease::kept_floor(slot.floor_unix_ms, floor_unix_ms),
             ..slot
         });
         let client = self.client(deadline).await?;
