@@ -433,3 +433,99 @@ pub async fn two_authorities_never_overlap<B: NetworkBackend>() {
         state.ids_used()
     );
 }
+
+/// Polls the durable watermark of `f`'s namespace until it is one of `allowed` (a lost write
+/// may still be applied by the server after the caller gave up), within [`RECOVERY_DEADLINE`].
+async fn settled_watermark<B: NetworkBackend>(f: &Faulty<B>, allowed: &[u64]) -> u64 {
+    let deadline = Instant::now() + RECOVERY_DEADLINE;
+    loop {
+        let w = f.durable_watermark().await;
+        if allowed.contains(&w) || Instant::now() >= deadline {
+            return w;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// The reply to a give-back is lost on its way back (the server may have applied it): the
+/// caller reads the outcome as [`Outcome::Unknown`](crate::Outcome::Unknown), never as a
+/// refusal, and the durable watermark is either the tail's start (applied) or its end (not);
+/// an `Ok` (the lost reply was that of a read the backend retried) is only ever
+/// `Returned` with the watermark at the tail's start. Since an unknown give-back's tail is
+/// burned by its caller and anything reserved afterwards starts at the durable watermark,
+/// nothing is served twice.
+pub async fn lost_give_back_reply_is_unknown<B: NetworkBackend>() {
+    let kind = B::KIND;
+    let spec = SequenceSpec::new(Width::Bits64, 1, 1, 0).unwrap();
+    let f = Faulty::<B>::start("lost-give-back", spec).await;
+    let block = reserve(&*f.via_proxy, &f.name, 50).await.block;
+    let (_, tail) = block.split_first(10);
+    let tail = tail.unwrap_or_else(|| panic!("[{kind}] a block of 50 has a tail"));
+    f.proxy.set_fault(Fault::DropNextReply);
+    let outcome = crate::Outcome::of(f.via_proxy.give_back(&f.name, tail).await);
+    f.proxy.set_fault(Fault::None);
+    let w = settled_watermark(&f, &[tail.start(), tail.end()]).await;
+    match outcome {
+        crate::Outcome::Applied(crate::GiveBack::Returned) => {
+            assert_eq!(
+                w,
+                tail.start(),
+                "[{kind}] a returned tail lowers the watermark"
+            )
+        }
+        crate::Outcome::Unknown(e) => {
+            assert_unavailable(kind, "give-back whose reply is lost", Err::<(), _>(e));
+            assert!(
+                w == tail.start() || w == tail.end(),
+                "[{kind}] durable watermark {w} after a lost give-back of {tail:?}"
+            );
+        }
+        other => panic!("[{kind}] a lost give-back reply read as {other:?}"),
+    }
+    let next = f
+        .reserve_once_recovered("reserve after the lost give-back", 5)
+        .await;
+    assert!(
+        next.block.start() >= w,
+        "[{kind}] {next:?} below the durable watermark {w}"
+    );
+}
+
+/// The reply to a rebase is lost: the outcome is applied or unknown, never a refusal, and
+/// the durable watermark is at the target or where it was; repeated, the rebase lands (it is
+/// idempotent) and the next reservation starts at or above its target.
+pub async fn lost_advance_reply_is_unknown<B: NetworkBackend>() {
+    let kind = B::KIND;
+    let spec = SequenceSpec::new(Width::Bits64, 1, 1, 0).unwrap();
+    let f = Faulty::<B>::start("lost-advance", spec).await;
+    let w0 = f.durable_watermark().await;
+    let to = w0 + 1000;
+    f.proxy.set_fault(Fault::DropNextReply);
+    let outcome = crate::Outcome::of(
+        f.via_proxy
+            .advance(&f.name, to, crate::Advance::Rebase)
+            .await,
+    );
+    f.proxy.set_fault(Fault::None);
+    let w = settled_watermark(&f, &[w0, to]).await;
+    match outcome {
+        crate::Outcome::Applied(a) => assert!(a.state.watermark >= to && w >= to, "[{kind}]"),
+        crate::Outcome::Unknown(e) => {
+            assert_unavailable(kind, "rebase whose reply is lost", Err::<(), _>(e));
+            assert!(w == w0 || w == to, "[{kind}] durable watermark {w}");
+        }
+        crate::Outcome::Refused(e) => panic!("[{kind}] a lost rebase reply read as a refusal: {e}"),
+    }
+    let (again, _) = until_ok("the rebase again", || {
+        f.via_proxy.advance(&f.name, to, crate::Advance::Rebase)
+    })
+    .await;
+    assert!(again.state.watermark >= to, "[{kind}] {again:?}");
+    let next = f
+        .reserve_once_recovered("reserve after the rebase", 5)
+        .await;
+    assert!(
+        next.block.start() >= to,
+        "[{kind}] {next:?} below the rebase to {to}"
+    );
+}

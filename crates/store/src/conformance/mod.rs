@@ -793,7 +793,8 @@ pub mod cases {
         pruning_keeps_the_ledger_verifiable, pruning_measures_age_by_the_stores_clock,
     };
     pub use super::faults::{
-        cut_is_unavailable_and_recovers, lost_reply_never_reissues_the_block,
+        cut_is_unavailable_and_recovers, lost_advance_reply_is_unknown,
+        lost_give_back_reply_is_unknown, lost_reply_never_reissues_the_block,
         stall_is_unavailable_within_the_timeout, two_authorities_never_overlap,
     };
     pub use super::leases::cases::{
@@ -928,6 +929,8 @@ macro_rules! conformance_tests {
             cut_is_unavailable_and_recovers,
             stall_is_unavailable_within_the_timeout,
             lost_reply_never_reissues_the_block,
+            lost_give_back_reply_is_unknown,
+            lost_advance_reply_is_unknown,
             two_authorities_never_overlap,
         ]);
     };
