@@ -352,3 +352,62 @@ async fn unparked_blocks_are_not_served_by_default() {
     node_a.shutdown().await;
     node_b.shutdown().await;
 }
+
+/// A store rolled back below what the node saw (a point-in-time restore of the file store)
+/// while the node was stopped with parked blocks: the restart refuses the namespace as lost,
+/// before any kept id is served, as it would without kept blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_rolled_back_while_stopped_serves_no_kept_id() {
+    let data = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[authority]\nkind = \"file\"\npath = {:?}\n{CONFIG}",
+        store.path().display().to_string()
+    );
+    let file = idmint_node::FileConfig::parse(&text).unwrap();
+    let mut node_config = file.node.clone();
+    node_config.keep_blocks = Some(KeepBlocks {
+        dir: data.path().to_owned(),
+        authority: file.authority.to_string(),
+    });
+    let open = |init: bool| {
+        let file = &file;
+        let data = data.path().to_owned();
+        async move { idmint_node::open_store(file, &data, init).await }
+    };
+    // A first run: one id, a clean stop (its tail goes back).
+    let authority = open(true).await.unwrap();
+    let node = Node::start(node_config.clone(), authority).await.unwrap();
+    ids(&node, 1).await;
+    node.shutdown().await;
+    drop(node);
+    let snapshot = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(store.path()).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), snapshot.path().join(entry.file_name())).unwrap();
+    }
+    // A second run; ids granted after its block (as to another node) make its clean stop
+    // park the tail instead of handing it back.
+    let authority = open(false).await.unwrap();
+    let node = Node::start(node_config.clone(), authority.clone())
+        .await
+        .unwrap();
+    ids(&node, 10).await;
+    authority.reserve(&orders(), 5).await.unwrap();
+    let report = node.shutdown().await;
+    drop(authority);
+    assert!(report.kept > 0, "{report:?}");
+    drop(node);
+    // The store restored from before the second run.
+    for entry in std::fs::read_dir(snapshot.path()).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), store.path().join(entry.file_name())).unwrap();
+    }
+    let authority = open(false).await.unwrap();
+    let started = Node::start(node_config, authority).await;
+    let error = started.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        error.contains("lost"),
+        "a store rolled back below the node record must be refused before any kept id is served: {error:?}"
+    );
+}
