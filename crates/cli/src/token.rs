@@ -41,11 +41,13 @@ pub fn new(name: Option<&str>) -> Result<String> {
         "# The token, shown this once (the node keeps only its hash); give it to the client:\n\
          {token}\n\
          \n\
-         # For idmint.toml; grant the scopes the client needs (ids, blocks, read, admin):\n\
+         # For idmint.toml. The scopes of an application (an idmint client library, or\n\
+         # curl); narrow \"*\" to its namespaces. A lower tier (kind = \"upstream\"): blocks,\n\
+         # read. A peer's [peers] token: ids. A dashboard: read. An operator: admin.\n\
          [[auth.tokens]]\n\
          {name_line}\
          hash = \"{hash}\"\n\
-         scopes = {{ \"*\" = [\"ids\", \"read\"] }}\n"
+         scopes = {{ \"*\" = [\"ids\", \"blocks\", \"read\"] }}\n"
     ))
 }
 
@@ -69,6 +71,11 @@ mod tests {
         let toml = text.split_once("[[auth.tokens]]").unwrap().1;
         let config = idmint_node::FileConfig::parse(&format!("[[auth.tokens]]{toml}")).unwrap();
         assert_eq!(config.node.auth.unwrap().tokens[0].label, "orders-service");
+        // The application role: what the client libraries need (blocks for sequence buffers).
+        assert!(
+            text.contains("scopes = { \"*\" = [\"ids\", \"blocks\", \"read\"] }"),
+            "{text}"
+        );
         assert_ne!(new(None).unwrap(), new(None).unwrap());
         assert!(new(Some("a b")).is_err());
     }
