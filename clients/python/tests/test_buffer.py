@@ -96,6 +96,39 @@ def test_close_gives_back_the_newest_blocks_tail_only() -> None:
     assert core.begin_close() is None
 
 
+def test_a_lease_joined_to_the_previous_one_gives_back_every_unused_id() -> None:
+    core = SequenceCore("n", SPEC, BufferPolicy(fixed_block=1000))
+    core.refill_done(Leased(1, 1001, 1, 11), node=0)
+    assert core.extends() == 11
+    core.refill_done(Leased(1001, 2001, 1, 12, lease_start=1), node=0)  # the node joined them
+    assert [core.try_next() for _ in range(3)] == [1, 2, 3]
+    tail = core.begin_close()
+    assert tail is not None
+    assert (tail.block, tail.lease, tail.node) == (Block(4, 2001, 1), 12, 0)
+    core.give_back_done(tail, True)
+    s = core.stats()
+    assert (s.served, s.burned, s.given_back, s.buffered) == (3, 0, 1997, 0)
+
+
+def test_a_lease_from_another_node_joins_nothing() -> None:
+    core = SequenceCore("n", SPEC, BufferPolicy(fixed_block=1000))
+    core.refill_done(Leased(1, 1001, 1, 11), node=0)
+    core.refill_done(Leased(1001, 2001, 1, 12, lease_start=1), node=1)
+    core.try_next()
+    tail = core.begin_close()
+    assert tail is not None and tail.block == Block(1001, 2001, 1)
+    assert core.stats().burned == 999
+
+
+def test_ids_taken_into_the_window_are_not_demand() -> None:
+    core = SequenceCore("n", SPEC, BufferPolicy())
+    core.refill_done(Leased(1, 1001, 1, 11), node=0)
+    assert core.plan_refill(0) is None
+    assert [core.try_next() for _ in range(3)] == [1, 2, 3]  # a window of 125 ids is out
+    assert core.plan_refill(100_000_000) is None  # 3 ids in 0.1 s: no refill due
+    assert core.stats().next_fetch == 1000
+
+
 def test_a_batch_retires_the_window_so_ids_stay_in_order() -> None:
     core = core_with((1, 1001, 1))
     assert core.try_next() == 1  # carves a window of 125

@@ -14,8 +14,8 @@ import pytest
 import idmint
 from idmint.grpc_transport import error_of
 from idmint.http_transport import http_error
-from scenario_support import (DATA, assert_increasing, check_kind, in_tasks, in_threads,
-                              make_client, order_key)
+from scenario_support import (DATA, assert_increasing, check_kind, client_args, in_tasks,
+                              in_threads, make_client, order_key)
 from topology import CONFORMANCE, Topology
 
 import grpc
@@ -97,7 +97,8 @@ def give_back(s: dict[str, Any], topo: Topology, mode: tuple[str, str]) -> None:
     ns, take = s["namespace"], s["take"]
     first, second = (take_sync if flavor == "sync" else take_async)(topo, s, transport, take)
     node = topo.client_names[0]
-    state = topo.node_state(node, ns)["state"]
+    token = client_args(topo, s)["token"]
+    state = topo.node_state(node, ns, token=token)["state"]
     assert state["ids_burned"] == 0, state
     assert state["ids_served"] == take, state
     later = (take_sync if flavor == "sync" else take_async)(topo, s, transport, 1)[0]

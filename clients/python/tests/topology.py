@@ -106,8 +106,10 @@ class Node:
 class Topology:
     """The nodes of one topology of scenarios.json, started; `close()` stops them."""
 
-    def __init__(self, name: str) -> None:
-        spec = scenarios()["topologies"][name]
+    def __init__(self, name: str, spec: Optional[dict[str, Any]] = None) -> None:
+        """The topology `name` of scenarios.json, or `spec` (a template may be an absolute
+        path)."""
+        spec = spec if spec is not None else scenarios()["topologies"][name]
         self.name = name
         self.dir = Path(tempfile.mkdtemp(prefix=f"idmint-{name}-"))
         self.tls = bool(spec.get("certs"))

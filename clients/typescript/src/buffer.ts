@@ -259,15 +259,28 @@ export class BlockBuffer {
   }
 
   /**
-   * Empties the buffer for `close`: the unused part of `newest` if it is still held (its
-   * tail, or all of it), for the give-back; every other id held is counted burned.
+   * Empties the buffer for `close`: for the give-back, the ids held that end with `newest`
+   * (still held, its tail or all of it) and run back without a gap, down to `from` (the first
+   * id its lease covers; `newest.start` when absent); every other id held is counted burned.
    */
-  drain(newest: Block | undefined): Block | undefined {
+  drain(newest: Block | undefined, from?: bigint): Block | undefined {
     let tail: Block | undefined;
-    if (newest !== undefined && this.current === newest && this.left > 0) {
-      tail = { start: this.cursor, end: newest.end, step: newest.step };
-    } else if (newest !== undefined && this.ahead.includes(newest)) {
-      tail = newest;
+    const held: Block[] = [];
+    if (this.current !== undefined && this.left > 0) {
+      held.push({ start: this.cursor, end: this.current.end, step: this.step });
+    }
+    held.push(...this.ahead);
+    const last = held[held.length - 1];
+    if (newest !== undefined && last !== undefined && last.end === newest.end && last.start >= newest.start) {
+      const floor = from ?? newest.start;
+      let start = last.start;
+      for (let i = held.length - 2; i >= 0; i--) {
+        const b = held[i] as Block;
+        const meets = b.step === newest.step && b.start + BigInt(blockLen(b)) * b.step === start;
+        if (!meets || b.start < floor) break;
+        start = b.start;
+      }
+      tail = { start, end: newest.end, step: newest.step };
     }
     const tailLen = tail === undefined ? 0 : blockLen(tail);
     this.burned += this.buffered - tailLen;

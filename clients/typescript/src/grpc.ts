@@ -90,11 +90,22 @@ export class GrpcTransport implements Transport {
     }
   }
 
-  async block(namespace: string, count: number, timeoutMs: number, minStart?: bigint): Promise<LeasedBlock> {
+  async block(namespace: string, count: number, timeoutMs: number, minStart?: bigint, extends_?: bigint): Promise<LeasedBlock> {
     const request: Record<string, string> = { namespace, count: String(count) };
     if (minStart !== undefined) request.min_start = minStart.toString();
-    const b = await this.call<{ start: string; end: string; step: string; lease: string }>("Block", request, timeoutMs);
-    return { start: U64(b.start), end: U64(b.end), step: U64(b.step), lease: U64(b.lease) };
+    if (extends_ !== undefined && extends_ !== 0n) request.extends = extends_.toString();
+    const b = await this.call<{ start: string; end: string; step: string; lease: string; lease_start?: string }>(
+      "Block",
+      request,
+      timeoutMs,
+    );
+    return {
+      start: U64(b.start),
+      end: U64(b.end),
+      step: U64(b.step),
+      lease: U64(b.lease),
+      leaseStart: b.lease_start === undefined ? 0n : U64(b.lease_start),
+    };
   }
 
   async giveBack(namespace: string, tail: LeasedBlock, timeoutMs: number): Promise<GiveBackAnswer> {

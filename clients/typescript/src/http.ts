@@ -89,13 +89,15 @@ export class HttpTransport implements Transport {
     throw new ProtocolError(`${this.label}: ids of an unknown form`);
   }
 
-  async block(namespace: string, count: number, timeoutMs: number): Promise<LeasedBlock> {
-    const b = await this.request("POST", `/v1/blocks/${encodeURIComponent(namespace)}?count=${count}`, timeoutMs);
+  async block(namespace: string, count: number, timeoutMs: number, _minStart?: bigint, extends_?: bigint): Promise<LeasedBlock> {
+    const q = `count=${count}` + (extends_ ? `&extends=${extends_}` : "");
+    const b = await this.request("POST", `/v1/blocks/${encodeURIComponent(namespace)}?${q}`, timeoutMs);
     return {
       start: u64(b.start, "start"),
       end: u64(b.end, "end"),
       step: u64(b.step, "step"),
       lease: b.lease === undefined ? 0n : u64(b.lease, "lease"),
+      leaseStart: b.lease_start === undefined ? 0n : u64(b.lease_start, "lease_start"),
     };
   }
 

@@ -7,9 +7,12 @@
 //!   step, one of the residue classes the node's authority grants, within its width;
 //! - at most one `Block` in flight; a refill that fails backs off (50 ms doubling to 2 s, each
 //!   pause jittered down by up to half) and is retried while the buffer wants one;
+//! - a refill asks its node to extend the newest lease (`extends`); a node that granted the
+//!   block right after that lease's answers a lease covering both (`leaseStart`);
 //! - `close` hands out nothing more, waits for the refill in flight, then gives the newest
-//!   block's unused tail back to the node that leased it, once; everything else held is burned.
-//!   A tail refused, or whose answer is lost, is burned too: never used again.
+//!   lease's unused tail (from the first id held, the older block's included when the lease
+//!   covers it) back to the node that leased it, once; everything else held is burned. A tail
+//!   refused, or whose answer is lost, is burned too: never used again.
 
 import { BlockBuffer, blockLen, type Block, type BufferPolicy } from "./buffer.js";
 import { ClosedError, IdmintError, ProtocolError, UnavailableError } from "./errors.js";
@@ -52,9 +55,10 @@ export interface SequenceSettings {
 const BACKOFF_FIRST_MS = 50;
 const BACKOFF_MAX_MS = 2000;
 
-/** The newest block, while its tail may still go back. */
+/** The newest block, while its tail may still go back; `from`: the first id its lease covers. */
 interface Lease {
   block: Block;
+  from: bigint;
   lease: bigint;
   node: number;
 }
@@ -97,9 +101,18 @@ export class SequenceIds {
   private accept(leased: LeasedBlock, node: number, fromRefill: boolean): void {
     const block = this.check.block(leased);
     if (this.floor === undefined || block.end > this.floor) this.floor = block.end;
+    const prev = this.newest;
     const kept = this.buffer.push(block, fromRefill);
-    // The node's newest lease is this block now: an older one can no longer go back.
-    this.newest = kept === undefined ? undefined : { block: kept, lease: leased.lease, node };
+    // The node's newest lease is this block now, joined to the previous one when it says so.
+    let from = kept?.start ?? 0n;
+    const leaseStart = leased.leaseStart ?? 0n;
+    if (
+      kept !== undefined && prev !== undefined && prev.node === node && kept.start === block.start &&
+      leaseStart > 0n && leaseStart < block.start && prev.block.end === block.start && prev.block.step === block.step
+    ) {
+      from = leaseStart > prev.from ? leaseStart : prev.from;
+    }
+    this.newest = kept === undefined ? undefined : { block: kept, from, lease: leased.lease, node };
   }
 
   /** Starts a refill if one is wanted (or `force`d by an empty buffer) and none is in flight. */
@@ -115,7 +128,8 @@ export class SequenceIds {
     }
     const { timeoutMs } = this.settings;
     const floor = this.floor;
-    this.inflight = this.nodes.call((t) => t.block(this.name, count, timeoutMs, floor)).then(
+    const extends_ = this.newest?.lease;
+    this.inflight = this.nodes.call((t) => t.block(this.name, count, timeoutMs, floor, extends_)).then(
       ({ node, answer }) => {
         try {
           this.accept(answer, node, true);
@@ -217,7 +231,7 @@ export class SequenceIds {
     if (this.inflight !== undefined) await this.inflight;
     const newest = this.newest;
     this.newest = undefined;
-    const tail = this.buffer.drain(newest?.block);
+    const tail = this.buffer.drain(newest?.block, newest?.from);
     if (tail === undefined || newest === undefined) return 0;
     const n = blockLen(tail);
     if (newest.lease === 0n) {

@@ -14,6 +14,11 @@ export interface LeasedBlock {
   step: bigint;
   /** 0 when the tail can never go back. */
   lease: bigint;
+  /**
+   * The first id the lease covers: below `start` when the block joined the lease the request
+   * extended; 0 (or absent) from nodes that do not join leases: read it as `start`.
+   */
+  leaseStart?: bigint;
 }
 
 /** Ids of one `Next` answer, strictly increasing. */
@@ -62,7 +67,8 @@ export interface Transport {
   /** `route`: the shard the ids are of (a snowflake namespace with `shards = "owned"`). */
   next(namespace: string, count: number, timeoutMs: number, route?: RouteFields): Promise<IdsAnswer>;
   /** `minStart`: the client's floor (gRPC only; over HTTP the client cuts what lies below). */
-  block(namespace: string, count: number, timeoutMs: number, minStart?: bigint): Promise<LeasedBlock>;
+  /** `extends`: the caller's newest lease from this node, which the block may join. */
+  block(namespace: string, count: number, timeoutMs: number, minStart?: bigint, extends_?: bigint): Promise<LeasedBlock>;
   giveBack(namespace: string, tail: LeasedBlock, timeoutMs: number): Promise<GiveBackAnswer>;
   /** The namespace, or `null` when the node answers `unknown_namespace`. */
   describe(namespace: string, timeoutMs: number): Promise<NamespaceDescription | null>;

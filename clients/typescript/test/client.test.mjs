@@ -122,34 +122,45 @@ test("a node unreachable over gRPC is served over its HTTP/JSON API", () =>
     }
   }));
 
-test("the buffer refills in the background below the low-water mark, and counts are exact", () =>
-  withTopology("single", async (t) => {
-    const block = 1000;
-    const client = new idmint.Client(t.urls("grpc"), { buffer: { minBlock: block, maxBlock: block, lowWater: 0.5 } });
-    const ns = await client.namespace("seq_fixed");
-    const first = await ns.next(); // the first block
-    let last = first;
-    // Below half a block: a refill starts without anyone waiting.
-    for (let i = 0; i < block / 2; i++) {
-      const id = ns.tryNext();
-      assert.ok(id !== undefined && id > last);
-      last = id;
-    }
-    await until(() => ns.stats().refills === 2, "the second block arrives");
-    const s = ns.stats();
-    assert.equal(s.waits, 1, "only the first call waited");
-    assert.equal(s.served, block / 2 + 1);
-    assert.equal(s.buffered, 2 * block - s.served);
-    const report = await client.close();
-    // The second block is the newest: its whole tail goes back; what is left of the first
-    // cannot (the node's give-back takes the newest lease only), so it is burned.
-    assert.equal(report.givenBack, block);
-    assert.equal(report.burned, block - s.served);
-    const after = ns.stats();
-    assert.equal(after.served + after.burned + after.givenBack, 2 * block);
-    assert.equal(ns.tryNext(), undefined, "nothing is handed out after close");
-    await assert.rejects(ns.next(), idmint.ClosedError);
-  }));
+for (const transport of ["grpc", "http"]) {
+  test(`the buffer refills in the background below the low-water mark, and a close after the refill burns nothing (${transport})`, () =>
+    withTopology("single", async (t) => {
+      const block = 1000;
+      const client = new idmint.Client(t.urls(transport), {
+        transport,
+        buffer: { minBlock: block, maxBlock: block, lowWater: 0.5 },
+      });
+      const ns = await client.namespace("seq_fixed");
+      const first = await ns.next(); // the first block
+      let last = first;
+      // Below half a block: a refill starts without anyone waiting.
+      for (let i = 0; i < block / 2; i++) {
+        const id = ns.tryNext();
+        assert.ok(id !== undefined && id > last);
+        last = id;
+      }
+      await until(() => ns.stats().refills === 2, "the second block arrives");
+      const s = ns.stats();
+      assert.equal(s.waits, 1, "only the first call waited");
+      assert.equal(s.served, block / 2 + 1);
+      assert.equal(s.buffered, 2 * block - s.served);
+      const report = await client.close();
+      // The refill extended the first block's lease: what is left of both goes back.
+      assert.deepEqual([report.givenBack, report.burned], [2 * block - s.served, 0]);
+      const after = ns.stats();
+      assert.equal(after.served + after.burned + after.givenBack, 2 * block);
+      assert.equal(ns.tryNext(), undefined, "nothing is handed out after close");
+      await assert.rejects(ns.next(), idmint.ClosedError);
+      const state = await t.requestJson("GET", "/v1/namespaces/seq_fixed");
+      assert.deepEqual([state.state.ids_served, state.state.ids_burned], [s.served, 0]);
+      const again = new idmint.Client(t.urls(transport), { transport });
+      try {
+        assert.equal(await again.next("seq_fixed"), last + 1n);
+      } finally {
+        await again.close();
+      }
+    }));
+}
 
 test("time-ordered ids older than the validity window are dropped, never handed out", () =>
   withTopology("single", async (t) => {

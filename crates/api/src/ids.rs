@@ -50,6 +50,15 @@ pub struct BlockResponse {
         schema(value_type = String, format = "uint64", pattern = "^[0-9]{1,20}$")
     )]
     pub lease: u64,
+    /// The first id the lease covers: `start`, or the start of the lease it extended
+    /// (`extends=`); a tail handed back may start at any of the lease's ids from here. Absent
+    /// or `"0"` from older nodes: read it as `start`.
+    #[serde(with = "crate::decimal", default)]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = String, format = "uint64", pattern = "^[0-9]{1,20}$")
+    )]
+    pub lease_start: u64,
 }
 
 /// `POST /v1/blocks/{namespace}/give-back`: what became of a leased block's unused tail.
@@ -76,11 +85,12 @@ mod tests {
             end: u64::MAX,
             step: 2,
             lease: 7,
+            lease_start: 1,
         };
         let text = serde_json::to_string(&b).unwrap();
         assert_eq!(
             text,
-            r#"{"start":"1","end":"18446744073709551615","step":2,"lease":"7"}"#
+            r#"{"start":"1","end":"18446744073709551615","step":2,"lease":"7","lease_start":"1"}"#
         );
         assert_eq!(serde_json::from_str::<BlockResponse>(&text).unwrap(), b);
     }

@@ -14,7 +14,8 @@ const PREFIX: &str = "idmint_";
 /// Who a token is for, which decides its scopes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Role {
-    /// An application taking ids: `ids` and `read`.
+    /// An application taking ids: `ids`, `blocks` (the client libraries buffer sequence
+    /// blocks and give their unused tail back) and `read`.
     Application,
     /// A lower tier of nodes (its `[authority] token`): blocks and worker leases, `blocks`,
     /// `tier` and `read`.
@@ -29,7 +30,7 @@ impl Role {
     /// The scopes the role's token is granted on `*`.
     pub fn scopes(self) -> &'static [&'static str] {
         match self {
-            Role::Application => &["ids", "read"],
+            Role::Application => &["ids", "blocks", "read"],
             Role::Tier => &["blocks", "tier", "read"],
             Role::Peer => &["peer"],
             Role::Admin => &["admin", "read"],
@@ -116,7 +117,7 @@ mod tests {
     fn each_role_gets_its_scopes() {
         use idmint_node::auth::{Caller, Scope};
         for (role, holds) in [
-            (Role::Application, vec![Scope::Ids, Scope::Read]),
+            (Role::Application, vec![Scope::Ids, Scope::Blocks, Scope::Read]),
             (Role::Tier, vec![Scope::Blocks, Scope::Tier, Scope::Read]),
             (Role::Peer, vec![Scope::Peer]),
             (Role::Admin, vec![Scope::Admin, Scope::Read]),

@@ -241,9 +241,10 @@ fn embedded_config(manifest: &str) -> String {
 
 /// The Kubernetes manifests (deploy/kubernetes) validate strictly against the Kubernetes API
 /// schemas (`kubernetes-validate`, PyPI; scripts/test.sh installs it), and the configuration
-/// each carries goes through the node's own parser: the global tier on PostgreSQL with its
-/// worker ids from the pods' ordinals, the regional tier on the global pods over TLS; both
-/// probe readiness on /readyz and liveness on /healthz.
+/// each carries goes through the node's own parser: the global tier on PostgreSQL, the regional
+/// tier on the global pods over TLS, both leasing worker ids from one pool; both probe readiness on /readyz and liveness on
+/// /healthz, spread one pod per machine, run one async worker per CPU requested and name a
+/// versioned image.
 #[test]
 fn the_kubernetes_manifests_validate_and_their_configs_parse() {
     let dir = root().join("deploy/kubernetes");
@@ -279,10 +280,36 @@ fn the_kubernetes_manifests_validate_and_their_configs_parse() {
         assert!(!config.node.auto_create, "{tier}");
         assert!(config.node.auth.is_some(), "{tier}: [auth] off loopback");
         assert!(config.tls.is_some(), "{tier}: TLS on the listeners");
+        // Both tiers lease from one pool per group (the regional tier through the global
+        // one): pods' ordinals would collide, every StatefulSet counting from 0.
         let events = &config.node.namespaces[&idmint_core::NamespaceName::new("events").unwrap()];
         assert!(
-            format!("{events:?}").contains("Ordinal"),
-            "{tier}: the worker id is the pod's ordinal: {events:?}"
+            format!("{events:?}").contains("worker: Lease"),
+            "{tier}: the lowest free worker id of the shared pool: {events:?}"
+        );
+        assert!(
+            manifest.contains("topologySpreadConstraints:")
+                && manifest.contains("topologyKey: kubernetes.io/hostname"),
+            "{tier}: one pod per machine"
+        );
+        assert!(
+            !manifest.contains(":latest"),
+            "{tier}: a versioned image tag"
+        );
+        let cpu = manifest
+            .split_once("requests:\n              cpu: \"")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map(|(cpu, _)| cpu)
+            .unwrap_or_else(|| panic!("{tier}: a whole CPU request"));
+        assert!(
+            manifest.contains(&format!(
+                "name: TOKIO_WORKER_THREADS\n              value: \"{cpu}\""
+            )),
+            "{tier}: one async worker per CPU requested ({cpu})"
+        );
+        assert!(
+            manifest.contains(r#""orders" = ["ids", "blocks", "read"]"#),
+            "{tier}: the application token holds the application role (ids, blocks, read)"
         );
         match (&config.authority, tier) {
             (AuthorityConfig::Postgres(pg), "global") => {

@@ -269,6 +269,7 @@ impl Client {
                     namespace: ns.to_owned(),
                     count: Some(Buffer::new(self.inner.config.buffer).target_block()),
                     min_start: None,
+                    extends: None,
                 };
                 let (node, leased) = nodes
                     .call(|mut c| {

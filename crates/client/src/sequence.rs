@@ -282,6 +282,7 @@ impl SequenceIds {
             namespace: name.to_owned(),
             count: Some(count),
             min_start: None,
+            extends: None,
         };
         let answer = nodes
             .call(|mut c| {
@@ -464,6 +465,7 @@ mod tests {
             end,
             step,
             lease: 7,
+            lease_start: start,
         }
     }
 

@@ -799,6 +799,28 @@ impl Taken {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// `prev` and `next` as one take, when `next` took the ids right after `prev`'s from the
+    /// same buffer with nothing taken in between: one block, each a single contiguous block of
+    /// one step. A lower tier that holds both leases may then hand back a tail starting in
+    /// either ([`Buffer::take_back_tail`]). `None` otherwise.
+    pub fn joined(prev: &Taken, next: &Taken) -> Option<Taken> {
+        let ([a], [b]) = (prev.blocks(), next.blocks()) else {
+            return None;
+        };
+        let adjacent = a.step() == b.step() && a.last().checked_add(a.step()) == Some(b.start());
+        let in_a_row = prev.at.and_then(|at| at.checked_add(1)) == next.at;
+        if !adjacent || !in_a_row || prev.interleaved || next.interleaved {
+            return None;
+        }
+        Some(Taken {
+            one: Some(Block::new(a.start(), b.end(), a.step())?),
+            more: Vec::new(),
+            len: prev.len + next.len,
+            at: next.at,
+            interleaved: false,
+        })
+    }
 }
 
 /// What [`Buffer::put_back`] did with a failed request's ids.
@@ -1242,6 +1264,41 @@ mod tests {
         assert_eq!(b.next_id(), Some(43));
         let s = b.stats();
         assert_eq!(s.received, s.served + s.burned + b.buffered());
+    }
+
+    #[test]
+    fn joined_leases_take_back_a_tail_that_starts_in_the_older_one() {
+        let mut b = Buffer::new(fixed(10));
+        b.push(Block::new(1, 101, 1).unwrap()).unwrap();
+        let mut first = Taken::new();
+        b.take_block_for(&mut first, 10).unwrap(); // 1..=10
+        let mut second = Taken::new();
+        b.take_block_for(&mut second, 20).unwrap(); // 11..=30, right after
+        let both = Taken::joined(&first, &second).unwrap();
+        assert_eq!(both.blocks(), [Block::new(1, 31, 1).unwrap()]);
+        assert_eq!(both.len(), 30);
+        // The lower tier used 1..=3: 4..=30 go back, served next.
+        let tail = Block::new(4, 31, 1).unwrap();
+        assert_eq!(b.take_back_tail(&both, tail), Some(PutBack::Restored(27)));
+        assert_eq!(b.next_id(), Some(4));
+        // Not joined: something taken in between, or blocks that do not meet.
+        let mut third = Taken::new();
+        b.take_block_for(&mut third, 5).unwrap(); // 5..=9
+        assert_eq!(b.next_id(), Some(10));
+        let mut fourth = Taken::new();
+        b.take_block_for(&mut fourth, 5).unwrap(); // 11..=15
+        assert_eq!(Taken::joined(&third, &fourth), None);
+        let mut fifth = Taken::new();
+        b.take_block_for(&mut fifth, 5).unwrap(); // 16..=20
+        assert_eq!(Taken::joined(&third, &fifth), None);
+        assert!(Taken::joined(&fourth, &fifth).is_some());
+        let mut other = Buffer::new(fixed(10));
+        other.push(Block::new(0, 20, 2).unwrap()).unwrap();
+        other.push(Block::new(40, 50, 2).unwrap()).unwrap();
+        let (mut x, mut y) = (Taken::new(), Taken::new());
+        other.take_block_for(&mut x, 100).unwrap(); // 0..=18
+        other.take_block_for(&mut y, 100).unwrap(); // 40..=48
+        assert_eq!(Taken::joined(&x, &y), None);
     }
 
     #[test]

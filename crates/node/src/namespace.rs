@@ -146,9 +146,9 @@ impl Namespace {
 
     /// Like [`Namespace::block`], leased to a lower tier that may hand the unused tail back
     /// ([`Namespace::take_back`]). Sequence namespaces only.
-    pub async fn lease(&self, count: u64, min_start: u64) -> Result<Lease, IdError> {
+    pub async fn lease(&self, count: u64, min_start: u64, extends: u64) -> Result<Lease, IdError> {
         match self {
-            Namespace::Sequence(s) => s.lease(count, min_start).await,
+            Namespace::Sequence(s) => s.lease(count, min_start, extends).await,
             other => Err(other.no_blocks()),
         }
     }
@@ -538,11 +538,12 @@ impl SequenceNamespace {
 
     /// One contiguous block of up to `count` ids, leased so that its unused tail may come back
     /// ([`SequenceNamespace::take_back`]); starting at or above `min_start` unless the
-    /// namespace's store has nothing there yet (`Supply::lease`).
-    pub async fn lease(&self, count: u64, min_start: u64) -> Result<Lease, IdError> {
+    /// namespace's store has nothing there yet, and joined to the caller's previous lease
+    /// `extends` where it can be (`Supply::lease`).
+    pub async fn lease(&self, count: u64, min_start: u64, extends: u64) -> Result<Lease, IdError> {
         self.no_blocks_in_strict_order()?;
         self.supply
-            .lease(count, self.spec.width().bits(), min_start)
+            .lease(count, self.spec.width().bits(), min_start, extends)
             .await
     }
 

@@ -243,6 +243,10 @@ pub struct Lease {
     /// What [`Supply::take_back`] asks for with the block's unused tail; `None` when the tail
     /// can never come back (cache `off`: there is no buffer to put it in front of).
     pub token: Option<u64>,
+    /// The first id the lease covers: `block.start()`, or the start of the caller's previous
+    /// lease when this one joined it (`extends`); a tail handed back may start at any of the
+    /// lease's ids from here.
+    pub from: u64,
 }
 
 /// What [`Supply::take_back`] did with a lower tier's unused tail.
@@ -582,7 +586,7 @@ impl Supply {
     /// One contiguous block of up to `count` ids for a lower tier.
     pub async fn block(&self, count: u64, bits: u32) -> Result<Block, IdError> {
         if let CacheMode::Off = self.cache {
-            return Ok(self.lease(count, bits, 0).await?.block);
+            return Ok(self.lease(count, bits, 0, 0).await?.block);
         }
         let _in_flight = self.from_below.enter();
         self.check_poisoned()?;
@@ -646,7 +650,19 @@ impl Supply {
     /// go below what it served before), the block is reserved straight from the source, whose
     /// next block starts above everything granted; the buffer stays for other callers. That
     /// block carries no lease: its tail cannot come back.
-    pub async fn lease(&self, count: u64, bits: u32, min_start: u64) -> Result<Lease, IdError> {
+    ///
+    /// `extends` is the caller's newest lease token (0: none). When it is this namespace's
+    /// newest lease and the new block follows its block with nothing handed out in between
+    /// ([`Taken::joined`]), the new lease covers both, so the caller can hand back a tail that
+    /// starts in the older block: a lower tier that refills ahead burns nothing at a clean
+    /// stop.
+    pub async fn lease(
+        &self,
+        count: u64,
+        bits: u32,
+        min_start: u64,
+        extends: u64,
+    ) -> Result<Lease, IdError> {
         let below = min_start > 0
             && self
                 .with_buffer(|b| b.lowest())
@@ -664,6 +680,7 @@ impl Supply {
             return Ok(Lease {
                 block: r.block,
                 token: None,
+                from: r.block.start(),
             });
         }
         let _in_flight = self.from_below.enter();
@@ -676,11 +693,24 @@ impl Supply {
         let block = *taken.blocks().first().ok_or_else(|| self.exhausted(bits))?;
         let nth = self.leases.fetch_add(1, Ordering::Relaxed);
         let token = std::hash::BuildHasher::hash_one(&self.tokens, nth).max(1);
-        *self.lock_lease() = Some((token, taken));
+        let from = {
+            let mut lease = self.lock_lease();
+            let joined = match lease.as_ref() {
+                Some((newest, prev)) if extends != 0 && *newest == extends => {
+                    Taken::joined(prev, &taken)
+                }
+                _ => None,
+            };
+            let taken = joined.unwrap_or(taken);
+            let from = taken.blocks().first().map_or(block.start(), Block::start);
+            *lease = Some((token, taken));
+            from
+        };
         self.count_below(&block);
         Ok(Lease {
             block,
             token: Some(token),
+            from,
         })
     }
 
@@ -1163,7 +1193,7 @@ mod tests {
         assert_eq!(s.ids(6, 64).await.unwrap(), [1, 2, 3, 4, 5, 6]);
         source.slow.store(true, Ordering::Relaxed);
         // The whole buffer, leased to a lower tier: nothing is buffered at the rebase.
-        let lease = s.lease(10_000, 64, 0).await.unwrap();
+        let lease = s.lease(10_000, 64, 0, 0).await.unwrap();
         assert_eq!(lease.block.start(), 7);
         assert_eq!(s.snapshot().buffered, 0);
         let base = 20_001_002;
@@ -1430,7 +1460,7 @@ mod tests {
         s.ids(3, 64).await.unwrap();
         assert_eq!(s.below(), nothing, "ids are not blocks");
         let block = s.block(10, 64).await.unwrap();
-        let lease = s.lease(20, 64, 0).await.unwrap();
+        let lease = s.lease(20, 64, 0, 0).await.unwrap();
         let below = s.below();
         assert_eq!(
             (below.blocks, below.ids),
@@ -1451,6 +1481,42 @@ mod tests {
         }
         assert!(s.block(10, 64).await.is_err());
         assert_eq!(s.below(), before);
+        running.stop().await;
+    }
+
+    /// A lower tier that refilled ahead holds the end of its previous lease and all of the
+    /// newest: a lease that extends the previous one covers both, so one tail gives back
+    /// everything unused.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_that_extends_the_newest_takes_back_a_tail_from_both() {
+        let (s, _source, running) = supply(1000).await;
+        let first = s.lease(10, 64, 0, 0).await.unwrap();
+        assert_eq!(first.from, first.block.start());
+        let second = s.lease(20, 64, 0, first.token.unwrap()).await.unwrap();
+        assert_eq!(second.block.start(), first.block.end());
+        assert_eq!(second.from, first.block.start());
+        assert_eq!(
+            s.below().open_lease,
+            Block::new(first.block.start(), second.block.end(), 1)
+        );
+        let tail = Block::new(first.block.start() + 3, second.block.end(), 1).unwrap();
+        assert_eq!(
+            s.take_back(second.token.unwrap(), tail),
+            TakeBack::Restored(27)
+        );
+        assert_eq!(s.ids(1, 64).await.unwrap(), [first.block.start() + 3]);
+        // Not joined: a token that is not the newest lease, or ids handed out in between.
+        let third = s.lease(5, 64, 0, 0).await.unwrap();
+        let fourth = s.lease(5, 64, 0, second.token.unwrap()).await.unwrap();
+        assert_eq!(fourth.from, fourth.block.start());
+        s.ids(1, 64).await.unwrap();
+        let fifth = s.lease(5, 64, 0, fourth.token.unwrap()).await.unwrap();
+        assert_eq!(fifth.from, fifth.block.start());
+        let tail = Block::new(third.block.start(), fifth.block.end(), 1).unwrap();
+        assert!(matches!(
+            s.take_back(fifth.token.unwrap(), tail),
+            TakeBack::Refused(_)
+        ));
         running.stop().await;
     }
 

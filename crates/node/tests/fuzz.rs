@@ -405,6 +405,7 @@ fn grpc_call() -> impl Strategy<Value = (u8, Vec<u8>)> {
                     namespace,
                     count,
                     min_start,
+                    extends: None,
                 };
                 (2u8, m.encode_to_vec())
             }

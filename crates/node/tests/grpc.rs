@@ -446,6 +446,7 @@ async fn every_error_has_its_grpc_code_and_idmint_code() {
                     namespace: "photos".into(),
                     count: Some(1001),
                     min_start: None,
+                    extends: None,
                 })
                 .await,
             ),
@@ -458,6 +459,7 @@ async fn every_error_has_its_grpc_code_and_idmint_code() {
                     namespace: "sessions".into(),
                     count: Some(1),
                     min_start: None,
+                    extends: None,
                 })
                 .await,
             ),
@@ -712,6 +714,7 @@ async fn block(c: &mut IdmintClient<Channel>, ns: &str, count: u64) -> proto::Le
         namespace: ns.into(),
         count: Some(count),
         min_start: None,
+        extends: None,
     })
     .await
     .unwrap()

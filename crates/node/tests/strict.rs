@@ -176,7 +176,7 @@ async fn one_leader_serves_in_real_time_order_and_a_stopped_leader_hands_over() 
     // No blocks for a lower tier.
     let e = follower
         .node
-        .take_block(Credentials::Header(None), "chat", Some(10), 0)
+        .take_block(Credentials::Header(None), "chat", Some(10), 0, 0)
         .await
         .unwrap_err();
     assert!(matches!(e, IdError::WrongKind(_)), "{e}");

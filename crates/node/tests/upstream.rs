@@ -199,6 +199,7 @@ async fn tiers_serve_unique_ids_and_a_clean_stop_hands_the_tail_up() {
             namespace: "photos".into(),
             count: Some(1),
             min_start: None,
+            extends: None,
         })
         .await
         .unwrap()
@@ -389,6 +390,7 @@ async fn a_failover_to_an_upper_node_with_older_ids_burns_them_and_moves_on() {
                     namespace: "photos".into(),
                     count: Some(1),
                     min_start: None,
+                    extends: None,
                 })
                 .await
                 .unwrap()
@@ -618,6 +620,7 @@ async fn a_restarted_lower_node_never_goes_below_what_it_served_before() {
                     namespace: "photos".into(),
                     count: Some(1),
                     min_start: None,
+                    extends: None,
                 })
                 .await
                 .unwrap()

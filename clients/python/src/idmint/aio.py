@@ -16,6 +16,7 @@ from .client import backoff, first_block_size, ids_of_blocks
 from .config import ClientConfig, Tls
 from .errors import Closed, IdmintError, NodeError, Unavailable, UnknownNamespace
 from .grpc_transport import GrpcTransport
+from .http_transport import HttpTransport
 from .names import check_count, check_name, check_route
 from .nodes import AsyncNodes, check_token
 from .sequence import SequenceCore, Stats, Tail
@@ -55,9 +56,9 @@ class _Sequence:
                 continue
             failed = False
 
-            def block(t: AsyncTransport, n: int = count,
-                      floor: Optional[int] = self.core.floor) -> Awaitable[Leased]:
-                return t.block(self.name, n, floor)
+            def block(t: AsyncTransport, n: int = count, floor: Optional[int] = self.core.floor,
+                      extends: Optional[int] = self.core.extends()) -> Awaitable[Leased]:
+                return t.block(self.name, n, floor, extends)
 
             try:
                 node, leased = await self.nodes.call(block)
@@ -347,12 +348,16 @@ class AsyncClient:
                 continue
             impl.stopping = True
             tail = impl.core.begin_close()
-            if tail is None or tail.node >= len(self._urls):
-                if tail is not None:
-                    impl.core.give_back_done(tail, False)
+            if tail is None:
                 continue
-            transport = GrpcTransport(self._urls[tail.node], f"node #{tail.node + 1}",
-                                      self._token, self._tls, self.config.op_timeout)
+            label = f"node #{tail.node + 1}"
+            transport: Union[GrpcTransport, HttpTransport]
+            if tail.node < len(self._urls):
+                transport = GrpcTransport(self._urls[tail.node], label, self._token, self._tls,
+                                          self.config.op_timeout)
+            else:
+                transport = HttpTransport(self._http_urls[tail.node - len(self._urls)], label,
+                                          self._token, self._tls, self.config.op_timeout)
             try:
                 given = transport.give_back(impl.name, tail.block.start, tail.block.end,
                                             tail.block.step, tail.lease)

@@ -100,25 +100,27 @@ class Buffer:
     def wants_refill(self) -> bool:
         return not self.refill_in_flight and self.buffered < self.low_water_mark()
 
-    def observe(self, now_ns: int) -> None:
-        """Folds the ids served since the last call into the demand average."""
+    def observe(self, now_ns: int, unclaimed: int = 0) -> None:
+        """Folds the ids handed out since the last call into the demand average: those
+        served, less the `unclaimed` ones the owner took out but has not handed out yet."""
+        served = self.served - unclaimed
         if self._last_observe is None:
-            self._last_observe, self._served_at_observe = now_ns, self.served
+            self._last_observe, self._served_at_observe = now_ns, served
             return
         dt_ns = now_ns - self._last_observe
         if dt_ns < 1_000_000:
             return
         dt = dt_ns / 1e9
-        rate = max(0, self.served - self._served_at_observe) / dt
+        rate = max(0, served - self._served_at_observe) / dt
         self.rate += (1 - math.exp(-dt / self.policy.demand_window_s)) * (rate - self.rate)
         if dt_ns >= _RECENT_MIN_NS:
             self.recent = rate
-        self._last_observe, self._served_at_observe = now_ns, self.served
+        self._last_observe, self._served_at_observe = now_ns, served
 
-    def start_refill(self, now_ns: int, force: bool) -> Optional[int]:
+    def start_refill(self, now_ns: int, force: bool, unclaimed: int = 0) -> Optional[int]:
         """If a refill is wanted (or `force`d: a taker found nothing) and none is in flight,
         marks one in flight and returns how many ids to ask for."""
-        self.observe(now_ns)
+        self.observe(now_ns, unclaimed)
         if self.refill_in_flight or not (force or self.wants_refill()):
             return None
         self.refill_in_flight = True

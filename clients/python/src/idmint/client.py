@@ -65,9 +65,9 @@ class _Sequence:
                 continue
             failed = False
 
-            def block(t: Transport, n: int = count,
-                      floor: Optional[int] = self.core.floor) -> Leased:
-                return t.block(self.name, n, floor)
+            def block(t: Transport, n: int = count, floor: Optional[int] = self.core.floor,
+                      extends: Optional[int] = self.core.extends()) -> Leased:
+                return t.block(self.name, n, floor, extends)
 
             try:
                 node, leased = self.nodes.call(block)

@@ -127,10 +127,11 @@ class GrpcTransport(_Base):
         request = pb.NextRequest(namespace=namespace, count=count, shard=shard, key=key)
         return ids_of(self._call(self.stub.Next, request))
 
-    def block(self, namespace: str, count: int, min_start: Optional[int] = None) -> Leased:
+    def block(self, namespace: str, count: int, min_start: Optional[int] = None,
+              extends: Optional[int] = None) -> Leased:
         b = self._call(self.stub.Block, pb.BlockRequest(namespace=namespace, count=count,
-                                                        min_start=min_start))
-        return Leased(b.start, b.end, b.step, b.lease)
+                                                        min_start=min_start, extends=extends))
+        return Leased(b.start, b.end, b.step, b.lease, b.lease_start)
 
     def give_back(self, namespace: str, start: int, end: int, step: int, lease: int) -> bool:
         answer = self._call(self.stub.GiveBack, pb.GiveBackRequest(
@@ -171,10 +172,11 @@ class AsyncGrpcTransport(_Base):
         request = pb.NextRequest(namespace=namespace, count=count, shard=shard, key=key)
         return ids_of(await self._call(self.stub.Next, request))
 
-    async def block(self, namespace: str, count: int, min_start: Optional[int] = None) -> Leased:
-        b = await self._call(self.stub.Block, pb.BlockRequest(namespace=namespace, count=count,
-                                                              min_start=min_start))
-        return Leased(b.start, b.end, b.step, b.lease)
+    async def block(self, namespace: str, count: int, min_start: Optional[int] = None,
+                    extends: Optional[int] = None) -> Leased:
+        b = await self._call(self.stub.Block, pb.BlockRequest(
+            namespace=namespace, count=count, min_start=min_start, extends=extends))
+        return Leased(b.start, b.end, b.step, b.lease, b.lease_start)
 
     async def give_back(self, namespace: str, start: int, end: int, step: int,
                         lease: int) -> bool:

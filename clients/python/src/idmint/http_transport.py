@@ -1,7 +1,7 @@
 """One node over its HTTP/JSON API (docs/api.md): the fallback transport, for networks
-where gRPC does not pass. Blocks over HTTP carry no lease, so their unused tail cannot go back
-(it is burned at close). Sync, one kept-alive connection per thread; the asyncio variant runs
-the same calls in worker threads."""
+where gRPC does not pass. Blocks are leased as over gRPC (`POST /v1/blocks`, the unused tail
+back with `POST /v1/blocks/{namespace}/give-back`). Sync, one kept-alive connection per
+thread; the asyncio variant runs the same calls in worker threads."""
 
 from __future__ import annotations
 
@@ -114,13 +114,18 @@ class HttpTransport:
         answer = self._request("GET", ids_path(namespace, count, shard, key))
         return [_id_of(text, kind) for text in answer["ids"]]
 
-    def block(self, namespace: str, count: int, min_start: Optional[int] = None) -> Leased:
+    def block(self, namespace: str, count: int, min_start: Optional[int] = None,
+              extends: Optional[int] = None) -> Leased:
         # min_start is gRPC's: over HTTP a block below the ids held is cut by the client.
-        b = self._request("POST", f"/v1/blocks/{namespace}?count={count}")
-        return Leased(int(b["start"]), int(b["end"]), int(b["step"]), 0)
+        query = f"count={count}" + (f"&extends={extends}" if extends else "")
+        b = self._request("POST", f"/v1/blocks/{namespace}?{query}")
+        return Leased(int(b["start"]), int(b["end"]), int(b["step"]), int(b.get("lease", 0)),
+                      int(b.get("lease_start", 0)))
 
     def give_back(self, namespace: str, start: int, end: int, step: int, lease: int) -> bool:
-        return False  # HTTP blocks have no lease: nothing can go back
+        answer = self._request("POST", f"/v1/blocks/{namespace}/give-back?lease={lease}"
+                                       f"&start={start}&end={end}&step={step}")
+        return bool(answer.get("given_back"))
 
     def info(self, namespace: str) -> NamespaceInfo:
         answer = self._request("GET", f"/v1/namespaces/{namespace}")
@@ -157,12 +162,13 @@ class AsyncHttpTransport:
                    key: Optional[int] = None) -> list[Id]:
         return await asyncio.to_thread(self.sync.next, namespace, count, kind, shard, key)
 
-    async def block(self, namespace: str, count: int, min_start: Optional[int] = None) -> Leased:
-        return await asyncio.to_thread(self.sync.block, namespace, count)
+    async def block(self, namespace: str, count: int, min_start: Optional[int] = None,
+                    extends: Optional[int] = None) -> Leased:
+        return await asyncio.to_thread(self.sync.block, namespace, count, min_start, extends)
 
     async def give_back(self, namespace: str, start: int, end: int, step: int,
                         lease: int) -> bool:
-        return False
+        return await asyncio.to_thread(self.sync.give_back, namespace, start, end, step, lease)
 
     async def info(self, namespace: str) -> NamespaceInfo:
         return await asyncio.to_thread(self.sync.info, namespace)

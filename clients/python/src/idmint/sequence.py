@@ -12,8 +12,10 @@ Invariants:
   claim its ids without a lock and each id once; retiring it drains it in one C call
   (`list()`), so an id is claimed either by a thread or by the retirement, never both. On a
   free-threaded build every claim takes the lock;
-- `begin_close` stops every take; the newest block's unused tail is what may go back, with its
-  lease, to the node that leased it; older unused ids are burned;
+- `begin_close` stops every take; the newest lease's unused tail is what may go back, with its
+  lease, to the node that leased it. A refill asks its node to extend the newest lease
+  (`extends`); a node that granted the block right after it answers a lease covering both
+  (`lease_start`), so the older block's unused ids go back too. Other unused ids are burned;
 - `received == served + buffered + burned + given_back` (the buffer's counters, the window's
   and chunks' unclaimed ids counting as served until they come back).
 """
@@ -40,7 +42,8 @@ def _nothing() -> None:
 
 @dataclass(frozen=True)
 class Tail:
-    """What `close` gives back: the ids and the lease of the node at `node`."""
+    """What `close` gives back: the ids and the lease of the node at `node`. As the newest
+    lease, `block` is every id the lease covers that this client received."""
 
     block: Block
     lease: int
@@ -194,7 +197,14 @@ class SequenceCore:
         with self.lock:
             if self.closed:
                 return None
-            return self.buffer.start_refill(now_ns, force=self.shortfall)
+            # The window's unclaimed ids are not demand: only ids handed out are.
+            unclaimed = self.window.__length_hint__()  # type: ignore[attr-defined]
+            return self.buffer.start_refill(now_ns, force=self.shortfall, unclaimed=unclaimed)
+
+    def extends(self) -> Optional[int]:
+        """The newest lease, for a refill to extend (`BlockRequest.extends`)."""
+        newest = self.newest
+        return newest.lease if newest is not None and newest.lease else None
 
     def refill_done(self, leased: Leased, node: int) -> None:
         with self.lock:
@@ -212,7 +222,16 @@ class SequenceCore:
                 return
             self.floor = max(self.floor or 0, block.end)
             kept = self.buffer.push(block)
-            self.newest = Tail(kept, leased.lease, node) if kept is not None else None
+            prev, self.newest = self.newest, None
+            if kept is not None:
+                covered = kept
+                joined = (prev is not None and prev.node == node and kept == block
+                          and 0 < leased.lease_start < block.start
+                          and prev.block.end == block.start and prev.block.step == block.step)
+                if joined and prev is not None:
+                    start = max(leased.lease_start, prev.block.start)
+                    covered = Block(start, block.end, block.step)
+                self.newest = Tail(covered, leased.lease, node)
             self.events += 1
 
     def refill_failed(self, error: IdmintError) -> None:

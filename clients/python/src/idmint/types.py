@@ -15,12 +15,15 @@ KINDS = ("sequence", "snowflake", "uuid7", "ulid")
 
 @dataclass(frozen=True)
 class Leased:
-    """A block `[start, end)` with `step`, leased with `lease` (0: it cannot go back)."""
+    """A block `[start, end)` with `step`, leased with `lease` (0: it cannot go back).
+    `lease_start`: the first id the lease covers, below `start` when it joined the lease the
+    block request extended (0 from nodes that do not join: read it as `start`)."""
 
     start: int
     end: int
     step: int
     lease: int
+    lease_start: int = 0
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,8 @@ class Transport(Protocol):
 
     def next(self, namespace: str, count: int, kind: str, shard: Optional[int] = None,
              key: Optional[int] = None) -> list[Id]: ...
-    def block(self, namespace: str, count: int, min_start: Optional[int] = None) -> Leased: ...
+    def block(self, namespace: str, count: int, min_start: Optional[int] = None,
+              extends: Optional[int] = None) -> Leased: ...
     def give_back(self, namespace: str, start: int, end: int, step: int, lease: int) -> bool: ...
     def info(self, namespace: str) -> NamespaceInfo: ...
     def decode(self, namespace: str, id: str) -> dict[str, Any]: ...
@@ -71,8 +75,8 @@ class AsyncTransport(Protocol):
 
     def next(self, namespace: str, count: int, kind: str, shard: Optional[int] = None,
              key: Optional[int] = None) -> Awaitable[list[Id]]: ...
-    def block(self, namespace: str, count: int,
-              min_start: Optional[int] = None) -> Awaitable[Leased]: ...
+    def block(self, namespace: str, count: int, min_start: Optional[int] = None,
+              extends: Optional[int] = None) -> Awaitable[Leased]: ...
     def give_back(self, namespace: str, start: int, end: int, step: int,
                   lease: int) -> Awaitable[bool]: ...
     def info(self, namespace: str) -> Awaitable[NamespaceInfo]: ...

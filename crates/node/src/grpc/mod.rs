@@ -232,6 +232,7 @@ impl proto::idmint_server::Idmint for IdmintService {
                 &req.namespace,
                 req.count,
                 req.min_start.unwrap_or(0),
+                req.extends.unwrap_or(0),
             )
             .await;
         self.answer(
@@ -241,6 +242,7 @@ impl proto::idmint_server::Idmint for IdmintService {
                 end: lease.block.end(),
                 step: lease.block.step(),
                 lease: lease.token.unwrap_or(0),
+                lease_start: lease.from,
             }),
         )
     }

@@ -37,7 +37,7 @@ mod query;
 pub mod status_page;
 
 pub(crate) use connection::serve_connection;
-use query::{count_param, query_pairs};
+use query::{block_query, query_pairs};
 
 use crate::error::IdError;
 use crate::node::requests::Credentials;
@@ -379,24 +379,31 @@ async fn get_ids(
     })
 }
 
-/// `POST /v1/blocks/{namespace}?count=N`: a block leased to a lower tier.
+/// `POST /v1/blocks/{namespace}?count=N&extends=L`: a block leased to a lower tier, joined to
+/// its previous lease `L` where the block follows it (`lease_start` says from where a tail may
+/// come back).
 async fn post_block(
     State(node): State<Arc<Node>>,
     who: Authorization,
     uri: Uri,
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
-    let (name, count) = match path_params(path).and_then(|name| Ok((name, count_param(&uri)?))) {
-        Ok(parsed) => parsed,
-        Err(e) => return no_store(parse_error(&node, e)),
-    };
+    let (name, (count, extends)) =
+        match path_params(path).and_then(|name| Ok((name, block_query(&uri)?))) {
+            Ok(parsed) => parsed,
+            Err(e) => return no_store(parse_error(&node, e)),
+        };
     no_store(
-        match node.take_block(who.credentials(), &name, count, 0).await {
+        match node
+            .take_block(who.credentials(), &name, count, 0, extends.unwrap_or(0))
+            .await
+        {
             Ok(lease) => axum::Json(BlockResponse {
                 start: lease.block.start(),
                 end: lease.block.end(),
                 step: lease.block.step(),
                 lease: lease.token.unwrap_or(0),
+                lease_start: lease.from,
             })
             .into_response(),
             Err(e) => fail(e),

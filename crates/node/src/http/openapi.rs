@@ -345,6 +345,10 @@ fn get_ids() {}
             pattern = "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", example = "photos"),
         ("count" = Option<u64>, Query, description = "How many ids at most (default 1); the maximum is `server.max_block_request`",
             minimum = 1, maximum = 1000000, example = 1000),
+        ("extends" = Option<String>, Query, description = "The `lease` of the caller's newest \
+            block of the namespace from this node (decimal, up to 2^64 - 1): a block that \
+            follows it with nothing handed out in between joins it, and `lease_start` says so",
+            pattern = "^[0-9]{1,20}$", example = "4242"),
     ),
     responses(
         (status = 200, description = "The block, now the caller's alone", body = BlockResponse,
@@ -369,8 +373,9 @@ fn post_block() {}
     operation_id = "give_back",
     summary = "Give the unused tail of a leased block back",
     description = "The tail `[start, end)` with `step` of the block `POST /v1/blocks` leased \
-                   with `lease`: accepted only if it is the newest lease's exact tail, once, and \
-                   nothing was handed out since (then its ids are handed out next); otherwise \
+                   with `lease`: accepted only if it is a tail of the newest lease (ending at its \
+                   `end`, starting at or after its `lease_start`), once, and nothing was \
+                   handed out since (then its ids are handed out next); otherwise \
                    `given_back` is false, the reason says why, and the tail stays burned. Never \
                    creates a namespace. No request body.",
     params(

@@ -74,16 +74,18 @@ fn number_value(name: &str, raw: &str) -> Result<u64, IdError> {
     })
 }
 
-/// `count` from a query that may hold nothing else (`POST /v1/blocks`); absent: `None`.
-pub(super) fn count_param(uri: &Uri) -> Result<Option<u64>, IdError> {
-    let mut count = None;
+/// The query of `POST /v1/blocks`: `count` and `extends` (the caller's newest lease), each at
+/// most once.
+pub(super) fn block_query(uri: &Uri) -> Result<(Option<u64>, Option<u64>), IdError> {
+    let (mut count, mut extends) = (None, None);
     each_pair(uri, |k, v| match k {
         "count" => once(&mut count, k, v),
+        "extends" => once(&mut extends, k, v),
         other => Err(IdError::InvalidRequest(format!(
-            "unknown query parameter {other:?}; only count is accepted"
+            "unknown query parameter {other:?}; only count and extends are accepted"
         ))),
     })?;
-    Ok(count)
+    Ok((count, extends))
 }
 
 /// What `GET /v1/ids` asks for: `count` and the shard, by `shard` or `key` (never both).
@@ -128,7 +130,7 @@ mod tests {
     }
 
     fn count(query: &str) -> Result<Option<u64>, IdError> {
-        count_param(&uri(query))
+        block_query(&uri(query)).map(|(count, _)| count)
     }
 
     fn ids(query: &str) -> Result<IdsQuery, IdError> {

@@ -293,13 +293,16 @@ impl Node {
     /// 1/100,000 of its space unless the token raises it (`max_block_32`). A block starts at or
     /// above `min_start` (gRPC's `BlockRequest.min_start`: a lower tier that restarted asks for
     /// nothing below what it served before) unless the store has nothing there yet; 0 asks
-    /// nothing.
+    /// nothing. `extends` is the caller's newest lease of the namespace on this node (0: none):
+    /// a block that follows it with nothing handed out in between joins it, so a tail handed
+    /// back may start in either (`Lease::from`).
     pub async fn take_block(
         &self,
         who: Credentials<'_>,
         name: &str,
         count: Option<u64>,
         min_start: u64,
+        extends: u64,
     ) -> Result<Lease, IdError> {
         let result = async {
             let count = self.count_of(count, Limit::Block)?;
@@ -307,7 +310,7 @@ impl Node {
                 .admit_taking(who, name, Scope::Blocks, count, None)
                 .await?;
             let count = crate::config::block_request(&served.ns, count, admitted.max_block_32());
-            let lease = served.ns.lease(count, min_start).await?;
+            let lease = served.ns.lease(count, min_start, extends).await?;
             admitted.served(self.auth(), lease.block.len());
             Ok(lease)
         }

@@ -438,7 +438,7 @@ async fn operation(node: &Node, client: &Client, command: Command<'_>) -> Result
             .await
             .map(|t| reply::ids(&t.ids)),
         Command::Block(name, count) => node
-            .take_block(who, name, Some(count), 0)
+            .take_block(who, name, Some(count), 0, 0)
             .await
             .map(|lease| reply::block(&lease.block, lease.token.unwrap_or(0))),
         Command::GiveBack {

@@ -107,6 +107,7 @@ impl Door for Grpc {
             namespace: ns.into(),
             count: Some(count),
             min_start: None,
+            extends: None,
         });
         let b = self
             .client()

@@ -432,6 +432,7 @@ impl Authority for UpstreamAuthority {
             namespace: name.to_string(),
             count: Some(count),
             min_start: (min_start > 0).then_some(min_start),
+            extends: None,
         };
         let (node, leased) = self
             .nodes
