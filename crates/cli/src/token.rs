@@ -117,7 +117,10 @@ mod tests {
     fn each_role_gets_its_scopes() {
         use idmint_node::auth::{Caller, Scope};
         for (role, holds) in [
-            (Role::Application, vec![Scope::Ids, Scope::Blocks, Scope::Read]),
+            (
+                Role::Application,
+                vec![Scope::Ids, Scope::Blocks, Scope::Read],
+            ),
             (Role::Tier, vec![Scope::Blocks, Scope::Tier, Scope::Read]),
             (Role::Peer, vec![Scope::Peer]),
             (Role::Admin, vec![Scope::Admin, Scope::Read]),

@@ -62,7 +62,8 @@ enum Backend {
 }
 
 /// What keeps a backend's data alive for the test: dropped (database dropped, etcd killed) at
-/// the end.
+/// the end (the MySQL and etcd ones are only held).
+#[allow(dead_code)]
 enum Server {
     Postgres(pg::TempDatabase),
     Mysql(my::TempDatabase),

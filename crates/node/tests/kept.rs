@@ -16,6 +16,8 @@
 //! paused clock; nothing sleeps to order events.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// The rolled-back store test awaits a node start and the store's opening in one future.
+#![recursion_limit = "256"]
 
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec};
