@@ -247,10 +247,15 @@ impl Parks {
 }
 
 /// What one atomic write of a namespace's record and parks writes and answers, as the
-/// backends that read both and write them back conditionally (Redis, etcd, ZooKeeper) take it
-/// from the `decide_*` functions below.
+/// backends that read both and write them back in one write (MySQL, Redis, etcd, ZooKeeper)
+/// take it from the `decide_*` functions below.
 #[cfg_attr(
-    not(any(feature = "etcd", feature = "zookeeper", feature = "redis")),
+    not(any(
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "redis",
+        feature = "mysql"
+    )),
     allow(dead_code)
 )]
 pub(crate) struct Change<T> {
@@ -265,7 +270,12 @@ pub(crate) struct Change<T> {
 }
 
 #[cfg_attr(
-    not(any(feature = "etcd", feature = "zookeeper", feature = "redis")),
+    not(any(
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "redis",
+        feature = "mysql"
+    )),
     allow(dead_code)
 )]
 impl<T> Change<T> {
@@ -277,7 +287,12 @@ impl<T> Change<T> {
 
 /// [`crate::Authority::park`] on a namespace in `state` with `parks`.
 #[cfg_attr(
-    not(any(feature = "etcd", feature = "zookeeper", feature = "redis")),
+    not(any(
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "redis",
+        feature = "mysql"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn decide_park(
@@ -296,7 +311,12 @@ pub(crate) fn decide_park(
 
 /// [`crate::Authority::claim`] on a namespace in `state` with `parks`.
 #[cfg_attr(
-    not(any(feature = "etcd", feature = "zookeeper", feature = "redis")),
+    not(any(
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "redis",
+        feature = "mysql"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn decide_claim(
@@ -316,7 +336,12 @@ pub(crate) fn decide_claim(
 /// [`crate::Authority::advance`] on a namespace in `state` with `parks`: the move
 /// (`ops::advance`, with its entry) and the parks it leaves ([`Parks::after_advance`]).
 #[cfg_attr(
-    not(any(feature = "etcd", feature = "zookeeper", feature = "redis")),
+    not(any(
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "redis",
+        feature = "mysql"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn decide_advance(
