@@ -173,7 +173,7 @@
 //!   retirement drops them);
 //! - [`Authority::park`](crate::Authority::park) and [`Authority::claim`](crate::Authority::claim)
 //!   (block mode; ticket mode keeps no parks and answers
-//!   [`StoreError::NotSupported`](crate::StoreError::NotSupported)): a transaction with the
+//!   [`StoreError::NotSupported`]): a transaction with the
 //!   namespace's row and its `parks` locked `FOR UPDATE`, the change decided by
 //!   [`Parks`](crate::Parks), the `UPDATE` of `parks` and an entry per block, `COMMIT`; a
 //!   refused one rolls back.
