@@ -32,6 +32,13 @@
 //! down to up), never once per request. The crate has no logging: the binary logs from the
 //! observer.
 //!
+//! **Parked blocks** ([`crate::parks`]) live with the member owning their residue class: a park
+//! is split by class and parked at each owner under the same key (atomic per member, not across
+//! members), and a claim asks every member and returns what all of them held, so the key needs
+//! no record of which members it used. A member that has nothing under the key, or does not
+//! answer, holds nothing of the claim while another member returned blocks; what an
+//! unreachable member holds then stays parked, never claimed: burned, never served twice.
+//!
 //! The back-off is measured on an injected [`Clock`]'s monotonic time ([`SystemClock`] unless
 //! [`MultiAuthority::with_clock`] is given another), so tests step time instead of sleeping.
 //!
@@ -1012,6 +1019,97 @@ impl Authority for MultiAuthority {
             }),
         }
     }
+
+    /// Parks each block at the member owning its residue class, all under `key`, one park per
+    /// member (atomic there, not across members). A block no member owns is refused before
+    /// anything is parked; after an error the blocks parked at earlier members stay parked
+    /// and unclaimed (burned: the caller keeps no key for a park that failed).
+    async fn park(
+        &self,
+        name: &NamespaceName,
+        key: &crate::ClaimKey,
+        blocks: &[Block],
+    ) -> Result<(), StoreError> {
+        let mut per_member: Vec<(&Member, Vec<Block>)> = Vec::new();
+        for block in blocks {
+            let residue = block.start() % block.step();
+            let Some(m) = self.members.iter().find(|m| m.offset == residue) else {
+                return Err(StoreError::InvalidTail {
+                    name: name.clone(),
+                    start: block.start(),
+                    end: block.end(),
+                    step: block.step(),
+                    reason: "no member owns its residue class",
+                });
+            };
+            match per_member
+                .iter_mut()
+                .find(|(owner, _)| std::ptr::eq(*owner, m))
+            {
+                Some((_, owned)) => owned.push(*block),
+                None => per_member.push((m, vec![*block])),
+            }
+        }
+        if per_member.is_empty() {
+            return Err(StoreError::InvalidSetup {
+                message: format!("parking blocks of namespace {name}: nothing to park"),
+            });
+        }
+        for (m, owned) in per_member {
+            let result = match self.usable(m, Access::Write).await {
+                Ok(a) => a.park(name, key, &owned).await,
+                Err(e) => Err(e),
+            };
+            self.record(m, result.as_ref().map(|_| ()));
+            result?;
+        }
+        Ok(())
+    }
+
+    /// Claims `key` at every member (a park may span several: [`Authority::park`] above) and
+    /// returns the blocks of all, increasing. A member that has nothing under the key
+    /// ([`StoreError::NotParked`]) or does not answer holds nothing of this claim as long as
+    /// another member returned blocks (what an unreachable member holds stays parked, unclaimed:
+    /// burned). With no blocks from any member: the first refusal a member answered
+    /// (`NotParked` only when every member that answered said so), or, when none answered,
+    /// [`StoreError::Unavailable`] (the outcome is unknown: the caller claims again).
+    async fn claim(
+        &self,
+        name: &NamespaceName,
+        key: &crate::ClaimKey,
+    ) -> Result<Vec<Block>, StoreError> {
+        let mut claimed: Vec<Block> = Vec::new();
+        let (mut refused, mut not_parked, mut unavailable) = (None, None, None);
+        for m in &self.members {
+            let result = match self.usable(m, Access::Write).await {
+                Ok(a) => a.claim(name, key).await,
+                Err(e) => Err(e),
+            };
+            self.record(m, result.as_ref().map(|_| ()));
+            match result {
+                Ok(blocks) => claimed.extend(blocks),
+                Err(e @ StoreError::NotParked { .. }) => {
+                    not_parked.get_or_insert(e);
+                }
+                Err(e) if e.is_unavailable() => {
+                    unavailable.get_or_insert(e);
+                }
+                Err(e) => {
+                    refused.get_or_insert(e);
+                }
+            }
+        }
+        if !claimed.is_empty() {
+            claimed.sort_by_key(Block::start);
+            return Ok(claimed);
+        }
+        match refused.or(not_parked).or(unavailable) {
+            Some(e) => Err(e),
+            None => Err(StoreError::InvalidSetup {
+                message: "a multi authority without members".into(),
+            }),
+        }
+    }
 }
 
 /// Worker leases live in the **first member** only: a lease is exclusive only within one
@@ -1233,6 +1331,73 @@ mod tests {
             let err = multi.reserve(&n, 1).await.unwrap_err();
             assert!(err.is_retired(), "member a down: {down}: {err:?}");
         }
+    }
+
+    /// A park spans the members owning its blocks' classes; the claim gathers them from every
+    /// member, once; a member that does not answer holds nothing of the claim while another
+    /// returned blocks.
+    #[tokio::test]
+    async fn parks_span_the_members_and_are_claimed_from_all() {
+        let (a, b) = (
+            Arc::new(Switchable::default()),
+            Arc::new(Switchable::default()),
+        );
+        let multi = multi_of(&[&a, &b]);
+        let n = NamespaceName::new("photos").unwrap();
+        multi.ensure_namespace(&n, spec(2, 0)).await.unwrap();
+        let mut blocks = Vec::new();
+        for _ in 0..2 {
+            blocks.push(multi.reserve(&n, 10).await.unwrap().block);
+        }
+        blocks.sort_by_key(Block::start);
+        assert_ne!(blocks[0].start() % 2, blocks[1].start() % 2, "{blocks:?}");
+        let key = crate::ClaimKey::random();
+        multi.park(&n, &key, &blocks).await.unwrap();
+        for (member, residue) in [(&a, 0), (&b, 1)] {
+            let mine: Vec<Block> = blocks
+                .iter()
+                .copied()
+                .filter(|x| x.start() % 2 == residue)
+                .collect();
+            let other = crate::ClaimKey::random();
+            assert!(
+                member.park(&n, &other, &mine).await.is_err(),
+                "parked at the member owning the class"
+            );
+        }
+        assert_eq!(multi.claim(&n, &key).await.unwrap(), blocks);
+        assert!(matches!(
+            multi.claim(&n, &key).await,
+            Err(StoreError::NotParked { .. })
+        ));
+
+        let again: Vec<Block> = {
+            let mut v = Vec::new();
+            for _ in 0..2 {
+                v.push(multi.reserve(&n, 10).await.unwrap().block);
+            }
+            v.sort_by_key(Block::start);
+            v
+        };
+        let key = crate::ClaimKey::random();
+        multi.park(&n, &key, &again).await.unwrap();
+        b.set_down(true);
+        let from_a: Vec<Block> = again
+            .iter()
+            .copied()
+            .filter(|x| x.start() % 2 == 0)
+            .collect();
+        assert_eq!(
+            multi.claim(&n, &key).await.unwrap(),
+            from_a,
+            "b holds its part"
+        );
+        assert!(matches!(
+            multi.claim(&n, &key).await,
+            Err(StoreError::NotParked { .. })
+        ));
+        a.set_down(true);
+        assert!(multi.claim(&n, &key).await.unwrap_err().is_unavailable());
     }
 
     /// A new namespace is created on every member at once, or not at all.

@@ -43,6 +43,7 @@ idmint_store::conformance_tests!(mysql_tickets => MysqlTicketBackend, faults onl
 idmint_store::conformance_tests!(mysql_leases => MysqlBackend, leases);
 idmint_store::conformance_tests!(mysql_ticket_leases => MysqlTicketBackend, leases);
 idmint_store::conformance_tests!(mysql_audit => MysqlBackend, audit);
+idmint_store::conformance_tests!(mysql_parks => MysqlBackend, parks);
 
 /// The audit properties ticket mode can hold. `conformance_tests!(… => MysqlTicketBackend,
 /// audit)` runs four; three cannot hold for a ticket server, whatever its ledger: they grant

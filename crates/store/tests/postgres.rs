@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 idmint_store::conformance_tests!(postgres => PostgresBackend, with faults);
 idmint_store::conformance_tests!(postgres_leases => PostgresBackend, leases);
 idmint_store::conformance_tests!(postgres_audit => PostgresBackend, audit);
+idmint_store::conformance_tests!(postgres_parks => PostgresBackend, parks);
 
 fn config(url: String, op_timeout: Duration, pool_size: usize) -> PostgresConfig {
     PostgresConfig {

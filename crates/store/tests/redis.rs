@@ -31,6 +31,7 @@ use std::time::Duration;
 idmint_store::conformance_tests!(redis => RedisBackend, with faults);
 idmint_store::conformance_tests!(redis_leases => RedisBackend, leases);
 idmint_store::conformance_tests!(redis_audit => RedisBackend, audit);
+idmint_store::conformance_tests!(redis_parks => RedisBackend, parks);
 
 fn name(s: &str) -> NamespaceName {
     NamespaceName::new(s).unwrap()

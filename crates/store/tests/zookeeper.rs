@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 idmint_store::conformance_tests!(zookeeper => ZookeeperBackend, with faults);
 idmint_store::conformance_tests!(zookeeper_leases => ZookeeperBackend, leases);
 idmint_store::conformance_tests!(zookeeper_audit => ZookeeperBackend, audit);
+idmint_store::conformance_tests!(zookeeper_parks => ZookeeperBackend, parks);
 
 const LAYOUT: &str = "timestamp_bits=41 node_bits=2 sequence_bits=12 unit=1ms epoch=0";
 

@@ -94,4 +94,19 @@ impl Authority for SwitchedAuthority {
     ) -> Result<crate::Advanced, StoreError> {
         self.check()?.advance(name, to, why).await
     }
+    async fn park(
+        &self,
+        name: &NamespaceName,
+        key: &crate::ClaimKey,
+        blocks: &[Block],
+    ) -> Result<(), StoreError> {
+        self.check()?.park(name, key, blocks).await
+    }
+    async fn claim(
+        &self,
+        name: &NamespaceName,
+        key: &crate::ClaimKey,
+    ) -> Result<Vec<Block>, StoreError> {
+        self.check()?.claim(name, key).await
+    }
 }

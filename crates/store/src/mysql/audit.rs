@@ -41,6 +41,26 @@ pub(super) fn insert_select(t: &AuditTable) -> String {
     )
 }
 
+/// Inside `tx`, after the change locked `name`'s row: the ledger entry `event`.
+pub(super) async fn record(
+    tx: &mut mysql_async::Transaction<'_>,
+    t: &AuditTable,
+    name: &NamespaceName,
+    event: &AuditEvent,
+) -> Result<(), StoreError> {
+    let (a, b) = event.numbers();
+    tx.query_drop(format!(
+        "{} {}, {}, '{}', {a}, {b}, {}",
+        insert_select(t),
+        super::literal(name),
+        super::sql::NOW_MS,
+        event.name(),
+        super::sql::text_literal(crate::audit::holder())
+    ))
+    .await
+    .map_err(|e| driver_error("recording the change", e))
+}
+
 /// Inside `tx`: the ledger entry of a forward-only move of `name`'s watermark (`event`) to
 /// the state `target`, then the outcome an `advance` answers.
 pub(super) async fn record_advance(
@@ -50,17 +70,8 @@ pub(super) async fn record_advance(
     event: AuditEvent,
     target: crate::NamespaceState,
 ) -> Result<(bool, crate::Advanced), StoreError> {
-    let (from, to) = event.numbers();
-    tx.query_drop(format!(
-        "{} {}, {}, '{}', {from}, {to}, {}",
-        insert_select(t),
-        super::literal(name),
-        super::sql::NOW_MS,
-        event.name(),
-        super::sql::text_literal(crate::audit::holder())
-    ))
-    .await
-    .map_err(|e| driver_error("recording the move", e))?;
+    let (from, _) = event.numbers();
+    record(tx, t, name, &event).await?;
     Ok((
         true,
         crate::Advanced {

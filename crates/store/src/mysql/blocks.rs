@@ -17,7 +17,7 @@ use super::leases::{self, Tables};
 use super::meta::{self, MetaTable};
 use super::sql::{
     namespace_table_sql, quote_identifier, text_literal, valid_identifier, AuditTable, LeaseTables,
-    NOW_MS, RETIRED_COLUMN,
+    NOW_MS, PARKS_COLUMN, RETIRED_COLUMN,
 };
 use super::{
     col, driver_error, execute, invalid_setup, literal, query, server_code, unavailable, SpecCache,
@@ -27,6 +27,7 @@ use crate::audit::{Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 use crate::config::MysqlConfig;
 use crate::lease::{GroupRecord, LeaseError, LeaseRequest, WorkerLease, WorkerLeases, WorkerSlot};
 use crate::ops::{self, GIVE_BACK_RACE_ATTEMPTS};
+use crate::parks::{self, ClaimKey, Parks};
 use crate::{Authority, GiveBack, Incarnation, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec, Width};
@@ -77,15 +78,24 @@ impl MysqlAuthority {
             config.table
         );
         let ddl = namespace_table_sql(&config.table);
-        let has_retired = format!(
-            "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() \
-             AND TABLE_NAME = '{}' AND COLUMN_NAME = 'retired'",
-            config.table
-        );
-        let add_retired = format!(
-            "ALTER TABLE {} ADD COLUMN {RETIRED_COLUMN}",
-            quote_identifier(&config.table)
-        );
+        // Columns a table made by an earlier version lacks, added in place.
+        let added: Vec<(String, String)> = [("retired", RETIRED_COLUMN), ("parks", PARKS_COLUMN)]
+            .into_iter()
+            .map(|(column, definition)| {
+                (
+                    format!(
+                        "SELECT COUNT(*) FROM information_schema.COLUMNS \
+                         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '{}' \
+                         AND COLUMN_NAME = '{column}'",
+                        config.table
+                    ),
+                    format!(
+                        "ALTER TABLE {} ADD COLUMN {definition}",
+                        quote_identifier(&config.table)
+                    ),
+                )
+            })
+            .collect();
         let lease_tables = LeaseTables::for_table(&config.table);
         let audit_table = AuditTable::for_table(&config.table);
         let meta_table = MetaTable::for_table(&config.table);
@@ -98,12 +108,14 @@ impl MysqlAuthority {
                     Some(Ok(n)) if n > 0 => {}
                     _ => drop(execute(&mut s.conn, &ddl).await?),
                 }
-                let rows = query(&mut s.conn, &has_retired).await?;
-                if let Some(Ok(0)) = rows.first().map(|row| col::<u64>(row, 0, "COUNT(*)")) {
-                    match s.conn.query_drop(&add_retired).await {
-                        // Another process added it first.
-                        Err(e) if server_code(&e) == Some(ER_DUP_FIELDNAME) => {}
-                        other => other.map_err(|e| driver_error("adding the retired column", e))?,
+                for (has, add) in &added {
+                    let rows = query(&mut s.conn, has).await?;
+                    if let Some(Ok(0)) = rows.first().map(|row| col::<u64>(row, 0, "COUNT(*)")) {
+                        match s.conn.query_drop(add).await {
+                            // Another process added it first.
+                            Err(e) if server_code(&e) == Some(ER_DUP_FIELDNAME) => {}
+                            other => other.map_err(|e| driver_error("adding a column", e))?,
+                        }
                     }
                 }
                 audit::ensure_table(&mut s.conn, &audit_table).await?;
@@ -309,47 +321,69 @@ impl MysqlAuthority {
         )))
     }
 
-    /// [`Authority::advance`] in one transaction: the row locked (`FOR UPDATE`), the move
-    /// checked by [`ops::advance`], the `UPDATE` and its ledger entry, `COMMIT`; every other
-    /// ending rolls back before the connection is reused.
-    async fn advance_on(
+    /// A change of `name`'s record and parks in one transaction: the row and its parks locked
+    /// (`FOR UPDATE`), `decide` makes the change ([`parks`]'s `decide_*`), the `UPDATE` of
+    /// `hi`, `retired` and `parks` and a ledger entry per event, `COMMIT`; a change that
+    /// writes nothing and every error roll back before the connection is reused.
+    async fn change_on<T>(
         &self,
         conn: &mut Conn,
         name: &NamespaceName,
-        to: u64,
-        why: Advance,
-    ) -> Result<Advanced, StoreError> {
+        decide: impl FnOnce(&NamespaceState, &Parks) -> Result<parks::Change<T>, StoreError>,
+    ) -> Result<T, StoreError> {
         let mut tx = conn
             .start_transaction(TxOpts::default())
             .await
             .map_err(|e| driver_error("START TRANSACTION", e))?;
         let out = async {
             let rows: Vec<Row> = tx
-                .query(format!("{} FOR UPDATE", self.select_sql(Some(name))))
+                .query(format!(
+                    "SELECT name, width, first, step, `offset`, hi, retired, parks FROM {} \
+                     WHERE name = {} FOR UPDATE",
+                    self.table,
+                    literal(name)
+                ))
                 .await
                 .map_err(|e| driver_error("locking the namespace", e))?;
             let Some(row) = rows.first() else {
                 return Err(StoreError::UnknownNamespace { name: name.clone() });
             };
             let state = decode_block_row(row)?;
-            let from = state.watermark;
-            let Some(target) = ops::advance(&state, to, why)? else {
-                return Ok((false, Advanced { from, state }));
-            };
-            let event = ops::advance_event(why, from, target.watermark);
+            let text: Option<String> = col(row, 7, "namespaces.parks")?;
+            let parks = Parks::decode(text.as_deref().unwrap_or(""), state.spec.step())
+                .map_err(|e| parks::corrupt(name, e))?;
+            let change = decide(&state, &parks)?;
+            if change.writes_nothing(&state, &parks) {
+                return Ok((false, change.answer));
+            }
             tx.query_drop(format!(
-                "UPDATE {} SET hi = {}, retired = {} WHERE name = {}",
+                "UPDATE {} SET hi = {}, retired = {}, parks = {} WHERE name = {}",
                 self.table,
-                target.watermark,
-                u8::from(target.retired),
+                change.state.watermark,
+                u8::from(change.state.retired),
+                text_literal(&change.parks.encode()),
                 literal(name)
             ))
             .await
-            .map_err(|e| driver_error("advancing the watermark", e))?;
-            super::audit::record_advance(&mut tx, &self.audit, name, event, target).await
+            .map_err(|e| driver_error("writing the namespace", e))?;
+            for event in &change.events {
+                audit::record(&mut tx, &self.audit, name, event).await?;
+            }
+            Ok((true, change.answer))
         }
         .await;
-        super::audit::finish_advance(tx, out).await
+        match out {
+            Ok((true, answer)) => {
+                tx.commit().await.map_err(|e| driver_error("COMMIT", e))?;
+                Ok(answer)
+            }
+            other => {
+                tx.rollback()
+                    .await
+                    .map_err(|e| driver_error("ROLLBACK", e))?;
+                other.map(|(_, answer)| answer)
+            }
+        }
     }
 
     async fn ensure_on(
@@ -453,7 +487,37 @@ impl Authority for MysqlAuthority {
     ) -> Result<Advanced, StoreError> {
         self.client
             .on_conn("advance", async |s| {
-                self.advance_on(&mut s.conn, name, to, why).await
+                self.change_on(&mut s.conn, name, |state, parks| {
+                    parks::decide_advance(state, parks, to, why)
+                })
+                .await
+            })
+            .await
+    }
+
+    async fn park(
+        &self,
+        name: &NamespaceName,
+        key: &ClaimKey,
+        blocks: &[Block],
+    ) -> Result<(), StoreError> {
+        self.client
+            .on_conn("park", async |s| {
+                self.change_on(&mut s.conn, name, |state, parks| {
+                    parks::decide_park(state, parks, key, blocks)
+                })
+                .await
+            })
+            .await
+    }
+
+    async fn claim(&self, name: &NamespaceName, key: &ClaimKey) -> Result<Vec<Block>, StoreError> {
+        self.client
+            .on_conn("claim", async |s| {
+                self.change_on(&mut s.conn, name, |state, parks| {
+                    parks::decide_claim(state, parks, key)
+                })
+                .await
             })
             .await
     }

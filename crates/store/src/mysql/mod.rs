@@ -28,14 +28,18 @@
 //!   step     BIGINT UNSIGNED NOT NULL,
 //!   `offset` BIGINT UNSIGNED NOT NULL,
 //!   hi       BIGINT UNSIGNED NOT NULL,   -- the watermark
-//!   retired  TINYINT UNSIGNED NOT NULL DEFAULT 0
+//!   retired  TINYINT UNSIGNED NOT NULL DEFAULT 0,
+//!   parks    TEXT CHARACTER SET ascii NULL  -- parked blocks, NULL or '' for none
 //! ) ENGINE=InnoDB
 //! ```
 //!
 //! `retired` is `1` once the namespace is retired (`idmint admin retire`): the `UPDATE` that
 //! moves `hi` past the largest id sets it, so both are one write; a reservation and a
-//! give-back never change a retired row. A table made without the column gains it at connect
-//! (`ALTER TABLE … ADD COLUMN`, when `information_schema.COLUMNS` lacks it), every row live.
+//! give-back never change a retired row. `parks` holds the namespace's parked blocks
+//! ([`crate::parks`]) as [`Parks::encode`](crate::Parks::encode)'s text, written only with the
+//! row locked (see "The audit ledger" below). A table made without either column gains it at
+//! connect (`ALTER TABLE … ADD COLUMN`, when `information_schema.COLUMNS` lacks it), every row
+//! live and nothing parked.
 //!
 //! - `reserve`: one statement (sent with its ledger entry in one transaction, see "The audit
 //!   ledger" below) that computes the block in SQL (DECIMAL arithmetic, so nothing overflows
@@ -165,6 +169,14 @@
 //!   for an explicit id below it) and keeps `MAX(id)` at `to - 1` for servers that rebuild the
 //!   counter from it; the counter is not transactional, so a move rolled back after the marker
 //!   was written may still have raised it: ids are skipped, never reissued, and none is recorded.
+//!   In block mode the same `UPDATE` writes the parks the move leaves (a rebase trims them, a
+//!   retirement drops them);
+//! - [`Authority::park`](crate::Authority::park) and [`Authority::claim`](crate::Authority::claim)
+//!   (block mode; ticket mode keeps no parks and answers
+//!   [`StoreError::NotSupported`]): a transaction with the
+//!   namespace's row and its `parks` locked `FOR UPDATE`, the change decided by
+//!   [`Parks`](crate::Parks), the `UPDATE` of `parks` and an entry per block, `COMMIT`; a
+//!   refused one rolls back.
 //!
 //! `seq` is drawn by the entry's `INSERT`, after the change locked its row, and that lock is
 //! held to the commit, so within a subject it follows the order of the writes. Ticket mode's

@@ -204,7 +204,8 @@ pub(super) fn namespace_table_sql(table: &str) -> String {
          step BIGINT UNSIGNED NOT NULL,\n  \
          `offset` BIGINT UNSIGNED NOT NULL,\n  \
          hi BIGINT UNSIGNED NOT NULL,\n  \
-         {RETIRED_COLUMN}\n\
+         {RETIRED_COLUMN},\n  \
+         {PARKS_COLUMN}\n\
          ) ENGINE=InnoDB COMMENT='idmint namespaces v1: hi is the watermark'",
         quote_identifier(table)
     )
@@ -213,6 +214,10 @@ pub(super) fn namespace_table_sql(table: &str) -> String {
 /// The namespace table's retired mark (`1`: retired, set by the `UPDATE` that moves `hi` past
 /// the largest id); added in place to a table made without it.
 pub(super) const RETIRED_COLUMN: &str = "retired TINYINT UNSIGNED NOT NULL DEFAULT 0";
+
+/// The namespace table's parked blocks ([`crate::parks`]): [`crate::Parks::encode`]'s text,
+/// `NULL` or empty for none; added in place to a table made without it.
+pub(super) const PARKS_COLUMN: &str = "parks TEXT CHARACTER SET ascii NULL";
 
 /// The ticket table of `namespace`: `idmint_tickets_<name>` when the name is a lower-case
 /// identifier (`[a-z0-9_]`) of at most 49 characters, otherwise

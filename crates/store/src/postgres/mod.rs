@@ -16,10 +16,11 @@
 //! | `watermark`   | `numeric(20,0)` | every id below it is reserved; up to 2^63, past `bigint`  |
 //! | `block_start` | `numeric(20,0)` | start of the newest block; `NULL` before the first and after a give-back |
 //! | `retired`     | `boolean`       | retired (`idmint admin retire`), set with the watermark's move past the largest id |
+//! | `parks`       | `text`          | the namespace's parked blocks ([`crate::parks`]), [`Parks::encode`]'s text; `''` for none |
 //!
-//! `retired` is added by `ALTER TABLE … ADD COLUMN IF NOT EXISTS … DEFAULT false` after the
-//! `CREATE TABLE`, so a table made before it gains it at the next connect with every row live;
-//! a reservation and a give-back never touch a retired row.
+//! `retired` and `parks` are added by `ALTER TABLE … ADD COLUMN IF NOT EXISTS … DEFAULT …`
+//! after the `CREATE TABLE`, so a table made before them gains them at the next connect with
+//! every row live and nothing parked; a reservation and a give-back never touch a retired row.
 //!
 //! `CHECK` constraints repeat the invariants of a valid spec and watermark, so a row the
 //! arithmetic below would misread cannot be written. Every row read is validated again
@@ -42,7 +43,11 @@
 //!   is locked;
 //! - [`Authority::advance`]: a transaction (row locked `FOR UPDATE`, the move checked by the
 //!   shared arithmetic, then the `UPDATE` and its entry in one statement, `COMMIT`); a move to
-//!   or below the watermark writes nothing.
+//!   or below the watermark writes no entry. The same `UPDATE` writes the parks the move leaves
+//!   ([`Parks::after_advance`]: a rebase trims them, a retirement drops them);
+//! - [`Authority::park`] and [`Authority::claim`]: a transaction (row and parks locked `FOR
+//!   UPDATE`, the change decided by [`Parks::park`] or [`Parks::claim`], then the `UPDATE` of
+//!   `parks` and an entry per block in one statement, `COMMIT`); a refused one writes nothing.
 //!
 //! `seq` is drawn from the table's sequence by the `INSERT`, after the change locked its row, so
 //! within a subject it follows the order of the writes; `at_unix_ms` is the server's
@@ -103,8 +108,8 @@
 //!
 //! ## Durability
 //!
-//! Every write is its own transaction (autocommitted, or `advance`'s and a lease acquisition's
-//! explicit one), and the call returns `Ok` only after the
+//! Every write is its own transaction (autocommitted, or the explicit one of `advance`, `park`,
+//! `claim` and a lease acquisition), and the call returns `Ok` only after the
 //! server reported the commit. With `synchronous_commit` on (forced per session, see above) and
 //! `fsync` and `full_page_writes` on (checked on every new connection: a server with either off is
 //! refused unless `accept_unsafe_durability`), the commit is flushed to the WAL
@@ -155,6 +160,7 @@ pub use sql::{instagram_sql, schema_sql, InstagramSqlError};
 use crate::audit::{self, Advance, Advanced, AuditEntry, AuditEvent, AuditLog};
 use crate::lease::WorkerLeases;
 use crate::ops::{self, GIVE_BACK_RACE_ATTEMPTS};
+use crate::parks::{self, ClaimKey, Parks};
 use crate::pool::{Pool, PoolLimits};
 use crate::{Authority, GiveBack, Incarnation, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
@@ -461,6 +467,99 @@ impl Authority for PostgresAuthority {
             "give_back on {name}: the watermark kept changing under {GIVE_BACK_RACE_ATTEMPTS} attempts"
         )))
     }
+
+    /// One transaction: the row locked, [`Parks::park`] decides, the parks and a `parked`
+    /// entry per block written in one statement, commit.
+    async fn park(
+        &self,
+        name: &NamespaceName,
+        key: &ClaimKey,
+        blocks: &[Block],
+    ) -> Result<(), StoreError> {
+        self.pool
+            .on_conn("park", async |c| {
+                parks_on(c, name, |state, parks| {
+                    let next = parks.park(state, key, blocks)?;
+                    Ok((next, parks::events(blocks, false), ()))
+                })
+                .await
+            })
+            .await
+    }
+
+    /// One transaction: the row locked, [`Parks::claim`] decides, the parks and a `claimed`
+    /// entry per block written in one statement, commit.
+    async fn claim(&self, name: &NamespaceName, key: &ClaimKey) -> Result<Vec<Block>, StoreError> {
+        self.pool
+            .on_conn("claim", async |c| {
+                parks_on(c, name, |state, parks| {
+                    let (next, blocks) = parks.claim(state, key)?;
+                    Ok((next, parks::events(&blocks, true), blocks))
+                })
+                .await
+            })
+            .await
+    }
+}
+
+/// The row of `name`, locked in `tx` (`FOR UPDATE`), and its parks.
+async fn lock_on(
+    tx: &tokio_postgres::Transaction<'_>,
+    lock: &Statement,
+    name: &NamespaceName,
+) -> Result<(NamespaceState, Parks), StoreError> {
+    let rows = tx
+        .query(lock, &[&name.as_str()])
+        .await
+        .map_err(|e| conn::pg_error(&e))?;
+    let Some(row) = rows.first() else {
+        return Err(StoreError::UnknownNamespace { name: name.clone() });
+    };
+    let state = decode_state(row)?;
+    let text: &str = row
+        .try_get(7)
+        .map_err(|e| corrupt(format!("namespace {name}: unreadable parks: {}", chain(&e))))?;
+    let parks = Parks::decode(text, state.spec.step()).map_err(|e| parks::corrupt(name, e))?;
+    Ok((state, parks))
+}
+
+/// Writes `parks` to the row of `name` locked in `tx`, with a ledger entry per event, in one
+/// statement.
+async fn set_parks_on(
+    tx: &tokio_postgres::Transaction<'_>,
+    write: &Statement,
+    name: &NamespaceName,
+    parks: &Parks,
+    events: &[AuditEvent],
+) -> Result<(), StoreError> {
+    let kinds: Vec<&str> = events.iter().map(AuditEvent::name).collect();
+    let (a, b): (Vec<String>, Vec<String>) = events
+        .iter()
+        .map(|e| {
+            let (a, b) = e.numbers();
+            (a.to_string(), b.to_string())
+        })
+        .unzip();
+    let rows = tx
+        .query(
+            write,
+            &[
+                &name.as_str(),
+                &parks.encode(),
+                &kinds,
+                &a,
+                &b,
+                &audit::holder(),
+            ],
+        )
+        .await
+        .map_err(|e| conn::pg_error(&e))?;
+    match rows.len() {
+        1 => Ok(()),
+        n => Err(corrupt(format!(
+            "writing the parks of {name} updated {n} rows, not the one locked"
+        ))),
+    }
 }
 
 /// [`Authority::advance`] on one connection (see there). Every early return drops the
@@ -472,21 +571,26 @@ async fn advance_on(
     why: Advance,
 ) -> Result<Advanced, StoreError> {
     let st = c.prepare().await?;
-    let (lock, write) = (st.lock_one.clone(), st.advance.clone());
+    let (lock, write, set_parks) = (
+        st.lock_one.clone(),
+        st.advance.clone(),
+        st.set_parks.clone(),
+    );
     let pg = |e: tokio_postgres::Error| conn::pg_error(&e);
     let tx = c.transaction().await?;
-    let rows = tx.query(&lock, &[&name.as_str()]).await.map_err(pg)?;
-    let Some(row) = rows.first() else {
-        return Err(StoreError::UnknownNamespace { name: name.clone() });
-    };
-    let state = decode_state(row)?;
+    let (state, parks) = lock_on(&tx, &lock, name).await?;
     let from = state.watermark;
     let Some(target) = ops::advance(&state, to, why)? else {
-        // Already there: nothing to write, nothing to record.
+        // Already there: nothing to record; only the parks may lose ids below the target.
+        let trimmed = parks.after_advance(&state, to);
+        if trimmed != parks {
+            set_parks_on(&tx, &set_parks, name, &trimmed, &[]).await?;
+        }
         tx.commit().await.map_err(pg)?;
         return Ok(Advanced { from, state });
     };
     let event = ops::advance_event(why, from, target.watermark);
+    let trimmed = parks.after_advance(&target, to);
     let rows = tx
         .query(
             &write,
@@ -497,6 +601,7 @@ async fn advance_on(
                 &from.to_string(),
                 &audit::holder(),
                 &target.retired.to_string(),
+                &trimmed.encode(),
             ],
         )
         .await
@@ -516,6 +621,24 @@ async fn advance_on(
     }
     tx.commit().await.map_err(pg)?;
     Ok(Advanced { from, state: after })
+}
+
+/// A change of `name`'s parks on one connection: one transaction that locks the row, lets
+/// `op` decide from the state and the parks (the new parks, the ledger entries recording
+/// them, the answer), writes both in one statement and commits. An `Err` of `op` rolls back.
+async fn parks_on<T>(
+    c: &mut conn::PgConn,
+    name: &NamespaceName,
+    op: impl FnOnce(&NamespaceState, &Parks) -> Result<(Parks, Vec<AuditEvent>, T), StoreError>,
+) -> Result<T, StoreError> {
+    let st = c.prepare().await?;
+    let (lock, write) = (st.lock_one.clone(), st.set_parks.clone());
+    let tx = c.transaction().await?;
+    let (state, parks) = lock_on(&tx, &lock, name).await?;
+    let (next, events, out) = op(&state, &parks)?;
+    set_parks_on(&tx, &write, name, &next, &events).await?;
+    tx.commit().await.map_err(|e| conn::pg_error(&e))?;
+    Ok(out)
 }
 
 #[async_trait]

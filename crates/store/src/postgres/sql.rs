@@ -217,6 +217,7 @@ pub(super) fn schema_sql_quoted(table: &str) -> String {
     CHECK (watermark <= CASE width WHEN 32 THEN {CEILING_32} ELSE {CEILING_64} END)
 );
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS retired boolean NOT NULL DEFAULT false;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS parks text NOT NULL DEFAULT '';
 "
     )
 }
@@ -342,11 +343,16 @@ pub(super) struct StatementsSql {
     /// The compare-and-swap of a give-back and its ledger entry, one statement: `$1` name,
     /// `$2` the tail's start, `$3` its end, `$4` holder; a row if it matched.
     pub(super) give_back: String,
-    /// The row, locked (`advance`'s first statement).
+    /// The row and its parks, locked (the first statement of `advance`, `park` and `claim`).
     pub(super) lock_one: String,
     /// `advance`'s move and its ledger entry: `$1` name, `$2` the new watermark, `$3` the
-    /// event, `$4` the old watermark, `$5` holder, `$6` the retired mark (`true`/`false`).
+    /// event, `$4` the old watermark, `$5` holder, `$6` the retired mark (`true`/`false`),
+    /// `$7` the parks after the move.
     pub(super) advance: String,
+    /// The parks of a locked row and their ledger entries, one statement: `$1` name, `$2` the
+    /// parks' text, `$3`, `$4`, `$5` the entries' events and numbers (arrays, in order, maybe
+    /// empty), `$6` holder; a row if it matched.
+    pub(super) set_parks: String,
     /// Every subject of the ledger.
     pub(super) audit_subjects: String,
     /// A page of a subject's entries: `$1` subject, `$2` after (exclusive), `$3` limit.
@@ -403,14 +409,24 @@ impl StatementsSql {
                  SELECT name FROM u"
             ),
             lock_one: format!(
-                "SELECT {STATE_COLUMNS} FROM {table} WHERE name = $1::text FOR UPDATE"
+                "SELECT {STATE_COLUMNS}, parks FROM {table} WHERE name = $1::text FOR UPDATE"
             ),
             advance: format!(
                 "WITH u AS (UPDATE {table} SET watermark = $2::text::numeric, block_start = NULL, \
-                 retired = $6::text::boolean WHERE name = $1::text RETURNING {RAW_COLUMNS}), \
+                 retired = $6::text::boolean, parks = $7::text WHERE name = $1::text \
+                 RETURNING {RAW_COLUMNS}), \
                  l AS ({insert_entry} SELECT name, {NOW_MS}, $3::text, $4::text::numeric, \
                  watermark, $5::text FROM u) \
                  SELECT {STATE_COLUMNS} FROM u"
+            ),
+            set_parks: format!(
+                "WITH u AS (UPDATE {table} SET parks = $2::text WHERE name = $1::text \
+                 RETURNING name), \
+                 l AS ({insert_entry} SELECT u.name, {NOW_MS}, e.event, e.a::numeric, \
+                 e.b::numeric, $6::text FROM u, \
+                 unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS e(event, a, b, n) \
+                 ORDER BY e.n) \
+                 SELECT name FROM u"
             ),
             audit_subjects: format!("SELECT DISTINCT subject FROM {audit}"),
             audit_entries: format!(

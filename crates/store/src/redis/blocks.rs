@@ -3,7 +3,7 @@
 //!
 //! - `ensure_namespace`: one script creates the hash if absent (and notes the name in the
 //!   namespaces set); the losers of a race read the winner's hash and compare specs.
-//! - `reserve`, `give_back`, `advance`: the block (or the refusal) is computed in Rust from the
+//! - `reserve`, `give_back`: the block (or the refusal) is computed in Rust from the
 //!   namespace's state ([`ops`]); one script then writes the new watermark and the audit entry
 //!   if, and only if, the stored watermark is still the one the decision was made from. A
 //!   refused compare returns the stored watermark, and the operation is computed again from it
@@ -14,6 +14,12 @@
 //!   writes nothing (a refused `give_back`, `Exhausted`) is never taken on cached data.
 //! - With [`RedisConfig::wait_replicas`](super::RedisConfig::wait_replicas), every write is
 //!   followed by `WAIT`: fewer replicas than asked is `Unavailable`, and the block is burned.
+//! - `advance`, `park`, `claim`: the namespace's parked blocks ([`crate::parks`]) are the
+//!   string `{p}:parks:<name>` beside its hash. The state and the parks are read fresh by one
+//!   script, the change is decided in Rust (`ops` and [`Parks`]), and one script writes the
+//!   watermark, the retired mark, the parks and the audit entries if, and only if, all three
+//!   are still as read (a conflict retries with the same backoff). So a park, a claim and the
+//!   trimming of the parks by a rebase or a retirement are one atomic write with their entries.
 //! - `advance` with [`Advance::Retire`] sets the hash's `retired` field in the script that moves
 //!   the watermark past the largest id; every script compares the mark with the watermark, so
 //!   no decision made on a live namespace's state is written to a retired one.
@@ -29,6 +35,7 @@ use super::record::{self, unexpected};
 use super::{unavailable, RedisAuthority, KIND};
 use crate::audit::{self, Advance, Advanced, AuditEvent, AuditLog};
 use crate::lease::WorkerLeases;
+use crate::parks::{self, ClaimKey, Parks};
 use crate::{ops, Authority, GiveBack, Incarnation, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec};
@@ -45,6 +52,16 @@ enum Compared {
     Written,
     /// The stored watermark or retired mark is another: the stored ones.
     Conflict(u64, bool),
+    /// The namespace is gone.
+    Missing,
+}
+
+/// What the parks script answered.
+enum Set {
+    /// Written (with its audit entries).
+    Written,
+    /// The watermark, the retired mark or the parks changed since they were read.
+    Changed,
     /// The namespace is gone.
     Missing,
 }
@@ -180,6 +197,131 @@ impl RedisAuthority {
         }
     }
 
+    /// The read-decide-compare loop of `advance`, `park` and `claim`, which read and write a
+    /// namespace's parks with its record: `decide` maps the state and parks (read fresh on
+    /// every try, under the namespace's slot) to the change; one script writes the record,
+    /// the parks and the audit entries if, and only if, all three are still as read.
+    async fn change<T>(
+        &self,
+        name: &NamespaceName,
+        decide: impl Fn(&NamespaceState, &Parks) -> Result<parks::Change<T>, StoreError>,
+    ) -> Result<T, StoreError> {
+        let result = {
+            let slot = self.slot(name);
+            let waited = tokio::time::timeout(self.config.op_timeout, slot.lock()).await;
+            match waited {
+                Ok(mut cache) => self.change_locked(name, &mut cache, decide).await,
+                Err(_) => Err(unavailable(format!(
+                    "namespace {name}: waited longer than {:?} behind earlier operations",
+                    self.config.op_timeout
+                ))),
+            }
+        };
+        if matches!(result, Err(StoreError::UnknownNamespace { .. })) {
+            self.forget_slot(name);
+        }
+        result
+    }
+
+    async fn change_locked<T>(
+        &self,
+        name: &NamespaceName,
+        cache: &mut Option<NamespaceState>,
+        decide: impl Fn(&NamespaceState, &Parks) -> Result<parks::Change<T>, StoreError>,
+    ) -> Result<T, StoreError> {
+        let unknown = || StoreError::UnknownNamespace { name: name.clone() };
+        // An error below leaves the cache empty, so the next `update` reads afresh.
+        *cache = None;
+        let mut backoff = ops::conflict_backoff();
+        loop {
+            let (state, parks) = self.read_with_parks(name).await?.ok_or_else(unknown)?;
+            let change = decide(&state, &parks)?;
+            if change.writes_nothing(&state, &parks) {
+                *cache = Some(state);
+                return Ok(change.answer);
+            }
+            let what = format!("updating namespace {name} and its parked blocks");
+            match self.parks_script(&what, &state, &parks, &change).await? {
+                Set::Written => {
+                    *cache = Some(change.state);
+                    self.replicated(&what).await?;
+                    return Ok(change.answer);
+                }
+                Set::Missing => return Err(unknown()),
+                Set::Changed => {
+                    self.conflict();
+                    let Some(pause) = backoff.next() else {
+                        return Err(unavailable(format!(
+                            "namespace {name}: gave up after {} conflicting writes by other \
+                             nodes; retry later",
+                            ops::MAX_CONFLICTS
+                        )));
+                    };
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+
+    /// The namespace's state and parks, read now by one script.
+    async fn read_with_parks(
+        &self,
+        name: &NamespaceName,
+    ) -> Result<Option<(NamespaceState, Parks)>, StoreError> {
+        let what = format!("reading namespace {name} and its parked blocks");
+        let mut call = self.scripts.namespace.prepare_invoke();
+        call.key(self.keys.namespace(name))
+            .key(self.keys.parks(name));
+        let reply: Value = self.conn.script(&what, &call).await?;
+        let items = record::items(&reply).unwrap_or_default();
+        let [fields, text] = items else {
+            return Err(unexpected(&what, &reply));
+        };
+        let Some(state) = record::namespace_reply(name, fields)? else {
+            return Ok(None);
+        };
+        let text = record::text(text).ok_or_else(|| unexpected(&what, &reply))?;
+        let parks = Parks::decode(&text, state.spec.step()).map_err(|e| parks::corrupt(name, e))?;
+        Ok(Some((state, parks)))
+    }
+
+    /// Runs the parks script: from `state` and `parks` to `change`, recording its entries.
+    async fn parks_script<T>(
+        &self,
+        what: &str,
+        state: &NamespaceState,
+        parks: &Parks,
+        change: &parks::Change<T>,
+    ) -> Result<Set, StoreError> {
+        let name = &state.name;
+        let mut call = self.scripts.parks.prepare_invoke();
+        call.key(self.keys.namespace(name))
+            .key(self.keys.parks(name))
+            .key(self.keys.audit_seq())
+            .key(self.keys.audit(name))
+            .key(self.keys.audit_subjects())
+            .arg(state.watermark.to_string())
+            .arg(record::retired_mark(state.retired))
+            .arg(parks.encode())
+            .arg(change.state.watermark.to_string())
+            .arg(record::retired_mark(change.state.retired))
+            .arg(change.parks.encode())
+            .arg(audit::holder())
+            .arg(name.as_str());
+        for event in &change.events {
+            let (a, b) = event.numbers();
+            call.arg(event.name()).arg(a.to_string()).arg(b.to_string());
+        }
+        let reply: Value = self.conn.script(what, &call).await?;
+        let items = record::items(&reply).unwrap_or_default();
+        match items.first().and_then(record::int) {
+            Some(0) => Ok(Set::Missing),
+            Some(1) => Ok(Set::Changed),
+            Some(2) => Ok(Set::Written),
+            _ => Err(unexpected(what, &reply)),
+        }
+    }
+
     /// Runs the compare-and-advance script: `from`'s watermark to `to`'s, recording `event`.
     async fn advance_script(
         &self,
@@ -273,8 +415,10 @@ impl Authority for RedisAuthority {
         to: u64,
         why: Advance,
     ) -> Result<Advanced, StoreError> {
-        self.update(name, |state| ops::decide_advance(state, to, why))
-            .await
+        self.change(name, |state, parks| {
+            parks::decide_advance(state, parks, to, why)
+        })
+        .await
     }
 
     async fn ensure_namespace(
@@ -351,6 +495,23 @@ impl Authority for RedisAuthority {
 
     async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
         self.update(name, |state| ops::decide_give_back(state, tail))
+            .await
+    }
+
+    async fn park(
+        &self,
+        name: &NamespaceName,
+        key: &ClaimKey,
+        blocks: &[Block],
+    ) -> Result<(), StoreError> {
+        self.change(name, |state, parks| {
+            parks::decide_park(state, parks, key, blocks)
+        })
+        .await
+    }
+
+    async fn claim(&self, name: &NamespaceName, key: &ClaimKey) -> Result<Vec<Block>, StoreError> {
+        self.change(name, |state, parks| parks::decide_claim(state, parks, key))
             .await
     }
 }

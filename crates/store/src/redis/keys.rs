@@ -6,6 +6,7 @@
 //! | `{p}:incarnation` | string | the store's incarnation |
 //! | `{p}:namespaces` | set | every namespace's name |
 //! | `{p}:ns:<name>` | hash | `bits first step offset watermark` |
+//! | `{p}:parks:<name>` | string | the namespace's parked blocks, [`crate::Parks::encode`]'s text (absent: none) |
 //! | `{p}:audit-seq` | string | the last audit sequence number (`INCR`) |
 //! | `{p}:audit-subjects` | set | every subject with a ledger |
 //! | `{p}:audit:<subject>` | stream | entries `<seq>-0`: `at event a b holder` |
@@ -46,6 +47,11 @@ impl Keys {
     /// The namespace keys are this followed by the name.
     pub(super) fn namespace_prefix(&self) -> String {
         format!("{}ns:", self.base)
+    }
+
+    /// The namespace's parked blocks ([`crate::parks`]).
+    pub(super) fn parks(&self, name: &NamespaceName) -> String {
+        format!("{}parks:{}", self.base, name.as_str())
     }
 
     pub(super) fn audit_seq(&self) -> String {

@@ -1,10 +1,12 @@
-//! The Redis authority (cargo feature `redis`): namespaces, their watermarks, worker leases and
-//! the audit ledger in one Redis 7 (or Valkey) server, every write one Lua script.
+//! The Redis authority (cargo feature `redis`): namespaces, their watermarks and parked blocks,
+//! worker leases and the audit ledger in one Redis 7 (or Valkey) server, every write one Lua
+//! script.
 //!
 //! Files, one job each: `conn` (the one multiplexed connection, bounded calls, error
 //! messages, the server checks made at connect), `scripts` (the Lua text of every script),
 //! `keys` (the key names), `record` (decoding what the scripts and reads return, validated),
-//! `blocks` (the namespaces: compare-and-advance and [`Authority`](crate::Authority)),
+//! `blocks` (the namespaces and their parks: compare-and-advance, compare-and-set of the
+//! parks with the record, and [`Authority`](crate::Authority)),
 //! `leases` ([`WorkerLeases`](crate::lease::WorkerLeases): `SET NX PX` live keys beside a
 //! durable worker record), `audit` ([`AuditLog`](crate::AuditLog): one stream per subject,
 //! appended by the script that makes the grant).

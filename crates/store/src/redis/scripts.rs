@@ -50,6 +50,33 @@ if ARGV[9] == '1' then redis.call('HSET', KEYS[1], 'retired', '1') end
 return {2, seq}
 "#;
 
+/// Compare-and-set of a namespace's watermark, retired mark and parks together, with the
+/// audit entries of the change. KEYS: namespace, parks, audit-seq, audit stream,
+/// audit-subjects. ARGV: expected watermark, expected mark, expected parks (`''`: none), new
+/// watermark, new mark, new parks (`''`: none), holder, subject, then per audit entry its
+/// event, a and b. Returns `{0}` (no namespace), `{1}` (another watermark, mark or parks),
+/// `{2}` (written).
+const PARKS: &str = r#"
+local current = redis.call('HGET', KEYS[1], 'watermark')
+if not current then return {0} end
+local mark = redis.call('HGET', KEYS[1], 'retired') or ''
+local parks = redis.call('GET', KEYS[2]) or ''
+if current ~= ARGV[1] or mark ~= ARGV[2] or parks ~= ARGV[3] then return {1} end
+for i = 9, #ARGV, 3 do
+  append(KEYS[3], KEYS[4], KEYS[5], ARGV[8], ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[7])
+end
+if ARGV[4] ~= current then redis.call('HSET', KEYS[1], 'watermark', ARGV[4]) end
+if ARGV[5] == '1' and mark ~= '1' then redis.call('HSET', KEYS[1], 'retired', '1') end
+if ARGV[6] == '' then redis.call('DEL', KEYS[2]) else redis.call('SET', KEYS[2], ARGV[6]) end
+return {2}
+"#;
+
+/// A namespace's hash and its parks. KEYS: namespace, parks.
+/// Returns `{fields, parks}` (`''`: none).
+const NAMESPACE: &str = r#"
+return {redis.call('HGETALL', KEYS[1]), redis.call('GET', KEYS[2]) or ''}
+"#;
+
 /// Creates a namespace if absent. KEYS: namespace, namespaces.
 /// ARGV: bits, first, step, offset, watermark, name.
 /// Returns `{1}` (created) or `{0, fields}` (present: its hash).
@@ -171,6 +198,8 @@ return removed
 #[derive(Debug)]
 pub(super) struct Scripts {
     pub(super) advance: Script,
+    pub(super) parks: Script,
+    pub(super) namespace: Script,
     pub(super) ensure: Script,
     pub(super) list: Script,
     pub(super) group: Script,
@@ -193,6 +222,8 @@ impl Scripts {
     pub(super) fn new() -> Scripts {
         Scripts {
             advance: write(ADVANCE, true),
+            parks: write(PARKS, true),
+            namespace: read(NAMESPACE),
             ensure: write(ENSURE, false),
             list: read(LIST),
             group: read(GROUP),

@@ -6,7 +6,8 @@
 //!
 //! - **Same write.** The entry is created by the very `multi` that writes the watermark
 //!   (`setData` at the version read, then the create: `reserve`, a `give_back` that returns,
-//!   an `advance` that moves it) or acquires a worker lease (the create, then the group,
+//!   an `advance` that moves it; a `park` or `claim`, with one entry per block, in the `multi`
+//!   that writes the parks) or acquires a worker lease (the create, then the group,
 //!   worker and live znodes), or re-establishes a lapsed lease in a renewal (the same token and
 //!   holder, under a new session): no grant without its entry, no entry without its grant, also
 //!   when a reply is lost. A refused give-back, an `advance` that changes nothing, a plain

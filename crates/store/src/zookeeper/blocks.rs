@@ -5,9 +5,9 @@
 //!
 //! - `ensure_namespace`: `create` (persistent); on `NodeExists` the record is read and the specs
 //!   compared (`ops::ensure`): created once, the losers of a race see the winner's record.
-//! - `reserve`, `give_back` and `advance`: compare-and-swap on the znode's data version:
+//! - `reserve` and `give_back`: compare-and-swap on the znode's data version:
 //!   `getData` returns the record and its `Stat.version` together, the new state is computed
-//!   in Rust (`ops::reserve`, `ops::give_back`, `ops::advance`) and written with
+//!   in Rust (`ops::reserve`, `ops::give_back`) and written with
 //!   `setData(path, new, version)` in a `multi` with the audit entry's create (see `audit`), which
 //!   ZooKeeper applies only if the version is still the one read. On `BadVersion`
 //!   (another node wrote in between) the record is read again and the operation recomputed,
@@ -16,6 +16,14 @@
 //!   and version are cached per namespace, so a reservation is normally one round trip; a
 //!   decision that writes nothing (a refused `give_back`, `Exhausted`) is never taken on cached
 //!   data.
+//! - `advance`, `park` and `claim`: the namespace's parked blocks ([`crate::parks`]) are the
+//!   child znode `<root>/namespaces/<name>/parks` ([`Parks::encode`]'s text; absent: none).
+//!   The record and the parks are read fresh (both `getData`s at once), the change is decided
+//!   in Rust (`ops` and [`Parks`]), and one `multi` writes the record at the version read (or
+//!   checks it, when only the parks change), writes the parks at the version read (or creates
+//!   the znode), and creates the audit entries (one sequential znode per entry, so a park of
+//!   several blocks records each): all of it or nothing. A failed compare goes again from a
+//!   read, with the same backoff and bound.
 //! - `state`: `getData`; `list`: `getChildren` of `<root>/namespaces` and a `getData` per
 //!   child (pipelined). Reads are served by the server the session is connected to, which may
 //!   lag the leader (ZooKeeper's sequential consistency, not linearizable reads): a `state` may
@@ -33,6 +41,7 @@ use super::session::{
 use super::{ZookeeperAuthority, KIND, MAX_CONFLICTS, PERSISTENT};
 use crate::audit::{Advance, Advanced, AuditLog};
 use crate::lease::WorkerLeases;
+use crate::parks::{self, ClaimKey, Parks};
 use crate::{ops, Authority, GiveBack, Incarnation, NamespaceState, Reservation, StoreError};
 use async_trait::async_trait;
 use idmint_core::{Block, NamespaceName, SequenceSpec};
@@ -214,6 +223,194 @@ impl ZookeeperAuthority {
     }
 }
 
+/// A namespace's record and parks as read, with the versions the write compares.
+struct WithParks {
+    record: Cached,
+    parks: Parks,
+    /// The parks znode's version; `None` when it does not exist (nothing parked yet).
+    parks_version: Option<i32>,
+}
+
+impl ZookeeperAuthority {
+    /// `<root>/namespaces/<name>/parks`: the namespace's parked blocks ([`crate::parks`]).
+    fn parks_path(&self, name: &NamespaceName) -> String {
+        format!("{}/parks", self.ns_path(name))
+    }
+
+    /// The namespace's record and its parks, read now (both `getData`s sent at once; a
+    /// record and parks of different moments only cost a failed compare).
+    async fn read_with_parks(
+        &self,
+        name: &NamespaceName,
+        deadline: Deadline,
+    ) -> Result<Option<WithParks>, StoreError> {
+        let (path, parks_path) = (self.ns_path(name), self.parks_path(name));
+        let what = format!("reading namespace {name} and its parked blocks");
+        let mut retries = retry_backoff();
+        loop {
+            let client = self.client(deadline).await?;
+            let (record, parked) = (client.get_data(&path), client.get_data(&parks_path));
+            let record = match timed(deadline, &what, record).await? {
+                Ok((data, stat)) => Cached {
+                    state: decode_ns(name, &data)?,
+                    version: stat.version,
+                },
+                Err(ZkError::NoNode) => return Ok(None),
+                Err(e) if transient(&e) => {
+                    retry_pause(deadline, &mut retries).await;
+                    continue;
+                }
+                Err(e) => return Err(failed(&what, &e)),
+            };
+            let (text, parks_version) = match timed(deadline, &what, parked).await? {
+                Ok((data, stat)) => (data, Some(stat.version)),
+                Err(ZkError::NoNode) => (Vec::new(), None),
+                Err(e) if transient(&e) => {
+                    retry_pause(deadline, &mut retries).await;
+                    continue;
+                }
+                Err(e) => return Err(failed(&what, &e)),
+            };
+            let text = std::str::from_utf8(&text)
+                .map_err(|_| parks::corrupt(name, format!("{parks_path} is not UTF-8")))?;
+            let parks = Parks::decode(text, record.state.spec.step())
+                .map_err(|e| parks::corrupt(name, e))?;
+            return Ok(Some(WithParks {
+                record,
+                parks,
+                parks_version,
+            }));
+        }
+    }
+
+    /// The read-decide-compare loop of `advance`, `park` and `claim`, which read and write a
+    /// namespace's parks with its record: `decide` maps the state and parks (read fresh on
+    /// every try, under the namespace's slot) to the change; one `multi` writes (or checks)
+    /// the record at the version read, writes (or creates) the parks znode at the version
+    /// read, and creates the audit entries, so all of it lands together or not at all.
+    async fn change<T>(
+        &self,
+        name: &NamespaceName,
+        decide: impl Fn(&NamespaceState, &Parks) -> Result<parks::Change<T>, StoreError>,
+    ) -> Result<T, StoreError> {
+        let deadline = self.deadline();
+        let result = {
+            let slot = self.slot(name);
+            let outcome = match tokio::time::timeout_at(deadline.0, slot.lock()).await {
+                Ok(mut cache) => {
+                    // An error below leaves the cache empty, so the next `update` reads afresh.
+                    cache.take();
+                    self.change_locked(name, &mut cache, deadline, decide).await
+                }
+                Err(_) => Err(unavailable(format!(
+                    "namespace {name}: waited longer than {:?} behind earlier operations",
+                    self.config.op_timeout
+                ))),
+            };
+            outcome
+        };
+        if matches!(result, Err(StoreError::UnknownNamespace { .. })) {
+            self.forget_slot(name);
+        }
+        result
+    }
+
+    async fn change_locked<T>(
+        &self,
+        name: &NamespaceName,
+        cache: &mut Option<Cached>,
+        deadline: Deadline,
+        decide: impl Fn(&NamespaceState, &Parks) -> Result<parks::Change<T>, StoreError>,
+    ) -> Result<T, StoreError> {
+        let unknown = || StoreError::UnknownNamespace { name: name.clone() };
+        let (path, parks_path) = (self.ns_path(name), self.parks_path(name));
+        let what = format!("updating namespace {name} and its parked blocks");
+        let mut backoff = ops::conflict_backoff();
+        let mut made_dir = false;
+        loop {
+            let read = self
+                .read_with_parks(name, deadline)
+                .await?
+                .ok_or_else(unknown)?;
+            let state = &read.record.state;
+            let change = decide(state, &read.parks)?;
+            if change.writes_nothing(state, &read.parks) {
+                *cache = Some(read.record);
+                return Ok(change.answer);
+            }
+            let client = self.client(deadline).await?;
+            let data = encode_ns(&change.state);
+            let text = change.parks.encode();
+            // Operation 0: the record (written, or checked when unchanged); operation 1: the
+            // parks; then the entries.
+            let mut multi = client.new_multi_writer();
+            let built = if &change.state == state {
+                multi.add_check_version(&path, read.record.version)
+            } else {
+                multi.add_set_data(&path, data.as_bytes(), Some(read.record.version))
+            }
+            .and_then(|()| match read.parks_version {
+                Some(version) => multi.add_set_data(&parks_path, text.as_bytes(), Some(version)),
+                None => multi.add_create(&parks_path, text.as_bytes(), &PERSISTENT),
+            })
+            .and_then(|()| {
+                change
+                    .events
+                    .iter()
+                    .try_for_each(|event| self.add_audit_entry(&mut multi, name, event))
+            });
+            built.map_err(|e| failed("building an update", &e))?;
+            match timed(deadline, &what, multi.commit()).await? {
+                Ok(results) => {
+                    let version = match results.first() {
+                        Some(MultiWriteResult::SetData { stat }) => stat.version,
+                        Some(MultiWriteResult::Check) => read.record.version,
+                        _ => {
+                            return Err(unavailable(format!(
+                                "{what}: ZooKeeper answered a transaction without its results"
+                            )))
+                        }
+                    };
+                    *cache = Some(Cached {
+                        state: change.state,
+                        version,
+                    });
+                    return Ok(change.answer);
+                }
+                // The subject's audit directory is missing: make it, then go again (nothing
+                // was written).
+                Err(MultiWriteError::OperationFailed {
+                    index,
+                    source: ZkError::NoNode,
+                }) if index >= 2 && !made_dir => {
+                    made_dir = true;
+                    self.ensure_audit_dir(name, deadline).await?;
+                    continue;
+                }
+                // Another writer came first (or the namespace is gone): go again from a read.
+                Err(MultiWriteError::OperationFailed {
+                    index: 0 | 1,
+                    source: ZkError::BadVersion | ZkError::NoNode | ZkError::NodeExists,
+                }) => {}
+                Err(MultiWriteError::OperationFailed { source, .. })
+                | Err(MultiWriteError::RequestFailed { source }) => {
+                    return Err(failed(&what, &source))
+                }
+            }
+            self.conflicts.fetch_add(1, Ordering::Relaxed);
+            let Some(pause) = backoff.next() else {
+                return Err(unavailable(format!(
+                    "namespace {name}: gave up after {MAX_CONFLICTS} conflicting writes by \
+                     other nodes; retry later"
+                )));
+            };
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+}
+
 #[async_trait]
 #[async_trait]
 impl Authority for ZookeeperAuthority {
@@ -274,8 +471,10 @@ impl Authority for ZookeeperAuthority {
         to: u64,
         why: Advance,
     ) -> Result<Advanced, StoreError> {
-        self.update(name, |state| ops::decide_advance(state, to, why))
-            .await
+        self.change(name, |state, parks| {
+            parks::decide_advance(state, parks, to, why)
+        })
+        .await
     }
 
     async fn ensure_namespace(
@@ -349,6 +548,23 @@ impl Authority for ZookeeperAuthority {
 
     async fn give_back(&self, name: &NamespaceName, tail: Block) -> Result<GiveBack, StoreError> {
         self.update(name, |state| ops::decide_give_back(state, tail))
+            .await
+    }
+
+    async fn park(
+        &self,
+        name: &NamespaceName,
+        key: &ClaimKey,
+        blocks: &[Block],
+    ) -> Result<(), StoreError> {
+        self.change(name, |state, parks| {
+            parks::decide_park(state, parks, key, blocks)
+        })
+        .await
+    }
+
+    async fn claim(&self, name: &NamespaceName, key: &ClaimKey) -> Result<Vec<Block>, StoreError> {
+        self.change(name, |state, parks| parks::decide_claim(state, parks, key))
             .await
     }
 }

@@ -1,5 +1,5 @@
-//! The ZooKeeper authority (cargo feature `zookeeper`): namespaces and their watermarks as
-//! znodes of a ZooKeeper ensemble, updated by compare-and-swap on the znode's version, and
+//! The ZooKeeper authority (cargo feature `zookeeper`): namespaces, their watermarks and parked
+//! blocks as znodes of a ZooKeeper ensemble, updated by compare-and-swap on the znode's version, and
 //! worker leases whose expiry is a ZooKeeper session's (the coordination the Snowflake and
 //! HubSpot designs build on ZooKeeper).
 //!
