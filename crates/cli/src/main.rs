@@ -249,9 +249,9 @@ enum TokenCommand {
         /// hash].
         #[arg(long)]
         name: Option<String>,
-        /// Who uses it, which sets its scopes: application (ids, blocks, read), tier (a lower tier's
-        /// [authority] token: blocks, tier, read), peer (the [peers] token of the nodes of one
-        /// cluster: peer), admin (rebase and retire: admin, read).
+        /// Who uses it, which sets its scopes: application (ids, blocks, read), tier (the
+        /// authority token of a lower tier: blocks, tier, read), peer (the peers token of the
+        /// nodes of one cluster: peer), admin (rebase and retire: admin, read).
         #[arg(long, value_enum, default_value = "application")]
         role: token::Role,
     },
