@@ -196,7 +196,11 @@ fn build(lab: Lab, ops: &Host, backend: &Backend) -> Cluster {
         Backend::Postgres | Backend::Tier => {
             let pg = idmint_testkit::postgres_lab::LabPostgres::start(&db_host, db_link.addr);
             let url = support::toml_string(&pg.url());
-            (Box::new(pg), format!("kind = \"postgres\"\nurl = {url}\n"))
+            // The lab server runs with `fsync = off`: these tests cut links, not disks.
+            (
+                Box::new(pg),
+                format!("kind = \"postgres\"\nurl = {url}\naccept_unsafe_durability = true\n"),
+            )
         }
         #[cfg(feature = "etcd")]
         Backend::Etcd => {

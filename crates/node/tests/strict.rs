@@ -331,6 +331,47 @@ async fn forwards_carry_the_peer_token_and_consecutive_ids_stay_one_block() {
     );
 }
 
+/// Guards against issue 31: a follower forwarded to whatever url the leader's lease named, and
+/// took its answer. A node that does not hold the cluster's peer token (here a real node
+/// without `[auth]`, leading because it took the lease first; in the attack, a fake leader
+/// written into the lease) gets no forward answered: its answer carries no proof, the follower
+/// uses none of its ids and says `no_leader`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_takes_ids_only_from_a_leader_that_proves_the_peer_token() {
+    let store: Arc<dyn Authority> = Arc::new(MemoryAuthority::new());
+    let stranger = member(store.clone(), "").await;
+    assert_eq!(settled(&[&stranger]).await, 0);
+    let follower = member(store.clone(), &auth_section(PEER_TOKEN)).await;
+    assert_eq!(settled(&[&stranger, &follower]).await, 0);
+    let header = bearer(CLIENT_TOKEN);
+    let e = follower
+        .node
+        .take_ids(
+            Credentials::Header(Some(header.as_bytes())),
+            "chat",
+            Some(3),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, IdError::NoLeader { reason, .. } if reason.contains("peer token")),
+        "{e}"
+    );
+    // Its own answers to forwards carry the proof a peer checks.
+    let challenge = [7u8; 16];
+    let proof = follower.node.peer_proof(&challenge, 9, &[1, 2]);
+    assert_eq!(
+        proof,
+        idmint_node::peers::proof(PEER_TOKEN, &challenge, 9, &[1, 2])
+    );
+    assert_ne!(
+        proof,
+        idmint_node::peers::proof(PEER_TOKEN, &challenge, 9, &[1, 3])
+    );
+    assert!(stranger.node.peer_proof(&challenge, 9, &[1, 2]).is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwards_go_over_tls_to_a_leader_with_a_certificate_of_the_trusted_ca() {
     let certs = idmint_testkit::certs::TestCerts::new();

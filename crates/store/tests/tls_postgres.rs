@@ -27,6 +27,8 @@ fn config(url: String, tls: TlsMode, ca_file: Option<PathBuf>) -> PostgresConfig
         pool_size: 2,
         tls,
         ca_file,
+        // The private server runs with `fsync = off`: these tests check the channel.
+        accept_unsafe_durability: true,
         ..PostgresConfig::new(url)
     }
 }

@@ -338,10 +338,11 @@ impl proto::idmint_server::Idmint for IdmintService {
                 &parts,
             )
             .await;
-        self.answer(
-            "Forward",
-            served.map(|(ids, term)| proto::ForwardAnswer { ids, term }),
-        )
+        let answered = served.map(|(ids, term)| {
+            let proof = self.node.peer_proof(&req.challenge, term, &ids);
+            proto::ForwardAnswer { ids, term, proof }
+        });
+        self.answer("Forward", answered)
     }
 
     async fn worker_group(

@@ -215,6 +215,16 @@ impl Node {
         self.counted(result)
     }
 
+    /// The proof this node gives with the answer to a forward that carried `challenge`
+    /// ([`crate::peers::proof`], keyed by its `[peers]` token): empty without a challenge, or
+    /// without a peer token, which the forwarding node then refuses.
+    pub fn peer_proof(&self, challenge: &[u8], term: u64, ids: &[u64]) -> Vec<u8> {
+        self.peers
+            .as_ref()
+            .map(|p| p.prove(challenge, term, ids))
+            .unwrap_or_default()
+    }
+
     /// Ids another node forwarded (gRPC `Forward`): of strict namespace `name` for the requests
     /// a follower batched, served only while this node leads it; or of a shard-owned snowflake
     /// namespace, `count` ids of `shard`, or for each of `parts` (shard, count, in order, summing

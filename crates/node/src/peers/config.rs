@@ -23,8 +23,9 @@ pub const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct PeersConfig {
     /// `advertise`: the gRPC url (`http://` or `https://`) the other nodes reach this one at.
     pub advertise: String,
-    /// `token`: the bearer token sent with each forward (scope `ids` on the namespaces
-    /// forwarded, when the node called has `[auth]`).
+    /// `token`: the bearer token sent with each forward (scope `peer` on the namespaces
+    /// forwarded, when the node called has `[auth]`), and the key of the proof every node
+    /// answering a forward gives ([`crate::peers::proof`]): the nodes of a cluster share it.
     pub token: Option<String>,
     /// `ca_file`: the CA the other nodes' certificates are checked against (else the public
     /// roots).

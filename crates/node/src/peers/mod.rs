@@ -5,6 +5,14 @@
 //! ([`crate::shards`]). It finds that node by the url the node records with its lease
 //! (`advertise`), and calls its gRPC `Forward` with `token`, over TLS when the url is `https://`.
 //! One hop: the node called serves the request itself or refuses it.
+//!
+//! A url in a lease is not trusted by itself: a follower that holds a peer token sends a random
+//! challenge with each forward, and takes the ids only if the answer carries the HMAC-SHA-256,
+//! keyed by the same token, of the challenge, the term and the ids ([`proof`]). The node
+//! answering proves it holds the cluster's peer token, and that the answer is the one it made:
+//! a node named in a lease by anyone else (a store written by hand, a stolen tier token) gets
+//! no forward answered. Without a peer token (a cluster without `[auth]`) there is nothing to
+//! prove with, and forwards trust the lease's url: keep such nodes on a private network.
 
 pub mod batch;
 pub mod config;
@@ -12,9 +20,12 @@ pub mod config;
 pub use config::PeersConfig;
 pub(crate) use config::RawPeers;
 
+use hmac::{Hmac, Mac};
 use idmint_proto::nodes::{BearerToken, CallError, Nodes};
 use idmint_proto::tls::ClientTls;
 use idmint_proto::v1::ForwardRequest;
+use rand::RngCore;
+use sha2::Sha256;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -29,6 +40,40 @@ pub fn url_of(holder: &str) -> Option<&str> {
     let (_, rest) = holder.rsplit_once(" at ")?;
     let url = rest.split(' ').next()?;
     (url.starts_with("http://") || url.starts_with("https://")).then_some(url)
+}
+
+/// What [`proof`] authenticates, before the challenge: the protocol and its version.
+const PROOF_CONTEXT: &[u8] = b"idmint-forward-v1";
+
+/// The HMAC-SHA-256 state keyed by the peer token `token`, over everything an answer's proof
+/// covers: [`PROOF_CONTEXT`], the challenge, the term and the ids (8 bytes little-endian each).
+fn proof_mac(token: &str, challenge: &[u8], term: u64, ids: &[u64]) -> Hmac<Sha256> {
+    // HMAC takes a key of any length: `new_from_slice` cannot fail for it.
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(token.as_bytes())
+        .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
+    mac.update(PROOF_CONTEXT);
+    mac.update(challenge);
+    mac.update(&term.to_le_bytes());
+    for id in ids {
+        mac.update(&id.to_le_bytes());
+    }
+    mac
+}
+
+/// The proof a node holding the peer token `token` gives with a forward's answer of `ids`
+/// under `term` to `challenge`.
+pub fn proof(token: &str, challenge: &[u8], term: u64, ids: &[u64]) -> Vec<u8> {
+    proof_mac(token, challenge, term, ids)
+        .finalize()
+        .into_bytes()
+        .to_vec()
+}
+
+/// Whether `proof` is [`proof`]'s for these, compared in constant time.
+fn proves(token: &str, challenge: &[u8], term: u64, ids: &[u64], proof: &[u8]) -> bool {
+    proof_mac(token, challenge, term, ids)
+        .verify_slice(proof)
+        .is_ok()
 }
 
 /// Why a forward brought no ids.
@@ -84,6 +129,16 @@ impl Peers {
         &self.config
     }
 
+    /// The proof this node gives with a forward's answer ([`proof`]): empty without a
+    /// challenge, or without a peer token to prove with (the follower then refuses the answer,
+    /// as it should: this node is not a peer of one that holds a token).
+    pub fn prove(&self, challenge: &[u8], term: u64, ids: &[u64]) -> Vec<u8> {
+        match (&self.config.token, challenge.is_empty()) {
+            (Some(token), false) => proof(token.trim(), challenge, term, ids),
+            _ => Vec::new(),
+        }
+    }
+
     fn node(&self, url: &str) -> Result<Arc<Nodes>, ForwardError> {
         let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(n) = nodes.get(url) {
@@ -103,18 +158,38 @@ impl Peers {
 
     /// The ids `request` asks of the node at `url`, and the fencing token they were served
     /// under (the leader's term, the shard lease's token).
+    ///
+    /// With a peer token, the answer counts only if it proves the node called holds it too
+    /// ([`proof`]); otherwise it is [`ForwardError::Retry`], and none of its ids is used.
     pub async fn forward(
         &self,
         url: &str,
-        request: ForwardRequest,
+        mut request: ForwardRequest,
     ) -> Result<(Vec<u64>, u64), ForwardError> {
         let node = self.node(url)?;
+        let token = self.config.token.as_deref().map(str::trim);
+        if token.is_some() {
+            let mut challenge = vec![0u8; 16];
+            rand::rng().fill_bytes(&mut challenge);
+            request.challenge = challenge;
+        }
+        let challenge = request.challenge.clone();
         let op = |mut client: idmint_proto::nodes::NodeClient| {
             let request = request.clone();
             async move { client.forward(request).await }
         };
         match node.call_one(0, &op).await {
-            Ok(answer) => Ok((answer.ids, answer.term)),
+            Ok(answer) => match token {
+                Some(token)
+                    if !proves(token, &challenge, answer.term, &answer.ids, &answer.proof) =>
+                {
+                    tracing::error!(url, "a node named as leader or shard holder did not prove it holds the peer token; its answer is not used");
+                    Err(ForwardError::Retry(format!(
+                        "the node at {url} did not prove it holds this cluster's peer token:                          it is not a peer (a lease naming it was not written by one)"
+                    )))
+                }
+                _ => Ok((answer.ids, answer.term)),
+            },
             Err(CallError::Unavailable { message, .. }) => Err(ForwardError::Retry(message)),
             Err(CallError::Status(_, status)) => {
                 let code = idmint_proto::nodes::error_code(&status).unwrap_or_default();

@@ -372,6 +372,7 @@ impl OwnedShards {
                     consecutive: false,
                     shard: Some(one.tag),
                     parts: Vec::new(),
+                    challenge: Vec::new(),
                 },
                 many => ForwardRequest {
                     namespace: self.name.to_string(),
@@ -385,6 +386,7 @@ impl OwnedShards {
                             count: w.count,
                         })
                         .collect(),
+                    challenge: Vec::new(),
                 },
             };
             let (shards, batcher, url) = (self.clone(), batcher.clone(), url.to_owned());

@@ -349,6 +349,7 @@ fn send_batches(batcher: &Arc<Batcher<()>>, peers: &Arc<Peers>, url: &str, name:
                 consecutive: alone,
                 shard: None,
                 parts: Vec::new(),
+                challenge: Vec::new(),
             };
             let result = peers.forward(&url, request).await;
             batch::distribute(batch, result.map(|(ids, _)| ids));
