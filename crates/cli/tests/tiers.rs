@@ -379,6 +379,7 @@ fn ride_out(backend: &str, global_authority: &str) {
         "a regional node stopped during the outage: {rest:?}"
     );
     assert!(keeper_stop.burned > 0, "{rest:?}");
+    let mut keeper_burned = keeper_stop.burned;
     let keeper = start_keeper();
     let (status, ready) = http_get(keeper.addr, "/readyz");
     assert_eq!(status, 503, "restarted during the outage: {ready}");
@@ -485,6 +486,8 @@ fn ride_out(backend: &str, global_authority: &str) {
         status.success(),
         "the keeping node's exit {status:?}: {rest:?}"
     );
+    let keeper_stop = stop_counts(&rest);
+    keeper_burned += keeper_stop.kept + keeper_stop.burned;
 
     let global_state = sequence_state(global.addr);
     let global_burned_before_stop = number(&global_state["ids_burned"]);
@@ -504,6 +507,7 @@ fn ride_out(backend: &str, global_authority: &str) {
     let reported = client_burned
         + regional_burned
         + late_burned
+        + keeper_burned
         + global_burned_before_stop
         + global_burned_at_stop;
     let unexplained = burned.saturating_sub(reported);
