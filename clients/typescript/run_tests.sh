@@ -37,4 +37,8 @@ test -f node_modules/@idmint/client/dist/cjs/index.d.ts
 mkdir examples
 cp "$here"/examples/*.ts "$here"/examples/*.cts "$here"/examples/tsconfig.json examples/
 node_modules/.bin/tsc --strict -p examples/tsconfig.json --outDir examples-out
+# The README's quick start (its first ts block; `userId` is its one free name) type-checks too.
+{ echo 'declare const userId: bigint;'; awk '/^```ts$/ { n++; if (n == 1) { on = 1; next } } /^```$/ { on = 0 } on' "$here/README.md"; echo 'export {};'; } > examples/readme.ts
+printf '{"extends": "./tsconfig.json", "files": ["readme.ts"]}\n' > examples/tsconfig.readme.json
+node_modules/.bin/tsc --strict -p examples/tsconfig.readme.json --noEmit
 IDMINT_BIN=$bin IDMINT_REPO=$repo node --test --test-reporter=spec ./*.test.mjs
