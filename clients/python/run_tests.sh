@@ -3,7 +3,10 @@
 # pytest into a fresh virtual environment in a temporary directory, and runs the tests against
 # the installed package: unit tests and the shared conformance scenarios
 # (clients/conformance/) against idmint nodes the tests start.
-# Needs: python3 (3.10+) with venv, PyPI reachable (build, hatchling, grpcio-tools, pytest),
+# The wheel goes in with its `prometheus` extra (tests/test_typed.py scrapes `idmint.metrics`), and
+# examples/typed_ids.py (the typed handles) and the README's quick start must pass `mypy --strict` against it.
+# Needs: python3 (3.10+) with venv, PyPI reachable (build, hatchling, grpcio-tools, pytest,
+# mypy, prometheus_client),
 # openssl, and the idmint binary ($IDMINT_BIN, else <repo>/target/debug/idmint).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,9 +24,17 @@ trap 'rm -rf "$work"' EXIT
 venv="$work/venv/bin"
 "$venv/pip" install --quiet --upgrade pip build pytest mypy
 "$venv/python" -m build --outdir "$work/dist" "$here"
-"$venv/pip" install --quiet "$work"/dist/idmint-*.whl
+wheel=$(echo "$work"/dist/idmint-*.whl)
+"$venv/pip" install --quiet "$wheel[prometheus]"
 # The package is typed: its sources pass mypy --strict (settings in pyproject.toml).
 (cd "$here" && "$venv/python" -m mypy --cache-dir "$work/mypy-cache")
+# So does code using it as the README shows, against the installed wheel (from $work, so that
+# neither src/ nor pyproject.toml's settings are seen): the ids' types follow the handles.
+# The README's quick start too (its first python block; `user_id` is its one free name).
+{ echo 'user_id = 31341'; awk '/^```python$/ { n++; if (n == 1) { on = 1; next } } /^```$/ { on = 0 } on' "$here/README.md"; } > "$work/readme_quick_start.py"
+printf '[mypy]\n' > "$work/mypy.ini"
+(cd "$work" && "$venv/python" -m mypy --strict --no-incremental --config-file mypy.ini \
+  "$here/examples/typed_ids.py" readme_quick_start.py)
 # From the temporary directory, so `import idmint` can only be the installed wheel.
 cd "$work"
 IDMINT_TEST_INSTALLED=1 "$venv/python" -m pytest -p no:cacheprovider -q "$here/tests" "$@"

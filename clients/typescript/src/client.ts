@@ -19,13 +19,15 @@ import {
   ProtocolError,
   UnknownNamespaceError,
   UnsafeIdError,
+  WrongKindError,
 } from "./errors.js";
-import { Namespace, statsOf, type IdType } from "./namespace.js";
+import { Namespace, statsOf, type IdType, type NamespaceStats } from "./namespace.js";
 import { Nodes, transports, type NodeUrl, type TransportKind } from "./nodes.js";
 import { SequenceIds, SpecCheck } from "./sequence.js";
 import { routeFields, type RouteFields, type ShardRoute } from "./shard.js";
 import { SHARD_MAP_REFRESH_MS, ShardMaps } from "./shard_map.js";
 import { TimedIds } from "./timed.js";
+import { Ids, type Kind } from "./typed.js";
 import type { Credentials, IdsAnswer, NamespaceInfo, RemoteDecoded, Transport } from "./transport.js";
 
 export interface TlsOptions {
@@ -151,18 +153,62 @@ export class Client {
     if (type !== "bigint" && type !== "string" && type !== "number") {
       throw new InvalidConfigError(`ids: ${String(type)} is not bigint, string or number`);
     }
-    let p = this.states.get(name);
-    if (p === undefined) {
-      p = this.setUp(name);
-      this.states.set(name, p);
-      // A failed set-up is not kept: the next call tries again.
-      p.catch(() => this.states.delete(name));
-    }
-    const state = await p;
+    const state = await this.stateOf(name, true);
     if (type === "number" && !state.safe) {
       throw new UnsafeIdError(`${name}: ${state.unsafeWhy}; use bigint or string`);
     }
     return new Namespace(name, type, state.ids);
+  }
+
+  /** A typed handle of the sequence namespace `name`: `bigint` ids (`WrongKindError` at first use if it is another kind; created there with the node's `auto_create` if the node does not have it). */
+  sequence(name: string): Ids<bigint> {
+    return new Ids<bigint>(name, "sequence", () => this.typed(name, "sequence"));
+  }
+
+  /** A typed handle of the snowflake namespace `name`: `bigint` ids (`WrongKindError` at first use if not). */
+  snowflake(name: string): Ids<bigint> {
+    return new Ids<bigint>(name, "snowflake", () => this.typed(name, "snowflake"));
+  }
+
+  /** A typed handle of the UUIDv7 namespace `name`: ids as canonical text (`WrongKindError` at first use if not). */
+  uuid7(name: string): Ids<string> {
+    return new Ids<string>(name, "uuid7", () => this.typed(name, "uuid7"));
+  }
+
+  /** A typed handle of the ULID namespace `name`: ids as canonical text (`WrongKindError` at first use if not). */
+  ulid(name: string): Ids<string> {
+    return new Ids<string>(name, "ulid", () => this.typed(name, "ulid"));
+  }
+
+  /** The counters of every namespace this client has set up, by name (also after `close`). */
+  allStats(): Map<string, NamespaceStats> {
+    return new Map(this.opened.map((s) => [s.name, statsOf(s.ids)]));
+  }
+
+  /** The bigint handle of `name` if its kind is `kind`; only sequence handles create. */
+  private async typed(name: string, kind: Kind): Promise<Namespace<"bigint">> {
+    if (this.closed) throw new ClosedError();
+    const state = await this.stateOf(name, kind === "sequence");
+    const actual = state.ids instanceof SequenceIds ? "sequence" : state.ids.kind;
+    if (actual !== kind) {
+      throw new WrongKindError(
+        "wrong_kind",
+        `namespace ${name} is a ${actual} namespace, not ${kind}: client.${kind}() is for ${kind} namespaces; use client.${actual}(${JSON.stringify(name)})`,
+      );
+    }
+    return new Namespace(name, "bigint", state.ids);
+  }
+
+  /** The namespace set up, once; `create`: a sequence namespace the node lacks is created. */
+  private stateOf(name: string, create: boolean): Promise<State> {
+    let p = this.states.get(name);
+    if (p === undefined) {
+      p = this.setUp(name, create);
+      this.states.set(name, p);
+      // A failed set-up is not kept: the next call tries again.
+      p.catch(() => this.states.delete(name));
+    }
+    return p;
   }
 
   /** The bigint handle of `name`, made once. */
@@ -235,9 +281,12 @@ export class Client {
     return (await this.nodes.call((t) => t.decode(name, String(id), this.timeoutMs))).answer;
   }
 
-  private async setUp(name: string): Promise<State> {
+  private async setUp(name: string, create: boolean): Promise<State> {
     let first;
     let info = await this.nodes.call((t) => t.describe(name, this.timeoutMs));
+    if (info.answer === null && !create) {
+      throw new UnknownNamespaceError("unknown_namespace", `${name}: the node does not have it (only sequence namespaces are created on first use)`);
+    }
     if (info.answer === null) {
       const count = this.policy.minBlock;
       first = await this.nodes.call((t) => t.block(name, count, this.timeoutMs));
@@ -253,7 +302,7 @@ export class Client {
         refillWaitMs: this.refillWaitMs,
       });
       if (first !== undefined) ids.firstBlock(first.answer, first.node);
-      state = { ids, safe: d.width === 32, unsafeWhy: `a ${d.width}-bit sequence namespace's ids can exceed 2^53 - 1` };
+      state = { name, ids, safe: d.width === 32, unsafeWhy: `a ${d.width}-bit sequence namespace's ids can exceed 2^53 - 1` };
     } else {
       const ids = new TimedIds(name, d.kind, this.nodes, {
         validityMs: this.validityMs,
@@ -264,8 +313,8 @@ export class Client {
       });
       state =
         d.kind === "snowflake"
-          ? { ids, safe: d.totalBits <= 53, unsafeWhy: `a ${d.totalBits}-bit snowflake layout's ids can exceed 2^53 - 1 (js53 layouts do not)` }
-          : { ids, safe: false, unsafeWhy: `${d.kind} ids are text` };
+          ? { name, ids, safe: d.totalBits <= 53, unsafeWhy: `a ${d.totalBits}-bit snowflake layout's ids can exceed 2^53 - 1 (js53 layouts do not)` }
+          : { name, ids, safe: false, unsafeWhy: `${d.kind} ids are text` };
     }
     if (this.closed) {
       await state.ids.close();
@@ -295,6 +344,7 @@ export class Client {
 
 /** A namespace set up: its ids, and whether they may be given as `number`s. */
 interface State {
+  name: string;
   ids: SequenceIds | TimedIds;
   safe: boolean;
   unsafeWhy: string;

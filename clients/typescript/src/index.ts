@@ -3,6 +3,7 @@
 
 export { Client, type ClientOptions, type CloseReport, type TlsOptions } from "./client.js";
 export { Namespace, type IdType, type IdOf, type NamespaceStats } from "./namespace.js";
+export { Ids, type IdOfKind, type Kind } from "./typed.js";
 export { type BufferPolicy, DEFAULT_POLICY } from "./buffer.js";
 export * from "./errors.js";
 export { Layout, PRESETS, parseUnit, type FieldOrder, type LayoutSpec, type Parts, type PresetName } from "./layout.js";

@@ -5,10 +5,20 @@
 
 import * as grpc from "@grpc/grpc-js";
 import * as loader from "@grpc/proto-loader";
+import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { MODULE_DIR } from "./module_dir.js";
 
-const PROTO_ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "proto");
+/** The package's `proto/`: next to `dist/` (the ESM build) or to `dist/cjs/`'s parent. */
+function protoRoot(): string {
+  for (let dir = MODULE_DIR, i = 0; i < 3; dir = dirname(dir), i++) {
+    const candidate = join(dir, "..", "proto");
+    if (existsSync(join(candidate, "idmint", "v1", "idmint.proto"))) return candidate;
+  }
+  return join(MODULE_DIR, "..", "proto");
+}
+
+const PROTO_ROOT = protoRoot();
 
 let service: grpc.ServiceClientConstructor | undefined;
 

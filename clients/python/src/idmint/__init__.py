@@ -4,7 +4,9 @@
 blocks leased from nodes for sequence namespaces, batches for snowflake, UUIDv7 and ULID ones;
 unused ids go back on `close()` and at interpreter exit. `decode` reads ids offline; `keys`
 routes a row from its key (`shard_of`, `shard_for`, `residue_of`, `member_of`,
-`CompositeKey`). Every error is an `IdmintError` subclass named after its code.
+`CompositeKey`). `client.sequence(name)`, `.snowflake`, `.uuid7`, `.ulid` are handles typed by
+the kind (`Ids[int]`, `Ids[uuid.UUID]`, `Ids[str]`). `idmint.metrics` (the `prometheus` extra)
+exposes the clients' counters to Prometheus. Every error is an `IdmintError` subclass named after its code.
 """
 
 import atexit
@@ -20,14 +22,15 @@ from .keys import CompositeKey, member_of, residue_of, shard_for, shard_of
 from .layouts import Layout
 from .local import LocalIds
 from .sequence import Stats
+from .typed import AsyncIds, Ids
 from .types import Id, NamespaceInfo
 
 atexit.register(close_all_at_exit)
 atexit.register(close_all)
 
 __all__ = [
-    "AsyncClient", "AsyncNamespace", "BufferPolicy", "Client", "ClientConfig", "CompositeKey",
-    "Decoded", "Id", "IdmintError", "Layout", "LocalIds", "Namespace", "NamespaceInfo", "Stats",
+    "AsyncClient", "AsyncIds", "AsyncNamespace", "BufferPolicy", "Client", "ClientConfig", "CompositeKey",
+    "Decoded", "Id", "Ids", "IdmintError", "Layout", "LocalIds", "Namespace", "NamespaceInfo", "Stats",
     "Tls", "decode", "error_class", "error_for", "member_of", "residue_of", "shard_for",
     "shard_of",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import uuid
 from typing import Any, Awaitable, Callable, Optional, Sequence, TypeVar, Union
 
 from .buffer import Block
@@ -22,6 +23,7 @@ from .nodes import AsyncNodes, check_token
 from .sequence import SequenceCore, Stats, Tail
 from .shard_map import AsyncShardMaps
 from .timed import TimedCore
+from .typed import AsyncIds
 from .types import AsyncTransport, Id, Leased, NamespaceInfo
 
 T = TypeVar("T")
@@ -221,6 +223,22 @@ class AsyncClient:
         return self._connected
 
     async def namespace(self, name: str) -> AsyncNamespace:
+        return await self._namespace(name, create=True)
+
+    def sequence(self, name: str) -> AsyncIds[int]:
+        """As `Client.sequence`: a typed handle, set up and kind-checked on first use."""
+        return AsyncIds(self, name, "sequence")
+
+    def snowflake(self, name: str) -> AsyncIds[int]:
+        return AsyncIds(self, name, "snowflake")
+
+    def uuid7(self, name: str) -> AsyncIds[uuid.UUID]:
+        return AsyncIds(self, name, "uuid7")
+
+    def ulid(self, name: str) -> AsyncIds[str]:
+        return AsyncIds(self, name, "ulid")
+
+    async def _namespace(self, name: str, create: bool) -> AsyncNamespace:
         handle = self._namespaces.get(name)
         if handle is not None:
             return handle
@@ -229,15 +247,17 @@ class AsyncClient:
                 raise Closed("the client is closed")
             handle = self._namespaces.get(name)
             if handle is None:
-                handle = await self._setup(check_name(name))
+                handle = await self._setup(check_name(name), create)
                 self._namespaces[name] = handle
             return handle
 
-    async def _setup(self, name: str) -> AsyncNamespace:
+    async def _setup(self, name: str, create: bool) -> AsyncNamespace:
         first = None
         try:
             _, info = await self._nodes.call(lambda t: t.info(name))
         except UnknownNamespace:
+            if not create:
+                raise
             count = first_block_size(self.config)
             first = await self._nodes.call(lambda t: t.block(name, count))
             _, info = await self._nodes.call(lambda t: t.info(name))
@@ -305,6 +325,10 @@ class AsyncClient:
         if handle is None:
             raise UnknownNamespace(f"namespace {namespace} is not set up on this client")
         return handle.stats()
+
+    def all_stats(self) -> dict[str, Stats]:
+        """The counters of every namespace this client has set up (also after `close`)."""
+        return {name: handle.stats() for name, handle in list(self._namespaces.items())}
 
     async def close(self) -> None:
         """As `Client.close`."""

@@ -10,6 +10,7 @@ import itertools
 import random
 import threading
 import time
+import uuid
 from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar, Union
 
 from .buffer import Block
@@ -21,6 +22,7 @@ from .nodes import Nodes
 from .sequence import SequenceCore, Stats, Tail
 from .shard_map import ShardMaps
 from .timed import TimedCore
+from .typed import Ids
 from .types import Id, Leased, NamespaceInfo, Transport
 
 T = TypeVar("T")
@@ -231,6 +233,26 @@ class Client:
     def namespace(self, name: str) -> Namespace:
         """The handle of `name`, set up on first use (read from a node; a sequence namespace
         the node does not have yet is created by the first block, with `auto_create`)."""
+        return self._namespace(name, create=True)
+
+    def sequence(self, name: str) -> Ids[int]:
+        """A typed handle of the sequence namespace `name` (`WrongKind` at first use if it is
+        not one; created there with the node's `auto_create` if the node does not have it)."""
+        return Ids(self, name, "sequence")
+
+    def snowflake(self, name: str) -> Ids[int]:
+        """A typed handle of the snowflake namespace `name` (`WrongKind` at first use if not)."""
+        return Ids(self, name, "snowflake")
+
+    def uuid7(self, name: str) -> Ids[uuid.UUID]:
+        """A typed handle of the UUIDv7 namespace `name` (`WrongKind` at first use if not)."""
+        return Ids(self, name, "uuid7")
+
+    def ulid(self, name: str) -> Ids[str]:
+        """A typed handle of the ULID namespace `name` (`WrongKind` at first use if not)."""
+        return Ids(self, name, "ulid")
+
+    def _namespace(self, name: str, create: bool) -> Namespace:
         handle = self._namespaces.get(name)
         if handle is not None:
             return handle
@@ -239,15 +261,17 @@ class Client:
                 raise Closed("the client is closed")
             handle = self._namespaces.get(name)
             if handle is None:
-                handle = self._setup(check_name(name))
+                handle = self._setup(check_name(name), create)
                 self._namespaces[name] = handle
             return handle
 
-    def _setup(self, name: str) -> Namespace:
+    def _setup(self, name: str, create: bool) -> Namespace:
         first = None
         try:
             _, info = self._nodes.call(lambda t: t.info(name))
         except UnknownNamespace:
+            if not create:
+                raise
             count = first_block_size(self.config)
             first = self._nodes.call(lambda t: t.block(name, count))
             _, info = self._nodes.call(lambda t: t.info(name))
@@ -322,6 +346,10 @@ class Client:
 
     def stats(self, namespace: str) -> Stats:
         return self.namespace(namespace).stats()
+
+    def all_stats(self) -> dict[str, Stats]:
+        """The counters of every namespace this client has set up (also after `close`)."""
+        return {name: handle.stats() for name, handle in list(self._namespaces.items())}
 
     def close(self) -> None:
         """Stops the refills and hands each sequence namespace's unused tail back to the node

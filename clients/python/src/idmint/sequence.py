@@ -66,6 +66,8 @@ class Stats:
     demand_per_sec: float
     next_fetch: int
     last_error: Optional[str]
+    #: The namespace's kind: sequence, snowflake, uuid7 or ulid.
+    kind: str = "sequence"
 
 
 def check_block(spec: SequenceSpec, leased: Leased) -> Block:

@@ -109,4 +109,4 @@ class TimedCore:
             return Stats(buffered=buffered, served=self.served, burned=self.discarded,
                          given_back=0, expired=self.expired, refills=self.refills,
                          refill_failures=0, waits=self.waits, demand_per_sec=0.0,
-                         next_fetch=self.batch, last_error=None)
+                         next_fetch=self.batch, last_error=None, kind=self.kind)
