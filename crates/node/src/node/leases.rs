@@ -4,7 +4,7 @@
 //! snowflake namespace leases its worker id here, so the authority's exclusivity, fencing,
 //! clock and time floor hold for it as for this node's own (docs/uniqueness.md, invariant 4).
 //!
-//! Invariants (issue 31, "nodes trust only nodes"):
+//! Invariants (nodes trust only nodes):
 //! - **lower tiers only**: every call needs the `tier` scope on the group, which no
 //!   application token needs (`ids`, `blocks` and `read` do not grant it);
 //! - **internal groups are unreachable**: a strict namespace's leader group (`<ns>:leader`)
