@@ -10,6 +10,8 @@ import sys
 import tempfile
 
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
 
 from check import chromium
 
@@ -19,6 +21,8 @@ def sign_in(driver, base, token):
     field = driver.find_element(By.ID, "token")
     field.send_keys(token)
     field.submit()
+    # The answer is a new page: wait until the form's page is gone before reading it.
+    WebDriverWait(driver, 10).until(expected_conditions.staleness_of(field))
 
 
 def main() -> int:
