@@ -246,9 +246,6 @@ impl Parks {
     }
 }
 
-/// What one atomic write of a namespace's record and parks writes and answers, as the
-/// backends that read both and write them back in one write (MySQL, Redis, etcd, ZooKeeper)
-/// take it from the `decide_*` functions below.
 #[cfg_attr(
     not(any(
         feature = "etcd",
@@ -256,19 +253,12 @@ impl Parks {
         feature = "redis",
         feature = "mysql"
     )),
-    allow(dead_code)
+    allow(unused_imports)
 )]
-pub(crate) struct Change<T> {
-    /// The record after the write.
-    pub(crate) state: NamespaceState,
-    /// The parks after the write.
-    pub(crate) parks: Parks,
-    /// The audit entries recording it, in order.
-    pub(crate) events: Vec<crate::AuditEvent>,
-    /// The answer.
-    pub(crate) answer: T,
-}
+pub(crate) use decide::{decide_advance, decide_claim, decide_park, Change};
 
+/// The decisions of the backends that read a namespace's record and parks and write both back
+/// in one write (MySQL, Redis, ZooKeeper); unused in a build without them.
 #[cfg_attr(
     not(any(
         feature = "etcd",
@@ -276,97 +266,90 @@ pub(crate) struct Change<T> {
         feature = "redis",
         feature = "mysql"
     )),
-    allow(dead_code)
+    allow(dead_code, unused_imports)
 )]
-impl<T> Change<T> {
-    /// Whether the write changes nothing (then it is not made).
-    pub(crate) fn writes_nothing(&self, state: &NamespaceState, parks: &Parks) -> bool {
-        self.events.is_empty() && &self.state == state && &self.parks == parks
+mod decide {
+    use super::{events, ClaimKey, Parks};
+    use crate::{NamespaceState, StoreError};
+    use idmint_core::Block;
+
+    /// What one atomic write of a namespace's record and parks writes and answers, as the
+    /// backends that read both and write them back in one write (MySQL, Redis, etcd, ZooKeeper)
+    /// take it from the `decide_*` functions below.
+    pub(crate) struct Change<T> {
+        /// The record after the write.
+        pub(crate) state: NamespaceState,
+        /// The parks after the write.
+        pub(crate) parks: Parks,
+        /// The audit entries recording it, in order.
+        pub(crate) events: Vec<crate::AuditEvent>,
+        /// The answer.
+        pub(crate) answer: T,
     }
-}
 
-/// [`crate::Authority::park`] on a namespace in `state` with `parks`.
-#[cfg_attr(
-    not(any(
-        feature = "etcd",
-        feature = "zookeeper",
-        feature = "redis",
-        feature = "mysql"
-    )),
-    allow(dead_code)
-)]
-pub(crate) fn decide_park(
-    state: &NamespaceState,
-    parks: &Parks,
-    key: &ClaimKey,
-    blocks: &[Block],
-) -> Result<Change<()>, StoreError> {
-    Ok(Change {
-        state: state.clone(),
-        parks: parks.park(state, key, blocks)?,
-        events: events(blocks, false),
-        answer: (),
-    })
-}
-
-/// [`crate::Authority::claim`] on a namespace in `state` with `parks`.
-#[cfg_attr(
-    not(any(
-        feature = "etcd",
-        feature = "zookeeper",
-        feature = "redis",
-        feature = "mysql"
-    )),
-    allow(dead_code)
-)]
-pub(crate) fn decide_claim(
-    state: &NamespaceState,
-    parks: &Parks,
-    key: &ClaimKey,
-) -> Result<Change<Vec<Block>>, StoreError> {
-    let (next, blocks) = parks.claim(state, key)?;
-    Ok(Change {
-        state: state.clone(),
-        parks: next,
-        events: events(&blocks, true),
-        answer: blocks,
-    })
-}
-
-/// [`crate::Authority::advance`] on a namespace in `state` with `parks`: the move
-/// (`ops::advance`, with its entry) and the parks it leaves ([`Parks::after_advance`]).
-#[cfg_attr(
-    not(any(
-        feature = "etcd",
-        feature = "zookeeper",
-        feature = "redis",
-        feature = "mysql"
-    )),
-    allow(dead_code)
-)]
-pub(crate) fn decide_advance(
-    state: &NamespaceState,
-    parks: &Parks,
-    to: u64,
-    why: crate::Advance,
-) -> Result<Change<crate::Advanced>, StoreError> {
-    let from = state.watermark;
-    let (next, events) = match crate::ops::advance(state, to, why)? {
-        Some(next) => {
-            let event = crate::ops::advance_event(why, from, next.watermark);
-            (next, vec![event])
+    impl<T> Change<T> {
+        /// Whether the write changes nothing (then it is not made).
+        pub(crate) fn writes_nothing(&self, state: &NamespaceState, parks: &Parks) -> bool {
+            self.events.is_empty() && &self.state == state && &self.parks == parks
         }
-        None => (state.clone(), Vec::new()),
-    };
-    Ok(Change {
-        parks: parks.after_advance(&next, to),
-        events,
-        answer: crate::Advanced {
-            from,
-            state: next.clone(),
-        },
-        state: next,
-    })
+    }
+
+    /// [`crate::Authority::park`] on a namespace in `state` with `parks`.
+    pub(crate) fn decide_park(
+        state: &NamespaceState,
+        parks: &Parks,
+        key: &ClaimKey,
+        blocks: &[Block],
+    ) -> Result<Change<()>, StoreError> {
+        Ok(Change {
+            state: state.clone(),
+            parks: parks.park(state, key, blocks)?,
+            events: events(blocks, false),
+            answer: (),
+        })
+    }
+
+    /// [`crate::Authority::claim`] on a namespace in `state` with `parks`.
+    pub(crate) fn decide_claim(
+        state: &NamespaceState,
+        parks: &Parks,
+        key: &ClaimKey,
+    ) -> Result<Change<Vec<Block>>, StoreError> {
+        let (next, blocks) = parks.claim(state, key)?;
+        Ok(Change {
+            state: state.clone(),
+            parks: next,
+            events: events(&blocks, true),
+            answer: blocks,
+        })
+    }
+
+    /// [`crate::Authority::advance`] on a namespace in `state` with `parks`: the move
+    /// (`ops::advance`, with its entry) and the parks it leaves ([`Parks::after_advance`]).
+    pub(crate) fn decide_advance(
+        state: &NamespaceState,
+        parks: &Parks,
+        to: u64,
+        why: crate::Advance,
+    ) -> Result<Change<crate::Advanced>, StoreError> {
+        let from = state.watermark;
+        let (next, events) = match crate::ops::advance(state, to, why)? {
+            Some(next) => {
+                let event = crate::ops::advance_event(why, from, next.watermark);
+                (next, vec![event])
+            }
+            None => (state.clone(), Vec::new()),
+        };
+        Ok(Change {
+            parks: parks.after_advance(&next, to),
+            events,
+            answer: crate::Advanced {
+                from,
+                state: next.clone(),
+            },
+            state: next,
+        })
+    }
 }
 
 /// The ids of `block` at or above `to`, if any.
