@@ -96,6 +96,7 @@ url = "postgres://postgres@127.0.0.1:5432/$DB"
 
 [peers]
 advertise = "http://127.0.0.1:$grpc"
+token = "idmint_bench_peer"
 
 [leases]
 ttl_ms = $TTL_MS

@@ -72,6 +72,7 @@ url = "postgres://postgres@127.0.0.1:5432/$DB"
 
 [peers]
 advertise = "http://127.0.0.1:$grpc"
+token = "idmint_bench_peer"
 
 [namespaces.chat]
 kind = "sequence"

@@ -109,7 +109,7 @@ fn start_node(dir: &Path, authority: &str, n: usize) -> Server {
             format!(
                 "[server]\ngrpc = \"127.0.0.1:{grpc}\"\n\n{authority}\n\
                  [leases]\nttl_ms = {TTL_MS}\nsafety_margin_ms = {SAFETY_MARGIN_MS}\nfloor_ahead_ms = {FLOOR_AHEAD_MS}\n\n\
-                 [peers]\nadvertise = {}\nwait_ms = {WAIT_MS}\nforward_timeout_ms = 1000\n\n\
+                 [peers]\nadvertise = {}\ntoken = \"idmint_photos_peer\"\nwait_ms = {WAIT_MS}\nforward_timeout_ms = 1000\n\n\
                  [namespaces.photos]\nkind = \"snowflake\"\nlayout = \"instagram\"\nshards = \"owned\"\n\
                  logical_shards = {SHARDS}\nshard_range = {PER_RANGE}\n",
                 toml_string(&format!("http://127.0.0.1:{grpc}"))

@@ -92,7 +92,7 @@ fn start_member(dir: &Path, authority: &str, incarnation: usize) -> Member {
             format!(
                 "[server]\ngrpc = \"127.0.0.1:{grpc}\"\n\n{authority}\n\
                  [leases]\nttl_ms = {TTL_MS}\nsafety_margin_ms = 600\nfloor_ahead_ms = 1000\n\n\
-                 [peers]\nadvertise = {}\nwait_ms = 5000\nforward_timeout_ms = 1000\n\n\
+                 [peers]\nadvertise = {}\ntoken = \"idmint_chat_peer\"\nwait_ms = 5000\nforward_timeout_ms = 1000\n\n\
                  [namespaces.chat]\nkind = \"sequence\"\norder = \"strict\"\ncache = \"fixed\"\nblock_size = 200\n",
                 toml_string(&grpc_url)
             ),

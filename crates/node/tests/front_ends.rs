@@ -17,7 +17,10 @@
 //! (the first request within `header_read_timeout_ms` of the accept, then
 //! `idle_timeout_ms` of quiet) and the connection limit, measured on the raw socket; and the
 //! drain (a request in flight finishes, no new connection is accepted, stop-now cuts the
-//! rest, the hand-back comes after every request, invariant 3).
+//! rest, the hand-back comes after every request, invariant 3). The node-to-node calls, which
+//! gRPC alone carries (the worker-lease calls and `Forward`), answer only their role: the
+//! tier's token on its own groups, never an internal group, and a forward only for the
+//! cluster's peer token, with or without `[auth]`, plain and over TLS ([`node_to_node`]).
 //!
 //! Every node runs in process (`idmint_node::Server`) on `127.0.0.1:0` with short timeouts
 //! where a property needs them. No test sleeps to order events: each waits for an answer, a
@@ -471,4 +474,247 @@ async fn drain_finishes_requests_then_cuts_the_rest_then_hands_back<D: Door>(sec
         matches!(b, Err(Failure::NoAnswer(_))),
         "cut, not answered: {b:?}"
     );
+}
+
+/// The node-to-node calls, which only gRPC carries: the worker-lease calls (`AcquireWorker`,
+/// `RenewWorker`, `ReleaseWorker`, `WorkerGroup`) and `Forward`, plain and over TLS.
+mod node_to_node {
+    use super::doors::grpc::{failure, Grpc};
+    use super::doors::{assert_refused, hash, Answer, Door, Fixture, Security};
+    use idmint_api::ErrorCode;
+    use idmint_node::grpc::proto;
+
+    const APP: &str = "idmint_app_n2n";
+    const TIER: &str = "idmint_tier_n2n";
+    const PEER: &str = "idmint_peer_n2n";
+
+    /// A strict namespace `chat` (this node leads it alone) and a snowflake namespace
+    /// `events`, `[peers]` with the cluster's token, and with `auth` one token per role.
+    fn toml(auth: bool) -> String {
+        let mut toml = format!(
+            "[server]\ngrpc = \"127.0.0.1:1\"\n\n[peers]\nadvertise = \"http://127.0.0.1:1\"\n\
+             token = \"{PEER}\"\n\n\
+             [namespaces.chat]\nkind = \"sequence\"\norder = \"strict\"\n\n\
+             [namespaces.events]\nkind = \"snowflake\"\n"
+        );
+        if auth {
+            toml.push_str(&format!(
+                "\n[auth]\n\
+                 [[auth.tokens]]\nname = \"app\"\nhash = \"{}\"\nscopes = {{ \"*\" = [\"ids\", \"blocks\", \"read\"] }}\n\
+                 [[auth.tokens]]\nname = \"tier\"\nhash = \"{}\"\nscopes = {{ \"*\" = [\"blocks\", \"read\", \"tier\"] }}\n\
+                 [[auth.tokens]]\nname = \"peer\"\nhash = \"{}\"\nscopes = {{ \"*\" = [\"peer\"] }}\n",
+                hash(APP),
+                hash(TIER),
+                hash(PEER)
+            ));
+        }
+        toml
+    }
+
+    fn acquire(group: &str) -> proto::AcquireWorkerRequest {
+        proto::AcquireWorkerRequest {
+            group: group.into(),
+            workers: 4,
+            worker: None,
+            prefer_floor_at_most: None,
+            holder: "lower pid 1 at http://10.0.0.7:7879".into(),
+            layout: "L".into(),
+            ttl_ms: 60_000,
+        }
+    }
+
+    fn renew(lease: proto::WorkerLease, floor_unix_ms: u64) -> proto::RenewWorkerRequest {
+        proto::RenewWorkerRequest {
+            lease: Some(lease),
+            floor_unix_ms,
+        }
+    }
+
+    /// A lease on `group` as a caller that read it could name it: without the holder's secret.
+    fn forged(group: &str) -> proto::WorkerLease {
+        proto::WorkerLease {
+            group: group.into(),
+            worker: 0,
+            token: 1,
+            floor_unix_ms: 0,
+            ttl_ms: 60_000,
+            holder: "lower pid 1 at http://10.0.0.7:7879".into(),
+        }
+    }
+
+    fn forward(namespace: &str, count: u64) -> proto::ForwardRequest {
+        proto::ForwardRequest {
+            namespace: namespace.into(),
+            count,
+            consecutive: false,
+            shard: None,
+            parts: Vec::new(),
+            challenge: vec![7; 16],
+        }
+    }
+
+    /// A call's answer, its payload dropped.
+    fn answered<T>(result: Result<tonic::Response<T>, tonic::Status>) -> Answer<()> {
+        result.map(drop).map_err(failure)
+    }
+
+    /// Every node-to-node call `door` can make on lease group `group` and strict namespace
+    /// `chat` (forward), as
+    /// (call, answer) with the answer's payload dropped.
+    async fn every_call(door: &Grpc, group: &str) -> Vec<(&'static str, Answer<()>)> {
+        let Ok(mut c) = door.client().await else {
+            panic!("no gRPC channel");
+        };
+        vec![
+            (
+                "AcquireWorker",
+                answered(c.acquire_worker(door.request(acquire(group))).await),
+            ),
+            (
+                "RenewWorker",
+                answered(c.renew_worker(door.request(renew(forged(group), 1))).await),
+            ),
+            (
+                "ReleaseWorker",
+                answered(
+                    c.release_worker(door.request(renew(forged(group), 0)))
+                        .await,
+                ),
+            ),
+            (
+                "WorkerGroup",
+                answered(
+                    c.worker_group(door.request(proto::WorkerGroupRequest {
+                        group: group.into(),
+                    }))
+                    .await,
+                ),
+            ),
+            (
+                "Forward",
+                answered(c.forward(door.request(forward("chat", 1))).await),
+            ),
+        ]
+    }
+
+    /// With `[auth]`: no token is `unauthorized` on every call; an application's token and the
+    /// peer token are `forbidden` on the lease calls, and only the peer token is answered a
+    /// forward (`unauthorized` for any other, the tier's included); the tier's token reaches the
+    /// lease calls on its own groups only, never a strict leader's or a shard range's group.
+    /// The forward's answer proves the peer token over the challenge, term and ids.
+    pub async fn calls_need_their_role(security: Security) {
+        let f = Fixture::start(&toml(true), security).await;
+        let door = f.door::<Grpc>();
+        for (call, answer) in every_call(&door, "regional").await {
+            assert!(
+                matches!(&answer, Err(super::Failure::Refused { codes, .. }) if codes.contains(&ErrorCode::Unauthorized)),
+                "{call} without a token: {answer:?}"
+            );
+        }
+        for token in [APP, PEER] {
+            let calls = every_call(&door.with_token(Some(token)), "regional").await;
+            for (call, answer) in calls {
+                match call {
+                    "Forward" if token == PEER => assert!(answer.is_ok(), "{call}: {answer:?}"),
+                    "Forward" => assert_refused(answer, ErrorCode::Unauthorized),
+                    _ => assert_refused(answer, ErrorCode::Forbidden),
+                }
+            }
+        }
+        let tier = door.with_token(Some(TIER));
+        for group in ["chat:leader", "events:shards"] {
+            for (call, answer) in every_call(&tier, group).await {
+                match call {
+                    "Forward" => assert_refused(answer, ErrorCode::Unauthorized),
+                    _ => assert_refused(answer, ErrorCode::Forbidden),
+                }
+            }
+        }
+        let mut c = tier.client().await.unwrap();
+        let answer = c
+            .acquire_worker(tier.request(acquire("regional")))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(
+            matches!(
+                answer.outcome,
+                Some(proto::worker_lease_answer::Outcome::Lease(ref l))
+                    if l.holder.starts_with("lower pid 1 at http://10.0.0.7:7879 lease ")
+            ),
+            "the tier's own group: a lease with the holder's secret: {answer:?}"
+        );
+
+        let peer = door.with_token(Some(PEER));
+        let mut c = peer.client().await.unwrap();
+        let answer = c
+            .forward(peer.request(forward("chat", 3)))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(answer.ids.len(), 3);
+        assert_eq!(
+            answer.proof,
+            idmint_node::peers::proof(PEER, &[7; 16], answer.term, &answer.ids)
+        );
+        f.stop().await;
+    }
+
+    /// Without `[auth]`: the internal groups stay unreachable through the lease calls, and a
+    /// forward is answered only for the cluster's peer token.
+    pub async fn without_auth_internal_groups_and_forwards_stay_closed(security: Security) {
+        let f = Fixture::start(&toml(false), security).await;
+        let door = f.door::<Grpc>();
+        for group in ["chat:leader", "events:shards"] {
+            for (call, answer) in every_call(&door, group).await {
+                match call {
+                    "Forward" => assert_refused(answer, ErrorCode::Unauthorized),
+                    _ => assert_refused(answer, ErrorCode::Forbidden),
+                }
+            }
+        }
+        for token in [APP, TIER] {
+            let other = door.with_token(Some(token));
+            let mut c = other.client().await.unwrap();
+            let e = c
+                .forward(other.request(forward("chat", 1)))
+                .await
+                .map(drop)
+                .map_err(failure);
+            assert_refused(e, ErrorCode::Unauthorized);
+        }
+        let peer = door.with_token(Some(PEER));
+        let mut c = peer.client().await.unwrap();
+        let answer = c
+            .forward(peer.request(forward("chat", 2)))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(answer.ids.len(), 2);
+        f.stop().await;
+    }
+
+    macro_rules! node_to_node_tests {
+        ($($door:ident => $security:ident;)*) => {$(
+            mod $door {
+                use super::super::doors::Security;
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn calls_need_their_role() {
+                    super::calls_need_their_role(Security::$security).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn without_auth_internal_groups_and_forwards_stay_closed() {
+                    super::without_auth_internal_groups_and_forwards_stay_closed(
+                        Security::$security,
+                    )
+                    .await
+                }
+            }
+        )*};
+    }
+
+    node_to_node_tests! {
+        grpc => Plain;
+        grpc_tls => Tls;
+    }
 }

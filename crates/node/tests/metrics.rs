@@ -486,6 +486,7 @@ async fn alert_rules_and_dashboard_pass_promtool_and_name_only_exported_metrics(
         grpc = "127.0.0.1:1"
         [peers]
         advertise = "http://127.0.0.1:1"
+        token = "idmint_metrics_peer"
         [namespaces.chat]
         kind = "sequence"
         order = "strict"

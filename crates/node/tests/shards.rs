@@ -24,6 +24,8 @@ use tokio::net::TcpListener;
 const DEADLINE: Duration = Duration::from_secs(30);
 const SHARDS: u64 = 64;
 const PER_RANGE: u64 = 8;
+/// The `authorization` of a forward: the cluster's peer token, which every member shares.
+const PEER: &[u8] = b"Bearer idmint_photos_peer";
 
 struct Member {
     node: Arc<Node>,
@@ -36,7 +38,7 @@ fn toml(url: &str) -> String {
     let grpc = url.trim_start_matches("http://");
     format!(
         "[server]\ngrpc = \"{grpc}\"\n\n[leases]\nttl_ms = 2000\nsafety_margin_ms = 400\nfloor_ahead_ms = 1000\n\n\
-         [peers]\nadvertise = \"{url}\"\nwait_ms = 3000\n\n\
+         [peers]\nadvertise = \"{url}\"\ntoken = \"idmint_photos_peer\"\nwait_ms = 3000\n\n\
          [namespaces.photos]\nkind = \"snowflake\"\nlayout = \"instagram\"\nshards = \"owned\"\n\
          logical_shards = {SHARDS}\nshard_range = {PER_RANGE}\n\n\
          [namespaces.events]\nkind = \"snowflake\"\n"
@@ -255,7 +257,7 @@ async fn random_shards_are_served_once_each_by_their_holder_and_handed_over_at_a
     let refused = other
         .node
         .take_forwarded(
-            Credentials::Header(None),
+            Credentials::Header(Some(PEER)),
             "photos",
             1,
             false,
@@ -268,7 +270,14 @@ async fn random_shards_are_served_once_each_by_their_holder_and_handed_over_at_a
     // A shard of a namespace of worker ids is refused.
     let e = other
         .node
-        .take_forwarded(Credentials::Header(None), "events", 1, false, Some(1), &[])
+        .take_forwarded(
+            Credentials::Header(Some(PEER)),
+            "events",
+            1,
+            false,
+            Some(1),
+            &[],
+        )
         .await
         .unwrap_err();
     assert_eq!(e.code().as_str(), "invalid_request", "{e}");
@@ -279,7 +288,7 @@ async fn random_shards_are_served_once_each_by_their_holder_and_handed_over_at_a
     let (ids, _) = holder
         .node
         .take_forwarded(
-            Credentials::Header(None),
+            Credentials::Header(Some(PEER)),
             "photos",
             5,
             false,
@@ -297,7 +306,7 @@ async fn random_shards_are_served_once_each_by_their_holder_and_handed_over_at_a
     let e = holder
         .node
         .take_forwarded(
-            Credentials::Header(None),
+            Credentials::Header(Some(PEER)),
             "photos",
             2,
             false,
@@ -310,7 +319,7 @@ async fn random_shards_are_served_once_each_by_their_holder_and_handed_over_at_a
     let e = holder
         .node
         .take_forwarded(
-            Credentials::Header(None),
+            Credentials::Header(Some(PEER)),
             "photos",
             4,
             false,

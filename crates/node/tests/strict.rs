@@ -33,9 +33,15 @@ fn toml(url: &str, extra: &str) -> String {
     let grpc = url
         .trim_start_matches("http://")
         .trim_start_matches("https://");
+    // Every member shares the cluster's peer token unless `extra` names its own.
+    let token = if extra.contains("token = ") {
+        String::new()
+    } else {
+        format!("token = \"{PEER_TOKEN}\"\n")
+    };
     format!(
         "[server]\ngrpc = \"{grpc}\"\n\n[leases]\nttl_ms = 2000\nsafety_margin_ms = 400\nfloor_ahead_ms = 1000\n\n\
-         [peers]\nadvertise = \"{url}\"\nwait_ms = 3000\n{extra}\n\
+         [peers]\nadvertise = \"{url}\"\nwait_ms = 3000\n{token}{extra}\n\
          [namespaces.chat]\nkind = \"sequence\"\norder = \"strict\"\ncache = \"fixed\"\nblock_size = 500\n"
     )
 }
@@ -167,9 +173,17 @@ async fn one_leader_serves_in_real_time_order_and_a_stopped_leader_hands_over() 
 
     // A forward to a follower is refused, not forwarded again.
     let follower = all[(leader + 1) % 3];
+    let peer = bearer(PEER_TOKEN);
     let refused = follower
         .node
-        .take_forwarded(Credentials::Header(None), "chat", 1, false, None, &[])
+        .take_forwarded(
+            Credentials::Header(Some(peer.as_bytes())),
+            "chat",
+            1,
+            false,
+            None,
+            &[],
+        )
         .await
         .unwrap_err();
     assert!(matches!(refused, IdError::NoLeader { .. }), "{refused}");
@@ -303,7 +317,7 @@ async fn forwards_carry_the_peer_token_and_consecutive_ids_stay_one_block() {
         .take_forwarded(who(), "chat", 1, false, None, &[])
         .await
         .unwrap_err();
-    assert_eq!(e.code().as_str(), "forbidden", "{e}");
+    assert_eq!(e.code().as_str(), "unauthorized", "{e}");
     let peer = bearer(PEER_TOKEN);
     let as_peer = || Credentials::Header(Some(peer.as_bytes()));
     let e = leader_node
@@ -332,14 +346,16 @@ async fn forwards_carry_the_peer_token_and_consecutive_ids_stay_one_block() {
 }
 
 /// Guards against issue 31: a follower forwarded to whatever url the leader's lease named, and
-/// took its answer. A node that does not hold the cluster's peer token (here a real node
-/// without `[auth]`, leading because it took the lease first; in the attack, a fake leader
-/// written into the lease) gets no forward answered: its answer carries no proof, the follower
-/// uses none of its ids and says `no_leader`.
+/// took its answer. A node that does not hold the cluster's peer token (here a real node of
+/// another cluster, leading because it took the lease first; in the attack, a fake leader
+/// written into the lease) gets no forward answered: it refuses the follower's token, its
+/// answer could not carry the proof, the follower uses none of its ids and says `no_leader`.
+/// And a leader answers a forward only from a caller presenting its peer token, also without
+/// `[auth]` (in the attack, anyone could call `Forward`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_takes_ids_only_from_a_leader_that_proves_the_peer_token() {
     let store: Arc<dyn Authority> = Arc::new(MemoryAuthority::new());
-    let stranger = member(store.clone(), "").await;
+    let stranger = member(store.clone(), "token = \"idmint_other_cluster\"\n").await;
     assert_eq!(settled(&[&stranger]).await, 0);
     let follower = member(store.clone(), &auth_section(PEER_TOKEN)).await;
     assert_eq!(settled(&[&stranger, &follower]).await, 0);
@@ -369,7 +385,43 @@ async fn a_follower_takes_ids_only_from_a_leader_that_proves_the_peer_token() {
         proof,
         idmint_node::peers::proof(PEER_TOKEN, &challenge, 9, &[1, 3])
     );
-    assert!(stranger.node.peer_proof(&challenge, 9, &[1, 2]).is_empty());
+    assert_ne!(stranger.node.peer_proof(&challenge, 9, &[1, 2]), proof);
+
+    let lone = member(Arc::new(MemoryAuthority::new()), "").await;
+    assert_eq!(settled(&[&lone]).await, 0);
+    for header in [
+        None,
+        Some(bearer("idmint_other_cluster")),
+        Some(bearer(CLIENT_TOKEN)),
+    ] {
+        let e = lone
+            .node
+            .take_forwarded(
+                Credentials::Header(header.as_deref().map(str::as_bytes)),
+                "chat",
+                1,
+                false,
+                None,
+                &[],
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.code().as_str(), "unauthorized", "{header:?}: {e}");
+    }
+    let peer = bearer(PEER_TOKEN);
+    let (ids, _) = lone
+        .node
+        .take_forwarded(
+            Credentials::Header(Some(peer.as_bytes())),
+            "chat",
+            2,
+            false,
+            None,
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

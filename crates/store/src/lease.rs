@@ -32,6 +32,15 @@
 //!   the digits are random, and whoever knows the whole name (with the token) may renew or
 //!   release the lease. Only the part before them is ever shown ([`public_holder`]): error
 //!   messages here, and every answer a node gives about leases, carry that part alone;
+//! - **never created again**: a group is created by its first acquisition, which writes a
+//!   `leased` entry to the audit ledger in the same atomic write, like every acquisition. An
+//!   acquisition that finds no record of its group but a trace of it in the ledger
+//!   ([`is_group_trace`]: a `leased` entry, or a checkpoint that folded some) is refused as
+//!   lost ([`lost_group`]), in the same atomic step that would create it: the group's records
+//!   were deleted (by hand, a partial restore, a wiped table or key prefix) while the store
+//!   kept its incarnation and ledger, and a group made afresh would start again at token 1 and
+//!   floor 0 under nodes that may still issue. A store that lost everything lost its
+//!   incarnation too, which the node record refuses (crate::node_record);
 //! - **layout lock**: the first acquisition of a group records its layout; a later one with
 //!   another layout is [`LeaseError::LayoutConflict`] (ids already issued under the recorded
 //!   layout could collide with ids of the new one).
@@ -40,6 +49,7 @@
 //! [`plan_acquire`], that every backend runs inside its atomic read-modify-write of the group,
 //! so backends differ only in how they make that atomic and durable, as for watermarks.
 
+use crate::audit::AuditEvent;
 use crate::StoreError;
 use async_trait::async_trait;
 use idmint_core::NamespaceName;
@@ -455,6 +465,54 @@ pub fn plan_acquire(
 /// checks the lease, which is the same comparison inside the database's atomic update).
 pub fn kept_floor(stored: u64, asked: u64) -> u64 {
     stored.max(asked)
+}
+
+/// Whether a ledger entry of a group's subject shows the group was acquired before: a
+/// `leased` entry, or a checkpoint that folded leases (its token above 0). A sequence namespace
+/// of the same name leaves neither.
+pub fn is_group_trace(event: &AuditEvent) -> bool {
+    match event {
+        AuditEvent::Leased { .. } => true,
+        AuditEvent::Checkpoint { token, .. } => *token > 0,
+        _ => false,
+    }
+}
+
+/// Whether `ledger` holds a trace of `group` ([`is_group_trace`]), read page by page: for the
+/// backends whose acquisition is an optimistic read-then-conditional-write, which read this
+/// when the group is absent and write only if it still is.
+pub async fn ledger_shows_group(
+    ledger: &dyn crate::AuditLog,
+    group: &NamespaceName,
+) -> Result<bool, StoreError> {
+    const PAGE: usize = 256;
+    let mut after = None;
+    loop {
+        let page = ledger.entries(group, after, PAGE).await?;
+        if page.iter().any(|e| is_group_trace(&e.event)) {
+            return Ok(true);
+        }
+        match page.last() {
+            Some(last) if page.len() == PAGE => after = Some(last.seq),
+            _ => return Ok(false),
+        }
+    }
+}
+
+/// The refusal of an acquisition that finds no record of `group` in the `kind` authority while
+/// its audit ledger shows the group was acquired before ([`is_group_trace`]).
+pub fn lost_group(group: &NamespaceName, kind: &str) -> LeaseError {
+    LeaseError::Store(StoreError::StoreLost {
+        message: format!(
+            "lease group {group}: the {kind} authority has no record of it, but its audit ledger \
+             shows it was leased before: its records were deleted (by hand, a partial restore, \
+             a wiped table or key prefix). A group made afresh would hand out worker ids from \
+             token 1 and floor 0 while earlier holders may still issue under them, so idmint \
+             will not. Restore the group's records, or stop every node of the group, wait \
+             [leases] floor_ahead_ms, and give its namespaces a new worker_group (docs/uniqueness.md, \"Stores that moved or lost \
+             data\")"
+        ),
+    })
 }
 
 /// `base` (who asks: `host pid N`) made unique to one acquisition: `base lease <16 hex

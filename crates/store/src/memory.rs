@@ -105,6 +105,23 @@ impl MemoryAuthority {
         self.record_by(subject, event, audit::holder());
     }
 
+    /// Deletes lease group `group`'s records (its record, worker records and live leases) and
+    /// nothing else, as an operator's mistake or a partial restore would: for tests and the
+    /// simulation, which check that the group is never created again.
+    pub fn delete_lease_group_records(&self, group: &NamespaceName) {
+        self.lease_groups().remove(group);
+    }
+
+    /// Whether the ledger holds a trace of lease group `group` ([`crate::lease::is_group_trace`]).
+    /// Called with the lease groups' lock held (one order: groups, then the ledger).
+    fn ledger_shows_group(&self, group: &NamespaceName) -> bool {
+        let guard = self.audit.lock().unwrap_or_else(PoisonError::into_inner);
+        guard
+            .1
+            .iter()
+            .any(|e| &e.subject == group && crate::lease::is_group_trace(&e.event))
+    }
+
     /// [`Self::record`], granted to `holder`.
     fn record_by(&self, subject: &NamespaceName, event: AuditEvent, holder: &str) {
         let mut guard = self.audit.lock().unwrap_or_else(PoisonError::into_inner);
@@ -362,6 +379,9 @@ impl WorkerLeases for MemoryAuthority {
         let now = self.clock.0.monotonic_nanos();
         let mut groups = self.lease_groups();
         let existing = groups.get(&request.group);
+        if existing.is_none() && self.ledger_shows_group(&request.group) {
+            return Err(crate::lease::lost_group(&request.group, "memory"));
+        }
         let slots = existing.map_or_else(Vec::new, |g| Self::slots_at(g, now));
         let grant = plan_acquire(request, existing.map(|g| &g.record), &slots)?;
         let slot = WorkerSlot {

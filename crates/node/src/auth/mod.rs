@@ -45,6 +45,17 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 pub use token::TokenHash;
 
+/// The token of an `Authorization` value `Bearer <token>` (the scheme in any case), if it is
+/// one and the token is not empty.
+pub fn bearer(header: &[u8]) -> Option<&str> {
+    std::str::from_utf8(header)
+        .ok()
+        .and_then(|h| h.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .filter(|token| !token.is_empty())
+}
+
 /// The most ids per second a `rate` may name (a billion: beyond it, a quota means nothing).
 pub const MAX_RATE: f64 = 1e9;
 
@@ -371,14 +382,9 @@ impl Auth {
                     .into(),
             ));
         };
-        let token = std::str::from_utf8(header)
-            .ok()
-            .and_then(|h| h.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim());
-        match token {
-            Some(token) if !token.is_empty() => self.authenticate_token(token.as_bytes()),
-            _ => {
+        match bearer(header) {
+            Some(token) => self.authenticate_token(token.as_bytes()),
+            None => {
                 self.refuse("none", "unauthorized");
                 Err(IdError::Unauthorized(
                     "the Authorization header must be \"Bearer <token>\"".into(),

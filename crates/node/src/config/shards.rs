@@ -128,7 +128,7 @@ mod parse_tests {
     use crate::config::{FileConfig, KindConfig};
 
     const PEERS: &str =
-        "[server]\ngrpc = \"127.0.0.1:7879\"\n[peers]\nadvertise = \"http://10.0.0.7:7879\"\n";
+        "[server]\ngrpc = \"127.0.0.1:7879\"\n[peers]\nadvertise = \"http://10.0.0.7:7879\"\ntoken = \"idmint_peer\"\n";
 
     fn err(text: &str) -> String {
         FileConfig::parse(text).unwrap_err().to_string()

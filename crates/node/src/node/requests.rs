@@ -216,13 +216,32 @@ impl Node {
     }
 
     /// The proof this node gives with the answer to a forward that carried `challenge`
-    /// ([`crate::peers::proof`], keyed by its `[peers]` token): empty without a challenge, or
-    /// without a peer token, which the forwarding node then refuses.
+    /// ([`crate::peers::proof`], keyed by its `[peers]` token); empty on a node without
+    /// `[peers]`, which answers no forward.
     pub fn peer_proof(&self, challenge: &[u8], term: u64, ids: &[u64]) -> Vec<u8> {
         self.peers
             .as_ref()
             .map(|p| p.prove(challenge, term, ids))
             .unwrap_or_default()
+    }
+
+    /// A forward is answered only for a peer: a caller presenting this cluster's `[peers]`
+    /// token ([`crate::peers::Peers::admits`]), whatever `[auth]` says. A node without
+    /// `[peers]` forwards nothing and answers no forward.
+    fn admit_peer(&self, who: &Credentials<'_>) -> Result<(), IdError> {
+        let Some(peers) = &self.peers else {
+            return Err(IdError::Forbidden(
+                "this node has no [peers] section: it answers no forward".into(),
+            ));
+        };
+        match who {
+            Credentials::Header(header) if peers.admits(*header) => Ok(()),
+            _ => Err(IdError::Unauthorized(
+                "a forward is answered only for a node of this cluster: send this cluster's peer \
+                 token ([peers] token) as the bearer token"
+                    .into(),
+            )),
+        }
     }
 
     /// Ids another node forwarded (gRPC `Forward`): of strict namespace `name` for the requests
@@ -247,6 +266,7 @@ impl Node {
         parts: &[(u64, u64)],
     ) -> Result<(Vec<u64>, u64), IdError> {
         let result = async {
+            self.admit_peer(&who)?;
             let count = self.count_of(Some(count), Limit::Ids)?;
             let parts = match (shard, parts) {
                 (None, []) => Vec::new(),

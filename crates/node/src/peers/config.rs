@@ -18,15 +18,16 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
 /// Default bound on one forward.
 pub const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The `[peers]` section, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The `[peers]` section, validated. Its `Debug` leaves the token out.
+#[derive(Clone, PartialEq, Eq)]
 pub struct PeersConfig {
     /// `advertise`: the gRPC url (`http://` or `https://`) the other nodes reach this one at.
     pub advertise: String,
-    /// `token`: the bearer token sent with each forward (scope `peer` on the namespaces
-    /// forwarded, when the node called has `[auth]`), and the key of the proof every node
-    /// answering a forward gives ([`crate::peers::proof`]): the nodes of a cluster share it.
-    pub token: Option<String>,
+    /// `token`: the secret the nodes of a cluster share. Each forward carries it as its bearer
+    /// token (a node answers a forward only from a caller presenting it, and with `[auth]` only
+    /// if it also has scope `peer` on the namespace), and each answer proves it
+    /// ([`crate::peers::proof`]). Required: a node never trusts a url merely written in a lease.
+    pub token: String,
     /// `ca_file`: the CA the other nodes' certificates are checked against (else the public
     /// roots).
     pub ca_file: Option<PathBuf>,
@@ -37,6 +38,19 @@ pub struct PeersConfig {
     pub wait: Duration,
     /// `forward_timeout_ms`: the bound on one forward.
     pub forward_timeout: Duration,
+}
+
+impl std::fmt::Debug for PeersConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeersConfig")
+            .field("advertise", &self.advertise)
+            .field("token", &"<redacted>")
+            .field("ca_file", &self.ca_file)
+            .field("identity", &self.identity)
+            .field("wait", &self.wait)
+            .field("forward_timeout", &self.forward_timeout)
+            .finish()
+    }
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -77,9 +91,16 @@ impl RawPeers {
                 ))
             }
         };
-        if matches!(&self.token, Some(t) if t.trim().is_empty()) {
-            return Err(invalid("peers.token", "empty"));
-        }
+        let token = match self.token {
+            Some(t) if !t.trim().is_empty() => t.trim().to_owned(),
+            Some(_) => return Err(invalid("peers.token", "empty")),
+            None => {
+                return Err(invalid(
+                    "peers.token",
+                    "missing: the secret the nodes of this cluster share (`idmint token new --role peer` makes one). Every forward carries it and every answer proves it, so a node never forwards to, nor answers, a node that is not a peer",
+                ))
+            }
+        };
         let ms = |key: &str, value: Option<u64>, default: Duration| match value {
             None => Ok(default),
             Some(ms) if (1..=MAX_TIMEOUT_MS).contains(&ms) => Ok(Duration::from_millis(ms)),
@@ -90,7 +111,7 @@ impl RawPeers {
         };
         Ok(PeersConfig {
             advertise,
-            token: self.token,
+            token,
             ca_file: self.ca_file,
             identity,
             wait: ms("wait_ms", self.wait_ms, DEFAULT_WAIT)?,
@@ -109,7 +130,8 @@ mod tests {
     use crate::config::{FileConfig, KindConfig, Order};
 
     const STRICT_NS: &str = "[namespaces.chat]\nkind = \"sequence\"\norder = \"strict\"\n";
-    const SECTION: &str = "[peers]\nadvertise = \"http://10.0.0.7:7879\"\n";
+    const SECTION: &str =
+        "[peers]\nadvertise = \"http://10.0.0.7:7879\"\ntoken = \"idmint_peer\"\n";
     const GRPC: &str = "[server]\ngrpc = \"127.0.0.1:7879\"\n";
 
     fn err(text: &str) -> String {
@@ -144,12 +166,19 @@ mod tests {
         let e = err(&format!("{GRPC}{SECTION}{STRICT_NS}cache = \"off\"\n"));
         assert!(e.contains("already in strict order"), "{e}");
         let e = err(&format!(
-            "{GRPC}[peers]\nadvertise = \"10.0.0.7:7879\"\n{STRICT_NS}"
+            "{GRPC}[peers]\nadvertise = \"10.0.0.7:7879\"\ntoken = \"t\"\n{STRICT_NS}"
         ));
         assert!(e.contains("peers.advertise") && e.contains("url"), "{e}");
         let e = err(&format!("{GRPC}[peers]\nwait_ms = 10\n{STRICT_NS}"));
         assert!(
             e.contains("peers.advertise") && e.contains("missing"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{GRPC}[peers]\nadvertise = \"http://10.0.0.7:7879\"\n{STRICT_NS}"
+        ));
+        assert!(
+            e.contains("peers.token") && e.contains("missing") && e.contains("--role peer"),
             "{e}"
         );
         let e = err(&format!(

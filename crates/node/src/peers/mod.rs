@@ -6,13 +6,13 @@
 //! (`advertise`), and calls its gRPC `Forward` with `token`, over TLS when the url is `https://`.
 //! One hop: the node called serves the request itself or refuses it.
 //!
-//! A url in a lease is not trusted by itself: a follower that holds a peer token sends a random
-//! challenge with each forward, and takes the ids only if the answer carries the HMAC-SHA-256,
-//! keyed by the same token, of the challenge, the term and the ids ([`proof`]). The node
-//! answering proves it holds the cluster's peer token, and that the answer is the one it made:
-//! a node named in a lease by anyone else (a store written by hand, a stolen tier token) gets
-//! no forward answered. Without a peer token (a cluster without `[auth]`) there is nothing to
-//! prove with, and forwards trust the lease's url: keep such nodes on a private network.
+//! A url in a lease is not trusted by itself, nor is a caller of `Forward`: the nodes of a
+//! cluster share a peer token (`[peers] token`, required). A follower sends it as the bearer
+//! token of each forward with a random challenge, and takes the ids only if the answer carries
+//! the HMAC-SHA-256, keyed by the same token, of the challenge, the term and the ids
+//! ([`proof`]); the node called answers only a caller that presents the token
+//! ([`Peers::admits`]). So a node named in a lease by anyone else (a store written by hand, a
+//! stolen tier token) gets no forward, and a caller that is not a peer gets no forwarded ids.
 
 pub mod batch;
 pub mod config;
@@ -20,6 +20,7 @@ pub mod config;
 pub use config::PeersConfig;
 pub(crate) use config::RawPeers;
 
+use crate::auth::TokenHash;
 use hmac::{Hmac, Mac};
 use idmint_proto::nodes::{BearerToken, CallError, Nodes};
 use idmint_proto::tls::ClientTls;
@@ -95,7 +96,9 @@ pub enum ForwardError {
 /// TLS.
 #[derive(Debug)]
 pub struct Peers {
-    token: Option<BearerToken>,
+    token: BearerToken,
+    /// The hash of `token`, which a forward's caller must present ([`Peers::admits`]).
+    hash: TokenHash,
     tls: Option<ClientTls>,
     config: PeersConfig,
     nodes: Mutex<HashMap<String, Arc<Nodes>>>,
@@ -117,7 +120,8 @@ impl Peers {
             None
         };
         Ok(Peers {
-            token: config.token.as_deref().map(BearerToken::new),
+            token: BearerToken::new(&config.token),
+            hash: TokenHash::of(config.token.as_bytes()),
             tls,
             config: config.clone(),
             nodes: Mutex::new(HashMap::new()),
@@ -129,14 +133,17 @@ impl Peers {
         &self.config
     }
 
-    /// The proof this node gives with a forward's answer ([`proof`]): empty without a
-    /// challenge, or without a peer token to prove with (the follower then refuses the answer,
-    /// as it should: this node is not a peer of one that holds a token).
+    /// The proof this node gives with a forward's answer ([`proof`]).
     pub fn prove(&self, challenge: &[u8], term: u64, ids: &[u64]) -> Vec<u8> {
-        match (&self.config.token, challenge.is_empty()) {
-            (Some(token), false) => proof(token.trim(), challenge, term, ids),
-            _ => Vec::new(),
-        }
+        proof(&self.config.token, challenge, term, ids)
+    }
+
+    /// Whether a forward's caller is a peer: its `authorization` names this cluster's peer
+    /// token (`Bearer <token>`), compared by digest in constant time.
+    pub fn admits(&self, authorization: Option<&[u8]>) -> bool {
+        authorization
+            .and_then(crate::auth::bearer)
+            .is_some_and(|presented| TokenHash::of(presented.as_bytes()).matches(&self.hash))
     }
 
     fn node(&self, url: &str) -> Result<Arc<Nodes>, ForwardError> {
@@ -147,7 +154,7 @@ impl Peers {
         let n = Nodes::new(
             vec![(url.to_owned(), url.to_owned())],
             self.config.forward_timeout,
-            self.token.as_ref(),
+            Some(&self.token),
             self.tls.as_ref(),
         )
         .map_err(|e| ForwardError::Retry(format!("the peer url {url:?}: {e:?}")))?;
@@ -159,7 +166,7 @@ impl Peers {
     /// The ids `request` asks of the node at `url`, and the fencing token they were served
     /// under (the leader's term, the shard lease's token).
     ///
-    /// With a peer token, the answer counts only if it proves the node called holds it too
+    /// The answer counts only if it proves the node called holds the peer token too
     /// ([`proof`]); otherwise it is [`ForwardError::Retry`], and none of its ids is used.
     pub async fn forward(
         &self,
@@ -167,29 +174,25 @@ impl Peers {
         mut request: ForwardRequest,
     ) -> Result<(Vec<u64>, u64), ForwardError> {
         let node = self.node(url)?;
-        let token = self.config.token.as_deref().map(str::trim);
-        if token.is_some() {
-            let mut challenge = vec![0u8; 16];
-            rand::rng().fill_bytes(&mut challenge);
-            request.challenge = challenge;
-        }
-        let challenge = request.challenge.clone();
+        let mut challenge = vec![0u8; 16];
+        rand::rng().fill_bytes(&mut challenge);
+        request.challenge = challenge.clone();
+        let token = self.config.token.as_str();
         let op = |mut client: idmint_proto::nodes::NodeClient| {
             let request = request.clone();
             async move { client.forward(request).await }
         };
         match node.call_one(0, &op).await {
-            Ok(answer) => match token {
-                Some(token)
-                    if !proves(token, &challenge, answer.term, &answer.ids, &answer.proof) =>
-                {
-                    tracing::error!(url, "a node named as leader or shard holder did not prove it holds the peer token; its answer is not used");
-                    Err(ForwardError::Retry(format!(
-                        "the node at {url} did not prove it holds this cluster's peer token:                          it is not a peer (a lease naming it was not written by one)"
-                    )))
-                }
-                _ => Ok((answer.ids, answer.term)),
-            },
+            Ok(answer) if proves(token, &challenge, answer.term, &answer.ids, &answer.proof) => {
+                Ok((answer.ids, answer.term))
+            }
+            Ok(_) => {
+                tracing::error!(url, "a node named as leader or shard holder did not prove it holds the peer token; its answer is not used");
+                Err(ForwardError::Retry(format!(
+                    "the node at {url} did not prove it holds this cluster's peer token: it is \
+                     not a peer (a lease naming it was not written by one)"
+                )))
+            }
             Err(CallError::Unavailable { message, .. }) => Err(ForwardError::Retry(message)),
             Err(CallError::Status(_, status)) => {
                 let code = idmint_proto::nodes::error_code(&status).unwrap_or_default();

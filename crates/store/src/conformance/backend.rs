@@ -21,7 +21,7 @@
 //! killed test process.
 
 use crate::{Authority, StoreError};
-use idmint_core::SequenceSpec;
+use idmint_core::{NamespaceName, SequenceSpec};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -79,6 +79,15 @@ pub trait Backend: Sized + Send + Sync + 'static {
     /// new one that sees what earlier ones wrote; backends with a network may be opened several
     /// times at once (several nodes), the others only after the previous authority is dropped.
     fn open(&self) -> impl Future<Output = Arc<dyn Authority>> + Send;
+
+    /// Deletes lease group `group`'s records (its group record, worker records and live
+    /// leases) and nothing else, as an operator's mistake or a partial restore would: the
+    /// store keeps its incarnation and audit ledger. Called with no authority of the storage
+    /// open. Panics for a backend that stores no leases.
+    fn delete_lease_group(&self, group: &NamespaceName) -> impl Future<Output = ()> + Send {
+        let _ = group;
+        async { panic!("the {} backend stores no worker leases", Self::KIND) }
+    }
 }
 
 /// How a networked backend behaves under the faults of the suite. The fields state measured,
@@ -141,6 +150,10 @@ impl Backend for MemoryBackend {
     async fn open(&self) -> Arc<dyn Authority> {
         self.0.clone()
     }
+
+    async fn delete_lease_group(&self, group: &NamespaceName) {
+        self.0.delete_lease_group_records(group);
+    }
 }
 
 #[cfg(feature = "file")]
@@ -178,6 +191,16 @@ mod file {
                 Self::KIND,
                 opened.map(|a| Arc::new(a) as Arc<dyn Authority>),
             )
+        }
+        async fn delete_lease_group(&self, group: &NamespaceName) {
+            let path = self.dir.path().join("data");
+            let group = group.clone();
+            tokio::task::spawn_blocking(move || {
+                crate::FileAuthority::open(&path)?.delete_lease_group_records(&group)
+            })
+            .await
+            .unwrap_or_else(|e| panic!("deleting a lease group panicked: {e}"))
+            .unwrap_or_else(|e| panic!("deleting a lease group failed: {e}"));
         }
     }
 }
@@ -217,6 +240,19 @@ mod postgres {
                 Self::KIND,
                 connect(PostgresConfig::new(self.db.url())).await,
             )
+        }
+        async fn delete_lease_group(&self, group: &NamespaceName) {
+            let table = PostgresConfig::new(self.db.url()).table;
+            let client = self.db.client().await;
+            for suffix in ["leases", "lease_groups"] {
+                client
+                    .execute(
+                        &format!("DELETE FROM \"{table}_{suffix}\" WHERE grp = $1"),
+                        &[&group.as_str()],
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("deleting lease group {group}: {e}"));
+            }
         }
     }
 
@@ -290,6 +326,18 @@ mod mysql {
         lost_reply_commits: true,
     };
 
+    /// Deletes a lease group's rows from the database's lease tables (the default table's).
+    fn delete_mysql_lease_group(db: &TempDatabase, group: &NamespaceName) {
+        let table = MysqlConfig::new(db.url()).table;
+        for suffix in ["leases", "lease_groups"] {
+            db.sql(&format!(
+                "DELETE FROM `{table}_{suffix}` WHERE grp = '{}'",
+                group.as_str()
+            ))
+            .unwrap_or_else(|e| panic!("deleting lease group {group}: {e}"));
+        }
+    }
+
     /// MySQL block mode ([`MysqlAuthority`]) on a database of the test's own.
     #[derive(Debug)]
     pub struct MysqlBackend {
@@ -309,6 +357,9 @@ mod mysql {
         async fn open(&self) -> Arc<dyn Authority> {
             let a = MysqlAuthority::connect(MysqlConfig::new(self.db.url())).await;
             connected(Self::KIND, a.map(|a| Arc::new(a) as Arc<dyn Authority>))
+        }
+        async fn delete_lease_group(&self, group: &NamespaceName) {
+            delete_mysql_lease_group(&self.db, group);
         }
     }
 
@@ -352,6 +403,9 @@ mod mysql {
         async fn open(&self) -> Arc<dyn Authority> {
             let a = MysqlTicketAuthority::connect(MysqlConfig::new(self.db.url())).await;
             connected(Self::KIND, a.map(|a| Arc::new(a) as Arc<dyn Authority>))
+        }
+        async fn delete_lease_group(&self, group: &NamespaceName) {
+            delete_mysql_lease_group(&self.db, group);
         }
     }
 
@@ -433,6 +487,15 @@ mod etcd {
         async fn open(&self) -> Arc<dyn Authority> {
             let config = self.config(self.server.client_url());
             connected(Self::KIND, connect(config).await)
+        }
+        async fn delete_lease_group(&self, group: &NamespaceName) {
+            let config = self.config(self.server.client_url());
+            let a = EtcdAuthority::connect(config)
+                .await
+                .unwrap_or_else(|e| panic!("connecting the etcd authority failed: {e}"));
+            a.delete_lease_group_records(group)
+                .await
+                .unwrap_or_else(|e| panic!("deleting lease group {group}: {e}"));
         }
     }
 
@@ -550,6 +613,15 @@ mod zookeeper {
             let config = self.config(self.server.connect_string());
             connected(Self::KIND, connect(config).await)
         }
+        async fn delete_lease_group(&self, group: &NamespaceName) {
+            let config = self.config(self.server.connect_string());
+            let a = ZookeeperAuthority::connect(config)
+                .await
+                .unwrap_or_else(|e| panic!("connecting the zookeeper authority failed: {e}"));
+            a.delete_lease_group_records(group)
+                .await
+                .unwrap_or_else(|e| panic!("deleting lease group {group}: {e}"));
+        }
     }
 
     impl NetworkBackend for ZookeeperBackend {
@@ -653,6 +725,14 @@ mod redis {
 
         async fn open(&self) -> Arc<dyn Authority> {
             connected(Self::KIND, connect(self.config(self.server.url())).await)
+        }
+        async fn delete_lease_group(&self, group: &NamespaceName) {
+            let a = RedisAuthority::connect(self.config(self.server.url()))
+                .await
+                .unwrap_or_else(|e| panic!("connecting the redis authority failed: {e}"));
+            a.delete_lease_group_records(group)
+                .await
+                .unwrap_or_else(|e| panic!("deleting lease group {group}: {e}"));
         }
     }
 

@@ -251,6 +251,64 @@ pub async fn a_released_lease_keeps_its_floor(a: Arc<dyn Authority>, b: Arc<dyn 
     leases_of(&b).release(&again, 8_000).await.unwrap();
 }
 
+/// A lease group whose records were deleted while the store kept its incarnation and ledger
+/// is never created again: the next acquisition, from a node that never held it, is refused as
+/// lost and creates nothing, while a group of another name is created as usual. Otherwise it
+/// starts again at token 1 and floor 0 under nodes that may still issue (issue 31: a Redis
+/// group's hash and live keys deleted, then a new node started, gave 196 duplicate ids).
+pub async fn a_deleted_group_is_never_created_again<B: Backend>(storage: &B) {
+    let group = unique_name("a_deleted_group_is_never_created_again");
+    let kind = {
+        let a = storage.open().await;
+        let first = leases_of(&a)
+            .acquire(&request(&group, WorkerChoice::LowestFree, "first"))
+            .await
+            .unwrap();
+        let renewed = leases_of(&a).renew(&first, 9_000).await.unwrap();
+        leases_of(&a)
+            .acquire(&request(&group, WorkerChoice::LowestFree, "second"))
+            .await
+            .unwrap();
+        leases_of(&a).release(&renewed, 9_000).await.unwrap();
+        a.kind()
+    };
+    storage.delete_lease_group(&group).await;
+
+    let a = storage.open().await;
+    assert_eq!(
+        leases_of(&a).group(&group).await.unwrap(),
+        None,
+        "{kind}: the fixture deleted the group's records"
+    );
+    for choice in [WorkerChoice::LowestFree, WorkerChoice::Exactly(0)] {
+        match leases_of(&a)
+            .acquire(&request(&group, choice, "newcomer"))
+            .await
+        {
+            Err(LeaseError::Store(e @ crate::StoreError::StoreLost { .. })) => assert!(
+                e.to_string().contains("audit ledger") && e.to_string().contains(group.as_str()),
+                "{kind}: {e}"
+            ),
+            other => panic!("{kind}: a deleted group must be refused as lost, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        leases_of(&a).group(&group).await.unwrap(),
+        None,
+        "{kind}: a refused acquisition creates nothing"
+    );
+    let fresh = unique_name("a_deleted_group_is_never_created_again_fresh");
+    let lease = leases_of(&a)
+        .acquire(&request(&fresh, WorkerChoice::LowestFree, "newcomer"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (lease.worker, lease.token, lease.floor_unix_ms),
+        (0, 1, 0),
+        "{kind}"
+    );
+}
+
 /// A release never lowers a worker id's floor, whoever sends it and whatever it names: the
 /// holder renews its floor to 9,000 after a second caller read the record (token, holder and
 /// the floor 5,000 then), and that caller's release naming the floor it read, or 0, keeps
@@ -656,6 +714,12 @@ pub mod cases {
             emptied.open().await,
         )
         .await;
+    }
+
+    /// [`super::a_deleted_group_is_never_created_again`].
+    pub async fn a_deleted_group_is_never_created_again<B: Backend>() {
+        let storage = B::create().await;
+        super::a_deleted_group_is_never_created_again(&storage).await;
     }
 
     /// [`super::a_node_record_refuses_an_emptied_or_swapped_lease_store`] on two independent stores.

@@ -798,6 +798,7 @@ pub mod cases {
         stall_is_unavailable_within_the_timeout, two_authorities_never_overlap,
     };
     pub use super::leases::cases::{
+        a_deleted_group_is_never_created_again,
         a_node_record_refuses_an_emptied_or_swapped_lease_store, a_release_never_lowers_the_floor,
         a_released_lease_keeps_its_floor, a_renewal_never_takes_over_another_holders_lease,
         an_expired_lease_is_taken_over, leases_never_overlap, reading_a_group_changes_nothing,
@@ -943,6 +944,7 @@ macro_rules! conformance_tests {
             reading_a_group_changes_nothing,
             a_renewal_never_takes_over_another_holders_lease,
             a_node_record_refuses_an_emptied_or_swapped_lease_store,
+            a_deleted_group_is_never_created_again,
         ]);
     };
     ($module:ident => $backend:ty, audit) => {

@@ -337,6 +337,11 @@ impl EtcdAuthority {
         loop {
             let read = self.read_group(group).await?;
             let record = read.record.as_ref().map(|(r, _)| r);
+            // The write below requires the group key still absent, so a group deleted after
+            // this read is read again (and refused) on the retry.
+            if record.is_none() && crate::lease::ledger_shows_group(self, group).await? {
+                return Err(crate::lease::lost_group(group, "etcd"));
+            }
             let grant = match plan_acquire(request, record, &read.slots(&BTreeMap::new())) {
                 Ok(grant) => grant,
                 Err(refused @ (LeaseError::Held { .. } | LeaseError::PoolFull { .. })) => {
@@ -424,6 +429,32 @@ impl EtcdAuthority {
             }
             self.lease_conflict(&what, &mut backoff).await?;
         }
+    }
+
+    /// Deletes every key of lease group `group` (its record, worker records and live keys)
+    /// and nothing else, as a mistaken operator would: the conformance suite's
+    /// `a_deleted_group_is_never_created_again`.
+    #[cfg(feature = "conformance")]
+    #[doc(hidden)]
+    pub async fn delete_lease_group_records(
+        &self,
+        group: &NamespaceName,
+    ) -> Result<(), StoreError> {
+        let read = self
+            .call(
+                "reading a lease group",
+                self.client.range(request::prefix(self.group_prefix(group))),
+            )
+            .await?;
+        let deletes: Vec<_> = read
+            .kvs
+            .iter()
+            .map(|kv| request::delete_op(kv.key.clone()))
+            .collect();
+        let txn = request::txn([], deletes, []);
+        self.call("deleting a lease group", self.client.txn(txn))
+            .await?;
+        Ok(())
     }
 
     /// Sends one keep-alive for etcd lease `id`: `false` if etcd no longer has it.

@@ -45,6 +45,31 @@ pub(super) fn append_entry_by(
     Ok(())
 }
 
+/// Whether the ledger, as `txn` sees it, holds a trace of lease group `group`
+/// ([`crate::lease::is_group_trace`]).
+pub(super) fn shows_group(txn: &WriteTransaction, group: &str) -> Result<bool, StoreError> {
+    let table = txn.open_table(AUDIT).map_err(redb_error)?;
+    for item in table
+        .range((group, 0)..=(group, u64::MAX))
+        .map_err(redb_error)?
+    {
+        let (key, value) = item.map_err(redb_error)?;
+        let seq = key.value().1;
+        let subject = NamespaceName::new(group).map_err(|e| StoreError::Corrupt {
+            message: format!("audit ledger subject {group:?} is not a name: {e}"),
+        })?;
+        let entry = audit::decode_record(subject, seq, value.value()).map_err(|message| {
+            StoreError::Corrupt {
+                message: format!("audit ledger entry ({group}, {seq}): {message}"),
+            }
+        })?;
+        if crate::lease::is_group_trace(&entry.event) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 #[async_trait]
 #[async_trait]
 impl AuditLog for FileAuthority {

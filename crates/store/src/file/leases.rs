@@ -86,6 +86,33 @@ impl FileAuthority {
     }
 }
 
+impl FileAuthority {
+    /// Deletes lease group `group`'s records (its group record and worker records) and nothing
+    /// else, as a mistaken operator would: the conformance suite's
+    /// `a_deleted_group_is_never_created_again`. Blocks.
+    #[cfg(feature = "conformance")]
+    #[doc(hidden)]
+    pub fn delete_lease_group_records(&self, group: &NamespaceName) -> Result<(), StoreError> {
+        let name = group.as_str();
+        let txn = begin_durable(&self.db)?;
+        {
+            let mut groups = txn.open_table(LEASE_GROUPS).map_err(redb_error)?;
+            groups.remove(name).map_err(redb_error)?;
+            let mut workers = txn.open_table(WORKER_LEASES).map_err(redb_error)?;
+            let ids: Vec<u64> = workers
+                .range((name, 0)..=(name, u64::MAX))
+                .map_err(redb_error)?
+                .map(|item| item.map(|(key, _)| key.value().1))
+                .collect::<Result<_, _>>()
+                .map_err(redb_error)?;
+            for id in ids {
+                workers.remove((name, id)).map_err(redb_error)?;
+            }
+        }
+        txn.commit().map_err(redb_error)
+    }
+}
+
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -154,6 +181,9 @@ impl WorkerLeases for FileAuthority {
                 let mut groups = txn.open_table(LEASE_GROUPS).map_err(redb_error)?;
                 let mut workers = txn.open_table(WORKER_LEASES).map_err(redb_error)?;
                 let record = read_group(&groups, name)?;
+                if record.is_none() && super::audit::shows_group(&txn, name)? {
+                    return Err(crate::lease::lost_group(&request.group, "file"));
+                }
                 let mut slots = read_slots(&workers, name)?;
                 mark_live(&mut slots, &request.group, &live, now);
                 let grant = plan_acquire(&request, record.as_ref(), &slots)?;

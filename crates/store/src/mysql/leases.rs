@@ -202,6 +202,24 @@ async fn acquire_in(
             .into())
         }
     };
+    if record.last_token == 0 {
+        // Inserted now (every grant sets a token of at least 1): refused, and rolled back with
+        // the transaction, if the group existed before.
+        let trace: Option<u8> = tx
+            .exec_first(
+                format!(
+                    "SELECT 1 FROM {} WHERE subject = ? AND (event = 'leased' \
+                     OR (event = 'checkpoint' AND b > 0)) LIMIT 1",
+                    audit.quoted
+                ),
+                (group,),
+            )
+            .await
+            .map_err(failure("reading the lease group's ledger"))?;
+        if trace.is_some() {
+            return Ok(Err(crate::lease::lost_group(&request.group, "mysql")));
+        }
+    }
     let rows: Vec<Row> = tx
         .exec(
             format!(

@@ -190,6 +190,7 @@ pub(super) struct LeaseStatements {
     pub(super) slot: Statement,
     pub(super) group: Statement,
     pub(super) audit: Statement,
+    pub(super) group_trace: Statement,
 }
 
 /// One open connection: the client, its statements once prepared, and the task driving the
@@ -306,6 +307,7 @@ impl PgConn {
                 c.prepare(&sql.slot),
                 c.prepare(&sql.group),
                 c.prepare(&sql.audit),
+                c.prepare(&sql.group_trace),
             );
             match prepared {
                 Ok((
@@ -319,6 +321,7 @@ impl PgConn {
                     slot,
                     group,
                     audit,
+                    group_trace,
                 )) => {
                     self.lease_statements = Some(LeaseStatements {
                         insert_group,
@@ -331,6 +334,7 @@ impl PgConn {
                         slot,
                         group,
                         audit,
+                        group_trace,
                     });
                 }
                 Err(e) => return Err(self.fail(&e)),

@@ -116,9 +116,17 @@ async fn acquire_on(
     let group = request.group.as_str();
     let pg = |e: tokio_postgres::Error| pg_error(&e);
     let tx = conn.transaction().await?;
-    tx.execute(&st.insert_group, &[&group, &request.layout])
+    let created = tx
+        .execute(&st.insert_group, &[&group, &request.layout])
         .await
         .map_err(pg)?;
+    if created == 1 {
+        // A group made now: refused (rolled back with the transaction) if it existed before.
+        let row = tx.query_one(&st.group_trace, &[&group]).await.map_err(pg)?;
+        if row.try_get::<_, bool>(0).map_err(pg)? {
+            return Ok(Err(crate::lease::lost_group(&request.group, "postgres")));
+        }
+    }
     let rows = tx.query(&st.lock_group, &[&group]).await.map_err(pg)?;
     let record = match rows.first() {
         Some(row) => decode_group(row, group)?,

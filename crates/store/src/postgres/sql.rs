@@ -143,6 +143,9 @@ pub(super) struct LeaseSql {
     /// The ledger entry of an acquisition, in its transaction: `$1` the group, `$2` the worker
     /// id, `$3` the token, `$4` the lease's holder.
     pub(super) audit: String,
+    /// Whether the ledger holds a trace of group `$1` ([`crate::lease::is_group_trace`]: a
+    /// `leased` entry, or a checkpoint whose token is above 0).
+    pub(super) group_trace: String,
 }
 
 impl LeaseSql {
@@ -197,6 +200,10 @@ impl LeaseSql {
             audit: format!(
                 "INSERT INTO {audit} (subject, at_unix_ms, event, a, b, holder) \
                  VALUES ($1::text, {NOW_MS}, 'leased', $2::bigint, $3::bigint, $4::text)"
+            ),
+            group_trace: format!(
+                "SELECT EXISTS (SELECT 1 FROM {audit} WHERE subject = $1::text \
+                 AND (event = 'leased' OR (event = 'checkpoint' AND b > 0)))"
             ),
         }
     }

@@ -109,6 +109,11 @@ impl RedisAuthority {
     ) -> Result<Option<WorkerLease>, LeaseError> {
         let group = &request.group;
         let read = self.read_group(group).await?;
+        // The write script requires the group still absent (no `last_token`), so a group
+        // deleted after this read is read again (and refused) on the retry.
+        if read.record.is_none() && crate::lease::ledger_shows_group(self, group).await? {
+            return Err(crate::lease::lost_group(group, "redis"));
+        }
         let grant = plan_acquire(request, read.record.as_ref(), &read.slots)?;
         let expected_last = read
             .record
@@ -219,6 +224,27 @@ impl RedisAuthority {
                 _ => return Err(unexpected(&what, &reply).into()),
             }
         }
+    }
+}
+
+impl RedisAuthority {
+    /// Deletes lease group `group`'s keys (its hash and every worker's live key) and nothing
+    /// else, as a mistaken operator would: the conformance suite's
+    /// `a_deleted_group_is_never_created_again`.
+    #[cfg(feature = "conformance")]
+    #[doc(hidden)]
+    pub async fn delete_lease_group_records(
+        &self,
+        group: &NamespaceName,
+    ) -> Result<(), StoreError> {
+        let read = self.read_group(group).await?;
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(self.keys.lease_group(group));
+        for slot in &read.slots {
+            cmd.arg(self.keys.live(group, slot.worker));
+        }
+        let _: i64 = self.conn.query("deleting a lease group", &cmd).await?;
+        Ok(())
     }
 }
 

@@ -216,6 +216,45 @@ impl ZookeeperAuthority {
         )
     }
 
+    /// Deletes lease group `group`'s znodes (its record, worker records and live znodes) and
+    /// nothing else, as a mistaken operator would: the conformance suite's
+    /// `a_deleted_group_is_never_created_again`.
+    #[cfg(feature = "conformance")]
+    #[doc(hidden)]
+    pub async fn delete_lease_group_records(
+        &self,
+        group: &NamespaceName,
+    ) -> Result<(), StoreError> {
+        let deadline = self.deadline();
+        let client = self.client(deadline).await?;
+        let what = "deleting a lease group";
+        let path = self.group_path(group);
+        for dir in [format!("{path}/workers"), format!("{path}/live")] {
+            let children = match timed(deadline, what, client.list_children(&dir)).await? {
+                Ok(children) => children,
+                Err(ZkError::NoNode) => Vec::new(),
+                Err(e) => return Err(failed(what, &e)),
+            };
+            for child in children {
+                timed(
+                    deadline,
+                    what,
+                    client.delete(&format!("{dir}/{child}"), None),
+                )
+                .await?
+                .map_err(|e| failed(what, &e))?;
+            }
+            if let Err(e) = timed(deadline, what, client.delete(&dir, None)).await? {
+                if !matches!(e, ZkError::NoNode) {
+                    return Err(failed(what, &e));
+                }
+            }
+        }
+        timed(deadline, what, client.delete(&path, None))
+            .await?
+            .map_err(|e| failed(what, &e))
+    }
+
     fn lease_session(&self, group: &NamespaceName, worker: u64, token: u64) -> Option<SessionInfo> {
         let sessions = self
             .lease_sessions
@@ -262,6 +301,11 @@ impl ZookeeperAuthority {
         deadline: Deadline,
     ) -> Result<Option<WorkerLease>, LeaseError> {
         let view = self.read_group(&request.group, deadline).await?;
+        // The write creates the group's znode when it was absent, which fails if it exists by
+        // then, so a group deleted after this read is read again (and refused) on the retry.
+        if view.is_none() && crate::lease::ledger_shows_group(self, &request.group).await? {
+            return Err(crate::lease::lost_group(&request.group, "zookeeper"));
+        }
         let slots = view.as_ref().map_or_else(Vec::new, GroupView::slots);
         let grant = plan_acquire(request, view.as_ref().map(|v| &v.record), &slots)?;
         let client = match session {
