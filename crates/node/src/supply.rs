@@ -965,6 +965,13 @@ impl Supply {
                 tracing::warn!(namespace = %self.name, error = %e, ids = n, "the source refused the unused tail");
                 (0, Some(tail), 0)
             }
+            #[cfg(feature = "planted")]
+            Outcome::Unknown(e)
+                if idmint_core::planted::on(idmint_core::planted::GIVEBACK_UNKNOWN_KEPT) =>
+            {
+                tracing::warn!(namespace = %self.name, error = %e, ids = n, "the source refused the unused tail");
+                (0, Some(tail), 0)
+            }
             Outcome::Unknown(e) => {
                 tracing::warn!(namespace = %self.name, error = %e, ids = n, "the unused tail's give-back has no known outcome; burned");
                 (0, None, n)

@@ -11,6 +11,7 @@ pub mod block_gate;
 pub mod bugs;
 pub mod checker;
 pub mod clock;
+pub mod hosts;
 #[path = "../../testkit/src/linearizable.rs"]
 pub mod linearizable;
 pub mod node;

@@ -6,6 +6,10 @@
 //! real crates need `--features planted`. `--bug all --rate` counts, for every bug, the seeds
 //! that catch it:
 //! `cargo run --release -p idmint-sim --features planted -- --bug all --seeds 10000`.
+//!
+//! `--world nodes` runs the production world (real nodes, [`idmint_sim::hosts`]) instead, with
+//! the same flags (its bugs: `--bug giveback-unknown-kept|kept-without-claim|all`, which need
+//! `--features planted`); `--trace` prints a single seed's whole interleaving.
 
 use idmint_sim::{bugs, run, Bugs, STEPS};
 use std::process::ExitCode;
@@ -20,6 +24,9 @@ fn main() -> ExitCode {
             .cloned()
     };
     let num = |flag: &str, default: u64| get(flag).and_then(|v| v.parse().ok()).unwrap_or(default);
+    if get("--world").as_deref() == Some("nodes") {
+        return nodes(&args, &num);
+    }
     let seeds = num("--seeds", 1000);
     let first = num("--first", 0);
     let steps = num("--steps", STEPS);
@@ -122,5 +129,124 @@ fn main() -> ExitCode {
             );
         }
     }
+    ExitCode::SUCCESS
+}
+
+/// The production world's runs (`--world nodes`).
+fn nodes(args: &[String], num: &dyn Fn(&str, u64) -> u64) -> ExitCode {
+    use idmint_sim::hosts;
+    let seeds = num("--seeds", 100);
+    let first = num("--first", 0);
+    let steps = num("--steps", hosts::STEPS);
+    let flag = |f: &str| args.iter().any(|a| a == f);
+    let bug = args
+        .iter()
+        .position(|a| a == "--bug")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let chosen: Vec<&idmint_sim::Bug> = match bug.as_deref() {
+        None => Vec::new(),
+        Some("all") => hosts::BUGS.iter().collect(),
+        Some(name) => match hosts::BUGS.iter().find(|b| b.name == name) {
+            Some(b) => vec![b],
+            None => {
+                eprintln!("unknown bug {name}; one of:");
+                for b in hosts::BUGS {
+                    eprintln!("  {:<24} {} ({})", b.name, b.what, b.place);
+                }
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    if !chosen.is_empty() && !hosts::PLANTED {
+        eprintln!("the node's bugs need --features planted");
+        return ExitCode::FAILURE;
+    }
+    let print = |r: &hosts::Report| {
+        for line in &r.interleaving {
+            println!("  {line}");
+        }
+    };
+    if !chosen.is_empty() {
+        let mut missed = false;
+        for b in chosen {
+            let t = Instant::now();
+            let found =
+                (first..first + seeds).find_map(|seed| match hosts::run(seed, b.bit, steps) {
+                    Ok(r) if r.violation.is_some() => Some(Ok(r)),
+                    Ok(_) => None,
+                    Err(e) => Some(Err(e)),
+                });
+            match found {
+                Some(Ok(r)) => {
+                    println!(
+                        "{:<24} caught at seed {} ({} seeds, {:.2}s) at step {}: {}",
+                        b.name,
+                        r.seed,
+                        r.seed - first + 1,
+                        t.elapsed().as_secs_f64(),
+                        r.steps,
+                        r.violation.clone().unwrap_or_default()
+                    );
+                    if flag("--print") {
+                        print(&r);
+                    }
+                }
+                Some(Err(e)) => {
+                    eprintln!("{e}");
+                    return ExitCode::FAILURE;
+                }
+                None => {
+                    missed = true;
+                    println!("{:<24} NOT caught in {seeds} seeds", b.name);
+                }
+            }
+        }
+        return if missed {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
+    let started = Instant::now();
+    let mut ids = 0;
+    for seed in first..first + seeds {
+        let ran = if flag("--trace") {
+            hosts::run_traced(seed, 0, steps)
+        } else {
+            hosts::run(seed, 0, steps)
+        };
+        let r = match ran {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        ids += r.ids;
+        if seeds == 1 {
+            println!(
+                "seed {seed}: trace {:016x}, {} steps, {} ids",
+                r.trace, r.steps, r.ids
+            );
+            if flag("--trace") {
+                print(&r);
+            }
+        }
+        if let Some(v) = &r.violation {
+            println!("seed {seed}: violation at step {}: {v}", r.steps);
+            print(&r);
+            println!(
+                "replay: idmint-sim --world nodes --first {seed} --seeds 1 --trace (trace {:016x})",
+                r.trace
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "{seeds} seeds of the production world, no violation; {ids} ids; {secs:.1}s, {:.1} seeds/s",
+        seeds as f64 / secs
+    );
     ExitCode::SUCCESS
 }
