@@ -3,8 +3,9 @@
 //! from the run's seed, the call's fate:
 //!
 //! - **fail before applying**: `Unavailable`, the store untouched;
-//! - **apply and lose the reply**: the store applies the write, the caller gets `Unavailable`
-//!   (its outcome is unknown to the node, [`idmint_store::Outcome::Unknown`]);
+//! - **apply and lose the reply**: the store applies the write, and after a timeout (1 to
+//!   60 ms, while the other hosts act) the caller gets `Unavailable` (its outcome is unknown to
+//!   the node, [`idmint_store::Outcome::Unknown`]);
 //! - **refuse** (give-backs, parks and claims only): a definite error, the store untouched;
 //! - **answer slowly**: the call waits in the host's simulated time before it reaches the
 //!   store, or after it was applied and before its reply arrives (other hosts act meanwhile);
@@ -40,7 +41,7 @@ const SLOW: u64 = 100;
 enum Fate {
     Pass,
     FailBefore,
-    LoseReply,
+    LoseReply(Duration),
     Refuse,
     SlowBefore(Duration),
     SlowAfter(Duration),
@@ -79,7 +80,7 @@ impl FaultyAuthority {
             if roll < FAIL_BEFORE {
                 Fate::FailBefore
             } else if write && roll < FAIL_BEFORE + LOSE_REPLY {
-                Fate::LoseReply
+                Fate::LoseReply(Duration::from_micros(rng.range(1_000, 60_000)))
             } else if refusable && roll < FAIL_BEFORE + LOSE_REPLY + REFUSE {
                 Fate::Refuse
             } else if roll >= 1000 - SLOW {
@@ -130,8 +131,12 @@ impl FaultyAuthority {
             Err(e) => format!("error: {e}"),
         };
         match fate {
-            Fate::LoseReply => {
-                self.note(format!("{what}: store answered {text}; the reply is lost"));
+            Fate::LoseReply(timeout) => {
+                self.note(format!(
+                    "{what}: store answered {text}; the reply is lost (timeout after {} us)",
+                    timeout.as_micros()
+                ));
+                tokio::time::sleep(timeout).await;
                 Err(unavailable("the reply was lost"))
             }
             Fate::SlowAfter(wait) => {

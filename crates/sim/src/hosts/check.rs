@@ -7,7 +7,7 @@
 //! - **above the rebase**: once an operator's rebase through host `h`'s run `r` answered (its
 //!   floor `F`: every id from now on at or above it), no request that `h`'s run `r` sends after
 //!   that is answered an id below `F`, nor any request of a run that started after it on a
-//!   data directory no run used since before it ("a rebase while the node was stopped",
+//!   data directory no run used since before it was sent ("a rebase while the node was stopped",
 //!   docs/uniqueness.md invariant 3). Runs alive at the rebase may still serve what they
 //!   buffered (unique, below the floor, as docs/design.md says of `Node::advance`), and so
 //!   may their next run: what they park at their stop is accepted below the floor;
@@ -44,6 +44,7 @@ pub struct Counts {
 #[derive(Debug, Clone, Copy)]
 struct Move {
     by: RunId,
+    sent: u64,
     at: u64,
     floor: u64,
     retired: bool,
@@ -67,11 +68,12 @@ impl Checker {
         self.started.insert(run, (at, dir_free));
     }
 
-    /// An operator's rebase (floor: the first id allowed) or retirement through `by`
-    /// answered, read at `at`.
-    pub fn moved(&mut self, by: RunId, at: u64, floor: u64, retired: bool) {
+    /// An operator's rebase (floor: the first id allowed) or retirement through `by`, sent at
+    /// `sent`, answered (read at `at`).
+    pub fn moved(&mut self, by: RunId, sent: u64, at: u64, floor: u64, retired: bool) {
         self.moves.push(Move {
             by,
+            sent,
             at,
             floor,
             retired,
@@ -105,7 +107,7 @@ impl Checker {
         }
         let (started, dir_free) = self.started.get(&run).copied().unwrap_or((0, 0));
         for m in &self.moves {
-            let bound = m.at < sent && (m.by == run || (started > m.at && dir_free < m.at));
+            let bound = m.at < sent && (m.by == run || (started > m.at && dir_free < m.sent));
             if !bound {
                 continue;
             }
@@ -178,7 +180,7 @@ mod tests {
             .answered((0, 1), 3, 3, &[0])
             .unwrap_err()
             .contains("after"));
-        c.moved((0, 1), 4, 100, false);
+        c.moved((0, 1), 4, 4, 100, false);
         // Another run started before the move may still serve below it.
         c.run_started((1, 1), 0, 0);
         c.answered((1, 1), 5, 5, &[10]).unwrap();
@@ -192,9 +194,9 @@ mod tests {
             .answered((2, 1), 8, 8, &[60])
             .unwrap_err()
             .contains("below"));
-        c.run_started((1, 2), 7, 6);
+        c.run_started((1, 2), 7, 5);
         c.answered((1, 2), 8, 8, &[70]).unwrap();
-        c.moved((1, 1), 9, 0, true);
+        c.moved((1, 1), 9, 9, 0, true);
         assert!(c
             .answered((1, 1), 10, 10, &[200])
             .unwrap_err()

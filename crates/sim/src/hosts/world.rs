@@ -434,7 +434,7 @@ impl World {
                             self.line(format!("h{host}#{run} {action:?} (request {req}) answered: watermark {watermark}"));
                             let retired = action == Advance::Retire;
                             self.retired |= retired;
-                            self.checker.moved((host, run), at, above + 1, retired);
+                            self.checker.moved((host, run), req, at, above + 1, retired);
                         }
                         Err(e) => self.line(format!(
                             "h{host}#{run} {action:?} (request {req}) failed: {e}"
