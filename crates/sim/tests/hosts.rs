@@ -28,7 +28,7 @@ fn a_seed_replays_bit_for_bit_and_seeds_differ() {
 
 #[test]
 fn a_clean_batch_finds_nothing_and_exercises_every_path() {
-    let mut seen = [0u64; 8];
+    let mut seen = [0u64; 9];
     let marks = [
         "starts",
         "crashes",
@@ -38,6 +38,7 @@ fn a_clean_batch_finds_nothing_and_exercises_every_path() {
         "fails before it reaches the store",
         "data directory copied",
         "Rebase (request",
+        "the store answers: connected",
     ];
     let mut ids = 0;
     for seed in 0..CLEAN {

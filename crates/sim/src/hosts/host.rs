@@ -15,7 +15,7 @@ use super::authority::FaultyAuthority;
 use super::world::{Event, Shared};
 use idmint_core::Clock;
 use idmint_node::{Credentials, KeepBlocks, Node, NodeConfig};
-use idmint_store::{Advance, MemoryAuthority};
+use idmint_store::{Advance, Authority, DeferredAuthority, MemoryAuthority};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::runtime::Runtime;
@@ -114,12 +114,15 @@ impl Host {
     }
 
     /// Starts a new run: a new runtime on paused time, and `Node::start` on it over `store`
-    /// (through a fault wrapper of its own) and this host's data directory.
+    /// (through a fault wrapper of its own) and this host's data directory. With `deferred`,
+    /// the store does not answer at start: the node starts over a [`DeferredAuthority`], as
+    /// `open_store_or_later` hands it, which connects after that long.
     pub fn start(
         &mut self,
         store: &Arc<MemoryAuthority>,
         shared: &Arc<Shared>,
         wall_at_origin: u64,
+        deferred: Option<Duration>,
     ) -> Result<(), String> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
@@ -133,11 +136,27 @@ impl Host {
         });
         self.run += 1;
         let (host, run) = (self.index, self.run);
-        let authority = Arc::new(FaultyAuthority::new(
+        let faulty: Arc<dyn Authority> = Arc::new(FaultyAuthority::new(
             store.clone(),
             self.who(),
             shared.clone(),
         ));
+        let authority: Arc<dyn Authority> = match deferred {
+            None => faulty,
+            Some(after) => {
+                let d = Arc::new(DeferredAuthority::new(
+                    "memory",
+                    "the store did not answer at start",
+                ));
+                let (later, trace, who) = (d.clone(), shared.clone(), self.who());
+                self.tasks.push(runtime.spawn(async move {
+                    tokio::time::sleep(after).await;
+                    later.connected(faulty);
+                    trace.trace(format!("{who} the store answers: connected"));
+                }));
+                d
+            }
+        };
         let events = shared.clone();
         let task = runtime.spawn(async move {
             let clock = Arc::new(HostClock::new(wall_at_origin));

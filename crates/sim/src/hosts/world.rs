@@ -244,12 +244,23 @@ impl World {
 
     fn start(&mut self, h: usize) -> Result<(), String> {
         let wall = EPOCH_NS + self.now_us * 1000 + self.skews[h];
-        self.hosts[h].start(&self.store, &self.shared, wall)?;
+        let deferred = self.shared.with_rng(|r| {
+            r.chance(150)
+                .then(|| Duration::from_micros(r.range(5_000, 400_000)))
+        });
+        self.hosts[h].start(&self.store, &self.shared, wall, deferred)?;
         let at = self.next_at();
         let host = &self.hosts[h];
         self.checker
             .run_started((h, host.run), at, self.dir_free[h]);
-        self.line(format!("{} starts", host.who()));
+        match deferred {
+            None => self.line(format!("{} starts", host.who())),
+            Some(after) => self.line(format!(
+                "{} starts; the store answers it only after {} ms",
+                host.who(),
+                after.as_millis()
+            )),
+        }
         Ok(())
     }
 
