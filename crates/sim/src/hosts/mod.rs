@@ -19,8 +19,9 @@ pub use world::{run, run_traced, Report, SetupError, HOSTS, STEPS};
 
 use crate::bugs::Bug;
 
-/// The bugs planted in the node's own code (`idmint_core::planted`, switched on in
-/// `idmint-node` with its `planted` feature), which the production world must catch.
+/// The bugs planted in the code a node runs (`idmint_core::planted`: in `idmint-node`,
+/// `idmint-store` and `idmint-core` with their `planted` features), which the production world
+/// must catch.
 pub const BUGS: &[Bug] = &[
     Bug {
         name: "giveback-unknown-kept",
@@ -33,6 +34,24 @@ pub const BUGS: &[Bug] = &[
         bit: idmint_core::planted::KEPT_WITHOUT_CLAIM,
         place: "node node/kept.rs (claim_kept)",
         what: "blocks kept at the last clean stop adopted without a claim through the store",
+    },
+    Bug {
+        name: "giveback-no-cas",
+        bit: idmint_core::planted::GIVEBACK_NO_CAS,
+        place: "store ops::give_back (MemoryAuthority)",
+        what: "TiDB#46444: a give-back written blind, lowering the watermark below later grants",
+    },
+    Bug {
+        name: "putback-below-floor",
+        bit: idmint_core::planted::PUTBACK_BELOW_FLOOR,
+        place: "core Buffer::put_back (the node's supply)",
+        what: "a failed request's put-back ignores the rebase floor",
+    },
+    Bug {
+        name: "burn-uncounted",
+        bit: idmint_core::planted::BURN_UNCOUNTED,
+        place: "core Buffer::put_back (the node's supply)",
+        what: "a refused put-back not counted as burned",
     },
 ];
 
