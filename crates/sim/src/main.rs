@@ -9,7 +9,8 @@
 //!
 //! `--world nodes` runs the production world (real nodes, [`idmint_sim::hosts`]) instead, with
 //! the same flags (its bugs: `--bug giveback-unknown-kept|kept-without-claim|all`, which need
-//! `--features planted`); `--trace` prints a single seed's whole interleaving.
+//! `--features planted`); `--trace` prints a single seed's whole interleaving (with `--bug`, the
+//! catching seed's), `--print` a failing run's last lines.
 
 use idmint_sim::{bugs, run, Bugs, STEPS};
 use std::process::ExitCode;
@@ -188,7 +189,12 @@ fn nodes(args: &[String], num: &dyn Fn(&str, u64) -> u64) -> ExitCode {
                         r.steps,
                         r.violation.clone().unwrap_or_default()
                     );
-                    if flag("--print") {
+                    if flag("--trace") {
+                        match hosts::run_traced(r.seed, b.bit, steps) {
+                            Ok(all) => print(&all),
+                            Err(e) => eprintln!("{e}"),
+                        }
+                    } else if flag("--print") {
                         print(&r);
                     }
                 }
