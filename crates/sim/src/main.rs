@@ -168,6 +168,33 @@ fn nodes(args: &[String], num: &dyn Fn(&str, u64) -> u64) -> ExitCode {
             println!("  {line}");
         }
     };
+    if !chosen.is_empty() && flag("--rate") {
+        // For each bug, how many of the seeds catch it: 1 / rate is the mean number of seeds
+        // to detection.
+        for b in chosen {
+            let mut caught = 0u64;
+            for seed in first..first + seeds {
+                match hosts::run(seed, b.bit, steps) {
+                    Ok(r) if r.violation.is_some() => caught += 1,
+                    Ok(_) => {}
+                    Err(e) => {
+                        eprintln!("{e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            let mean = if caught == 0 {
+                "never".to_string()
+            } else {
+                format!("{:.1}", seeds as f64 / caught as f64)
+            };
+            println!(
+                "{:<24} {caught:>6} of {seeds} seeds; mean seeds to detection {mean}",
+                b.name
+            );
+        }
+        return ExitCode::SUCCESS;
+    }
     if !chosen.is_empty() {
         let mut missed = false;
         for b in chosen {
