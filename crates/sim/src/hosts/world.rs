@@ -12,8 +12,11 @@
 //! (`idmint_core::backoff::seed_thread`). What it does not: the order in which `tokio::select!`
 //! polls branches that are ready at once (tokio's own generator, seedable only under
 //! `tokio_unstable`), `RandomState` (the supply's lease tokens, compared for equality only),
-//! and claim keys (random, never printed). The replay test checks that seeds replay bit for bit
-//! regardless.
+//! and claim keys (random, never printed). So each host's client has one request in flight at
+//! a time, and the node itself avoids tokio's choices on the paths run here (its refill loop
+//! selects `biased`; the kept-blocks file is read and written inline, not on the blocking pool,
+//! whose hop would let the paused clock run on meanwhile). The replay test checks that seeds
+//! replay bit for bit.
 
 use super::check::{Checker, Counts, RunId};
 use super::host::{Host, State, NAMESPACE};
