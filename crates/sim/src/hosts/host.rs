@@ -21,14 +21,22 @@ use std::time::Duration;
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
-/// The one namespace the hosts serve.
+/// The sequence namespace the hosts serve.
 pub const NAMESPACE: &str = "orders";
+/// The snowflake namespace the hosts serve, each under a worker lease.
+pub const SNOWFLAKE: &str = "events";
 
-/// Every host's configuration: one declared sequence namespace in small fixed blocks (so
+/// Every host's configuration: a declared sequence namespace in small fixed blocks (so
 /// refills, give-backs and kept blocks happen often), requests that wait at most 200 ms for a
-/// refill.
+/// refill; a snowflake namespace of 4 worker ids (2 node bits) leased from the store, with
+/// leases of 300 ms renewed every 100 ms (so a crashed host's lease expires within a run).
 const CONFIG: &str = "[server]\nauto_create = false\nrefill_wait_ms = 200\n\
-                      [namespaces.orders]\nkind = \"sequence\"\ncache = \"fixed\"\nblock_size = 16\n";
+                      [leases]\nttl_ms = 300\nfloor_ahead_ms = 100\nmax_floor_wait_ms = 200\n\
+                      safety_margin_ms = 60\n\
+                      [namespaces.orders]\nkind = \"sequence\"\ncache = \"fixed\"\nblock_size = 16\n\
+                      [namespaces.events]\nkind = \"snowflake\"\nworker = \"lease\"\n\
+                      layout = { timestamp_bits = 41, node_bits = 2, sequence_bits = 8, \
+                      time_unit = \"1ms\", epoch = \"2026-01-01T00:00:00Z\" }\n";
 
 /// Where a host is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,7 +208,7 @@ impl Host {
     /// `req` numbers the request in the trace and the checker. One at a time: requests
     /// waiting together for a refill are woken in an order tokio draws from its own generator
     /// (a `watch` channel's sharded notify), which no seed controls.
-    pub fn request(&mut self, shared: &Arc<Shared>, req: u64, count: u64) {
+    pub fn request(&mut self, shared: &Arc<Shared>, req: u64, namespace: &'static str, count: u64) {
         let (Some(runtime), Some(node)) = (&self.runtime, &self.node) else {
             return;
         };
@@ -210,7 +218,7 @@ impl Host {
         let (host, run, node, events) = (self.index, self.run, node.clone(), shared.clone());
         self.request = Some(runtime.spawn(async move {
             let taken = node
-                .take_ids(Credentials::Header(None), NAMESPACE, Some(count), None)
+                .take_ids(Credentials::Header(None), namespace, Some(count), None)
                 .await;
             let answer = match taken {
                 Ok(t) => match t.ids {
@@ -223,6 +231,7 @@ impl Host {
                 host,
                 run,
                 req,
+                namespace,
                 answer,
             });
         }));

@@ -30,13 +30,14 @@ impl Trace {
         self.now_us = now_us;
     }
 
-    /// Adds a line.
+    /// Adds a line. A process id in it (lease holders name `host pid N`) reads `pid _`: it
+    /// is not the seed's.
     pub fn line(&mut self, text: impl Into<String>) {
         let line = format!(
             "{:>5}.{:03} ms  {}",
             self.now_us / 1000,
             self.now_us % 1000,
-            text.into()
+            without_pids(&text.into())
         );
         for b in line.bytes().chain(std::iter::once(b'\n')) {
             self.hash ^= u64::from(b);
@@ -61,6 +62,23 @@ impl Trace {
     }
 }
 
+/// `text` with the digits after every `pid ` replaced by `_`.
+fn without_pids(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("pid ") {
+        out.push_str(&rest[..at + 4]);
+        rest = &rest[at + 4..];
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits > 0 {
+            out.push('_');
+        }
+        rest = &rest[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +95,13 @@ mod tests {
         b.line("y");
         assert_ne!(a.hash(), b.hash(), "the same words at another time");
         assert_eq!(a.tail(1), vec!["    0.000 ms  y".to_string()]);
+    }
+
+    #[test]
+    fn process_ids_are_not_traced() {
+        assert_eq!(
+            without_pids("0 by vm pid 20676 (x); 1 by pid 7, pid x"),
+            "0 by vm pid _ (x); 1 by pid _, pid x"
+        );
     }
 }

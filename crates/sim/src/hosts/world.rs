@@ -19,7 +19,7 @@
 //! replay bit for bit.
 
 use super::check::{Checker, Counts, RunId};
-use super::host::{Host, State, NAMESPACE};
+use super::host::{Host, State, NAMESPACE, SNOWFLAKE};
 use super::trace::Trace;
 use crate::rng::Rng;
 use idmint_node::namespace::Namespace;
@@ -57,6 +57,8 @@ pub enum Event {
         run: u32,
         /// The request's number.
         req: u64,
+        /// Its namespace.
+        namespace: &'static str,
         /// The ids, or the error.
         answer: Result<Vec<u64>, String>,
     },
@@ -164,7 +166,8 @@ fn run_with(seed: u64, planted: u64, steps: u64, all: bool) -> Result<Report, Se
     let _ = planted;
     idmint_core::backoff::seed_thread(Some(seed.wrapping_mul(0x2545_f491_4f6c_dd1d)));
     let shared = Arc::new(Shared::new(seed));
-    let store = Arc::new(MemoryAuthority::new());
+    let store_clock = Arc::new(StoreClock::default());
+    let store = Arc::new(MemoryAuthority::with_clock(store_clock.clone()));
     let mut world = World {
         shared: shared.clone(),
         store,
@@ -172,10 +175,9 @@ fn run_with(seed: u64, planted: u64, steps: u64, all: bool) -> Result<Report, Se
             .map(Host::new)
             .collect::<Result<_, _>>()
             .map_err(|e| SetupError(format!("a data directory: {e}")))?,
-        skews: (0..HOSTS)
-            .map(|_| shared.with_rng(|r| r.range(0, 60_000_000)))
-            .collect(),
         checker: Checker::default(),
+        snowflakes: Checker::default(),
+        store_clock,
         now_us: 0,
         at: 0,
         sent: std::collections::HashMap::new(),
@@ -196,7 +198,7 @@ fn run_with(seed: u64, planted: u64, steps: u64, all: bool) -> Result<Report, Se
     let report = Report {
         seed,
         steps: step,
-        ids: world.checker.ids(),
+        ids: world.checker.ids() + world.snowflakes.ids(),
         trace: trace.hash(),
         interleaving: if all {
             trace.lines().to_vec()
@@ -219,9 +221,11 @@ struct World {
     shared: Arc<Shared>,
     store: Arc<MemoryAuthority>,
     hosts: Vec<Host>,
-    /// Each host's wall-clock skew, in nanoseconds above the world's (0 to 60 ms).
-    skews: Vec<u64>,
     checker: Checker,
+    /// The snowflake namespace's answers: unique, increasing per run.
+    snowflakes: Checker,
+    /// The store's clock (its leases expire by it): the world's time.
+    store_clock: Arc<StoreClock>,
     now_us: u64,
     /// The next event number.
     at: u64,
@@ -246,7 +250,10 @@ impl World {
     }
 
     fn start(&mut self, h: usize) -> Result<(), String> {
-        let wall = EPOCH_NS + self.now_us * 1000 + self.skews[h];
+        // Each run's wall clock is 0 to 60 ms ahead of the world's: a restarted host may find
+        // its clock behind where its previous run left it (a clock stepped back while down).
+        let skew = self.shared.with_rng(|r| r.range(0, 60_000_000));
+        let wall = EPOCH_NS + self.now_us * 1000 + skew;
         let deferred = self.shared.with_rng(|r| {
             r.chance(150)
                 .then(|| Duration::from_micros(r.range(5_000, 400_000)))
@@ -284,6 +291,7 @@ impl World {
     fn step(&mut self, step: u64, steps: u64) -> Result<(), String> {
         let dt = self.shared.with_rng(|r| r.range(100, 3000));
         self.now_us += dt;
+        self.store_clock.set(self.now_us);
         lock(&self.shared.trace).at(self.now_us);
         self.act(step, steps)?;
         for h in &mut self.hosts {
@@ -302,21 +310,23 @@ impl World {
                 let Some(h) = self.pick(|h| up(h) && !h.requesting()) else {
                     return Ok(());
                 };
-                let count = self.shared.with_rng(|r| {
-                    if r.chance(100) {
-                        r.range(20, 60)
+                let (namespace, count) = self.shared.with_rng(|r| {
+                    if r.chance(250) {
+                        (SNOWFLAKE, r.range(1, 8))
+                    } else if r.chance(100) {
+                        (NAMESPACE, r.range(20, 60))
                     } else {
-                        r.range(1, 8)
+                        (NAMESPACE, r.range(1, 8))
                     }
                 });
                 let req = self.next_at();
                 let run = (h, self.hosts[h].run);
                 self.sent.insert(req, (run, req));
                 self.line(format!(
-                    "{} request {req}: {count} ids",
+                    "{} request {req}: {count} ids of {namespace}",
                     self.hosts[h].who()
                 ));
-                self.hosts[h].request(&self.shared, req, count);
+                self.hosts[h].request(&self.shared, req, namespace, count);
             }
             550..565 => {
                 if let Some(h) = self.pick(|h| h.state != State::Down) {
@@ -417,15 +427,22 @@ impl World {
                     host,
                     run,
                     req,
+                    namespace,
                     answer,
                 } => {
                     let sent = self.sent.remove(&req).map_or(0, |(_, at)| at);
                     match answer {
                         Ok(ids) => {
                             self.line(format!(
-                                "h{host}#{run} request {req} answered {}",
+                                "h{host}#{run} request {req} answered {namespace} {}",
                                 ids_text(&ids)
                             ));
+                            if namespace == SNOWFLAKE {
+                                self.snowflakes
+                                    .answered((host, run), req, sent, &ids)
+                                    .map_err(|e| format!("{SNOWFLAKE}: {e}"))?;
+                                continue;
+                            }
                             if let Some(&max) = ids.last() {
                                 self.max_answered = self.max_answered.max(max);
                             }
@@ -494,6 +511,26 @@ impl World {
             self.checker.at_rest((h.index, h.run), &counts)?;
         }
         Ok(())
+    }
+}
+
+/// The store's clock: the world's time (its leases expire by it), at one step's resolution.
+#[derive(Debug, Default)]
+struct StoreClock(std::sync::atomic::AtomicU64);
+
+impl StoreClock {
+    fn set(&self, now_us: u64) {
+        self.0
+            .store(now_us * 1000, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl idmint_core::Clock for StoreClock {
+    fn wall_nanos(&self) -> u64 {
+        EPOCH_NS + self.monotonic_nanos()
+    }
+    fn monotonic_nanos(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
