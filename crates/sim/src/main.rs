@@ -296,33 +296,34 @@ fn nodes_in_parallel(first: u64, seeds: u64, steps: u64, jobs: u64, started: Ins
     use idmint_sim::hosts;
     use std::sync::atomic::{AtomicU64, Ordering};
     let lowest_failure = AtomicU64::new(u64::MAX);
-    let results: Vec<Result<(u64, Option<hosts::Report>), hosts::SetupError>> =
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..jobs)
-                .map(|j| {
-                    let lowest_failure = &lowest_failure;
-                    scope.spawn(move || {
-                        let mut ids = 0;
-                        let mut seed = first + j;
-                        while seed < first + seeds && seed < lowest_failure.load(Ordering::Relaxed)
-                        {
-                            let r = hosts::run(seed, 0, steps)?;
-                            ids += r.ids;
-                            if r.violation.is_some() {
-                                lowest_failure.fetch_min(seed, Ordering::Relaxed);
-                                return Ok((ids, Some(r)));
-                            }
-                            seed += jobs;
+    let results: Vec<Result<(u64, Option<hosts::Report>), String>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..jobs)
+            .map(|j| {
+                let lowest_failure = &lowest_failure;
+                scope.spawn(move || {
+                    let mut ids = 0;
+                    let mut seed = first + j;
+                    while seed < first + seeds && seed < lowest_failure.load(Ordering::Relaxed) {
+                        let r = hosts::run(seed, 0, steps).map_err(|e| e.to_string())?;
+                        ids += r.ids;
+                        if r.violation.is_some() {
+                            lowest_failure.fetch_min(seed, Ordering::Relaxed);
+                            return Ok((ids, Some(r)));
                         }
-                        Ok((ids, None))
-                    })
+                        seed += jobs;
+                    }
+                    Ok((ids, None))
                 })
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().unwrap_or_else(|_| Ok((0, None))))
-                .collect()
-        });
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err("a seed's thread panicked".to_string()))
+            })
+            .collect()
+    });
     let mut ids = 0;
     let mut failed: Option<hosts::Report> = None;
     for r in results {
