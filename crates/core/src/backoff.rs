@@ -10,7 +10,9 @@
 //!   [`Backoff::next`] answers `None` (give up); without one, [`Backoff::delay`] answers the
 //!   next delay for ever;
 //! - jitter comes from the thread's CSPRNG (`rand::rng()`), or from the generator given to
-//!   [`Backoff::with_rng`], which makes the delays repeatable in tests.
+//!   [`Backoff::with_rng`], which makes the delays repeatable in tests; with the `seeded`
+//!   feature, a thread that called [`seed_thread`] draws from its own seeded generator instead
+//!   (the deterministic simulation replays a seed with the node's own retry schedules).
 
 use rand::{Rng, RngCore};
 use std::fmt;
@@ -113,10 +115,48 @@ impl Backoff {
         let low = high - high / 2;
         let nanos = match &mut self.rng {
             Some(rng) => rng.random_range(low..=high),
-            None => rand::rng().random_range(low..=high),
+            None => thread_jitter(low, high),
         };
         Duration::from_nanos(nanos)
     }
+}
+
+/// Uniform in `low..=high` from the thread's CSPRNG, or from its seeded generator
+/// ([`seed_thread`]).
+fn thread_jitter(low: u64, high: u64) -> u64 {
+    #[cfg(feature = "seeded")]
+    if let Some(drawn) = SEEDED.with(|s| {
+        let mut state = s.get()?;
+        let draw = splitmix(&mut state);
+        s.set(Some(state));
+        Some(low + draw % (high - low).saturating_add(1).max(1))
+    }) {
+        return drawn;
+    }
+    rand::rng().random_range(low..=high)
+}
+
+#[cfg(feature = "seeded")]
+thread_local! {
+    static SEEDED: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// From now on, every [`Backoff`] without a generator of its own draws its jitter on this
+/// thread from a generator seeded with `seed` (`None`: the CSPRNG again). For the
+/// deterministic simulation, which runs nodes on one thread and must replay their retries.
+#[cfg(feature = "seeded")]
+pub fn seed_thread(seed: Option<u64>) {
+    SEEDED.with(|s| s.set(seed));
+}
+
+/// SplitMix64's step.
+#[cfg(feature = "seeded")]
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 impl fmt::Debug for Backoff {

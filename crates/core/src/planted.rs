@@ -24,6 +24,13 @@ pub const WALL_ANCHOR: u64 = 1 << 4;
 pub const TOKEN_WITHOUT_HOLDER: u64 = 1 << 5;
 /// The authority's give-back is a blind write of the tail's start (TiDB#46444).
 pub const GIVEBACK_NO_CAS: u64 = 1 << 6;
+/// The node's hand-back at a clean stop reads a give-back with no known outcome as refused:
+/// the tail is kept (parked, claimed, served again) instead of burned
+/// (`idmint_node::supply::Supply::give_back`).
+pub const GIVEBACK_UNKNOWN_KEPT: u64 = 1 << 7;
+/// The node adopts the blocks its data directory kept at the last clean stop without claiming
+/// them through the store (`idmint-node`'s `node/kept.rs`).
+pub const KEPT_WITHOUT_CLAIM: u64 = 1 << 8;
 
 #[cfg(feature = "planted")]
 thread_local! {

@@ -860,16 +860,21 @@ impl Supply {
             if *stop.borrow() {
                 return;
             }
+            // Biased, in this order: a stop wins, and a request's wake-up is taken before the
+            // tick, so what the loop does never depends on tokio's random branch order (the
+            // deterministic simulation replays it).
             tokio::select! {
+                biased;
+                _ = stop.changed() => return,
                 _ = self.wake_refill.notified() => {}
                 _ = tokio::time::sleep(tick) => {}
-                _ = stop.changed() => return,
             }
             if let Some(at) = retry_at {
                 // After a failure, wait out the backoff even if a request woke us.
                 tokio::select! {
-                    _ = tokio::time::sleep_until(at) => {}
+                    biased;
                     _ = stop.changed() => return,
+                    _ = tokio::time::sleep_until(at) => {}
                 }
             }
             let now = self.clock.monotonic_nanos();
@@ -962,6 +967,13 @@ impl Supply {
                 (0, Some(tail), 0)
             }
             Outcome::Refused(e) => {
+                tracing::warn!(namespace = %self.name, error = %e, ids = n, "the source refused the unused tail");
+                (0, Some(tail), 0)
+            }
+            #[cfg(feature = "planted")]
+            Outcome::Unknown(e)
+                if idmint_core::planted::on(idmint_core::planted::GIVEBACK_UNKNOWN_KEPT) =>
+            {
                 tracing::warn!(namespace = %self.name, error = %e, ids = n, "the source refused the unused tail");
                 (0, Some(tail), 0)
             }

@@ -1,9 +1,14 @@
-//! A deterministic simulation of idmint: the real buffer, block gate, snowflake generator and
-//! in-memory authority, driven step by step by one seeded scheduler with simulated time, a
-//! faulty network, crashes, pauses, clock steps, slow storage and operator actions, under a checker
-//! of the uniqueness invariants. See docs/simulation.md.
+//! A deterministic simulation of idmint, in two worlds. [`hosts`], the production world: real
+//! nodes (`idmint_node::Node`) on paused tokio runtimes over the in-memory authority behind a
+//! seeded fault wrapper, crashed, stopped, restarted and operated on, under one checker of every
+//! answer. [`world`], the model world: the real buffer, block gate, snowflake generator and
+//! in-memory authority, driven step by step with the node's supply, worker, strict order, owned
+//! shards and tiers modelled, through a faulty network, crashes, pauses, clock steps, slow
+//! storage and operator actions, under a checker of the uniqueness invariants. See
+//! docs/simulation.md.
 //!
-//! A seed names a run exactly: [`run`] twice with one seed gives the same trace hash.
+//! A seed names a run exactly: [`run`] (or [`hosts::run`]) twice with one seed gives the same
+//! trace hash.
 
 #[path = "../../node/src/block_gate.rs"]
 #[allow(dead_code, missing_docs)]
@@ -11,6 +16,7 @@ pub mod block_gate;
 pub mod bugs;
 pub mod checker;
 pub mod clock;
+pub mod hosts;
 #[path = "../../testkit/src/linearizable.rs"]
 pub mod linearizable;
 pub mod node;
