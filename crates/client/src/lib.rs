@@ -74,6 +74,7 @@ mod error;
 mod id;
 pub mod keys;
 mod local;
+mod local_snowflake;
 mod namespace;
 mod nodes;
 mod sequence;
@@ -90,6 +91,7 @@ pub use id::{Id, Kind};
 pub use idmint_core::{BufferConfig, BufferPolicy, Clock, ManualClock, Sizing, SystemClock};
 pub use idmint_proto::nodes::BearerToken;
 pub use local::LocalIds;
+pub use local_snowflake::{LocalSnowflake, LocalSnowflakeConfig};
 pub use namespace::{Namespace, NamespaceStats};
 pub use shard::ShardRoute;
 /// The gRPC status codes, as [`ClientError::from_grpc`] takes them.

@@ -437,7 +437,7 @@ mod tests {
                     node_bits: 10,
                     sequence_bits: 12,
                     time_unit: "1ms".into(),
-                    epoch: "2010-11-04T01:42:54.657Z".into(),
+TIMEUNITNS                    epoch: "2010-11-04T01:42:54.657Z".into(),
                     epoch_unix_ms: 1_288_834_974_657,
                     order: idmint_api::FieldOrder::NodeThenSequence,
                     node_field: idmint_api::NodeField::Worker,
