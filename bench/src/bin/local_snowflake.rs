@@ -43,7 +43,9 @@ fn rate(mut take: impl FnMut()) -> f64 {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let url = args.next().ok_or("usage: local_snowflake GRPC_URL [ROUNDS]")?;
+    let url = args
+        .next()
+        .ok_or("usage: local_snowflake GRPC_URL [ROUNDS]")?;
     let rounds: usize = args.next().map(|r| r.parse()).transpose()?.unwrap_or(5);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -56,14 +58,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let local = rt.block_on(client.local_snowflake(ns))?;
         let worker = local.worker();
         let (mut best_local, mut best_ferroid) = (0f64, 0f64);
-        let twitter: AtomicSnowflakeGenerator<SnowflakeTwitterId, _> = AtomicSnowflakeGenerator::new(
-            worker,
-            MonotonicClock::<1>::with_epoch(TWITTER_EPOCH),
-        );
-        let wide: AtomicSnowflakeGenerator<Wide21Id, _> = AtomicSnowflakeGenerator::new(
-            worker,
-            MonotonicClock::<1>::with_epoch(TWITTER_EPOCH),
-        );
+        let twitter: AtomicSnowflakeGenerator<SnowflakeTwitterId, _> =
+            AtomicSnowflakeGenerator::new(worker, MonotonicClock::<1>::with_epoch(TWITTER_EPOCH));
+        let wide: AtomicSnowflakeGenerator<Wide21Id, _> =
+            AtomicSnowflakeGenerator::new(worker, MonotonicClock::<1>::with_epoch(TWITTER_EPOCH));
         for _ in 0..rounds {
             best_local = best_local.max(rate(|| {
                 black_box(local.next().expect("the lease is renewed"));

@@ -351,12 +351,12 @@ impl Client {
             return Err(ClientError::Closed);
         }
         let name = NamespaceName::new(ns)?;
-        let info = self
-            .info(name.as_str())
-            .await?
-            .ok_or_else(|| ClientError::UnknownNamespace {
-                namespace: ns.to_owned(),
-            })?;
+        let info =
+            self.info(name.as_str())
+                .await?
+                .ok_or_else(|| ClientError::UnknownNamespace {
+                    namespace: ns.to_owned(),
+                })?;
         let target = crate::local_snowflake::target_of(ns, info)?;
         LocalSnowflake::open(self.inner.nodes.clone(), target, config).await
     }

@@ -42,7 +42,7 @@ async fn local_ids_share_the_pool_with_the_node_and_never_collide() {
     let b = client.local_snowflake("events").await.unwrap();
     let node_ids = client.next_batch("events", 1000).await.unwrap();
     let node_worker = match node_ids[0] {
-        Id::Snowflake(id) => Layout::twitter().decode(id).unwrap().node,
+        Id::Snowflake(id) => Layout::twitter().decode(id).unwrap().parts.node,
         other => panic!("{other:?}"),
     };
     let workers: HashSet<u64> = [a.worker(), b.worker(), node_worker].into();
@@ -58,7 +58,7 @@ async fn local_ids_share_the_pool_with_the_node_and_never_collide() {
                 }
                 assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids went back");
                 let decoded = Layout::twitter().decode(ids[0]).unwrap();
-                assert_eq!(decoded.node, handle.worker());
+                assert_eq!(decoded.parts.node, handle.worker());
                 (handle, ids)
             })
         })
@@ -90,8 +90,15 @@ async fn close_releases_with_a_floor_above_the_last_id() {
     let slot = answer.slots.iter().find(|s| s.worker == worker).unwrap();
     assert_eq!(slot.expires_in_ms, None, "the lease was not released");
     let last_ms = Layout::twitter().decode(last).unwrap().unix_millis();
-    assert!(slot.floor_unix_ms > last_ms, "{} <= {last_ms}", slot.floor_unix_ms);
-    assert!(!slot.holder.contains(" lease "), "a holder's secret was answered");
+    assert!(
+        slot.floor_unix_ms > last_ms,
+        "{} <= {last_ms}",
+        slot.floor_unix_ms
+    );
+    assert!(
+        !slot.holder.contains(" lease "),
+        "a holder's secret was answered"
+    );
     // The next handle starts above it, on whichever worker id.
     let next = client.local_snowflake("events").await.unwrap();
     if next.worker() == worker {
@@ -179,7 +186,7 @@ async fn an_outage_shorter_than_the_lease_is_bridged_a_longer_one_stops_issuing(
     // The handle's time is the manual clock: the outage's length as the handle sees it.
     let clock = Arc::new(ManualClock::at_unix_millis(now_ms()));
     let mut config = LocalSnowflakeConfig::default();
-    config.clock = Some(clock.clone());
+    config.clock = Some(clock.clone() as Arc<dyn idmint_client::Clock>);
     let handle = client.local_snowflake_with("events", config).await.unwrap();
     let before = handle.next().unwrap();
     node.stop().await;

@@ -23,7 +23,11 @@ fn local_snowflake_process_cases_pass() {
     let idmint = std::env::var_os("IDMINT_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| debug_dir().join("idmint"));
-    assert!(idmint.exists(), "{} is missing: cargo build --bin idmint", idmint.display());
+    assert!(
+        idmint.exists(),
+        "{} is missing: cargo build --bin idmint",
+        idmint.display()
+    );
     let worker = debug_dir().join("examples").join("local_snowflake_worker");
     assert!(
         worker.exists(),
@@ -46,6 +50,9 @@ fn local_snowflake_process_cases_pass() {
         String::from_utf8_lossy(&out.stderr)
     );
     eprintln!("{text}");
-    assert!(out.status.success(), "local snowflake cases failed:\n{text}");
+    assert!(
+        out.status.success(),
+        "local snowflake cases failed:\n{text}"
+    );
     assert!(!text.contains("FAIL"), "{text}");
 }

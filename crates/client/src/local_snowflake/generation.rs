@@ -100,10 +100,21 @@ impl Generation {
 
     /// A renewal sent at `sent_at` recorded `floor_unix_ms` and was granted `ttl`: issue up to
     /// what it covers, keeping `margin` before the lease could expire.
-    pub(crate) fn renewed(&self, sent_at: u64, floor_unix_ms: u64, ttl: Duration, margin: Duration) {
+    pub(crate) fn renewed(
+        &self,
+        sent_at: u64,
+        floor_unix_ms: u64,
+        ttl: Duration,
+        margin: Duration,
+    ) {
         let layout = *self.generator.layout();
-        self.generator
-            .set_limit(limit_after_renewal(&layout, sent_at, floor_unix_ms, ttl, margin));
+        self.generator.set_limit(limit_after_renewal(
+            &layout,
+            sent_at,
+            floor_unix_ms,
+            ttl,
+            margin,
+        ));
     }
 
     /// Stops issuing for good.
@@ -169,7 +180,7 @@ mod tests {
         let sent = g.now_unix_nanos();
         g.renewed(sent, START_MS + 60_000, TTL, MARGIN);
         let first = g.next_id().unwrap();
-        assert_eq!(Layout::twitter().decode(first).unwrap().node, 3);
+        assert_eq!(Layout::twitter().decode(first).unwrap().parts.node, 3);
         clock.advance_millis(7_999);
         let last = g.next_id().unwrap();
         assert!(last > first && timestamp_ms(last) < START_MS + 8_000);
@@ -197,13 +208,21 @@ mod tests {
         let before = g.next_id().unwrap();
         clock.step_wall_millis(-30_000);
         let after = g.next_id().unwrap();
-        assert!(after > before, "the wall clock stepped back 30 s moved ids back");
+        assert!(
+            after > before,
+            "the wall clock stepped back 30 s moved ids back"
+        );
         // A new generation (a lease lost and taken anew, another worker, a lower floor) with
         // the wall clock 30 s behind: still above everything the first issued.
         let own = g.issued_below_ms();
         assert!(own > timestamp_ms(after));
-        let next =
-            Generation::new(Layout::twitter(), lease(4, 0), LocalClock(clock.clone()), own).unwrap();
+        let next = Generation::new(
+            Layout::twitter(),
+            lease(4, 0),
+            LocalClock(clock.clone()),
+            own,
+        )
+        .unwrap();
         clock.advance_millis(40_000); // past the floor the first generation issued up to
         next.renewed(next.now_unix_nanos(), u64::MAX / 1_000_000, TTL, MARGIN);
         assert!(timestamp_ms(next.next_id().unwrap()) >= own);

@@ -143,7 +143,12 @@ pub struct LocalSnowflake {
 impl Drop for LocalSnowflake {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
-        if let Some(task) = self.task.get_mut().unwrap_or_else(PoisonError::into_inner).take() {
+        if let Some(task) = self
+            .task
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
             task.abort();
         }
     }
@@ -159,10 +164,7 @@ pub(crate) struct Target {
 /// The namespace `info` describes as a target for a local generator: a snowflake namespace
 /// whose worker ids are leased (a pool), not shard-owned, described by a node that names its
 /// layout whole.
-pub(crate) fn target_of(
-    ns: &str,
-    info: proto::NamespaceInfo,
-) -> Result<Target, ClientError> {
+pub(crate) fn target_of(ns: &str, info: proto::NamespaceInfo) -> Result<Target, ClientError> {
     let rejected = |message: String| ClientError::Rejected {
         code: Some("wrong_kind".into()),
         message,
@@ -193,7 +195,8 @@ pub(crate) fn target_of(
              pass LocalSnowflakeConfig::layout",
         ));
     }
-    let narrow = |v: u32| u8::try_from(v).map_err(|_| ClientError::node("a layout field above 255"));
+    let narrow =
+        |v: u32| u8::try_from(v).map_err(|_| ClientError::node("a layout field above 255"));
     let spec = LayoutSpec {
         timestamp_bits: narrow(l.timestamp_bits)?,
         node_bits: narrow(l.node_bits)?,
@@ -242,7 +245,11 @@ impl LocalSnowflake {
             group: target.group,
             workers: layout.max_node().saturating_add(1),
             prefer_floor_at_most: 0,
-            holder: format!("client pid {} local {}", std::process::id(), target.namespace),
+            holder: format!(
+                "client pid {} local {}",
+                std::process::id(),
+                target.namespace
+            ),
             layout: idmint_core::lease_window::lock_text(&layout),
             ttl: config.ttl,
         };
@@ -303,7 +310,11 @@ impl LocalSnowflake {
             status.closed = true;
         }
         let _ = self.stop.send(true);
-        let task = self.task.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let task = self
+            .task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         if let Some(task) = task {
             // A task that panicked has nothing in flight any more.
             let _ = task.await;
