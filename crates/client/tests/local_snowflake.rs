@@ -25,7 +25,12 @@ fn now_ms() -> u64 {
 }
 
 async fn group(node: &TestNode, group: &str) -> proto::WorkerGroupAnswer {
-    let mut c = IdmintClient::connect(node.url()).await.unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(node.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = IdmintClient::new(channel);
     c.worker_group(proto::WorkerGroupRequest {
         group: group.into(),
     })
@@ -47,7 +52,7 @@ async fn local_ids_share_the_pool_with_the_node_and_never_collide() {
     };
     let workers: HashSet<u64> = [a.worker(), b.worker(), node_worker].into();
     assert_eq!(workers.len(), 3, "two holders of one worker id");
-    let mut seen: HashSet<u64> = node_ids.iter().filter_map(Id::as_u64).collect();
+    let mut seen: HashSet<u64> = node_ids.iter().filter_map(|id| id.as_u64()).collect();
     let threads: Vec<_> = [Arc::new(a), Arc::new(b)]
         .into_iter()
         .map(|handle| {
