@@ -111,37 +111,43 @@ class Node:
 
 
 class Worker:
-    """One client process speaking the worker protocol; its output read as it comes."""
+    """One client process speaking the worker protocol; its output read as it comes: the ids
+    in `ids` (in order), every other line in `notes` with the number of ids before it."""
 
     def __init__(self, command: list[str], url: str, ns: str, count: int = 0,
                  prefix: Optional[list[str]] = None) -> None:
-        self.lines: list[str] = []
+        self.ids: list[int] = []
+        self.notes: list[tuple[int, str]] = []
+        self.stderr: list[str] = []
         self.process = subprocess.Popen(
             (prefix or []) + command + [url, ns, str(count), str(TTL_MS)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.stderr: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._read_err, daemon=True).start()
 
     def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
-            self.lines.append(line.strip())
+            line = line.strip()
+            if line.isdigit():
+                self.ids.append(int(line))
+            else:
+                self.notes.append((len(self.ids), line))
 
     def _read_err(self) -> None:
         assert self.process.stderr is not None
         for line in self.process.stderr:
             self.stderr.append(line)
 
-    def ids(self, lines: Optional[list[str]] = None) -> list[int]:
-        return [int(l) for l in (self.lines if lines is None else lines) if l.isdigit()]
-
     def errors(self) -> list[str]:
-        return [l.split()[1] for l in self.lines if l.startswith("error ")]
+        return [l.split()[1] for _, l in self.notes if l.startswith("error ")]
+
+    def said(self, text: str) -> bool:
+        return any(l == text for _, l in self.notes)
 
     @property
     def worker(self) -> Optional[int]:
-        return next((int(l.split()[1]) for l in self.lines if l.startswith("worker ")), None)
+        return next((int(l.split()[1]) for _, l in self.notes if l.startswith("worker ")), None)
 
     def stop(self) -> None:
         """Closes stdin (a clean stop: the lease is released) and waits."""
@@ -149,7 +155,7 @@ class Worker:
             assert self.process.stdin is not None
             self.process.stdin.close()
         self.process.wait(timeout=30)
-        wait_for(lambda: "closed" in self.lines or self.process.returncode != 0, "the output")
+        wait_for(lambda: self.said("closed") or self.process.returncode != 0, "the output")
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -157,7 +163,7 @@ class Worker:
         self.process.wait(timeout=10)
 
     def describe(self) -> str:
-        return f"{self.lines[-5:]} {''.join(self.stderr)[-1500:]}"
+        return f"{len(self.ids)} ids, {self.notes[-5:]} {''.join(self.stderr)[-1500:]}"
 
 
 def increasing(ids: list[int], what: str) -> None:
@@ -184,10 +190,10 @@ def case_at_once(binary: str, workers: dict[str, list[str]]) -> None:
         node_ids = node.ids("pool", 1000)
         for w in running:
             w.process.wait(timeout=120)
-            assert "closed" in w.lines, f"worker did not finish: {w.describe()}"
+            assert w.said("closed"), f"worker did not finish: {w.describe()}"
         every = list(node_ids)
         for w, name in zip(running, names):
-            ids = w.ids()
+            ids = w.ids
             assert len(ids) == 20_000, f"{name}: {len(ids)} ids"
             increasing(ids, name)
             assert {worker_of(i, 4) for i in ids} == {w.worker}, f"{name}: another worker's ids"
@@ -206,12 +212,12 @@ def case_kill9(binary: str, command: list[str]) -> None:
     a = b = None
     try:
         a = Worker(command, node.url, "pair")
-        wait_for(lambda: len(a.ids()) >= 2000, f"ids from the first worker {a.describe()}")
+        wait_for(lambda: len(a.ids) >= 2000, f"ids from the first worker {a.describe()}")
         a.kill()
-        killed = a.ids()
+        killed = list(a.ids)
         b = Worker(command, node.url, "pair", 2000)
         b.process.wait(timeout=60)
-        after = b.ids()
+        after = b.ids
         assert len(after) == 2000, b.describe()
         assert b.worker == a.worker, f"workers {a.worker} and {b.worker} in a pool of one"
         assert min(after) > max(killed), "the next holder went below the killed one's ids"
@@ -228,25 +234,26 @@ def case_sigstop(binary: str, command: list[str]) -> None:
     a = b = None
     try:
         a = Worker(command, node.url, "pair")
-        wait_for(lambda: len(a.ids()) >= 1000, f"ids from the first worker {a.describe()}")
+        wait_for(lambda: len(a.ids) >= 1000, f"ids from the first worker {a.describe()}")
         a.process.send_signal(signal.SIGSTOP)
-        before_stop = len(a.lines)
+        before_stop = len(a.ids)
         b = Worker(command, node.url, "pair")
         # b gets the worker id only once a's lease expired: a stayed stopped past its TTL.
-        wait_for(lambda: len(b.ids()) >= 1000, f"ids from the second worker {b.describe()}", 60)
+        wait_for(lambda: len(b.ids) >= 1000, f"ids from the second worker {b.describe()}", 60)
         a.process.send_signal(signal.SIGCONT)
         wait_for(lambda: bool(a.errors()), f"the first worker to find its lease over {a.describe()}")
         b.stop()
-        b_ids = b.ids()
+        b_ids = list(b.ids)
         # a leases anew once b released, above everything it made before.
-        wait_for(lambda: len([i for i in a.ids() if i > max(b_ids)]) >= 1000,
+        top = max(b_ids)
+        wait_for(lambda: sum(1 for i in a.ids[before_stop:] if i > top) >= 1000,
                  f"the first worker to issue again {a.describe()}", 60)
         a.stop()
-        a_ids = a.ids()
+        a_ids = list(a.ids)
         increasing(a_ids, "the stopped worker")
         increasing(b_ids, "the other worker")
         unique(a_ids + b_ids, "SIGSTOP past the TTL")
-        resumed = a.ids(a.lines[before_stop:])
+        resumed = a_ids[before_stop:]
         inside = [i for i in resumed if min(b_ids) <= i <= max(b_ids)]
         assert not inside, f"{len(inside)} ids issued inside the new holder's range after SIGCONT"
     finally:
@@ -266,10 +273,10 @@ def case_faketime(binary: str, command: list[str]) -> None:
     try:
         a = Worker(command, node.url, "pair", 1000)
         a.process.wait(timeout=60)
-        assert "closed" in a.lines, a.describe()
+        assert a.said("closed"), a.describe()
         b = Worker(command, node.url, "pair", 1000, prefix=["faketime", "-f", "-30s"])
         b.process.wait(timeout=60)
-        assert not b.ids(), f"issued {len(b.ids())} ids with the clock behind the floor"
+        assert not b.ids, f"issued {len(b.ids)} ids with the clock behind the floor"
         assert b.errors() == ["clock_behind_floor"], b.describe()
         assert b.process.returncode == 2, b.describe()
     finally:
@@ -284,24 +291,24 @@ def case_outage(binary: str, command: list[str]) -> None:
     a = None
     try:
         a = Worker(command, node.url, "pool")
-        wait_for(lambda: len(a.ids()) >= 1000, f"ids {a.describe()}")
+        wait_for(lambda: len(a.ids) >= 1000, f"ids {a.describe()}")
         # Shorter than the lease covers (the floor is recorded TTL/2 ahead, renewed every TTL/6).
-        mark = len(a.lines)
+        mark = len(a.ids)
         node.process.send_signal(signal.SIGSTOP)
         time.sleep(TTL_MS / 1000 / 6)  # the outage itself: its length is what is tested
-        during = a.ids(a.lines[mark:])
+        during = a.ids[mark:]
         node.process.send_signal(signal.SIGCONT)
         assert during, "no id during an outage shorter than the lease"
         assert not a.errors(), f"errors during a short outage: {a.errors()}"
         # Longer than the TTL: a clear error, then issuing again once the node is back.
         node.process.send_signal(signal.SIGSTOP)
         wait_for(lambda: "lease_expired" in a.errors(), f"lease_expired {a.describe()}")
-        stopped_at = len(a.lines)
+        stopped_at = len(a.ids)
         time.sleep(TTL_MS / 1000)  # past the TTL
         node.process.send_signal(signal.SIGCONT)
-        wait_for(lambda: len(a.ids(a.lines[stopped_at:])) >= 1000, f"ids again {a.describe()}", 60)
+        wait_for(lambda: len(a.ids) >= stopped_at + 1000, f"ids again {a.describe()}", 60)
         a.stop()
-        ids = a.ids()
+        ids = list(a.ids)
         increasing(ids, "across the outages")
         unique(ids, "across the outages")
         assert set(a.errors()) <= {"lease_expired", "lease_lost"}, a.errors()

@@ -4,7 +4,7 @@
 
 Leases a worker id of NAMESPACE with a lease of TTL_MS (floor recorded TTL/2 ahead, margin and
 floor wait TTL/5), retrying a full pool or an unavailable node for 30 s; prints `worker N`, then
-each id on its own line as it is made, and `error CODE` when `next` fails (once per run of one
+each id on its own line as it is made (pausing 1 ms after every 10), and `error CODE` when `next` fails (once per run of one
 code; it keeps trying every millisecond). Stops after COUNT ids (0: never) or when its standard
 input closes, then closes the handle (releasing the lease) and prints `closed`. A refusal at
 lease time prints `error CODE` and exits with status 2.
@@ -61,6 +61,8 @@ def main() -> None:
         print(id_, file=out, flush=True)
         made += 1
         failing = None
+        if made % 10 == 0:
+            time.sleep(0.001)  # a steady application, not a benchmark
     handle.close()
     client.close()
     print("closed", file=out, flush=True)
