@@ -312,7 +312,10 @@ class LocalSnowflake:
 def open_local(name: str, info: NamespaceInfo, transports: Sequence[Any],
                config: Optional[LocalSnowflakeConfig]) -> LocalSnowflake:
     """A handle on `info`'s namespace over the gRPC ones of `transports`."""
-    group, layout = layout_of(info)
     grpc_nodes = [t for t in transports if isinstance(t, GrpcTransport)]
+    if not grpc_nodes:
+        raise InvalidRequest("local snowflake ids need a gRPC node url: the worker-lease "
+                             "calls exist over gRPC only")
+    group, layout = layout_of(info)
     return LocalSnowflake(name, group, layout, grpc_nodes, config or LocalSnowflakeConfig())
 
