@@ -149,11 +149,11 @@ export class LocalSnowflake {
 
   /** Leases a worker id for `name` over the gRPC ones of `transports`. */
   static async open(name: string, info: NamespaceInfo, transports: readonly Transport[], timeoutMs: number, options: LocalSnowflakeOptions = {}): Promise<LocalSnowflake> {
-    const { group, layout } = targetOf(name, info);
     const grpcNodes = transports.filter((t): t is GrpcTransport => t instanceof GrpcTransport);
     if (grpcNodes.length === 0) {
       throw new InvalidConfigError("local snowflake ids need a gRPC node url: the worker-lease calls exist over gRPC only");
     }
+    const { group, layout } = targetOf(name, info);
     const handle = new LocalSnowflake(name, group, layout, new Nodes(grpcNodes, timeoutMs), options);
     [handle.lease, handle.generator] = await handle.takeLease(0n);
     handle.loop = handle.keep();
