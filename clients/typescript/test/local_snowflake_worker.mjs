@@ -63,3 +63,5 @@ while ((count === 0 || made < count) && !stop) {
 await handle.close();
 await client.close();
 say("closed");
+// Standard input, still open after COUNT ids, would keep the process alive.
+process.exit(0);
