@@ -77,7 +77,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
-        if made % 10 == 0 {
+        if made.is_multiple_of(10) {
             // A steady application, not a benchmark: at most 10,000 ids a second.
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
