@@ -27,7 +27,7 @@ import os
 import random
 import threading
 from dataclasses import dataclass, replace
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from .errors import Closed, IdmintError, InvalidRequest, NodeError, Unavailable, WrongKind
 from .grpc_transport import GrpcTransport
@@ -157,8 +157,14 @@ class _Lessor:
 
 
 class LocalSnowflake:
-    """Snowflake ids made in this process under a leased worker id. `next()` is thread-safe
-    and never touches the network. Use as a context manager, or call `close()`."""
+    """Snowflake ids made in this process under a leased worker id. Use as a context manager,
+    or call `close()`.
+
+    `next()`: the next id, made in the process (no network); thread-safe, each id made once,
+    increasing per thread. Raises `lease_expired` (retryable) when the lease is not renewed up
+    to now, `lease_lost` until a lost one is replaced, `Closed` after `close()`."""
+
+    next: Callable[[], int]
 
     def __init__(self, name: str, group: str, layout: Layout, transports: Sequence[GrpcTransport],
                  config: LocalSnowflakeConfig) -> None:
@@ -178,6 +184,7 @@ class LocalSnowflake:
         self._stopping = threading.Event()
         self._renew_soon = threading.Event()
         self._lease, self._generator = self._take_lease(0)
+        self._install(self._generator)
         self._thread = threading.Thread(target=self._keep, name=f"idmint-lease-{name}",
                                         daemon=True)
         self._thread.start()
@@ -185,15 +192,6 @@ class LocalSnowflake:
     @property
     def worker(self) -> int:
         return self._generator.worker
-
-    def next(self) -> int:
-        """The next id, above every id this handle made. `lease_expired` (retryable) when the
-        lease is not renewed up to now, `lease_lost` until a lost one is replaced, `Closed`
-        after `close()`."""
-        try:
-            return self._generator.next()
-        except BeyondLimit:
-            raise self._not_issuing() from None
 
     def _not_issuing(self) -> IdmintError:
         if self._closed:
@@ -207,6 +205,12 @@ class LocalSnowflake:
         return BeyondLimit(f"the worker lease of namespace {self.name} is not renewed up to "
                            "now (the nodes did not answer for longer than the lease covers); "
                            f"not issuing, as another process may lease the worker id{last}")
+
+    def _install(self, generator: Generator) -> None:
+        """Makes `generator` the one `next` calls (bound directly: no wrapper per id)."""
+        generator.on_limit = self._not_issuing
+        self._generator = generator
+        self.next = generator.next
 
     def _take_lease(self, own_floor_ms: int) -> tuple[_Lease, Generator]:
         c = self._config
@@ -270,7 +274,8 @@ class LocalSnowflake:
                             generator.stop()
                             self._lessor.release(lease, generator.issued_below_ms())
                             return
-                        self._lease, self._generator, self._lost = lease, generator, False
+                        self._lease, self._lost = lease, False
+                        self._install(generator)
                 else:
                     self._lease = self._renew(self._lease, self._generator)
                 wait, pause = period, retry / 8

@@ -7,17 +7,18 @@ invariant 4; the same rules as idmint-core's `lease_window` and `SnowflakeGenera
   generator of the same handle made), whatever the clock reads;
 - it issues nothing until `renewed()`, then only timestamps below the floor the renewal
   recorded and before its send time + TTL - margin; `stop()` ends issuing for good;
-- ids strictly increase; a used-up time unit waits (spins) for the next, never borrows from the
-  future; `issued_below_ms()` is above every id made, the floor a release records.
+- every id is made once (from any thread) and ids increase per thread; a used-up time unit
+  waits (spins) for the next, never borrows from the future; `issued_below_ms()` is above every id made, the floor a release records.
 
 The clock is injected (`Clock`: `wall_ns()` and `monotonic_ns()`), so tests step time by hand.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
-from typing import Callable, Optional, Protocol
+from typing import Callable, Iterator, Optional, Protocol
 
 from .errors import IdmintError
 from .layouts import Layout
@@ -81,10 +82,8 @@ class Generator:
         self._mono: Callable[[], int] = clock.monotonic_ns
         # Wall time = monotonic + offset, fixed at start.
         self._offset = clock.wall_ns() - clock.monotonic_ns()
-        self._seq_bits = layout.sequence_bits
         self._max_seq = (1 << layout.sequence_bits) - 1
         self._max_ts = (1 << layout.timestamp_bits) - 1
-        self._unit = layout.unit_nanos
         self._base = self._offset - layout.epoch_unix_ms * 1_000_000
         if layout.sequence_before_node:
             self._node_part = worker
@@ -99,9 +98,19 @@ class Generator:
             first += 1
         # The unit before the first allowed one counts as used up.
         self._ts = first - 1
-        self._seq = self._max_seq
+        self._unit_ns = layout.unit_nanos
+        # The fast path's reading of the unit, in floating point: monotonic ns times units per
+        # ns plus the units at monotonic 0. Monotone (so never a unit back); the slow path
+        # decides every new unit with exact integers.
+        self._per_ns = 1.0 / layout.unit_nanos
+        self._units0 = self._base / layout.unit_nanos
+        #: (unit, its ids, its last id): the unit being issued; none at first.
+        self._unit: tuple[int, Iterator[int], int] = (-1, iter(()), -1)
         self._limit = 0
         self._lock = threading.Lock()
+        #: The error raised when the limit stops issuing (the handle names the lease in it).
+        self.on_limit: Callable[[], IdmintError] = lambda: BeyondLimit(
+            "the worker lease does not cover the time now")
 
     def now_ns(self) -> int:
         """The generator's time, ns since the Unix epoch."""
@@ -111,27 +120,51 @@ class Generator:
         self._limit = limit_after_renewal(self.layout, sent_at_ns, floor_ms, ttl_ns, margin_ns)
 
     def stop(self) -> None:
-        self._limit = 0
+        """No id from now on: the limit goes to 0 and the current unit is dropped."""
+        with self._lock:
+            self._limit = 0
+            self._unit = (-1, iter(()), -1)
 
     def issued_below_ms(self) -> int:
         return -(-_unit_start_ns(self.layout, self._ts + 1) // 1_000_000)
 
     def next(self) -> int:
+        """The next id. Fast path: the current unit's ids come from one `itertools.count`
+        (atomic under the GIL), read with the unit as one tuple; anything else (a new unit, a
+        used-up one, the limit) takes the lock in `_slow`."""
+        ts, ids, last = self._unit
+        if (self._mono() * self._per_ns + self._units0) // 1.0 == ts:
+            id_ = next(ids)
+            if id_ <= last:
+                return id_
+        return self._slow()
+
+    def _slow(self) -> int:
         with self._lock:
-            ts, seq = self._ts, self._seq + 1
             while True:
-                now = (self._mono() + self._base) // self._unit
-                if now > ts:
-                    ts, seq = now, 0
-                    break
-                if seq <= self._max_seq:
-                    break
-            if ts >= self._limit or ts > self._max_ts:
-                if ts > self._max_ts:
+                ts, ids, last = self._unit
+                now = (self._mono() + self._base) // self._unit_ns
+                if now == ts:
+                    id_ = next(ids)
+                    if id_ <= last:
+                        return id_
+                # The unit the next id would be in: now, or after the last one (a floor).
+                target = max(now, self._ts + 1)
+                if target > self._max_ts:
                     raise IdmintError("the layout's timestamp field ran out", "time_exhausted")
-                raise BeyondLimit("the worker lease does not cover the time now")
-            self._ts, self._seq = ts, seq
-            return (ts << self._ts_shift) | (seq << self._seq_shift) | self._node_part
+                if target >= self._limit:
+                    raise self.on_limit()
+                if now < target:
+                    continue  # the clock is behind the last unit or the floor: spin
+                first = (now << self._ts_shift) | self._node_part
+                self._ts = now
+                if self._seq_shift == 0:
+                    # Node then sequence: a unit's ids are consecutive integers.
+                    self._unit = (now, itertools.count(first), first + self._max_seq)
+                else:
+                    step = 1 << self._seq_shift
+                    self._unit = (now, itertools.count(first, step),
+                                  first + self._max_seq * step)
 
 
 def floor_behind(floor_ms: int, clock: Clock, own_floor_ms: int = 0) -> Optional[int]:
