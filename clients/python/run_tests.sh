@@ -38,3 +38,25 @@ printf '[mypy]\n' > "$work/mypy.ini"
 # From the temporary directory, so `import idmint` can only be the installed wheel.
 cd "$work"
 IDMINT_TEST_INSTALLED=1 "$venv/python" -m pytest -p no:cacheprovider -q "$here/tests" "$@"
+# The local snowflake process cases (clients/conformance/local_snowflake.py) with this client's
+# worker, and with the Rust and TypeScript clients' workers where they can run here, so one run
+# has every language generating on one namespace at once.
+workers=(--worker "python=$venv/python $here/examples/local_snowflake_worker.py")
+rust_worker=$repo/target/debug/examples/local_snowflake_worker
+if [[ -x $rust_worker ]]; then
+  workers+=(--worker "rust=$rust_worker")
+else
+  echo "run_tests.sh: $rust_worker not built: the local snowflake cases run without the Rust worker" >&2
+fi
+if command -v npm >/dev/null && [[ -d $repo/clients/typescript ]]; then
+  (cd "$repo/clients/typescript" && npm ci --no-audit --no-fund --loglevel=error >/dev/null &&
+    npm pack --silent --pack-destination "$work" >/dev/null)
+  mkdir "$work/js"
+  (cd "$work/js" && printf '{"name":"w","private":true,"type":"module"}\n' > package.json &&
+    npm install --no-audit --no-fund --prefer-offline --loglevel=error "$work"/idmint-client-*.tgz >/dev/null)
+  cp "$repo/clients/typescript/test/local_snowflake_worker.mjs" "$work/js/"
+  workers+=(--worker "node=node $work/js/local_snowflake_worker.mjs")
+else
+  echo "run_tests.sh: npm missing: the local snowflake cases run without the TypeScript worker" >&2
+fi
+"$venv/python" "$repo/clients/conformance/local_snowflake.py" --idmint "$IDMINT_BIN" "${workers[@]}"

@@ -42,3 +42,6 @@ node_modules/.bin/tsc --strict -p examples/tsconfig.json --outDir examples-out
 printf '{"extends": "./tsconfig.json", "files": ["readme.ts"]}\n' > examples/tsconfig.readme.json
 node_modules/.bin/tsc --strict -p examples/tsconfig.readme.json --noEmit
 IDMINT_BIN=$bin IDMINT_REPO=$repo node --test --test-reporter=spec ./*.test.mjs
+# The local snowflake process cases (clients/conformance/local_snowflake.py, python3) with this
+# client's worker program, installed here against the packed tarball.
+python3 "$repo/clients/conformance/local_snowflake.py" --idmint "$bin" --worker "node=node $work/local_snowflake_worker.mjs"

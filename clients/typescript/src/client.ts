@@ -21,6 +21,7 @@ import {
   UnsafeIdError,
   WrongKindError,
 } from "./errors.js";
+import { LocalSnowflake, type LocalSnowflakeOptions } from "./local_snowflake.js";
 import { Namespace, statsOf, type IdType, type NamespaceStats } from "./namespace.js";
 import { Nodes, transports, type NodeUrl, type TransportKind } from "./nodes.js";
 import { SequenceIds, SpecCheck } from "./sequence.js";
@@ -178,6 +179,17 @@ export class Client {
   /** A typed handle of the ULID namespace `name`: ids as canonical text (`WrongKindError` at first use if not). */
   ulid(name: string): Ids<string> {
     return new Ids<string>(name, "ulid", () => this.typed(name, "ulid"));
+  }
+
+  /**
+   * Snowflake ids of `name` made in this process, under a worker id leased from the
+   * namespace's pool over gRPC (see `LocalSnowflake`; the token needs the `workers` scope).
+   * Close the handle to release the worker id.
+   */
+  async localSnowflake(name: string, options: LocalSnowflakeOptions = {}): Promise<LocalSnowflake> {
+    if (this.closed) throw new ClosedError();
+    const { answer } = await this.nodes.call((t) => t.info(name, this.timeoutMs));
+    return LocalSnowflake.open(name, answer, this.nodes.list, this.timeoutMs, options);
   }
 
   /** The counters of every namespace this client has set up, by name (also after `close`). */

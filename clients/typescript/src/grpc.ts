@@ -205,6 +205,11 @@ export class GrpcTransport implements Transport {
     }
   }
 
+  /** A worker-lease call (`AcquireWorker`, `RenewWorker`, `ReleaseWorker`) with its raw answer (`local_snowflake.ts`). */
+  leaseCall(method: "AcquireWorker" | "RenewWorker" | "ReleaseWorker", request: object, timeoutMs: number): Promise<unknown> {
+    return this.call(method, request, timeoutMs);
+  }
+
   close(): void {
     this.client.close();
   }

@@ -2,6 +2,8 @@
 //! helpers (`shardOf`, `shardFor`, `residueOf`, `memberOf`, `CompositeKey`).
 
 export { Client, type ClientOptions, type CloseReport, type TlsOptions } from "./client.js";
+export { LocalSnowflake, type LocalSnowflakeOptions } from "./local_snowflake.js";
+export { Generator as SnowflakeGenerator, LeaseExpiredError, limitAfterRenewal, lockText, SYSTEM_CLOCK, type LocalClock } from "./snowflake_rules.js";
 export { Namespace, type IdType, type IdOf, type NamespaceStats } from "./namespace.js";
 export { Ids, type IdOfKind, type Kind } from "./typed.js";
 export { type BufferPolicy, DEFAULT_POLICY } from "./buffer.js";

@@ -250,6 +250,12 @@ pub struct LayoutSettings {
     pub sequence_bits: u8,
     /// The time unit, e.g. `"1ms"`, `"10ms"`.
     pub time_unit: String,
+    /// The time unit in nanoseconds (0 from older servers).
+    #[serde(default)]
+    pub time_unit_ns: u64,
+    /// The most bits an id may use: 63, or fewer (53 for `js53`); 0 from older servers.
+    #[serde(default)]
+    pub max_bits: u8,
     /// The epoch, RFC 3339.
     #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub epoch: String,
@@ -592,6 +598,8 @@ mod tests {
                     node_bits: 10,
                     sequence_bits: 12,
                     time_unit: "1ms".into(),
+                    time_unit_ns: 1_000_000,
+                    max_bits: 63,
                     epoch: "2010-11-04T01:42:54.657Z".into(),
                     epoch_unix_ms: 1_288_834_974_657,
                     order: FieldOrder::NodeThenSequence,

@@ -249,7 +249,7 @@ enum TokenCommand {
         /// hash].
         #[arg(long)]
         name: Option<String>,
-        /// Who uses it, which sets its scopes: application (ids, blocks, read), tier (the
+        /// Who uses it, which sets its scopes: application (ids, blocks, workers, read), tier (the
         /// authority token of a lower tier: blocks, tier, read), peer (the peers token of the
         /// nodes of one cluster: peer), admin (rebase and retire: admin, read).
         #[arg(long, value_enum, default_value = "application")]

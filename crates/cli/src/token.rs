@@ -15,7 +15,8 @@ const PREFIX: &str = "idmint_";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Role {
     /// An application taking ids: `ids`, `blocks` (the client libraries buffer sequence
-    /// blocks and give their unused tail back) and `read`.
+    /// blocks and give their unused tail back), `workers` (their local snowflake generators
+    /// lease worker ids) and `read`.
     Application,
     /// A lower tier of nodes (its `[authority] token`): blocks and worker leases, `blocks`,
     /// `tier` and `read`.
@@ -30,7 +31,7 @@ impl Role {
     /// The scopes the role's token is granted on `*`.
     pub fn scopes(self) -> &'static [&'static str] {
         match self {
-            Role::Application => &["ids", "blocks", "read"],
+            Role::Application => &["ids", "blocks", "workers", "read"],
             Role::Tier => &["blocks", "tier", "read"],
             Role::Peer => &["peer"],
             Role::Admin => &["admin", "read"],
@@ -111,15 +112,15 @@ mod tests {
     }
 
     /// Each role's entry parses and grants its scopes on `*`, and only a tier's token holds
-    /// `tier`, only a peer's `peer` (issue 31: the node-to-node calls need scopes no
-    /// application token holds).
+    /// `tier`, only a peer's `peer` (the node-to-node calls need scopes no application token
+    /// holds), only an application's `workers`.
     #[test]
     fn each_role_gets_its_scopes() {
         use idmint_node::auth::{Caller, Scope};
         for (role, holds) in [
             (
                 Role::Application,
-                vec![Scope::Ids, Scope::Blocks, Scope::Read],
+                vec![Scope::Ids, Scope::Blocks, Scope::Workers, Scope::Read],
             ),
             (Role::Tier, vec![Scope::Blocks, Scope::Tier, Scope::Read]),
             (Role::Peer, vec![Scope::Peer]),

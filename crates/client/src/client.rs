@@ -15,6 +15,7 @@
 use crate::config::ClientConfig;
 use crate::error::ClientError;
 use crate::id::{Id, Kind};
+use crate::local_snowflake::{LocalSnowflake, LocalSnowflakeConfig};
 use crate::namespace::{refill_loop, Ids, Namespace, NamespaceStats, State};
 use crate::nodes::{CallError, IntoClientError, Nodes};
 use crate::sequence::{SequenceIds, SpecCheck};
@@ -329,6 +330,35 @@ impl Client {
                 last_error: Mutex::new(None),
             }),
         })
+    }
+
+    /// A generator of snowflake ids for `ns` made in this process, under a worker id leased
+    /// from the namespace's pool through the nodes (gRPC `AcquireWorker`; a token needs the
+    /// `workers` scope on the namespace's lease group), with the default
+    /// [`LocalSnowflakeConfig`]. See [`LocalSnowflake`].
+    pub async fn local_snowflake(&self, ns: &str) -> Result<LocalSnowflake, ClientError> {
+        self.local_snowflake_with(ns, LocalSnowflakeConfig::default())
+            .await
+    }
+
+    /// [`Client::local_snowflake`] with `config`.
+    pub async fn local_snowflake_with(
+        &self,
+        ns: &str,
+        config: LocalSnowflakeConfig,
+    ) -> Result<LocalSnowflake, ClientError> {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            return Err(ClientError::Closed);
+        }
+        let name = NamespaceName::new(ns)?;
+        let info =
+            self.info(name.as_str())
+                .await?
+                .ok_or_else(|| ClientError::UnknownNamespace {
+                    namespace: ns.to_owned(),
+                })?;
+        let target = crate::local_snowflake::target_of(ns, info)?;
+        LocalSnowflake::open(self.inner.nodes.clone(), target, config).await
     }
 
     /// The node's description of `ns`; `None` if it has none.

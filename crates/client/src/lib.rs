@@ -16,6 +16,10 @@
 //!   ([`ShardRoute`]: a shard, or a key), unbuffered; with several nodes, sent first to the
 //!   node holding the shard's range, from the namespace's shard map (`shard_map.rs`).
 //! - Several node urls: a call moves to the next url when a node is unavailable.
+//! - Snowflake ids made in the application ([`Client::local_snowflake`], [`LocalSnowflake`]):
+//!   a worker id leased from the namespace's pool through the nodes, renewed in the
+//!   background, ids made in process with the namespace's layout only while the lease covers
+//!   them (design.md invariant 4, `local_snowflake/`).
 //! - [`BlockingClient`]: the same for code that is not async.
 //! - [`Namespace::stats`]: buffered, served, burned, given back, expired, refills, waits.
 //! - [`keys`]: routing a row from its key offline (an id's shard, a key's shard, residue
@@ -74,6 +78,7 @@ mod error;
 mod id;
 pub mod keys;
 mod local;
+mod local_snowflake;
 mod namespace;
 mod nodes;
 mod sequence;
@@ -87,9 +92,12 @@ pub use client::{Client, CloseReport};
 pub use config::{ClientConfig, ClientTls, ClientTlsError, MAX_BATCH};
 pub use error::ClientError;
 pub use id::{Id, Kind};
-pub use idmint_core::{BufferConfig, BufferPolicy, Clock, ManualClock, Sizing, SystemClock};
+pub use idmint_core::{
+    BufferConfig, BufferPolicy, Clock, Layout, ManualClock, Sizing, SystemClock,
+};
 pub use idmint_proto::nodes::BearerToken;
 pub use local::LocalIds;
+pub use local_snowflake::{LocalSnowflake, LocalSnowflakeConfig};
 pub use namespace::{Namespace, NamespaceStats};
 pub use shard::ShardRoute;
 /// The gRPC status codes, as [`ClientError::from_grpc`] takes them.

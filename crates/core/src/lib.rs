@@ -7,6 +7,8 @@
 //!   sonyflake, discord, js53, custom), with compose and decode.
 //! - [`snowflake`]: a lock-free snowflake generator that never issues a timestamp below one it
 //!   issued before, across wall-clock steps and restarts.
+//! - [`lease_window`]: the rules tying a generator to a worker lease (start above the floor,
+//!   the limit a renewal allows, the floor a release records, the layout lock's text).
 //! - [`instagram`]: Instagram's shard-embedded ids (`nextval() % 1024`).
 //! - [`keys`]: routing a row from its key: composite `shard-local` keys, residue classes of
 //!   step/offset sequences, an id's shard and a key's shard.
@@ -37,6 +39,7 @@ pub use block::{Block, BlockError, SequenceSpec, SpecError, Width};
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock, TickClock};
 pub use namespace::{NamespaceName, NamespaceNameError};
 pub mod layout;
+pub mod lease_window;
 pub mod snowflake;
 pub use layout::{
     ComposeError, DecodeError, Decoded, FieldOrder, Layout, LayoutError, LayoutSpec, NodeField,

@@ -43,7 +43,7 @@ use crate::error::IdError;
 use crate::time::SharedClock;
 use arc_swap::ArcSwap;
 use idmint_api as api;
-use idmint_core::{Backoff, Clock, Layout, NamespaceName, SnowflakeGenerator};
+use idmint_core::{lease_window, Backoff, Clock, Layout, NamespaceName, SnowflakeGenerator};
 use idmint_store::lease::LeaseError;
 use idmint_store::{Authority, LeaseRequest, WorkerChoice, WorkerLease};
 use std::sync::{Arc, Mutex};
@@ -208,22 +208,9 @@ pub fn ordinal_of(host: &str) -> Option<u64> {
 }
 
 /// The layout as the authority records it (the layout lock): every field that changes which
-/// id a time, node and sequence make.
+/// id a time, node and sequence make ([`idmint_core::lease_window::lock_text`]).
 pub fn layout_text(layout: &Layout) -> String {
-    let s = layout.spec();
-    format!(
-        "timestamp_bits={} node_bits={} sequence_bits={} time_unit_ns={} epoch_unix_ms={} order={} max_bits={}",
-        s.timestamp_bits,
-        s.node_bits,
-        s.sequence_bits,
-        layout.unit_nanos(),
-        s.epoch_unix_ms,
-        match s.order {
-            idmint_core::FieldOrder::NodeThenSequence => "node_then_sequence",
-            idmint_core::FieldOrder::SequenceThenNode => "sequence_then_node",
-        },
-        s.max_bits,
-    )
+    lease_window::lock_text(layout)
 }
 
 fn rfc3339_ms(ms: u64) -> String {
@@ -336,16 +323,7 @@ impl LeasedWorker {
         clock: &SharedClock,
         floor_unix_ms: u64,
     ) -> Result<NodeGenerator, WorkerError> {
-        let floor_nanos = floor_unix_ms.saturating_mul(1_000_000);
-        // The first unit starting at or after the floor; the one before it counts as used.
-        let resume_after = layout.timestamp_at(floor_nanos).and_then(|ts| {
-            let first = if layout.unix_nanos_of(ts) < floor_nanos {
-                ts + 1
-            } else {
-                ts
-            };
-            first.checked_sub(1)
-        });
+        let resume_after = lease_window::resume_after(&layout, floor_unix_ms);
         SnowflakeGenerator::new(layout, n, clock.clone(), resume_after).map_err(|e| {
             WorkerError::Generator {
                 group: group.to_string(),
@@ -505,17 +483,17 @@ impl LeasedWorker {
             u64::try_from(self.settings.floor_ahead.as_millis()).unwrap_or(u64::MAX),
         );
         let renewed = leases.renew(lease, floor_ms).await?;
-        let floor_nanos = renewed.floor_unix_ms.saturating_mul(1_000_000);
-        // Units starting before the floor may be issued.
-        let floor_limit = g.timestamp_at_unix_nanos(floor_nanos.saturating_sub(1)) + 1;
         // The authority's TTL counts from when it received the renewal, after `sent_at`.
-        let expiry = sent_at
-            .saturating_add(nanos(renewed.ttl))
-            .saturating_sub(nanos(self.settings.safety_margin));
-        let expiry_limit = g.timestamp_at_unix_nanos(expiry);
+        let limit = lease_window::limit_after_renewal(
+            &self.layout,
+            sent_at,
+            renewed.floor_unix_ms,
+            renewed.ttl,
+            self.settings.safety_margin,
+        );
         // Only the current, unfenced generation is ever renewed (`keep` is the one caller
         // besides `take_lease`, which renews the generation it just made).
-        generation.set_limit(floor_limit.min(expiry_limit));
+        generation.set_limit(limit);
         let mut status = self.lock_status();
         status.status = api::LeaseStatus::Held;
         status.last_error = None;
@@ -532,11 +510,7 @@ impl LeasedWorker {
             .iter()
             .filter_map(|g| g.last_timestamp())
             .max()
-            .map_or(0, |ts| {
-                self.layout
-                    .unix_nanos_of(ts.saturating_add(1))
-                    .div_ceil(1_000_000)
-            })
+            .map_or(0, |ts| lease_window::issued_below_ms(&self.layout, ts))
     }
 
     /// The layout text the group records: the layout, and for shard ranges how the shards are

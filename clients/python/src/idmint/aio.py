@@ -18,6 +18,7 @@ from .config import ClientConfig, Tls
 from .errors import Closed, IdmintError, NodeError, Unavailable, UnknownNamespace
 from .grpc_transport import GrpcTransport
 from .http_transport import HttpTransport
+from .local_snowflake import LocalSnowflake, LocalSnowflakeConfig, open_local
 from .names import check_count, check_name, check_route
 from .nodes import AsyncNodes, check_token
 from .sequence import SequenceCore, Stats, Tail
@@ -319,6 +320,22 @@ class AsyncClient:
         check_name(namespace)
         return await self._node_call(lambda t: t.decode(namespace, str(id)))
 
+    async def local_snowflake(self, namespace: str,
+                              config: Optional[LocalSnowflakeConfig] = None
+                              ) -> "AsyncLocalSnowflake":
+        """As `Client.local_snowflake`: `next()` makes ids in the process (no await); the
+        lease is taken and renewed over sync gRPC channels of its own, off the event loop."""
+        info = await self.info(namespace)
+        transports = [GrpcTransport(url, f"node #{i + 1}", self._token, self._tls,
+                                    self.config.op_timeout) for i, url in enumerate(self._urls)]
+        try:
+            handle = await asyncio.to_thread(open_local, namespace, info, transports, config)
+        except BaseException:
+            for t in transports:
+                t.close()
+            raise
+        return AsyncLocalSnowflake(handle, transports)
+
     def stats(self, namespace: str) -> Stats:
         """The counters of a namespace this client has set up (also after `close`)."""
         handle = self._namespaces.get(namespace)
@@ -390,6 +407,32 @@ class AsyncClient:
             finally:
                 transport.close()
             impl.core.give_back_done(tail, given)
+
+
+class AsyncLocalSnowflake:
+    """`LocalSnowflake` for asyncio: `next()` is the same call (no IO); `close()` releases the
+    lease off the event loop. An async context manager."""
+
+    def __init__(self, handle: LocalSnowflake, transports: list[GrpcTransport]) -> None:
+        self._handle = handle
+        self._transports = transports
+        self.next = handle.next
+        self.layout = handle.layout
+
+    @property
+    def worker(self) -> int:
+        return self._handle.worker
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._handle.close)
+        for t in self._transports:
+            t.close()
+
+    async def __aenter__(self) -> "AsyncLocalSnowflake":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
 
 def close_all_at_exit() -> None:

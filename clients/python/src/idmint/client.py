@@ -17,6 +17,7 @@ from .buffer import Block
 from .config import ClientConfig, Tls
 from .errors import Closed, IdmintError, NodeError, Unavailable, UnknownNamespace
 from .local import LocalIds
+from .local_snowflake import LocalSnowflake, LocalSnowflakeConfig, open_local
 from .names import check_count, check_name, check_route
 from .nodes import Nodes
 from .sequence import SequenceCore, Stats, Tail
@@ -328,6 +329,14 @@ class Client:
     def local(self, namespace: str) -> LocalIds:
         """A one-owner handle of a sequence namespace (see `LocalIds`)."""
         return self.namespace(namespace).local()
+
+    def local_snowflake(self, namespace: str,
+                        config: Optional[LocalSnowflakeConfig] = None) -> LocalSnowflake:
+        """Snowflake ids of `namespace` made in this process, under a worker id leased from
+        the namespace's pool over gRPC (see `LocalSnowflake`; the token needs `workers`)."""
+        check_name(namespace)
+        info = self._node_call(lambda t: t.info(namespace))
+        return open_local(namespace, info, self._nodes.transports, config)
 
     def _node_call(self, fn: Callable[[Transport], T]) -> T:
         if self._closed:

@@ -59,8 +59,29 @@ impl TestNode {
         // No timing bound in tests: a request on an empty buffer waits for the store as long
         // as it takes (a loaded machine's fsync), up to the longest the node allows.
         config.refill_wait = WAIT;
+        Self::start_at(authority, dir, "127.0.0.1:0".parse().unwrap(), config).await
+    }
+
+    /// A node on `authority` listening on `addr` (a stopped node's, to start it again there).
+    pub async fn restart_at(
+        authority: Arc<dyn idmint_store::Authority>,
+        toml: &str,
+        dir: tempfile::TempDir,
+        addr: SocketAddr,
+    ) -> TestNode {
+        let mut config: NodeConfig = FileConfig::parse(toml).unwrap().node;
+        config.refill_wait = WAIT;
+        Self::start_at(authority, dir, addr, config).await
+    }
+
+    async fn start_at(
+        authority: Arc<dyn idmint_store::Authority>,
+        dir: tempfile::TempDir,
+        addr: SocketAddr,
+        config: NodeConfig,
+    ) -> TestNode {
         let node = Node::start(config, authority).await.unwrap();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = idmint_node::Server::new(node).grpc(listener);
         let shutdown = server.shutdown_handle();

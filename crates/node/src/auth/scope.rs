@@ -5,9 +5,10 @@
 //! namespace whose name starts with `orders.`, not `orders` itself). Scopes are independent:
 //! `admin` does not imply the others, so a token holds exactly what it lists.
 //!
-//! Each role has its scopes (docs/grpc.md "Tokens and roles"): an application `ids` (and
-//! `read`), a lower tier `blocks` and `tier` (and `read`), a peer node `peer`, an operator
-//! `admin`. `tier` and `peer` are the node-to-node protocol: worker leases held for a lower
+//! Each role has its scopes (docs/grpc.md "Tokens and roles"): an application `ids`,
+//! `blocks`, `workers` (worker leases for its local snowflake ids) and `read`, a lower tier
+//! `blocks` and `tier` (and `read`), a peer node `peer`, an operator `admin`. `tier` and
+//! `peer` are the node-to-node protocol: worker leases held for a lower
 //! tier, and forwards between the nodes of a cluster; an application token never needs them.
 
 use idmint_core::NamespaceName;
@@ -34,17 +35,24 @@ pub enum Scope {
     Tier,
     /// Forward requests as a node of the same cluster: gRPC `Forward`, on the namespace.
     Peer,
+    /// Lease worker ids of ordinary snowflake lease groups for ids made in the application (a
+    /// client's local snowflake generator): gRPC `AcquireWorker`, `RenewWorker`,
+    /// `ReleaseWorker`, `WorkerGroup`, on the group's name, as `tier` allows them; never a
+    /// group of the nodes' own (`<ns>:leader`, `<ns>:shards`), and never another holder's
+    /// lease (the holder's secret). No block, forward or other node-to-node call.
+    Workers,
 }
 
 impl Scope {
     /// Every scope, in the order of [`Scope::name`].
-    pub const ALL: [Scope; 6] = [
+    pub const ALL: [Scope; 7] = [
         Scope::Ids,
         Scope::Blocks,
         Scope::Read,
         Scope::Admin,
         Scope::Tier,
         Scope::Peer,
+        Scope::Workers,
     ];
 
     /// The name in the configuration.
@@ -56,6 +64,7 @@ impl Scope {
             Scope::Admin => "admin",
             Scope::Tier => "tier",
             Scope::Peer => "peer",
+            Scope::Workers => "workers",
         }
     }
 
@@ -66,8 +75,8 @@ impl Scope {
             .find(|s| s.name() == text)
             .ok_or_else(|| {
                 format!(
-                    "unknown scope {text:?}; the scopes are ids, blocks, read, admin, tier \
-                     and peer"
+                    "unknown scope {text:?}; the scopes are ids, blocks, read, admin, tier, \
+                     peer and workers"
                 )
             })
     }
@@ -80,6 +89,7 @@ impl Scope {
             Scope::Admin => 8,
             Scope::Tier => 16,
             Scope::Peer => 32,
+            Scope::Workers => 64,
         }
     }
 }
@@ -193,7 +203,7 @@ mod tests {
         assert_eq!(Scope::parse("ids"), Ok(Scope::Ids));
         assert!(Scope::parse("write")
             .unwrap_err()
-            .contains("ids, blocks, read, admin, tier and peer"));
+            .contains("ids, blocks, read, admin, tier, peer and workers"));
         assert_eq!(Scope::parse("tier"), Ok(Scope::Tier));
         assert_eq!(Scope::parse("peer"), Ok(Scope::Peer));
     }

@@ -287,6 +287,8 @@ fn layout(l: api::LayoutSettings) -> proto::Layout {
         epoch: l.epoch,
         epoch_unix_ms: l.epoch_unix_ms,
         order: 0,
+        time_unit_ns: l.time_unit_ns,
+        max_bits: l.max_bits.into(),
     };
     out.set_order(match l.order {
         api::FieldOrder::NodeThenSequence => proto::FieldOrder::NodeThenSequence,

@@ -449,6 +449,8 @@ impl SnowflakeNamespace {
                     node_bits: spec.node_bits,
                     sequence_bits: spec.sequence_bits,
                     time_unit: humantime::format_duration(spec.time_unit).to_string(),
+                    time_unit_ns: l.unit_nanos(),
+                    max_bits: spec.max_bits,
                     epoch: rfc3339_ms(spec.epoch_unix_ms),
                     epoch_unix_ms: spec.epoch_unix_ms,
                     order: match spec.order {

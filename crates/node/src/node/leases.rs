@@ -5,8 +5,9 @@
 //! clock and time floor hold for it as for this node's own (docs/uniqueness.md, invariant 4).
 //!
 //! Invariants (nodes trust only nodes):
-//! - **lower tiers only**: every call needs the `tier` scope on the group, which no
-//!   application token needs (`ids`, `blocks` and `read` do not grant it);
+//! - **lower tiers and local generators only**: every call needs the `tier` scope (a lower
+//!   tier of nodes) or the `workers` scope (an application's local snowflake generator) on
+//!   the group; `ids`, `blocks` and `read` grant none of it;
 //! - **internal groups are unreachable**: a strict namespace's leader group (`<ns>:leader`)
 //!   and an owned namespace's shard ranges (`<ns>:shards`) are the nodes' own; no call
 //!   reaches a group of either form, with `[auth]` or without ([`is_internal_group`]):
@@ -123,7 +124,7 @@ impl Node {
         self.counted(result)
     }
 
-    /// Steps 1 and 3 for a lease group (scope `tier`; an internal group is refused to every
+    /// Steps 1 and 3 for a lease group (scope `workers` or `tier`; an internal group is refused to every
     /// caller), then this node's authority's leases.
     fn admit_leases(
         &self,
@@ -131,7 +132,15 @@ impl Node {
         group: &NamespaceName,
     ) -> Result<&dyn WorkerLeases, IdError> {
         let caller = self.caller(who)?;
-        self.auth().admit(caller, group.as_str(), Scope::Tier, 0)?;
+        // `workers` (an application's local snowflake generator) or `tier` (a lower node):
+        // the same calls, on the same ordinary groups, under the same holder and floor rules.
+        if self
+            .auth()
+            .admit(caller, group.as_str(), Scope::Workers, 0)
+            .is_err()
+        {
+            self.auth().admit(caller, group.as_str(), Scope::Tier, 0)?;
+        }
         if is_internal_group(group) {
             return Err(IdError::Forbidden(format!(
                 "lease group {group} is the nodes' own (a strict namespace's leader or an \

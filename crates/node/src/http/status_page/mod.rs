@@ -437,6 +437,8 @@ mod tests {
                     node_bits: 10,
                     sequence_bits: 12,
                     time_unit: "1ms".into(),
+                    time_unit_ns: 1_000_000,
+                    max_bits: 63,
                     epoch: "2010-11-04T01:42:54.657Z".into(),
                     epoch_unix_ms: 1_288_834_974_657,
                     order: idmint_api::FieldOrder::NodeThenSequence,
