@@ -4,7 +4,9 @@
 //! Invariants: every node runs on the production clock (`CoarseClock`, as `idmint serve`), so
 //! the counted path is the one a deployed node takes; the hot-path namespaces are fixed blocks
 //! of 10,000,000 ids, so no refill falls inside a measured window but where the door is the
-//! refill; leases live a minute, so no renewal falls inside one either.
+//! refill; leases live a minute, so no renewal falls inside one either; a forward may wait
+//! ten minutes for its answer (`peers.wait_ms`, `forward_timeout_ms`): under callgrind on a
+//! loaded machine one takes seconds.
 
 use crate::Door;
 use idmint_node::namespace::Namespace;
@@ -90,7 +92,7 @@ async fn member(store: Arc<dyn Authority>) -> Result<Member, String> {
     let toml = format!(
         "[server]\ngrpc = \"{grpc_addr}\"\n\n\
          [leases]\nttl_ms = 60000\nsafety_margin_ms = 2000\nfloor_ahead_ms = 30000\n\n\
-         [peers]\nadvertise = \"{url}\"\nwait_ms = 3000\n\n{NAMESPACES}"
+         [peers]\nadvertise = \"{url}\"\nwait_ms = 600000\nforward_timeout_ms = 600000\n\n{NAMESPACES}"
     );
     let config = FileConfig::parse(&toml)
         .map_err(|e| format!("config: {e}"))?
