@@ -246,6 +246,12 @@ step "benchmark workspaces compile"
 CARGO_TARGET_DIR=target/benches cargo check --quiet --manifest-path bench/Cargo.toml --all-targets
 CARGO_TARGET_DIR=target/benches cargo check --quiet --manifest-path bench/load/client/Cargo.toml --all-targets
 
+# Instructions per request through each door (crates/node/benches/doors under callgrind), held
+# to bench/doors/counts.toml: a door more than 5% above its figure fails. Counts, not time, so
+# the load of the machine cannot hide or fake a loss.
+step "the hot path's instruction counts per door"
+bash bench/doors/check.sh
+
 step "loom model checks of the lock-free paths"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p idmint-core --test loom --release
 

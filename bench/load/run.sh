@@ -13,7 +13,12 @@
 # then a summary table with the targets met or missed.
 #
 # Usage:  bash bench/load/run.sh
+#         ROUNDS=5 bash bench/load/run.sh            five rounds: medians and ranges (rounds.sh)
+#         ROUNDS=4 BUILDS="old=/tmp/idmint-old new=target/release/idmint" bash bench/load/run.sh
+#                                                    the builds in turns, four rounds each
 # Knobs (environment): CONNS=50 THREADS=2 DURATION=20 WARMUP=5 KEEP_DB=0 QUIET_WAIT=30 EXTRA=1
+#   IDMINT=PATH serves that binary instead of building target/release/idmint. MARIADB=0 skips
+#   the ticket server (its row then reads 0).
 #   DURATION/WARMUP are seconds per measurement. KEEP_DB=1 keeps the idmint_bench database.
 #   Before each measurement the script waits up to QUIET_WAIT s for other processes (builds,
 #   tests) to leave the 2 cores alone, and reports the cores they used during each run
@@ -25,6 +30,9 @@
 # Loopback only. Starts (and stops) only the idmint server; the system Redis and MariaDB are
 # used as they are (started if they are not running, and then left running).
 set -euo pipefail
+if [[ ${ROUNDS:-1} -gt 1 ]]; then
+    exec bash "$(dirname "${BASH_SOURCE[0]}")/rounds.sh"
+fi
 QUIET_SAMPLE=2 # seconds per CPU sample while waiting for a quiet machine
 # shellcheck source=bench/load/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -93,7 +101,7 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
 fi
 
 # MariaDB at 127.0.0.1:3306, root with an empty password
-if ! sql -e 'SELECT 1' >/dev/null 2>&1; then
+if [[ "${MARIADB:-1}" != 0 ]] && ! sql -e 'SELECT 1' >/dev/null 2>&1; then
     if [[ -x /usr/sbin/mariadbd ]] && ! pidof mariadbd >/dev/null; then
         echo "MariaDB not running: starting /usr/sbin/mariadbd (left running afterwards)"
         $SUDO mkdir -p /run/mysqld
@@ -106,12 +114,14 @@ if ! sql -e 'SELECT 1' >/dev/null 2>&1; then
 fi
 echo "wrk: $(wrk --version 2>&1 | head -1 | cut -c1-40)"
 echo "redis: $(redis-cli -h 127.0.0.1 -p 6379 info server | tr -d '\r' | awk -F: '/^redis_version/{print $2}'), $(redis-benchmark --version)"
-echo "mariadb: $(sql -e 'SELECT VERSION()')"
+[[ "${MARIADB:-1}" == 0 ]] || echo "mariadb: $(sql -e 'SELECT VERSION()')"
 
 # ---------------------------------------------------------------------------------------------
 say "building (one at a time: 2 cores)"
-(cd "$ROOT" && cargo build --release -p idmint-cli 2>&1 | tail -n 2)
-IDMINT="$ROOT/target/release/idmint"
+if [[ -z "${IDMINT:-}" ]]; then
+    (cd "$ROOT" && cargo build --release -p idmint-cli 2>&1 | tail -n 2)
+    IDMINT="$ROOT/target/release/idmint"
+fi
 [[ -x "$IDMINT" ]] || die "no $IDMINT after the build"
 CARGO_TARGET_DIR="$CLIENT_DIR/target" cargo build --release --manifest-path "$CLIENT_DIR/Cargo.toml" 2>&1 | tail -n 2
 TICKET_LOAD="$CLIENT_DIR/target/release/idmint-load-client"
@@ -333,6 +343,8 @@ REDIS_PID=$(redis-cli -h 127.0.0.1 -p 6379 info server | tr -d '\r' | awk -F: '/
 rb_run "Redis INCR" 6379 "$REDIS_PID"
 R_RPS_REDIS=$B_RPS R_P50_REDIS=$B_P50 R_P99_REDIS=$B_P99 R_CPU_REDIS=$B_CPU R_CLI_REDIS=$B_CLI R_OTH_REDIS=$B_OTH
 
+M_RPS=0 M_P50=- M_P99=- M_CPU=- M_CLI=- M_OTH=0 M_ERR=0 FLUSH=-
+if [[ "${MARIADB:-1}" != 0 ]]; then
 say "4. MariaDB ticket server (Flickr Tickets64, REPLACE + LAST_INSERT_ID, autocommit)"
 sql -e "CREATE DATABASE IF NOT EXISTS idmint_bench;
 CREATE TABLE IF NOT EXISTS idmint_bench.Tickets64 (
@@ -367,6 +379,7 @@ M_OTH=$(others_cores "$m0" "$m1" "$t0" "$t1" "$c0" "$c1" "$msecs")
 M_RETRY=$(echo "$mline" | kv deadlock_retries)
 echo "   => $M_RPS req/s, p50 $M_P50 ms, p99 $M_P99 ms, errors $M_ERR, InnoDB deadlocks retried $M_RETRY; cores used (incl. warm-up): mariadbd $M_CPU, client $M_CLI, other processes $M_OTH"
 if [[ "$KEEP_DB" != 1 ]]; then sql -e 'DROP DATABASE idmint_bench'; fi
+fi
 
 # ---------------------------------------------------------------------------------------------
 say "summary ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores shared by client and server, $CONNS connections, ${DURATION}s per run)"
@@ -414,3 +427,5 @@ if awk -v a="$I1_OTH" -v b="$I100_OTH" -v c="$R_OTH_REDIS" -v d="$M_OTH" -v e="$
     echo "WARNING: other processes used CPU during some runs (column 'others'): those numbers are low; run again on a quiet machine"
 fi
 ((total_err == 0)) || echo "WARNING: some requests failed; the numbers above count only successful ones for MariaDB, all responses for wrk"
+# One machine-readable line for rounds.sh.
+echo "ROUND http1_rps=$I1_RPS http1_p99=$I1_P99 http100_ids=$I100_IDS resp_rps=$IR_RPS resp_p99=$IR_P99 grpc_h2load_rps=$H_RPS grpc_load_rps=$G_RPS stream_ids=$S_IDS redis_rps=$R_RPS_REDIS redis_p99=$R_P99_REDIS"

@@ -168,6 +168,9 @@ pub(crate) async fn serve_connection(node: Arc<Node>, mut conn: Connection, shut
     let header_timeout = node.config().listen.header_read_timeout;
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut output = BytesMut::with_capacity(READ_CHUNK);
+    // One wait for draining for the whole connection, not one per read.
+    let draining = shutdown.draining();
+    tokio::pin!(draining);
     let result: std::io::Result<()> = async {
         loop {
             // Answer every complete request read so far, in order.
@@ -230,7 +233,7 @@ pub(crate) async fn serve_connection(node: Arc<Node>, mut conn: Connection, shut
                         return Ok(());
                     }
                 }
-                _ = shutdown.draining() => return conn.shutdown().await,
+                _ = &mut draining => return conn.shutdown().await,
             }
         }
     }

@@ -144,13 +144,18 @@ impl<IO> Policed<IO> {
     fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
         loop {
             let Some(due) = self.due() else {
-                // Busy: look again one idle period from now.
-                let again = Instant::now() + self.deadlines.idle;
-                self.timer.as_mut().reset(again);
-                let _ = self.timer.as_mut().poll(cx);
+                // Busy: look again when the timer fires, at the latest one idle period from
+                // now (a timer still running wakes this read sooner, which only looks again).
+                if self.timer.as_mut().poll(cx).is_ready() {
+                    let again = Instant::now() + self.deadlines.idle;
+                    self.timer.as_mut().reset(again);
+                    let _ = self.timer.as_mut().poll(cx);
+                }
                 return Poll::Pending;
             };
-            if self.timer.deadline() != due {
+            // Activity only moves `due` later: a timer set before it fires early and is set
+            // again below, so it is reset once per idle period, not once per request.
+            if due < self.timer.deadline() || self.timer.is_elapsed() {
                 self.timer.as_mut().reset(due);
             }
             match self.timer.as_mut().poll(cx) {
