@@ -92,7 +92,7 @@ async fn member(store: Arc<dyn Authority>) -> Result<Member, String> {
     let toml = format!(
         "[server]\ngrpc = \"{grpc_addr}\"\n\n\
          [leases]\nttl_ms = 60000\nsafety_margin_ms = 2000\nfloor_ahead_ms = 30000\n\n\
-         [peers]\nadvertise = \"{url}\"\nwait_ms = 600000\nforward_timeout_ms = 600000\n\n{NAMESPACES}"
+         [peers]\nadvertise = \"{url}\"\ntoken = \"idmint_doors_peer\"\nwait_ms = 600000\nforward_timeout_ms = 600000\n\n{NAMESPACES}"
     );
     let config = FileConfig::parse(&toml)
         .map_err(|e| format!("config: {e}"))?

@@ -480,6 +480,31 @@ impl Auth {
         Ok(Admitted { token: Some(t) })
     }
 
+    /// [`Auth::admit`] for an operation that either of `scopes` allows (the lease calls:
+    /// `workers` or `tier`); a refusal, counted once, names both.
+    pub fn admit_either(
+        &self,
+        caller: Caller,
+        namespace: &str,
+        scopes: [Scope; 2],
+        count: u64,
+    ) -> Result<Admitted, IdError> {
+        let Some(t) = self.token(caller)? else {
+            return Ok(Admitted::open());
+        };
+        let held = scope::scopes_on(&t.grants, namespace);
+        match scopes.into_iter().find(|s| held.contains(*s)) {
+            Some(scope) => self.admit(caller, namespace, scope, count),
+            None => {
+                self.refuse(&t.label, "forbidden");
+                Err(IdError::Forbidden(format!(
+                    "token {:?} holds neither the {} nor the {} scope on namespace {namespace:?}",
+                    t.label, scopes[0], scopes[1]
+                )))
+            }
+        }
+    }
+
     /// Whether `caller` may run a node-wide operation needing `scope` (the status page, and
     /// `/metrics` when they need a token): only a grant on `*` covers the whole node.
     pub fn admit_node(&self, caller: Caller, scope: Scope) -> Result<(), IdError> {

@@ -134,13 +134,8 @@ impl Node {
         let caller = self.caller(who)?;
         // `workers` (an application's local snowflake generator) or `tier` (a lower node):
         // the same calls, on the same ordinary groups, under the same holder and floor rules.
-        if self
-            .auth()
-            .admit(caller, group.as_str(), Scope::Workers, 0)
-            .is_err()
-        {
-            self.auth().admit(caller, group.as_str(), Scope::Tier, 0)?;
-        }
+        self.auth()
+            .admit_either(caller, group.as_str(), [Scope::Workers, Scope::Tier], 0)?;
         if is_internal_group(group) {
             return Err(IdError::Forbidden(format!(
                 "lease group {group} is the nodes' own (a strict namespace's leader or an \
