@@ -338,8 +338,13 @@ impl EtcdAuthority {
             let read = self.read_group(group).await?;
             let record = read.record.as_ref().map(|(r, _)| r);
             // The write below requires the group key still absent, so a group deleted after
-            // this read is read again (and refused) on the retry.
+            // this read is read again (and refused) on the retry. A trace with the group now
+            // present is a concurrent first acquisition (its entry and the group are one
+            // write): decide again on a fresh read.
             if record.is_none() && crate::lease::ledger_shows_group(self, group).await? {
+                if self.read_group(group).await?.record.is_some() {
+                    continue;
+                }
                 return Err(crate::lease::lost_group(group, "etcd"));
             }
             let grant = match plan_acquire(request, record, &read.slots(&BTreeMap::new())) {

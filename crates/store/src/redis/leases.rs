@@ -111,7 +111,12 @@ impl RedisAuthority {
         let read = self.read_group(group).await?;
         // The write script requires the group still absent (no `last_token`), so a group
         // deleted after this read is read again (and refused) on the retry.
+        // A trace with the group now present is a concurrent first acquisition (its entry and
+        // the group are one script): a conflict, decided again on a fresh read.
         if read.record.is_none() && crate::lease::ledger_shows_group(self, group).await? {
+            if self.read_group(group).await?.record.is_some() {
+                return Ok(None);
+            }
             return Err(crate::lease::lost_group(group, "redis"));
         }
         let grant = plan_acquire(request, read.record.as_ref(), &read.slots)?;

@@ -303,7 +303,12 @@ impl ZookeeperAuthority {
         let view = self.read_group(&request.group, deadline).await?;
         // The write creates the group's znode when it was absent, which fails if it exists by
         // then, so a group deleted after this read is read again (and refused) on the retry.
+        // A trace with the group now present is a concurrent first acquisition (its entry and
+        // the group are one write): a conflict, decided again on a fresh read.
         if view.is_none() && crate::lease::ledger_shows_group(self, &request.group).await? {
+            if self.read_group(&request.group, deadline).await?.is_some() {
+                return Ok(None);
+            }
             return Err(crate::lease::lost_group(&request.group, "zookeeper"));
         }
         let slots = view.as_ref().map_or_else(Vec::new, GroupView::slots);
